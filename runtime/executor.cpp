@@ -1,0 +1,70 @@
+#include "runtime/executor.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace vgen {
+
+Executor::Executor(Options options)
+    : options_(options),
+      io_(static_cast<int>(std::max<std::size_t>(1, options.io_threads))),
+      work_(io_.get_executor()) {
+  if (options_.io_threads == 0)
+    throw Error(ErrorKind::invalid_argument, "executor: io_threads must be >= 1");
+  for (std::size_t i = 0; i < options_.io_threads; ++i)
+    threads_.emplace_back([this] {
+      for (;;) {
+        try {
+          io_.run();
+          return;
+        } catch (const std::exception& e) {
+          // A handler threw: log it and keep the loop alive rather than lose the thread.
+          spdlog::error("event loop handler threw: {}", e.what());
+        }
+      }
+    });
+}
+
+Executor::~Executor() { stop(); }
+
+WorkerPool& Executor::add_pool(WorkerPool::Options options) {
+  std::lock_guard lock(mutex_);
+  if (stopped_) throw Error(ErrorKind::overloaded, "executor is stopped");
+  auto name = options.name;
+  auto [it, inserted] = pools_.try_emplace(name, nullptr);
+  if (!inserted) throw Error(ErrorKind::invalid_argument, "worker pool '" + name + "' already exists");
+  it->second = std::make_unique<WorkerPool>(std::move(options));
+  return *it->second;
+}
+
+WorkerPool& Executor::pool(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  auto it = pools_.find(name);
+  if (it == pools_.end()) throw Error(ErrorKind::not_found, "no worker pool named '" + name + "'");
+  return *it->second;
+}
+
+bool Executor::has_pool(const std::string& name) const {
+  std::lock_guard lock(mutex_);
+  return pools_.count(name) != 0;
+}
+
+void Executor::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  for (auto& [name, p] : pools_) p->stop();
+  work_.reset();
+  // Let pending completions run; past the grace period stop the loop outright.
+  const auto deadline = std::chrono::steady_clock::now() + options_.grace;
+  while (!io_.stopped() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!io_.stopped()) {
+    spdlog::warn("executor: event loop still busy after {} ms; stopping it", options_.grace.count());
+    io_.stop();
+  }
+  for (auto& t : threads_) t.join();
+}
+
+}  // namespace vgen

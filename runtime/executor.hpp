@@ -1,0 +1,74 @@
+// Executor: owns the threads. An Asio io_context driven by `io_threads` threads runs all
+// orchestration (stage coroutines, channels, timers, HTTP); named WorkerPools run blocking
+// compute (one per device, one for the encoders), so compute never blocks the event loop.
+// Describing a pipeline (runtime/pipeline.hpp) is separate from running it here.
+//
+// Ownership: the Executor owns the io_context, its threads and every WorkerPool it created;
+// references returned by pool() stay valid until the Executor is destroyed.
+// Thread-safety: add_pool/pool/get_executor may be called from any thread; stop() from any
+// thread except an io thread of this executor.
+// Shutdown: stop() first stops the worker pools (they finish queued tasks), then lets the
+// io_context run out of work (pending completions are delivered) for at most `grace`,
+// then stops it and joins its threads. The destructor calls stop().
+#pragma once
+
+#include "runtime/worker_pool.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <chrono>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace vgen {
+
+class Executor {
+ public:
+  struct Options {
+    std::size_t io_threads = 1;
+    std::chrono::milliseconds grace{5000};
+  };
+
+  explicit Executor(Options options);
+  Executor() : Executor(Options{}) {}
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  boost::asio::io_context& io() noexcept { return io_; }
+  boost::asio::any_io_executor get_executor() noexcept { return io_.get_executor(); }
+
+  // Creates a named pool; throws Error(invalid_argument) if the name exists.
+  WorkerPool& add_pool(WorkerPool::Options options);
+  // Throws Error(not_found) for an unknown name.
+  WorkerPool& pool(const std::string& name);
+  bool has_pool(const std::string& name) const;
+
+  // Runs `a` on the io_context and blocks the calling (non-io) thread for its result.
+  template <class T>
+  T run_sync(boost::asio::awaitable<T> a) {
+    return boost::asio::co_spawn(io_, std::move(a), boost::asio::use_future).get();
+  }
+
+  void stop();
+  std::size_t io_thread_count() const noexcept { return options_.io_threads; }
+
+ private:
+  Options options_;
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::vector<std::thread> threads_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<WorkerPool>> pools_;
+  bool stopped_ = false;
+};
+
+}  // namespace vgen
