@@ -1,0 +1,156 @@
+#include "runtime/job.hpp"
+
+#include <vector>
+
+namespace vgen {
+
+std::string_view to_string(JobState s) noexcept {
+  switch (s) {
+    case JobState::queued: return "queued";
+    case JobState::preprocess: return "preprocess";
+    case JobState::denoise: return "denoise";
+    case JobState::decode: return "decode";
+    case JobState::encode: return "encode";
+    case JobState::done: return "done";
+    case JobState::failed: return "failed";
+    case JobState::cancelled: return "cancelled";
+  }
+  return "failed";
+}
+
+bool is_terminal(JobState s) noexcept {
+  return s == JobState::done || s == JobState::failed || s == JobState::cancelled;
+}
+
+Job::Job(std::string id, boost::json::value spec, std::optional<clock::time_point> deadline)
+    : id_(std::move(id)), spec_(std::move(spec)), deadline_(deadline) {}
+
+JobState Job::state() const {
+  std::lock_guard lock(mutex_);
+  return state_;
+}
+
+bool Job::is_finished() const { return is_terminal(state()); }
+
+JobSnapshot Job::snapshot() const {
+  std::lock_guard lock(mutex_);
+  JobSnapshot s;
+  s.id = id_;
+  s.state = state_;
+  s.step = step_;
+  s.total = total_;
+  if (error_) {
+    s.error_kind = classify(error_);
+    s.error = describe(error_);
+  }
+  s.attempts = retries_;
+  s.stage_seconds = stage_seconds_;
+  const auto end = finished_at_.value_or(clock::now());
+  s.queued_seconds = std::chrono::duration<double>(started_.value_or(end) - submitted_).count();
+  s.total_seconds = std::chrono::duration<double>(end - submitted_).count();
+  return s;
+}
+
+void Job::enter_stage(JobState stage) {
+  JobEvent e;
+  {
+    std::lock_guard lock(mutex_);
+    if (is_terminal(state_)) return;
+    state_ = stage;
+    step_ = total_ = 0;
+    if (!started_) started_ = clock::now();
+    e = {id_, stage, 0, 0, {}};
+  }
+  emit(e);
+}
+
+void Job::report_progress(int step, int total) {
+  JobEvent e;
+  {
+    std::lock_guard lock(mutex_);
+    if (is_terminal(state_)) return;
+    step_ = step;
+    total_ = total;
+    e = {id_, state_, step, total, {}};
+  }
+  emit(e);
+}
+
+void Job::record_stage_time(std::string_view stage, double seconds) {
+  std::lock_guard lock(mutex_);
+  stage_seconds_[std::string(stage)] += seconds;
+}
+
+void Job::record_retry() {
+  std::lock_guard lock(mutex_);
+  ++retries_;
+}
+
+bool Job::finish(JobState terminal, std::exception_ptr error) {
+  if (!is_terminal(terminal)) throw_error(ErrorKind::internal, "Job::finish needs a terminal state");
+  JobEvent e;
+  {
+    std::lock_guard lock(mutex_);
+    if (is_terminal(state_)) return false;
+    state_ = terminal;
+    error_ = error;
+    finished_at_ = clock::now();
+    e = {id_, terminal, step_, total_, error ? describe(error) : std::string()};
+  }
+  emit(e);
+  finished_event_.set();
+  return true;
+}
+
+bool Job::request_cancel(ErrorKind reason, std::string message) {
+  {
+    std::lock_guard lock(mutex_);
+    if (is_terminal(state_)) return false;
+    if (!cancel_reason_) {
+      cancel_reason_ = reason;
+      cancel_message_ = std::move(message);
+    }
+  }
+  cancel_event_.set();
+  return true;
+}
+
+bool Job::cancel_requested() const {
+  std::lock_guard lock(mutex_);
+  return cancel_reason_.has_value();
+}
+
+void Job::throw_if_cancelled() {
+  if (deadline_ && clock::now() >= *deadline_)
+    request_cancel(ErrorKind::deadline_exceeded, "job deadline exceeded");
+  std::lock_guard lock(mutex_);
+  if (cancel_reason_) throw Error(*cancel_reason_, cancel_message_);
+}
+
+std::exception_ptr Job::error() const {
+  std::lock_guard lock(mutex_);
+  return error_;
+}
+
+std::size_t Job::subscribe(JobEventHandler handler) {
+  std::lock_guard lock(mutex_);
+  listeners_.emplace(++next_listener_, std::move(handler));
+  return next_listener_;
+}
+
+void Job::unsubscribe(std::size_t token) {
+  std::lock_guard lock(mutex_);
+  listeners_.erase(token);
+}
+
+void Job::emit(const JobEvent& e) {
+  std::vector<JobEventHandler> targets;
+  {
+    std::lock_guard lock(mutex_);
+    targets.reserve(listeners_.size());
+    for (auto& [token, h] : listeners_) targets.push_back(h);
+  }
+  for (auto& h : targets) h(e);  // outside the lock: a listener may query the job
+}
+
+}  // namespace vgen

@@ -1,0 +1,123 @@
+// Job: one request moving through the pipeline, and the record of what happened to it.
+//
+// Lifecycle: queued -> preprocess -> denoise -> decode -> encode -> done | failed | cancelled
+// (a pipeline may use any prefix of the stage states). finish() is the only way into a
+// terminal state and only its first call wins, so a job ends exactly once.
+//
+// Ownership: jobs are shared (std::shared_ptr<Job>) between the submitter, the pipeline and
+// listeners. `payload` belongs to the stage currently processing the job (one stage at a
+// time), so it needs no lock.
+// Thread-safety: every other member may be called from any thread.
+// Cancellation: request_cancel() records a reason and sets cancel_event(); stages see it at
+// their next await (the pipeline races each stage against the event) or when they call
+// throw_if_cancelled() between steps. Compute already running finishes first.
+#pragma once
+
+#include "runtime/errors.hpp"
+#include "runtime/event.hpp"
+
+#include <boost/json/value.hpp>
+#include <any>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace vgen {
+
+enum class JobState { queued, preprocess, denoise, decode, encode, done, failed, cancelled };
+std::string_view to_string(JobState s) noexcept;
+bool is_terminal(JobState s) noexcept;
+
+struct JobEvent {
+  std::string job_id;
+  JobState state = JobState::queued;
+  int step = 0;   // progress within the state (e.g. denoising step i of total)
+  int total = 0;
+  std::string message;  // error text for failed/cancelled
+};
+using JobEventHandler = std::function<void(const JobEvent&)>;
+
+struct JobSnapshot {
+  std::string id;
+  JobState state = JobState::queued;
+  int step = 0, total = 0;
+  std::optional<ErrorKind> error_kind;
+  std::string error;
+  int attempts = 0;  // stage attempts beyond the first (retries)
+  std::map<std::string, double> stage_seconds;
+  double queued_seconds = 0;  // submission -> first stage
+  double total_seconds = 0;   // submission -> terminal (or now)
+};
+
+class Job : public std::enable_shared_from_this<Job> {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  Job(std::string id, boost::json::value spec, std::optional<clock::time_point> deadline = {});
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  const std::string& id() const noexcept { return id_; }
+  const boost::json::value& spec() const noexcept { return spec_; }
+  std::optional<clock::time_point> deadline() const noexcept { return deadline_; }
+
+  JobState state() const;
+  bool is_finished() const;
+  JobSnapshot snapshot() const;
+
+  // Pipeline-side transitions; each emits an event.
+  void enter_stage(JobState stage);
+  void report_progress(int step, int total);
+  void record_stage_time(std::string_view stage, double seconds);
+  void record_retry();
+  // First call wins; returns whether this call ended the job.
+  bool finish(JobState terminal, std::exception_ptr error = {});
+
+  // Cancellation. Returns false if the job had already finished.
+  bool request_cancel(ErrorKind reason = ErrorKind::cancelled, std::string message = "cancelled");
+  bool cancel_requested() const;
+  // Throws Error(cancelled | deadline_exceeded) if cancellation was requested or the deadline
+  // passed (a passed deadline also records the request).
+  void throw_if_cancelled();
+  AsyncEvent& cancel_event() noexcept { return cancel_event_; }
+
+  // Completion: set once finish() has run.
+  AsyncEvent& finished_event() noexcept { return finished_event_; }
+  std::exception_ptr error() const;
+
+  // Listeners: called synchronously on the thread making the transition; keep them cheap.
+  std::size_t subscribe(JobEventHandler handler);
+  void unsubscribe(std::size_t token);
+
+  std::any payload;  // stage-to-stage data (owned by the stage processing the job)
+
+ private:
+  void emit(const JobEvent& e);
+
+  const std::string id_;
+  const boost::json::value spec_;
+  const std::optional<clock::time_point> deadline_;
+  const clock::time_point submitted_ = clock::now();
+
+  mutable std::mutex mutex_;
+  JobState state_ = JobState::queued;
+  int step_ = 0, total_ = 0;
+  int retries_ = 0;
+  std::optional<clock::time_point> started_, finished_at_;
+  std::map<std::string, double> stage_seconds_;
+  std::exception_ptr error_;
+  std::optional<ErrorKind> cancel_reason_;
+  std::string cancel_message_;
+  std::map<std::size_t, JobEventHandler> listeners_;
+  std::size_t next_listener_ = 0;
+
+  AsyncEvent cancel_event_;
+  AsyncEvent finished_event_;
+};
+
+}  // namespace vgen

@@ -1,0 +1,302 @@
+#include "runtime/pipeline.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+#include <set>
+
+namespace vgen {
+
+namespace asio = boost::asio;
+
+namespace {
+
+// co_spawn(..., detached) swallows exceptions (shared/STACK.md): log them instead.
+auto log_failure(std::string what) {
+  return [what = std::move(what)](std::exception_ptr e) {
+    if (e) spdlog::error("{} ended with an exception: {}", what, describe(e));
+  };
+}
+
+JobState terminal_state_for(const std::exception_ptr& error) {
+  return classify(error) == ErrorKind::cancelled ? JobState::cancelled : JobState::failed;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Pipeline::Pipeline(asio::any_io_executor executor, std::vector<StageSpec> stages, PipelineOptions options)
+    : executor_(std::move(executor)),
+      stages_(std::move(stages)),
+      options_(std::move(options)),
+      live_workers_(stages_.size()) {
+  if (stages_.empty()) throw_error(ErrorKind::invalid_argument, "pipeline needs at least one stage");
+  std::set<std::string> names;
+  for (const auto& s : stages_) {
+    if (s.name.empty() || !names.insert(s.name).second)
+      throw_error(ErrorKind::invalid_argument, "pipeline stage names must be unique and non-empty ('" + s.name + "')");
+    if (!s.fn) throw_error(ErrorKind::invalid_argument, "pipeline stage '" + s.name + "' has no function");
+    if (s.workers == 0) throw_error(ErrorKind::invalid_argument, "pipeline stage '" + s.name + "': workers must be >= 1");
+    if (s.queue_capacity == 0)
+      throw_error(ErrorKind::invalid_argument, "pipeline stage '" + s.name + "': queue_capacity must be >= 1");
+    if (s.retry) s.retry->validate();
+    queues_.push_back(std::make_unique<BoundedChannel<JobPtr>>(s.queue_capacity));
+  }
+  stage_metrics_.resize(stages_.size());
+  if (auto* m = options_.metrics) {
+    submitted_total_ = &m->counter("vgen_jobs_submitted_total", "Jobs accepted by the pipeline");
+    rejected_total_ = &m->counter("vgen_jobs_rejected_total", "Jobs refused (queue full or shutting down)");
+    in_flight_ = &m->gauge("vgen_jobs_in_flight", "Jobs accepted and not yet finished");
+    for (std::size_t i = 0; i < stages_.size(); ++i) {
+      const Labels l{{"stage", stages_[i].name}};
+      stage_metrics_[i].depth = &m->gauge("vgen_queue_depth", "Jobs waiting in a stage's input queue", l);
+      stage_metrics_[i].seconds = &m->histogram("vgen_stage_duration_seconds", "Time a job spent in a stage", l);
+      stage_metrics_[i].retries = &m->counter("vgen_stage_retries_total", "Stage attempts retried", l);
+    }
+    for (auto s : {JobState::done, JobState::failed, JobState::cancelled})
+      m->counter("vgen_jobs_finished_total", "Jobs finished, by final state", {{"state", std::string(to_string(s))}});
+  }
+}
+
+Pipeline::~Pipeline() = default;
+
+void Pipeline::start() {
+  if (started_.exchange(true)) return;
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    live_workers_[k] = stages_[k].workers;
+    for (std::size_t w = 0; w < stages_[k].workers; ++w)
+      asio::co_spawn(executor_, run_worker(k), log_failure("worker of stage " + stages_[k].name));
+  }
+}
+
+Pipeline::JobPtr Pipeline::make_job(boost::json::value spec, std::string id,
+                                    std::optional<Job::clock::time_point> deadline) {
+  if (!accepting_) throw_error(ErrorKind::overloaded, "the pipeline is shutting down");
+  if (!deadline && options_.default_deadline) deadline = Job::clock::now() + *options_.default_deadline;
+  std::lock_guard lock(mutex_);
+  if (id.empty()) id = "job-" + std::to_string(++next_id_);
+  if (active_.count(id)) throw_error(ErrorKind::invalid_argument, "job id '" + id + "' is already in use");
+  auto job = std::make_shared<Job>(id, std::move(spec), deadline);
+  if (options_.on_event) job->subscribe(options_.on_event);
+  active_.emplace(id, job);
+  ++counts_.submitted;
+  ++counts_.in_flight;
+  if (in_flight_) in_flight_->inc();
+  return job;
+}
+
+void Pipeline::admit(const JobPtr& job) {
+  if (submitted_total_) submitted_total_->inc();
+  if (stage_metrics_[0].depth) stage_metrics_[0].depth->set(static_cast<double>(queues_[0]->size()));
+  if (job->deadline()) asio::co_spawn(executor_, watch_deadline(job), log_failure("deadline watch"));
+}
+
+void Pipeline::reject(const JobPtr& job, std::string why) {
+  // Whoever ends the job does its accounting: if a cancel ended it while it waited to enter
+  // the queue, it stays counted as submitted and cancelled, and the caller gets it back.
+  if (!job->finish(JobState::failed, std::make_exception_ptr(Error(ErrorKind::overloaded, why)))) return;
+  {
+    std::lock_guard lock(mutex_);
+    active_.erase(job->id());
+    --counts_.submitted;
+    --counts_.in_flight;
+    ++counts_.rejected;
+  }
+  if (rejected_total_) rejected_total_->inc();
+  if (in_flight_) in_flight_->dec();
+  throw Error(ErrorKind::overloaded, std::move(why));
+}
+
+std::shared_ptr<Job> Pipeline::try_submit(boost::json::value spec, std::string id,
+                                          std::optional<Job::clock::time_point> deadline) {
+  auto job = make_job(std::move(spec), std::move(id), deadline);
+  JobPtr queued = job;
+  if (!queues_[0]->try_enqueue(queued)) {
+    reject(job, accepting_ ? "the job queue is full" : "the pipeline is shutting down");
+    return job;  // reject() returns only when a cancel already ended the job
+  }
+  admit(job);
+  return job;
+}
+
+asio::awaitable<std::shared_ptr<Job>> Pipeline::submit(boost::json::value spec, std::string id,
+                                                      std::optional<Job::clock::time_point> deadline) {
+  auto job = make_job(std::move(spec), std::move(id), deadline);
+  auto [ec] = co_await queues_[0]->enqueue(job, asio::as_tuple(asio::use_awaitable));
+  if (ec) {
+    reject(job, ec == channel_errc::closed ? "the pipeline is shutting down" : "submission cancelled");
+    co_return job;  // reject() returns only when a cancel already ended the job
+  }
+  admit(job);
+  co_return job;
+}
+
+bool Pipeline::cancel(const std::string& id, std::string reason) {
+  auto job = find(id);
+  if (!job || !job->request_cancel(ErrorKind::cancelled, std::move(reason))) return false;
+  // A job still waiting in the first queue ends now; the worker that dequeues it skips it.
+  if (job->state() == JobState::queued) {
+    try {
+      job->throw_if_cancelled();
+    } catch (...) {
+      end_job(job, terminal_state_for(std::current_exception()), std::current_exception());
+    }
+  }
+  return true;
+}
+
+std::shared_ptr<Job> Pipeline::find(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  auto it = active_.find(id);
+  return it == active_.end() ? nullptr : it->second;
+}
+
+asio::awaitable<void> Pipeline::watch_deadline(JobPtr job) {
+  asio::steady_timer timer(executor_, *job->deadline());
+  auto [order, timer_ec, finished_ec] = co_await asio::experimental::make_parallel_group(
+      timer.async_wait(asio::deferred), job->finished_event().wait(asio::deferred))
+      .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+  if (order[0] == 0 && !timer_ec && job->request_cancel(ErrorKind::deadline_exceeded, "job deadline exceeded") &&
+      job->state() == JobState::queued) {
+    end_job(job, JobState::failed, std::make_exception_ptr(Error(ErrorKind::deadline_exceeded, "job deadline exceeded")));
+  }
+}
+
+asio::awaitable<void> Pipeline::run_worker(std::size_t k) {
+  auto& queue = *queues_[k];
+  for (;;) {
+    auto [ec, next] = co_await queue.dequeue(asio::as_tuple(asio::use_awaitable));
+    if (ec || !next) break;  // end of stream: intake closed and this queue drained
+    if (stage_metrics_[k].depth) stage_metrics_[k].depth->set(static_cast<double>(queue.size()));
+    JobPtr job = std::move(*next);
+    std::exception_ptr error;
+    try {
+      co_await process(k, job);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (error) end_job(job, terminal_state_for(error), error);
+  }
+  on_worker_exit(k);
+}
+
+asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job) {
+  if (job->is_finished()) co_return;  // ended while queued (cancelled, deadline)
+  job->throw_if_cancelled();
+  job->enter_stage(stages_[k].state);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::exception_ptr error;
+  try {
+    co_await run_stage(k, *job);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  const double took = seconds_since(t0);
+  job->record_stage_time(stages_[k].name, took);
+  if (stage_metrics_[k].seconds) stage_metrics_[k].seconds->observe(took);
+  if (error) std::rethrow_exception(error);
+  if (job->is_finished()) co_return;
+  if (k + 1 == stages_.size()) {
+    end_job(job, JobState::done);
+    co_return;
+  }
+  // The next queue cannot be closed while a worker of this stage is alive (it is closed only
+  // when the last of them exits), so this either succeeds or waits: the job is never lost.
+  co_await queues_[k + 1]->enqueue(job, asio::use_awaitable);
+  if (stage_metrics_[k + 1].depth) stage_metrics_[k + 1].depth->set(static_cast<double>(queues_[k + 1]->size()));
+}
+
+asio::awaitable<void> Pipeline::run_stage(std::size_t k, Job& job) {
+  const StageSpec& stage = stages_[k];
+  AsyncSemaphore::Permit permit;
+  if (stage.limiter) permit = co_await stage.limiter->acquire_permit();
+  job.throw_if_cancelled();
+  // One attempt: the stage function raced against the job's cancellation.
+  // (awaitable_operators' || waits for one *success*: a failing stage would wait for the
+  // cancel event forever, so we use a parallel group that ends at the first completion.)
+  auto attempt = [this, &stage, &job]() -> asio::awaitable<void> {
+    auto [order, error, ec] = co_await asio::experimental::make_parallel_group(
+        asio::co_spawn(executor_, stage.fn(job), asio::deferred),
+        job.cancel_event().wait(asio::deferred))
+        .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+    if (order[0] == 0) {
+      if (error) std::rethrow_exception(error);
+      co_return;
+    }
+    job.throw_if_cancelled();
+  };
+  if (!stage.retry) {
+    co_await attempt();
+    co_return;
+  }
+  RetryOptions retry_options;
+  retry_options.policy = *stage.retry;
+  retry_options.name = stage.name + " of " + job.id();
+  retry_options.seed = options_.retry_seed;
+  Counter* retries = stage_metrics_[k].retries;
+  retry_options.observer = [&job, retries](const RetryAttempt& a) {
+    if (!a.will_retry) return;
+    job.record_retry();
+    if (retries) retries->inc();
+  };
+  std::function<asio::awaitable<void>()> op = attempt;
+  co_await retry<void>(std::move(retry_options), std::move(op));
+}
+
+void Pipeline::end_job(const JobPtr& job, JobState state, std::exception_ptr error) {
+  if (!job->finish(state, error)) return;
+  {
+    std::lock_guard lock(mutex_);
+    active_.erase(job->id());
+    --counts_.in_flight;
+    if (state == JobState::done) ++counts_.done;
+    else if (state == JobState::failed) ++counts_.failed;
+    else ++counts_.cancelled;
+  }
+  if (in_flight_) in_flight_->dec();
+  if (auto* m = options_.metrics)
+    m->counter("vgen_jobs_finished_total", "Jobs finished, by final state", {{"state", std::string(to_string(state))}}).inc();
+}
+
+void Pipeline::on_worker_exit(std::size_t k) {
+  if (--live_workers_[k] != 0) return;
+  if (k + 1 < stages_.size()) queues_[k + 1]->close();  // end of stream flows downstream
+  else all_workers_done_.set();
+}
+
+void Pipeline::close_intake() {
+  accepting_ = false;
+  queues_[0]->close();
+}
+
+asio::awaitable<void> Pipeline::drain() {
+  start();  // a pipeline that never started still has to run what it accepted
+  close_intake();
+  co_await all_workers_done_.wait(asio::use_awaitable);
+}
+
+asio::awaitable<void> Pipeline::shutdown() {
+  accepting_ = false;
+  std::vector<JobPtr> unfinished;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [id, job] : active_) unfinished.push_back(job);
+  }
+  for (auto& job : unfinished) cancel(job->id(), "cancelled by shutdown");
+  co_await drain();
+}
+
+PipelineCounts Pipeline::counts() const {
+  std::lock_guard lock(mutex_);
+  return counts_;
+}
+
+}  // namespace vgen

@@ -1,0 +1,138 @@
+// Pipeline: stages connected by bounded channels, each stage with N concurrent workers.
+//
+//   submit -> [queue 0] -> stage 0 workers -> [queue 1] -> stage 1 workers -> ... -> finish
+//
+// A stage is a StageSpec: a name, the JobState it represents, a worker count, the capacity of
+// its input queue, an optional retry policy and a function `awaitable<void>(Job&)`. The
+// pipeline describes and runs the flow on the executor it is given; it owns no threads
+// (stage functions offload compute to WorkerPools themselves).
+//
+// Guarantees
+//  - Every accepted job ends exactly once: done, failed or cancelled. A stage exception fails
+//    only that job (failure isolation); other jobs are unaffected.
+//  - Backpressure: a full queue suspends the submitter (submit) or refuses it (try_submit ->
+//    Error(overloaded)), and a full next queue suspends the upstream worker, so memory is
+//    bounded by the queue capacities plus the workers.
+//  - Cancellation: cancel(id) marks the job; a queued job is dropped when dequeued, a running
+//    stage is interrupted at its next await (the stage races the job's cancel event) or at
+//    Job::throw_if_cancelled() between steps. Deadlines cancel with deadline_exceeded.
+//  - drain(): stops intake, lets every accepted job run to its end, then the workers exit
+//    stage by stage (the end of stream flows down the queues). shutdown(): the same, but
+//    cancels every unfinished job first. Neither loses a job.
+// Thread-safety: all public members may be called from any thread.
+// Lifetime: keep the Pipeline alive until drain() or shutdown() has completed.
+#pragma once
+
+#include "runtime/channel.hpp"
+#include "runtime/event.hpp"
+#include "runtime/job.hpp"
+#include "runtime/metrics.hpp"
+#include "runtime/retry.hpp"
+#include "runtime/semaphore.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace vgen {
+
+using StageFn = std::function<boost::asio::awaitable<void>(Job&)>;
+
+struct StageSpec {
+  std::string name;
+  JobState state = JobState::preprocess;
+  std::size_t workers = 1;
+  std::size_t queue_capacity = 16;  // capacity of this stage's input queue
+  StageFn fn;
+  std::optional<RetryPolicy> retry;  // none: a failure fails the job at once
+  std::shared_ptr<AsyncSemaphore> limiter;  // optional extra limit shared with other stages
+};
+
+struct PipelineOptions {
+  MetricsRegistry* metrics = nullptr;
+  JobEventHandler on_event;                          // every job's events (cheap, thread-safe)
+  std::optional<std::chrono::milliseconds> default_deadline;  // per job, from submission
+  std::uint64_t retry_seed = 0;                      // 0: random jitter
+};
+
+struct PipelineCounts {
+  std::uint64_t submitted = 0, rejected = 0, done = 0, failed = 0, cancelled = 0;
+  std::size_t in_flight = 0;
+};
+
+class Pipeline {
+ public:
+  Pipeline(boost::asio::any_io_executor executor, std::vector<StageSpec> stages,
+           PipelineOptions options = {});
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // Spawns the stage workers. Call once.
+  void start();
+
+  // Never waits: throws Error(overloaded) when the first queue is full or intake is closed.
+  std::shared_ptr<Job> try_submit(boost::json::value spec, std::string id = {},
+                                  std::optional<Job::clock::time_point> deadline = {});
+  // Waits for room in the first queue (backpressure); Error(overloaded) once intake closed.
+  boost::asio::awaitable<std::shared_ptr<Job>> submit(
+      boost::json::value spec, std::string id = {},
+      std::optional<Job::clock::time_point> deadline = {});
+
+  bool cancel(const std::string& id, std::string reason = "cancelled by request");
+  std::shared_ptr<Job> find(const std::string& id) const;  // unfinished jobs only
+
+  boost::asio::awaitable<void> drain();
+  boost::asio::awaitable<void> shutdown();
+
+  PipelineCounts counts() const;
+  const std::vector<StageSpec>& stages() const noexcept { return stages_; }
+  std::size_t queue_depth(std::size_t stage) const { return queues_.at(stage)->size(); }
+
+ private:
+  using JobPtr = std::shared_ptr<Job>;
+  struct StageMetrics {
+    Gauge* depth = nullptr;
+    Histogram* seconds = nullptr;
+    Counter* retries = nullptr;
+  };
+
+  JobPtr make_job(boost::json::value spec, std::string id,
+                  std::optional<Job::clock::time_point> deadline);
+  void admit(const JobPtr& job);
+  void reject(const JobPtr& job, std::string why);
+  boost::asio::awaitable<void> run_worker(std::size_t stage);
+  boost::asio::awaitable<void> process(std::size_t stage, JobPtr job);
+  boost::asio::awaitable<void> run_stage(std::size_t stage, Job& job);
+  boost::asio::awaitable<void> watch_deadline(JobPtr job);
+  void end_job(const JobPtr& job, JobState state, std::exception_ptr error = {});
+  void on_worker_exit(std::size_t stage);
+  void close_intake();
+
+  boost::asio::any_io_executor executor_;
+  std::vector<StageSpec> stages_;
+  PipelineOptions options_;
+  std::vector<std::unique_ptr<BoundedChannel<JobPtr>>> queues_;
+  std::vector<StageMetrics> stage_metrics_;
+  std::vector<std::atomic<std::size_t>> live_workers_;
+  AsyncEvent all_workers_done_;
+  std::atomic<bool> started_{false}, accepting_{true};
+
+  mutable std::mutex mutex_;
+  std::map<std::string, JobPtr> active_;
+  PipelineCounts counts_;
+  std::uint64_t next_id_ = 0;
+
+  Counter* submitted_total_ = nullptr;
+  Counter* rejected_total_ = nullptr;
+  Gauge* in_flight_ = nullptr;
+};
+
+}  // namespace vgen

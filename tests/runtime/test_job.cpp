@@ -1,0 +1,78 @@
+#include "runtime/job.hpp"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+using namespace vgen;
+
+TEST_CASE("a job moves through its states and ends exactly once") {
+  Job job("j1", boost::json::object{{"prompt", "x"}});
+  std::vector<JobEvent> events;
+  job.subscribe([&](const JobEvent& e) { events.push_back(e); });
+  CHECK(job.state() == JobState::queued);
+  job.enter_stage(JobState::preprocess);
+  job.enter_stage(JobState::denoise);
+  job.report_progress(3, 10);
+  CHECK(job.snapshot().step == 3);
+  CHECK(job.finish(JobState::done));
+  CHECK_FALSE(job.finish(JobState::failed));  // first call wins
+  CHECK(job.state() == JobState::done);
+  CHECK(job.finished_event().is_set());
+  job.enter_stage(JobState::decode);  // ignored after the end
+  CHECK(job.state() == JobState::done);
+  REQUIRE(events.size() == 4);
+  CHECK(events[2].step == 3);
+  CHECK(events[2].total == 10);
+  CHECK(events[3].state == JobState::done);
+  CHECK_THROWS_AS(job.finish(JobState::denoise), Error);
+}
+
+TEST_CASE("failure keeps a classified error") {
+  Job job("j2", {});
+  job.finish(JobState::failed, std::make_exception_ptr(Error(ErrorKind::invalid_argument, "width must be a multiple of 16")));
+  auto s = job.snapshot();
+  CHECK(s.state == JobState::failed);
+  REQUIRE(s.error_kind);
+  CHECK(*s.error_kind == ErrorKind::invalid_argument);
+  CHECK(s.error == "width must be a multiple of 16");
+}
+
+TEST_CASE("cancellation and deadlines are observed by throw_if_cancelled") {
+  Job job("j3", {});
+  CHECK_NOTHROW(job.throw_if_cancelled());
+  CHECK(job.request_cancel());
+  CHECK(job.cancel_event().is_set());
+  CHECK_THROWS_AS(job.throw_if_cancelled(), Error);
+  try {
+    job.throw_if_cancelled();
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::cancelled);
+  }
+  Job late("j4", {}, Job::clock::now() - std::chrono::seconds(1));
+  try {
+    late.throw_if_cancelled();
+    FAIL("expected deadline_exceeded");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::deadline_exceeded);
+  }
+  Job done("j5", {});
+  done.finish(JobState::done);
+  CHECK_FALSE(done.request_cancel());
+}
+
+TEST_CASE("concurrent finish calls end the job once" * doctest::timeout(30)) {
+  for (int round = 0; round < 50; ++round) {
+    Job job("race", {});
+    std::atomic<int> winners{0};
+    std::vector<std::thread> ts;
+    for (int i = 0; i < 4; ++i)
+      ts.emplace_back([&, i] {
+        if (job.finish(i % 2 ? JobState::done : JobState::cancelled)) ++winners;
+      });
+    for (auto& t : ts) t.join();
+    CHECK(winners == 1);
+  }
+}

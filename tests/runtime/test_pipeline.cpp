@@ -1,0 +1,283 @@
+#include "runtime/pipeline.hpp"
+
+#include "tests/support/async_test.hpp"
+
+#include <boost/asio/detached.hpp>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace asio = boost::asio;
+using namespace vgen;
+using vgen::test::run_async;
+using vgen::test::sleep_for;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Records which stage ran which job, so every job can be accounted for.
+struct Ledger {
+  std::mutex m;
+  std::map<std::string, std::multiset<std::string>> ran;  // stage -> job ids
+  void note(const std::string& stage, const std::string& id) {
+    std::lock_guard l(m);
+    ran[stage].insert(id);
+  }
+  std::size_t count(const std::string& stage, const std::string& id) {
+    std::lock_guard l(m);
+    return ran[stage].count(id);
+  }
+};
+
+int index_of(const Job& job) { return static_cast<int>(job.spec().at("i").as_int64()); }
+
+// Four stub stages: preprocess, denoise (reports steps), decode, encode.
+std::vector<StageSpec> stub_stages(Ledger& ledger, std::function<asio::awaitable<void>(Job&)> denoise_extra = {},
+                                   std::size_t workers = 2, std::size_t capacity = 2) {
+  auto simple = [&ledger](std::string name) {
+    return [&ledger, name](Job& job) -> asio::awaitable<void> {
+      ledger.note(name, job.id());
+      co_await sleep_for(100us);
+    };
+  };
+  StageFn denoise = [&ledger, denoise_extra](Job& job) -> asio::awaitable<void> {
+    for (int step = 1; step <= 4; ++step) {
+      job.throw_if_cancelled();
+      co_await sleep_for(100us);
+      job.report_progress(step, 4);
+    }
+    if (denoise_extra) co_await denoise_extra(job);
+    ledger.note("denoise", job.id());
+  };
+  return {
+      {"preprocess", JobState::preprocess, workers, capacity, simple("preprocess")},
+      {"denoise", JobState::denoise, workers, capacity, denoise},
+      {"decode", JobState::decode, workers, capacity, simple("decode")},
+      {"encode", JobState::encode, workers, capacity, simple("encode")},
+  };
+}
+
+boost::json::value spec_for(int i) { return boost::json::object{{"i", i}}; }
+
+}  // namespace
+
+TEST_CASE("every submitted job flows through every stage exactly once" * doctest::timeout(120)) {
+  for (int threads : {1, 4}) {
+    CAPTURE(threads);
+    Ledger ledger;
+    MetricsRegistry metrics;
+    std::atomic<int> progress_events{0};
+    std::vector<std::shared_ptr<Job>> jobs;
+    run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+      PipelineOptions opts;
+      opts.metrics = &metrics;
+      opts.on_event = [&](const JobEvent& e) { if (e.state == JobState::denoise && e.total == 4) ++progress_events; };
+      Pipeline p(io.get_executor(), stub_stages(ledger), opts);
+      p.start();
+      for (int i = 0; i < 60; ++i) jobs.push_back(co_await p.submit(spec_for(i)));  // backpressure
+      co_await p.drain();
+      auto c = p.counts();
+      CHECK(c.submitted == 60);
+      CHECK(c.done == 60);
+      CHECK(c.in_flight == 0);
+    }, vgen::test::default_timeout, threads);
+    for (auto& j : jobs) {
+      CHECK(j->state() == JobState::done);
+      for (auto stage : {"preprocess", "denoise", "decode", "encode"}) CHECK(ledger.count(stage, j->id()) == 1);
+    }
+    CHECK(progress_events == 60 * 4);
+    const auto text = metrics.render_prometheus();
+    CHECK(text.find("vgen_jobs_finished_total{state=\"done\"} 60") != std::string::npos);
+    CHECK(text.find("vgen_stage_duration_seconds_count{stage=\"denoise\"} 60") != std::string::npos);
+    CHECK(text.find("vgen_queue_depth{stage=\"encode\"}") != std::string::npos);
+  }
+}
+
+TEST_CASE("a failing job fails alone; the others finish" * doctest::timeout(120)) {
+  Ledger ledger;
+  std::vector<std::shared_ptr<Job>> jobs;
+  run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+    auto fail_some = [](Job& job) -> asio::awaitable<void> {
+      if (index_of(job) % 5 == 0) throw Error(ErrorKind::invalid_argument, "bad job " + job.id());
+      co_return;
+    };
+    Pipeline p(io.get_executor(), stub_stages(ledger, fail_some));
+    p.start();
+    for (int i = 0; i < 40; ++i) jobs.push_back(co_await p.submit(spec_for(i)));
+    co_await p.drain();
+    CHECK(p.counts().failed == 8);
+    CHECK(p.counts().done == 32);
+  }, vgen::test::default_timeout, 2);
+  for (auto& j : jobs) {
+    const bool should_fail = index_of(*j) % 5 == 0;
+    CHECK(j->state() == (should_fail ? JobState::failed : JobState::done));
+    if (should_fail) {
+      CHECK(*j->snapshot().error_kind == ErrorKind::invalid_argument);
+      CHECK(ledger.count("decode", j->id()) == 0);  // a failed job goes no further
+    }
+  }
+}
+
+TEST_CASE("transient stage failures are retried and then succeed" * doctest::timeout(120)) {
+  Ledger ledger;
+  MetricsRegistry metrics;
+  std::mutex m;
+  std::set<std::string> failed_once;
+  std::vector<std::shared_ptr<Job>> jobs;
+  run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+    auto flaky = [&](Job& job) -> asio::awaitable<void> {
+      std::lock_guard l(m);
+      if (index_of(job) % 3 == 0 && failed_once.insert(job.id()).second)
+        throw Error(ErrorKind::transient, "device busy");
+      co_return;
+    };
+    auto stages = stub_stages(ledger, flaky);
+    stages[1].retry = RetryPolicy{.max_attempts = 3, .base_delay = 1ms, .multiplier = 2.0, .max_delay = 5ms};
+    PipelineOptions opts;
+    opts.metrics = &metrics;
+    opts.retry_seed = 42;
+    Pipeline p(io.get_executor(), std::move(stages), opts);
+    p.start();
+    for (int i = 0; i < 30; ++i) jobs.push_back(co_await p.submit(spec_for(i)));
+    co_await p.drain();
+    CHECK(p.counts().done == 30);
+  }, vgen::test::default_timeout, 2);
+  int retried = 0;
+  for (auto& j : jobs) {
+    CHECK(j->state() == JobState::done);
+    retried += j->snapshot().attempts;
+  }
+  CHECK(retried == 10);
+  CHECK(metrics.render_prometheus().find("vgen_stage_retries_total{stage=\"denoise\"} 10") != std::string::npos);
+}
+
+TEST_CASE("cancellation ends queued and running jobs as cancelled; the rest finish" * doctest::timeout(120)) {
+  for (int threads : {1, 3}) {
+    Ledger ledger;
+    std::vector<std::shared_ptr<Job>> jobs;
+    run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+      // Jobs with odd index wait "forever" in denoise (until cancelled).
+      auto park_odd = [](Job& job) -> asio::awaitable<void> {
+        if (index_of(job) % 2 == 1) co_await sleep_for(std::chrono::hours(1));
+      };
+      Pipeline p(io.get_executor(), stub_stages(ledger, park_odd, 2, 64));
+      p.start();
+      for (int i = 0; i < 20; ++i) jobs.push_back(co_await p.submit(spec_for(i)));
+      // Wait until both denoise workers are parked on odd jobs, then cancel every odd job
+      // (some are then running, the others still queued).
+      auto parked = [&] {
+        int n = 0;
+        for (auto& j : jobs) n += index_of(*j) % 2 == 1 && j->state() == JobState::denoise;
+        return n;
+      };
+      while (parked() < 2) co_await sleep_for(1ms);
+      for (auto& j : jobs)
+        if (index_of(*j) % 2 == 1) CHECK(p.cancel(j->id()));
+      co_await p.drain();
+      CHECK_FALSE(p.cancel("no-such-job"));
+    }, vgen::test::default_timeout, threads);
+    for (auto& j : jobs) {
+      CHECK(j->state() == (index_of(*j) % 2 ? JobState::cancelled : JobState::done));
+      if (index_of(*j) % 2) CHECK(ledger.count("decode", j->id()) == 0);
+    }
+  }
+}
+
+TEST_CASE("a job past its deadline fails with deadline_exceeded" * doctest::timeout(60)) {
+  Ledger ledger;
+  std::shared_ptr<Job> slow, fast;
+  run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+    auto park_first = [](Job& job) -> asio::awaitable<void> {
+      if (index_of(job) == 0) co_await sleep_for(std::chrono::hours(1));
+    };
+    Pipeline p(io.get_executor(), stub_stages(ledger, park_first));
+    p.start();
+    slow = co_await p.submit(spec_for(0), "slow", Job::clock::now() + 50ms);
+    fast = co_await p.submit(spec_for(1), "fast", Job::clock::now() + std::chrono::hours(1));
+    co_await p.drain();
+  });
+  CHECK(slow->state() == JobState::failed);
+  CHECK(*slow->snapshot().error_kind == ErrorKind::deadline_exceeded);
+  CHECK(fast->state() == JobState::done);
+}
+
+TEST_CASE("shutdown mid-traffic accounts for every job" * doctest::timeout(120)) {
+  for (int threads : {1, 4}) {
+    Ledger ledger;
+    std::mutex m;
+    std::vector<std::shared_ptr<Job>> jobs;
+    std::atomic<int> refused{0};
+    run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+      auto slow = [](Job&) -> asio::awaitable<void> { co_await sleep_for(2ms); };
+      Pipeline p(io.get_executor(), stub_stages(ledger, slow, 2, 4));
+      p.start();
+      std::atomic<int> producers{3};
+      for (int t = 0; t < 3; ++t) {
+        asio::co_spawn(io, [&, t]() -> asio::awaitable<void> {
+          for (int i = 0; i < 50; ++i) {
+            try {
+              auto j = co_await p.submit(spec_for(t * 100 + i));
+              std::lock_guard l(m);
+              jobs.push_back(j);
+            } catch (const Error& e) {
+              CHECK(e.kind() == ErrorKind::overloaded);
+              ++refused;
+            }
+          }
+          --producers;
+        }, asio::detached);
+      }
+      while (p.counts().done < 10) co_await sleep_for(1ms);
+      co_await p.shutdown();
+      while (producers > 0) co_await sleep_for(1ms);
+      auto c = p.counts();
+      CHECK(c.in_flight == 0);
+      CHECK(c.done + c.failed + c.cancelled == c.submitted);
+      CHECK(c.submitted + static_cast<std::uint64_t>(refused.load()) == 150);
+      CHECK_THROWS_AS(p.try_submit(spec_for(999)), Error);
+    }, vgen::test::default_timeout, threads);
+    for (auto& j : jobs) {
+      const auto s = j->state();
+      CHECK(is_terminal(s));
+      if (s == JobState::done)
+        for (auto stage : {"preprocess", "denoise", "decode", "encode"}) CHECK(ledger.count(stage, j->id()) == 1);
+      else
+        CHECK(s == JobState::cancelled);
+      CHECK(ledger.count("encode", j->id()) <= 1);
+    }
+  }
+}
+
+TEST_CASE("try_submit refuses when the first queue is full" * doctest::timeout(60)) {
+  Ledger ledger;
+  run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+    Pipeline p(io.get_executor(), stub_stages(ledger, {}, 1, 2));  // not started: nothing drains
+    p.try_submit(spec_for(0));
+    p.try_submit(spec_for(1));
+    try {
+      p.try_submit(spec_for(2));
+      FAIL("expected overloaded");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::overloaded);
+    }
+    CHECK(p.counts().rejected == 1);
+    CHECK_THROWS_AS(p.try_submit(spec_for(3), "job-1"), Error);  // id in use
+    co_await p.drain();  // starts the workers and runs what was accepted
+    CHECK(p.counts().done == 2);
+  });
+}
+
+TEST_CASE("bad stage descriptions are rejected") {
+  asio::io_context io;
+  CHECK_THROWS_AS(Pipeline(io.get_executor(), {}), Error);
+  Ledger ledger;
+  auto stages = stub_stages(ledger);
+  stages[2].workers = 0;
+  CHECK_THROWS_AS(Pipeline(io.get_executor(), stages), Error);
+  stages = stub_stages(ledger);
+  stages[3].name = "preprocess";
+  CHECK_THROWS_AS(Pipeline(io.get_executor(), stages), Error);
+}
