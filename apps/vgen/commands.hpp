@@ -1,0 +1,16 @@
+// Subcommands of the vgen executable. Each registers its flags on the CLI11 app and returns
+// the function that runs it; the function returns the process exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace vgen::cli {
+
+using Run = std::function<int()>;
+
+Run add_demo_command(CLI::App& app);
+Run add_devices_command(CLI::App& app);
+
+}  // namespace vgen::cli

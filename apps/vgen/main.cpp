@@ -1,0 +1,42 @@
+// vgen: command-line entry point. Parses flags, runs one subcommand, and maps errors to exit
+// codes in one place (vgen::exit_code_for): 0 ok, 2 bad input, 1 failure.
+#include "apps/vgen/commands.hpp"
+#include "runtime/errors.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+#include <map>
+
+int main(int argc, char** argv) {
+  CLI::App app{"vgen: asynchronous text-to-video pipeline runtime"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("vgen ") + VGEN_VERSION);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+
+  // Each subcommand registers itself; the map finds the runner of the one parsed.
+  std::map<std::string, vgen::cli::Run> commands;
+  commands["demo"] = vgen::cli::add_demo_command(app);
+  commands["devices"] = vgen::cli::add_devices_command(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;  // bad input
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  try {
+    for (auto* sub : app.get_subcommands())
+      if (auto it = commands.find(sub->get_name()); it != commands.end()) return it->second();
+    return 2;
+  } catch (...) {
+    const auto error = std::current_exception();
+    std::cerr << "vgen: error: " << vgen::describe(error) << "\n";
+    return vgen::exit_code_for(vgen::classify(error));
+  }
+}

@@ -1,0 +1,24 @@
+#include "stages/torch_devices.hpp"
+
+#include <cuda_runtime_api.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+namespace vgen {
+
+std::vector<CudaDeviceInfo> discover_cuda_devices() {
+  std::vector<CudaDeviceInfo> out;
+  if (!torch::cuda::is_available()) return out;
+  const auto n = static_cast<int>(torch::cuda::device_count());
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp prop{};
+    std::size_t total = 0;
+    if (cudaGetDeviceProperties(&prop, i) == cudaSuccess) total = prop.totalGlobalMem;
+    out.push_back({i, total});
+  }
+  return out;
+}
+
+std::string torch_version() { return TORCH_VERSION; }
+
+}  // namespace vgen

@@ -1,0 +1,16 @@
+// Device facts that only LibTorch (and the CUDA runtime) can tell: how many CUDA devices there
+// are and how much memory each has. Plugs into vgen::parse_device_list as its CudaDiscovery.
+// On a machine without a GPU (or a CPU-only LibTorch) it reports no CUDA devices.
+// Thread-safety: safe from any thread.
+#pragma once
+
+#include "runtime/device_pool.hpp"
+
+#include <string>
+
+namespace vgen {
+
+std::vector<CudaDeviceInfo> discover_cuda_devices();
+std::string torch_version();
+
+}  // namespace vgen

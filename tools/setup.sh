@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Installs what is missing and builds vgen. Idempotent: a second run installs nothing and
+# rebuilds only what changed. Sourced by tools/demo.sh and tools/test.sh; run it directly to
+# just set up and build.
+#
+#   VGEN_VENV   Python venv with the pinned tooling and LibTorch (default ~/.cache/vgen/venv,
+#               outside the clone so a fresh clone reuses it)
+#   VGEN_BUILD  build directory (default build/)
+#   VGEN_JOBS   parallel build jobs (default: number of cores)
+set -euo pipefail
+
+VGEN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VGEN_VENV="${VGEN_VENV:-$HOME/.cache/vgen/venv}"
+VGEN_BUILD="${VGEN_BUILD:-$VGEN_ROOT/build}"
+VGEN_JOBS="${VGEN_JOBS:-$(nproc)}"
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# 1. Debian packages ---------------------------------------------------------------------
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  python3 python3-venv python3-pip
+  libboost1.81-dev libboost-fiber1.81-dev libboost-context1.81-dev libboost-json1.81-dev
+  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
+  doctest-dev libspdlog-dev libfmt-dev libcli11-dev libssl-dev libsentencepiece-dev
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  log "Debian packages: all present"
+fi
+
+# 2. Python venv with the pinned tooling (torch 2.11.0 provides LibTorch) -------------------
+REQ="$VGEN_ROOT/tools/requirements.txt"
+STAMP="$VGEN_VENV/.vgen-requirements.sha256"
+want="$(sha256sum "$REQ" | cut -d' ' -f1)"
+if [ ! -x "$VGEN_VENV/bin/python" ]; then
+  log "creating venv $VGEN_VENV"
+  mkdir -p "$(dirname "$VGEN_VENV")"
+  python3 -m venv "$VGEN_VENV"
+fi
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
+  log "installing pinned Python tooling into $VGEN_VENV (torch is large: several GB, once)"
+  "$VGEN_VENV/bin/pip" install -q --upgrade pip
+  "$VGEN_VENV/bin/pip" install -q -r "$REQ"
+  echo "$want" > "$STAMP"
+else
+  log "Python tooling: up to date"
+fi
+TORCH_CMAKE="$("$VGEN_VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+
+# 3. Configure and build ------------------------------------------------------------------
+with_torch=ON
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  # find_package(Torch) against the CUDA wheel needs a CUDA toolkit (pytorch #73427).
+  log "WARNING: no CUDA toolkit found; building without the LibTorch parts"
+  with_torch=OFF
+fi
+export PATH="/usr/local/cuda/bin:$PATH"
+if [ ! -f "$VGEN_BUILD/build.ninja" ]; then
+  log "configuring $VGEN_BUILD"
+  cmake -S "$VGEN_ROOT" -B "$VGEN_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_PREFIX_PATH="$TORCH_CMAKE" -DVGEN_WITH_TORCH="$with_torch" \
+    -DVGEN_PYTHON="$VGEN_VENV/bin/python" >/dev/null
+fi
+log "building ($VGEN_JOBS jobs)"
+cmake --build "$VGEN_BUILD" -j "$VGEN_JOBS"
+log "built $VGEN_BUILD/bin/vgen"
+export VGEN_ROOT VGEN_VENV VGEN_BUILD
