@@ -31,7 +31,7 @@
 #include <boost/asio/system_executor.hpp>
 #include <boost/system/error_code.hpp>
 #include <cstdint>
-#include <deque>
+#include <list>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -124,7 +124,10 @@ class WaitList<Payload, void(error_code, Args...)> {
     return asio::prefer(ex, asio::execution::outstanding_work.tracked);
   }
 
-  std::deque<Waiter> waiters_;
+  // A list, not a deque: erasing from the middle of a deque move-assigns its neighbours, and
+  // Boost 1.81's any_completion_handler move assignment recurses without end (it swaps with
+  // a copy built by its own wrapping constructor). List erasure moves nothing.
+  std::list<Waiter> waiters_;
   std::uint64_t last_id_ = 0;
 };
 

@@ -102,3 +102,34 @@ TEST_CASE("a cancelled acquire holds nothing") {
   sem.release();
   CHECK(sem.available() == 1);
 }
+
+TEST_CASE("cancelling a waiter in the middle of the queue keeps the others in order") {
+  // Regression: erasing from the middle used to move-assign neighbouring waiters, which
+  // overflows the stack in Boost 1.81's any_completion_handler.
+  asio::io_context io;
+  auto guard = asio::make_work_guard(io);
+  AsyncSemaphore sem(1);
+  REQUIRE(sem.try_acquire());
+  std::vector<int> order;
+  std::vector<boost::system::error_code> results(3);
+  asio::cancellation_signal cancel_middle;
+  for (int i = 0; i < 3; ++i) {
+    auto done = asio::bind_executor(io, [&, i](boost::system::error_code ec) {
+      results[i] = ec;
+      if (!ec) order.push_back(i);
+    });
+    if (i == 1) sem.acquire(asio::bind_cancellation_slot(cancel_middle.slot(), done));
+    else sem.acquire(done);
+  }
+  io.poll();
+  cancel_middle.emit(asio::cancellation_type::terminal);
+  io.poll();
+  CHECK(results[1] == asio::error::operation_aborted);
+  CHECK(sem.waiting() == 2);
+  sem.release();
+  io.poll();
+  sem.release();
+  io.poll();
+  CHECK(order == std::vector<int>{0, 2});
+  sem.release();
+}
