@@ -50,4 +50,26 @@ VideoFrames resize_frames(const VideoFrames& in, int width, int height);
 // and starting position. Throws as VideoFrames::allocate does.
 VideoFrames make_test_pattern(int width, int height, int count, double fps, std::uint32_t seed);
 
+// An adaptive palette shared by a whole clip, for paletted output (GIF). Built by median cut
+// over a 5-bit-per-channel histogram of every pixel; each entry is the mean of the pixels it
+// stands for, so a clip with at most max_colours distinct colours (distinct at 5 bits per
+// channel) is reproduced exactly. index_of maps a pixel to the entry nearest to its
+// histogram bin's mean. Immutable after build: safe to share between threads.
+class ClipPalette {
+ public:
+  // max_colours in [1, 256]; throws Error(invalid_argument) for it or for invalid frames.
+  static ClipPalette build(const VideoFrames& frames, int max_colours);
+
+  // Entries as 0xRRGGBB; between 1 and max_colours of them.
+  const std::vector<std::uint32_t>& colours() const { return colours_; }
+  // Index into colours() for one RGB pixel (3 bytes).
+  std::uint8_t index_of(const std::uint8_t* rgb) const {
+    return index_[static_cast<std::size_t>(rgb[0] >> 3) << 10 | (rgb[1] >> 3) << 5 | rgb[2] >> 3];
+  }
+
+ private:
+  std::vector<std::uint32_t> colours_;
+  std::vector<std::uint8_t> index_;  // by 15-bit colour key
+};
+
 }  // namespace vgen
