@@ -8,7 +8,8 @@ kind="${1:?usage: tools/sanitize.sh asan|tsan}"
 case "$kind" in asan|tsan) ;; *) echo "usage: tools/sanitize.sh asan|tsan" >&2; exit 2;; esac
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-$kind"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DVGEN_WITH_TORCH=OFF \
+py="${VGEN_VENV:-$HOME/.cache/vgen/venv}/bin/python"; [ -x "$py" ] || py=""
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DVGEN_WITH_TORCH=OFF -DVGEN_PYTHON="$py" \
   -DVGEN_SANITIZE="$kind" >/dev/null
 cmake --build "$build" -j "${VGEN_JOBS:-$(nproc)}"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0"
