@@ -1,0 +1,174 @@
+#include "stages/model_backend.hpp"
+
+#include "runtime/errors.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/script.h>
+
+#include <future>
+#include <map>
+#include <mutex>
+
+namespace vgen {
+
+namespace fs = std::filesystem;
+
+c10::Device parse_torch_device(std::string_view id) {
+  const auto colon = id.find(':');
+  const auto kind = id.substr(0, colon);
+  int index = -1;
+  if (colon != std::string_view::npos) {
+    const auto digits = id.substr(colon + 1);
+    if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string_view::npos)
+      throw_error(ErrorKind::invalid_argument, "device: bad index in '" + std::string(id) + "'");
+    index = std::stoi(std::string(digits));
+  }
+  if (kind == "cpu") return c10::Device(c10::kCPU);  // cpu:N is a replica of the one CPU device
+  if (kind == "cuda") return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(std::max(index, 0)));
+  throw_error(ErrorKind::invalid_argument, "device: unknown device '" + std::string(id) + "' (cpu[:N] or cuda:N)");
+}
+
+c10::ScalarType parse_dtype(std::string_view name) {
+  if (name == "float32") return c10::kFloat;
+  if (name == "float16") return c10::kHalf;
+  if (name == "bfloat16") return c10::kBFloat16;
+  throw_error(ErrorKind::invalid_argument, "dtype: unknown '" + std::string(name) + "' (float32, float16, bfloat16)");
+}
+
+namespace {
+
+class TorchScriptModule final : public Module {
+ public:
+  TorchScriptModule(torch::jit::Module m, c10::Device device, c10::ScalarType dtype)
+      : module_(std::move(m)), device_(device), dtype_(dtype) {}
+
+  at::Tensor forward(const std::vector<at::Tensor>& inputs) const override {
+    c10::InferenceMode guard;
+    std::vector<c10::IValue> args;
+    args.reserve(inputs.size());
+    for (const auto& t : inputs) {
+      auto moved = t.to(device_);
+      // Floating inputs follow the module's dtype (fp16/bf16 on GPUs); ids and masks stay.
+      if (moved.is_floating_point() && moved.scalar_type() != dtype_) moved = moved.to(dtype_);
+      args.emplace_back(std::move(moved));
+    }
+    // forward() is const on the module's state; TorchScript's method call is not const-qualified.
+    auto& m = const_cast<torch::jit::Module&>(module_);
+    return m.forward(args).toTensor();
+  }
+  c10::Device device() const override { return device_; }
+  c10::ScalarType dtype() const override { return dtype_; }
+
+ private:
+  torch::jit::Module module_;
+  c10::Device device_;
+  c10::ScalarType dtype_;
+};
+
+std::shared_ptr<const Module> load_torchscript(const fs::path& file, c10::Device device, c10::ScalarType dtype) {
+  if (!fs::is_regular_file(file)) throw_error(ErrorKind::invalid_argument, "model file '" + file.string() + "' does not exist");
+  try {
+    auto m = torch::jit::load(file.string(), device);
+    m.eval();
+    if (dtype != c10::kFloat) m.to(dtype);
+    return std::make_shared<TorchScriptModule>(std::move(m), device, dtype);
+  } catch (const c10::Error& e) {
+    throw_error(ErrorKind::invalid_argument, "model file '" + file.string() + "' is corrupt or not TorchScript: " +
+                                                 std::string(e.what_without_backtrace()).substr(0, 300));
+  }
+}
+
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, ModuleLoader, std::less<>>& registry() {
+  static std::map<std::string, ModuleLoader, std::less<>> r{{"torchscript", load_torchscript}};
+  return r;
+}
+
+}  // namespace
+
+void register_model_backend(std::string name, ModuleLoader loader) {
+  std::lock_guard lock(registry_mutex());
+  if (!registry().emplace(std::move(name), std::move(loader)).second)
+    throw_error(ErrorKind::invalid_argument, "model backend already registered");
+}
+
+std::vector<std::string> model_backend_names() {
+  std::lock_guard lock(registry_mutex());
+  std::vector<std::string> names;
+  for (auto& [n, l] : registry()) names.push_back(n);
+  return names;
+}
+
+std::shared_ptr<const Module> load_module(std::string_view backend, const fs::path& file, std::string_view device,
+                                          c10::ScalarType dtype) {
+  ModuleLoader loader;
+  {
+    std::lock_guard lock(registry_mutex());
+    auto it = registry().find(backend);
+    if (it == registry().end()) {
+      std::string known;
+      for (auto& [n, l] : registry()) known += (known.empty() ? "" : ", ") + n;
+      throw_error(ErrorKind::invalid_argument, "model backend '" + std::string(backend) + "' is unknown (known: " + known + ")");
+    }
+    loader = it->second;
+  }
+  return loader(file, parse_torch_device(device), dtype);
+}
+
+struct ModuleCache::State {
+  std::mutex mutex;
+  std::map<std::string, std::shared_future<std::shared_ptr<const Module>>> entries;
+  std::size_t loads = 0;
+};
+
+ModuleCache::ModuleCache() : state_(std::make_shared<State>()) {}
+
+ModuleCache& ModuleCache::instance() {
+  static ModuleCache cache;
+  return cache;
+}
+
+std::shared_ptr<const Module> ModuleCache::get(std::string_view backend, const fs::path& file, std::string_view device,
+                                               c10::ScalarType dtype) {
+  const std::string key = std::string(backend) + '\n' + fs::absolute(file).lexically_normal().string() + '\n' +
+                          std::string(device) + '\n' + c10::toString(dtype);
+  std::promise<std::shared_ptr<const Module>> mine;
+  std::shared_future<std::shared_ptr<const Module>> result;
+  bool loader = false;
+  {
+    std::lock_guard lock(state_->mutex);
+    auto [it, inserted] = state_->entries.try_emplace(key);
+    if (inserted) {
+      it->second = mine.get_future().share();
+      loader = true;
+      ++state_->loads;
+    }
+    result = it->second;
+  }
+  if (loader) {  // single flight: one thread loads, the others wait for its result
+    try {
+      mine.set_value(load_module(backend, file, device, dtype));
+    } catch (...) {
+      mine.set_exception(std::current_exception());
+      std::lock_guard lock(state_->mutex);
+      state_->entries.erase(key);  // a failed load is retried next time
+    }
+  }
+  return result.get();
+}
+
+std::size_t ModuleCache::loads() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->loads;
+}
+
+void ModuleCache::clear() {
+  std::lock_guard lock(state_->mutex);
+  state_->entries.clear();
+}
+
+}  // namespace vgen

@@ -1,0 +1,63 @@
+// Model backends: how an exported component file becomes something the stages can call.
+// Backends are plug-ins chosen by name ("torchscript"; an AOTInductor backend can register
+// itself the same way), not a switch.
+//
+// Devices: "cpu", "cpu:N" (N names a CPU replica: its own module copy and threads, same
+// hardware) and "cuda:N". The same code runs on both; only the at::Device differs.
+// Loading: ModuleCache loads each (backend, file, device, dtype) once, even when many jobs ask
+// at the same time, and shares it with every job on that device.
+// Thread-safety: Module::forward may be called from several threads at once (TorchScript
+// inference is re-entrant); the cache is thread-safe.
+// Errors: a missing, truncated or corrupt file -> Error(invalid_argument) naming the file.
+// Note: this header includes ATen; never include spdlog/fmt next to it (the torch wheel's
+// bundled fmt clashes with Debian's).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace vgen {
+
+c10::Device parse_torch_device(std::string_view id);  // Error(invalid_argument) on bad ids
+c10::ScalarType parse_dtype(std::string_view name);     // "float32" | "float16" | "bfloat16"
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  // Inputs are moved to the module's device; outputs stay there.
+  virtual at::Tensor forward(const std::vector<at::Tensor>& inputs) const = 0;
+  virtual c10::Device device() const = 0;
+  virtual c10::ScalarType dtype() const = 0;
+};
+
+using ModuleLoader =
+    std::function<std::shared_ptr<const Module>(const std::filesystem::path& file, c10::Device, c10::ScalarType)>;
+void register_model_backend(std::string name, ModuleLoader loader);
+std::vector<std::string> model_backend_names();
+std::shared_ptr<const Module> load_module(std::string_view backend, const std::filesystem::path& file,
+                                          std::string_view device, c10::ScalarType dtype);
+
+// Process-wide cache of loaded modules (load once per device, share across jobs).
+class ModuleCache {
+ public:
+  static ModuleCache& instance();
+  std::shared_ptr<const Module> get(std::string_view backend, const std::filesystem::path& file,
+                                    std::string_view device, c10::ScalarType dtype);
+  std::size_t loads() const;  // how many actual loads happened (for tests and metrics)
+  void clear();
+
+ private:
+  struct State;
+  ModuleCache();
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace vgen

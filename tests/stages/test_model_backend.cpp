@@ -1,0 +1,104 @@
+#include "stages/model_backend.hpp"
+
+#include <doctest/doctest.h>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "runtime/errors.hpp"
+
+using namespace vgen;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::optional<nlohmann::json> run_reference(const fs::path& dir) {
+  const char* py = std::getenv("VGEN_PYTHON");
+  const char* src = std::getenv("VGEN_SOURCE_DIR");
+  if (!py || !*py || !src) return std::nullopt;
+  const std::string cmd = std::string(py) + " " + src + "/tools/reference/tiny_module.py " + dir.string();
+  std::string out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  REQUIRE(pipe);
+  std::array<char, 4096> buf{};
+  while (auto n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  REQUIRE(pclose(pipe) == 0);
+  return nlohmann::json::parse(out);
+}
+
+at::Tensor tensor_of(const nlohmann::json& j) {
+  std::vector<float> flat;
+  std::vector<int64_t> shape{static_cast<int64_t>(j.size())};
+  if (j[0].is_array()) {
+    shape.push_back(static_cast<int64_t>(j[0].size()));
+    for (auto& row : j) for (auto& v : row) flat.push_back(v.get<float>());
+  } else {
+    for (auto& v : j) flat.push_back(v.get<float>());
+  }
+  return at::tensor(flat).reshape(shape);
+}
+
+fs::path temp_dir() {
+  auto d = fs::temp_directory_path() / ("vgen-mb-" + std::to_string(std::random_device{}()));
+  fs::create_directories(d);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("a TorchScript component loads once per device and reproduces eager PyTorch") {
+  const auto dir = temp_dir();
+  auto ref = run_reference(dir);
+  if (!ref) {
+    WARN_MESSAGE(false, "VGEN_PYTHON not set: skipped");
+    return;
+  }
+  const fs::path file = (*ref)["module"].get<std::string>();
+  auto& cache = ModuleCache::instance();
+  cache.clear();
+  const auto before = cache.loads();
+  std::vector<std::shared_ptr<const Module>> got(8);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 8; ++i) ts.emplace_back([&, i] { got[i] = cache.get("torchscript", file, "cpu:0", at::kFloat); });
+  for (auto& t : ts) t.join();
+  CHECK(cache.loads() - before == 1);  // single flight
+  for (auto& m : got) CHECK(m.get() == got[0].get());
+  auto replica = cache.get("torchscript", file, "cpu:1", at::kFloat);
+  CHECK(replica.get() != got[0].get());  // a second CPU replica has its own copy
+  CHECK(cache.loads() - before == 2);
+
+  const auto y = got[0]->forward({tensor_of((*ref)["x"]), tensor_of((*ref)["scale"])});
+  const auto want = tensor_of((*ref)["y"]);
+  CHECK(y.sizes() == want.sizes());
+  CHECK((y - want).abs().max().item<float>() <= 1e-6f);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("missing, corrupt and unknown things are reported by name") {
+  const auto dir = temp_dir();
+  CHECK_THROWS_AS(load_module("torchscript", dir / "absent.pt", "cpu", at::kFloat), Error);
+  { std::ofstream(dir / "corrupt.pt") << "not a zip archive"; }
+  try {
+    load_module("torchscript", dir / "corrupt.pt", "cpu", at::kFloat);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);
+    CHECK(std::string(e.what()).find("corrupt.pt") != std::string::npos);
+  }
+  CHECK_THROWS_AS(load_module("onnx", dir / "x.pt", "cpu", at::kFloat), Error);
+  CHECK_THROWS_AS(parse_torch_device("tpu:0"), Error);
+  CHECK_THROWS_AS(parse_torch_device("cuda:x"), Error);
+  CHECK(parse_torch_device("cuda:1").index() == 1);
+  CHECK(parse_torch_device("cpu:3").is_cpu());
+  CHECK_THROWS_AS(parse_dtype("float8"), Error);
+  CHECK(parse_dtype("bfloat16") == at::kBFloat16);
+  fs::remove_all(dir);
+}
