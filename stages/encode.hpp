@@ -1,0 +1,66 @@
+// Encoding VideoFrames into a container with FFmpeg 5.1 (libavcodec/libavformat/libswscale).
+//
+// Formats are plug-ins chosen by name from a registry (one struct per format in encode.cpp):
+//   "mp4"  H.264 (libx264), yuv420p, BT.709 tags; files get +faststart (moov before mdat),
+//          memory output is fragmented MP4 (frag_keyframe+empty_moov+default_base_moof).
+//   "webm" VP9 (libvpx-vp9), yuv420p, BT.709 tags, constant-quality mode from crf.
+//   "gif"  pal8 with one adaptive 255-colour palette per clip (median cut, no dithering) plus
+//          a transparent index the gif encoder uses for unchanged pixels; loops forever.
+//          GIF delays are whole centiseconds, so e.g. 16 fps plays as 6/6/7/6... cs.
+//   "png"  a directory of frame_00000.png, frame_00001.png, ... (RGB24; fps is not stored).
+// mp4 and webm need even width and height (yuv420p) and reject odd sizes; they convert RGB
+// (full range) to BT.709 limited-range YUV.
+//
+// Blocking and threads: every function blocks the calling thread for the whole encode (CPU
+// bound; run it on a worker thread, never on an io_context thread). Each call is independent
+// and may run concurrently with others; EncodeOptions::threads bounds the encoder's own
+// threads per call. There is no cancellation: an encode runs to completion or failure.
+//
+// Errors: Error(invalid_argument) for bad frames, an unknown format, bad options (odd sizes
+// for mp4/webm, crf out of range, unknown x264 preset, threads < 1) or a missing output
+// directory; Error(internal, "<what failed>: <av error>") for any libav or filesystem failure.
+// On first use, libav logging is set (process-wide) to AV_LOG_ERROR and forwarded to spdlog.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stages/frames.hpp"
+
+namespace vgen {
+
+struct EncodeOptions {
+  std::string format = "mp4";       // one of encoder_formats()
+  int crf = 23;                     // mp4: 0..51, webm: 0..63 (lower is better); gif/png ignore it
+  std::string preset = "veryfast";  // x264 preset (ultrafast ... placebo); mp4 only
+  int threads = 1;                  // encoder threads for this one encode (1..64)
+};
+
+// Registered format names, in registry order: mp4, webm, gif, png.
+std::vector<std::string> encoder_formats();
+
+// MIME type of encode output: "video/mp4", "video/webm", "image/gif"; "image/png" for png,
+// which is the type of each frame file (png output is a directory, never a single body).
+// Throws Error(invalid_argument) listing the known formats for an unknown name.
+std::string content_type_for(std::string_view format);
+
+// File name extension including the dot: ".mp4", ".webm", ".gif"; "" for png (a directory).
+// Throws like content_type_for.
+std::string extension_for(std::string_view format);
+
+// Encodes to `out` atomically: the output is built at a temporary path in the same directory
+// (".<name>.tmp-<random>") and renamed onto `out` only after a complete, successful encode,
+// replacing an existing file (or, for png, an existing directory). On any failure the
+// temporary is removed and `out` is left as it was. The parent directory must exist.
+void encode_to_file(const VideoFrames& frames, const std::filesystem::path& out,
+                    const EncodeOptions& options);
+
+// Encodes to memory through custom AVIO (for HTTP responses). mp4 is fragmented MP4 (faststart
+// needs to reopen a file, which custom I/O cannot); webm and gif are as written to a file.
+// png throws Error(invalid_argument): a frame directory has no single-body form.
+std::vector<std::uint8_t> encode_to_memory(const VideoFrames& frames, const EncodeOptions& options);
+
+}  // namespace vgen
