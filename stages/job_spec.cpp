@@ -1,0 +1,142 @@
+#include "stages/job_spec.hpp"
+
+#include "runtime/errors.hpp"
+#include "stages/tokenizer.hpp"
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace vgen {
+
+namespace json = boost::json;
+
+namespace {
+
+[[noreturn]] void bad(std::string_view field, const std::string& what) {
+  throw_error(ErrorKind::invalid_argument, std::string(field) + ": " + what);
+}
+
+std::string shown(const json::value& v) {
+  auto s = json::serialize(v);
+  return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+}
+
+std::int64_t as_integer(const json::value& v, std::string_view field) {
+  if (v.is_int64()) return v.get_int64();
+  if (v.is_uint64()) {
+    if (v.get_uint64() > static_cast<std::uint64_t>(INT64_MAX)) bad(field, "out of range (got " + shown(v) + ")");
+    return static_cast<std::int64_t>(v.get_uint64());
+  }
+  if (v.is_double() && std::isfinite(v.get_double()) && std::floor(v.get_double()) == v.get_double() &&
+      std::abs(v.get_double()) < 9.0e15)
+    return static_cast<std::int64_t>(v.get_double());
+  bad(field, "must be an integer (got " + shown(v) + ")");
+}
+
+double as_number(const json::value& v, std::string_view field) {
+  if (v.is_int64()) return static_cast<double>(v.get_int64());
+  if (v.is_uint64()) return static_cast<double>(v.get_uint64());
+  if (v.is_double() && std::isfinite(v.get_double())) return v.get_double();
+  bad(field, "must be a number (got " + shown(v) + ")");
+}
+
+std::string as_text(const json::value& v, std::string_view field) {
+  if (!v.is_string()) bad(field, "must be a string (got " + shown(v) + ")");
+  std::string s(v.get_string());
+  if (!is_valid_utf8(s)) bad(field, "not valid UTF-8");
+  return s;
+}
+
+int as_int(const json::value& v, std::string_view field) {
+  const auto i = as_integer(v, field);
+  if (i < INT32_MIN || i > INT32_MAX) bad(field, "out of range (got " + shown(v) + ")");
+  return static_cast<int>(i);
+}
+
+}  // namespace
+
+std::string checked_output_name(const std::string& name, const char* field) {
+  if (name.empty() || name == "." || name == ".." || name.size() > 100 || name.front() == '.')
+    bad(field, "must be 1-100 characters of [A-Za-z0-9._-], not starting with '.' (got '" + name.substr(0, 40) + "')");
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      bad(field, "must not contain '" + std::string(1, c) + "' (only [A-Za-z0-9._-]; no paths)");
+  return name;
+}
+
+void validate_job_spec(const JobSpec& s, const SpecLimits& l) {
+  if (s.prompt.empty() || std::all_of(s.prompt.begin(), s.prompt.end(), [](unsigned char c) { return std::isspace(c); }))
+    bad("prompt", "must not be empty");
+  if (s.prompt.size() > l.max_prompt_bytes)
+    bad("prompt", "longer than " + std::to_string(l.max_prompt_bytes) + " bytes (got " + std::to_string(s.prompt.size()) + ")");
+  if (s.negative_prompt.size() > l.max_prompt_bytes)
+    bad("negative_prompt", "longer than " + std::to_string(l.max_prompt_bytes) + " bytes");
+  for (auto [field, v] : {std::pair{"width", s.width}, std::pair{"height", s.height}}) {
+    if (v < l.min_size || v > l.max_size)
+      bad(field, "must be between " + std::to_string(l.min_size) + " and " + std::to_string(l.max_size) + " (got " + std::to_string(v) + ")");
+    if (v % l.size_multiple != 0)
+      bad(field, "must be a multiple of " + std::to_string(l.size_multiple) + " (got " + std::to_string(v) + ")");
+  }
+  if (s.frames < l.min_frames || s.frames > l.max_frames || (s.frames - 1) % l.frames_step != 0)
+    bad("frames", "must be " + std::to_string(l.frames_step) + "k+1 between " + std::to_string(l.min_frames) + " and " +
+                      std::to_string(l.max_frames) + " (got " + std::to_string(s.frames) + ")");
+  if (s.steps < 1 || s.steps > l.max_steps)
+    bad("steps", "must be between 1 and " + std::to_string(l.max_steps) + " (got " + std::to_string(s.steps) + ")");
+  if (!(s.guidance >= 0.0 && s.guidance <= l.max_guidance))
+    bad("guidance", "must be between 0 and " + std::to_string(static_cast<int>(l.max_guidance)));
+  if (!(s.fps > 0.0 && s.fps <= l.max_fps)) bad("fps", "must be in (0, " + std::to_string(static_cast<int>(l.max_fps)) + "]");
+  if (s.seed > l.max_seed) bad("seed", "must be between 0 and " + std::to_string(l.max_seed));
+  if (std::find(l.formats.begin(), l.formats.end(), s.format) == l.formats.end()) {
+    std::string known;
+    for (auto& f : l.formats) known += (known.empty() ? "" : ", ") + f;
+    bad("format", "unknown '" + s.format + "' (known: " + known + ")");
+  }
+  if (!s.scheduler.empty() && !l.schedulers.empty() &&
+      std::find(l.schedulers.begin(), l.schedulers.end(), s.scheduler) == l.schedulers.end())
+    bad("scheduler", "unknown '" + s.scheduler + "'");
+  if (!s.name.empty()) checked_output_name(s.name);
+}
+
+JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const SpecLimits& limits) {
+  const auto* obj = value.if_object();
+  if (!obj) bad("job", "must be a JSON object (got " + shown(value) + ")");
+  static const std::set<std::string, std::less<>> known = {"prompt", "negative_prompt", "width", "height", "frames",
+                                                          "steps", "guidance", "seed", "fps", "format", "scheduler", "name"};
+  for (const auto& kv : *obj)
+    if (!known.count(kv.key())) bad(std::string(kv.key()), "unknown field");
+  JobSpec s = defaults;
+  for (const auto& kv : *obj) {
+    const std::string_view k = kv.key();
+    const auto& v = kv.value();
+    if (k == "prompt") s.prompt = as_text(v, k);
+    else if (k == "negative_prompt") s.negative_prompt = as_text(v, k);
+    else if (k == "width") s.width = as_int(v, k);
+    else if (k == "height") s.height = as_int(v, k);
+    else if (k == "frames") s.frames = as_int(v, k);
+    else if (k == "steps") s.steps = as_int(v, k);
+    else if (k == "guidance") s.guidance = as_number(v, k);
+    else if (k == "fps") s.fps = as_number(v, k);
+    else if (k == "format") s.format = as_text(v, k);
+    else if (k == "scheduler") s.scheduler = as_text(v, k);
+    else if (k == "name") s.name = as_text(v, k);
+    else if (k == "seed") {
+      const auto i = as_integer(v, k);
+      if (i < 0) bad("seed", "must be between 0 and " + std::to_string(limits.max_seed) + " (got " + shown(v) + ")");
+      s.seed = static_cast<std::uint64_t>(i);
+    }
+  }
+  validate_job_spec(s, limits);
+  return s;
+}
+
+json::object to_json(const JobSpec& s) {
+  return {{"prompt", s.prompt},     {"negative_prompt", s.negative_prompt}, {"width", s.width},
+          {"height", s.height},     {"frames", s.frames},                   {"steps", s.steps},
+          {"guidance", s.guidance}, {"seed", s.seed},                       {"fps", s.fps},
+          {"format", s.format},     {"scheduler", s.scheduler},             {"name", s.name}};
+}
+
+}  // namespace vgen

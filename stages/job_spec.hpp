@@ -1,0 +1,57 @@
+// JobSpec: what one text-to-video job asks for, parsed and validated from JSON (CLI flags,
+// JSONL lines and HTTP bodies all become this). Every error names the field, e.g.
+// "width: must be a multiple of 16 (got 250)", and is Error(invalid_argument).
+//
+// Defaults and limits come from the model package's manifest (SpecLimits), so a model that
+// supports other sizes or frame counts needs no code change.
+// Thread-safety: plain values; the functions are pure.
+#pragma once
+
+#include <boost/json/value.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vgen {
+
+struct JobSpec {
+  std::string prompt;
+  std::string negative_prompt;
+  int width = 256, height = 256;
+  int frames = 17;
+  int steps = 20;
+  double guidance = 5.0;            // classifier-free guidance is used when > 1
+  std::uint64_t seed = 0;
+  double fps = 16.0;
+  std::string format = "mp4";
+  std::string scheduler;            // empty: the package's scheduler
+  std::string name;                 // output file stem; empty: derived from the job id
+};
+
+struct SpecLimits {
+  int size_multiple = 16;
+  int min_size = 16, max_size = 1920;
+  int frames_step = 4;              // frames = frames_step * k + 1
+  int min_frames = 1, max_frames = 257;
+  int max_steps = 1000;
+  double max_guidance = 50.0;
+  double max_fps = 240.0;
+  std::size_t max_prompt_bytes = 4096;
+  std::uint64_t max_seed = (std::uint64_t{1} << 63) - 1;
+  std::vector<std::string> formats = {"mp4", "webm", "gif", "png"};
+  std::vector<std::string> schedulers;  // empty: any name (checked later by the registry)
+};
+
+// Fields absent from `json` keep the value they have in `defaults`. Unknown fields, wrong
+// types and out-of-range values are rejected, naming the field.
+JobSpec parse_job_spec(const boost::json::value& json, const JobSpec& defaults, const SpecLimits& limits);
+// Checks the whole spec against the limits (parse_job_spec calls it).
+void validate_job_spec(const JobSpec& spec, const SpecLimits& limits);
+// Every field, in a fixed form: the input of the job's content key.
+boost::json::object to_json(const JobSpec& spec);
+// A file stem that cannot escape its directory: [A-Za-z0-9._-], no leading dot, ≤ 100 bytes.
+// Throws Error(invalid_argument) naming `field` for "", ".", "..", '/' or other characters.
+std::string checked_output_name(const std::string& name, const char* field = "name");
+
+}  // namespace vgen
