@@ -3,8 +3,10 @@
 #include <boost/fiber/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 
 namespace vgen {
 
@@ -14,15 +16,17 @@ thread_local const WorkerPool* tls_pool = nullptr;
 
 }  // namespace
 
-// The task queue shared by the pool's threads. Producers are ordinary threads (Asio's), so
-// it is a std::mutex-guarded deque; consumers are fibers, which wait on a fiber condition
-// variable so that waiting suspends only the dispatcher fiber. (Boost 1.81 has no unbounded
-// fiber channel, and buffered_channel::push would block the producing Asio thread when full.)
+// The task queue shared by the pool's threads. Producers are ordinary (Asio) threads, so it
+// is a std::mutex-guarded deque with a *thread-level* condition variable: an idle worker
+// (no task fiber alive) blocks its whole thread, which is what an idle thread should do.
+// We deliberately avoid fiber primitives here: waking a fiber from a foreign thread races
+// with that thread's scheduler teardown in Boost 1.81 (round_robin::notify broadcasts after
+// unlocking; ThreadSanitizer reports it), and Boost 1.81 has no unbounded fiber channel.
 struct WorkerPool::Queue {
   std::mutex mutex;
+  std::condition_variable ready;
   std::deque<std::unique_ptr<detail::PoolTask>> tasks;
   bool closed = false;
-  boost::fibers::condition_variable_any ready;
 
   bool push(std::unique_ptr<detail::PoolTask>& task) {
     {
@@ -33,10 +37,19 @@ struct WorkerPool::Queue {
     ready.notify_one();
     return true;
   }
-  // Waits for a task; false once closed and drained.
-  bool pop(std::unique_ptr<detail::PoolTask>& task) {
+  // Blocks the thread until a task arrives; false once closed and drained.
+  bool pop_wait(std::unique_ptr<detail::PoolTask>& task) {
     std::unique_lock lock(mutex);
     ready.wait(lock, [&] { return closed || !tasks.empty(); });
+    return take(task);
+  }
+  // Never blocks: a task, end of queue (false), or nothing yet (nullopt).
+  std::optional<bool> try_pop(std::unique_ptr<detail::PoolTask>& task) {
+    std::lock_guard lock(mutex);
+    if (tasks.empty() && !closed) return std::nullopt;
+    return take(task);
+  }
+  bool take(std::unique_ptr<detail::PoolTask>& task) {
     if (tasks.empty()) return false;
     task = std::move(tasks.front());
     tasks.pop_front();
@@ -87,11 +100,25 @@ void WorkerPool::thread_main(std::size_t index) {
       spdlog::error("worker pool '{}' thread {}: start hook failed: {}", options_.name, index, e.what());
     }
   }
+  // Everything below stays on this thread: the task fibers and the dispatcher (this
+  // function's main fiber) only ever wake each other, never a fiber of another thread.
   boost::fibers::mutex m;
   boost::fibers::condition_variable slot_free;
   std::size_t alive = 0;
   std::unique_ptr<detail::PoolTask> task;
-  while (queue_->pop(task)) {
+  for (;;) {
+    if (alive == 0) {
+      if (!queue_->pop_wait(task)) break;
+    } else {
+      // Task fibers are suspended (e.g. waiting for a GPU stream): poll so that they can
+      // resume, instead of blocking the thread they run on.
+      auto got = queue_->try_pop(task);
+      if (!got) {
+        boost::this_fiber::sleep_for(std::chrono::microseconds(200));
+        continue;
+      }
+      if (!*got) break;
+    }
     --queued_;
     {
       std::unique_lock lock(m);
