@@ -1,0 +1,48 @@
+"""Sanity checks for tools/reference/scheduler_reference.py (the C++ parity test's oracle)."""
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import time
+
+ROOT = pathlib.Path(os.environ.get("VGEN_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
+SCRIPT = ROOT / "tools" / "reference" / "scheduler_reference.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("scheduler_reference", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reference_file_is_complete_and_finite(tmp_path):
+    out = tmp_path / "ref.json"
+    start = time.monotonic()
+    assert _load().main(["--out", str(out)]) == 0
+    assert time.monotonic() - start < 20
+    doc = json.loads(out.read_text())
+    cases = doc["cases"]
+    assert {c["scheduler"] for c in cases} == {
+        "FlowMatchEulerDiscreteScheduler", "UniPCMultistepScheduler", "DDIMScheduler",
+        "EulerDiscreteScheduler"}
+    wan = next(c for c in cases if c["name"] == "unipc_wan480")
+    assert wan["params"]["use_flow_sigmas"] and wan["params"]["flow_shift"] == 3.0
+    for c in cases:
+        n = c["num_inference_steps"]
+        size = math.prod(c["sample_shape"])
+        assert len(c["timesteps"]) == n and len(c["model_outputs"]) == n
+        assert not c["sigmas"] or len(c["sigmas"]) == n + 1
+        for dtype in ("float64", "float32"):
+            steps = c["results"][dtype]["steps"]
+            assert len(steps) == n and all(len(s) == size for s in steps)
+            assert all(math.isfinite(v) for s in steps for v in s), (c["name"], dtype)
+
+
+def test_reference_is_deterministic(tmp_path):
+    module = _load()
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    module.main(["--out", str(a)])
+    module.main(["--out", str(b)])
+    assert a.read_text() == b.read_text()
