@@ -1,10 +1,12 @@
 #include "runtime/pipeline.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
@@ -72,8 +74,12 @@ void Pipeline::start() {
   if (started_.exchange(true)) return;
   for (std::size_t k = 0; k < stages_.size(); ++k) {
     live_workers_[k] = stages_[k].workers;
+    // Each worker runs on its own strand, and so do the stage functions it spawns: a
+    // cancellation emitted by the parallel group in run_stage is then never concurrent with
+    // the cancelled operation's own completion (Asio's cancellation slots are not
+    // thread-safe; ThreadSanitizer caught exactly that race on a multi-threaded io_context).
     for (std::size_t w = 0; w < stages_[k].workers; ++w)
-      asio::co_spawn(executor_, run_worker(k), log_failure("worker of stage " + stages_[k].name));
+      asio::co_spawn(asio::make_strand(executor_), run_worker(k), log_failure("worker of stage " + stages_[k].name));
   }
 }
 
@@ -96,7 +102,8 @@ Pipeline::JobPtr Pipeline::make_job(boost::json::value spec, std::string id,
 void Pipeline::admit(const JobPtr& job) {
   if (submitted_total_) submitted_total_->inc();
   if (stage_metrics_[0].depth) stage_metrics_[0].depth->set(static_cast<double>(queues_[0]->size()));
-  if (job->deadline()) asio::co_spawn(executor_, watch_deadline(job), log_failure("deadline watch"));
+  if (job->deadline())
+    asio::co_spawn(asio::make_strand(executor_), watch_deadline(job), log_failure("deadline watch"));
 }
 
 void Pipeline::reject(const JobPtr& job, std::string why) {
@@ -160,9 +167,10 @@ std::shared_ptr<Job> Pipeline::find(const std::string& id) const {
 }
 
 asio::awaitable<void> Pipeline::watch_deadline(JobPtr job) {
-  asio::steady_timer timer(executor_, *job->deadline());
+  asio::steady_timer timer(co_await asio::this_coro::executor, *job->deadline());
   auto [order, timer_ec, finished_ec] = co_await asio::experimental::make_parallel_group(
-      timer.async_wait(asio::deferred), job->finished_event().wait(asio::deferred))
+      timer.async_wait(asio::deferred),
+      job->finished_event().wait(asio::bind_executor(timer.get_executor(), asio::deferred)))
       .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
   if (order[0] == 0 && !timer_ec && job->request_cancel(ErrorKind::deadline_exceeded, "job deadline exceeded") &&
       job->state() == JobState::queued) {
@@ -222,10 +230,14 @@ asio::awaitable<void> Pipeline::run_stage(std::size_t k, Job& job) {
   // One attempt: the stage function raced against the job's cancellation.
   // (awaitable_operators' || waits for one *success*: a failing stage would wait for the
   // cancel event forever, so we use a parallel group that ends at the first completion.)
-  auto attempt = [this, &stage, &job]() -> asio::awaitable<void> {
+  auto attempt = [&stage, &job]() -> asio::awaitable<void> {
+    auto strand = co_await asio::this_coro::executor;  // this worker's strand
     auto [order, error, ec] = co_await asio::experimental::make_parallel_group(
-        asio::co_spawn(executor_, stage.fn(job), asio::deferred),
-        job.cancel_event().wait(asio::deferred))
+        asio::co_spawn(strand, stage.fn(job), asio::deferred),
+        // Bound to the strand: the parallel group gives this operation's handler no executor
+        // of its own, so it would otherwise complete (and emit the cancellation of the stage)
+        // on the system executor's threads, racing the stage's own completion.
+        job.cancel_event().wait(asio::bind_executor(strand, asio::deferred)))
         .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
     if (order[0] == 0) {
       if (error) std::rethrow_exception(error);
