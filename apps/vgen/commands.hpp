@@ -12,5 +12,6 @@ using Run = std::function<int()>;
 
 Run add_demo_command(CLI::App& app);
 Run add_devices_command(CLI::App& app);
+Run add_render_command(CLI::App& app);  // needs VGEN_WITH_TORCH
 
 }  // namespace vgen::cli

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   std::map<std::string, vgen::cli::Run> commands;
   commands["demo"] = vgen::cli::add_demo_command(app);
   commands["devices"] = vgen::cli::add_devices_command(app);
+#ifdef VGEN_WITH_TORCH
+  commands["render"] = vgen::cli::add_render_command(app);
+#endif
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,61 @@
+// ModelPackage: a model directory exported by tools/export_wan.py (docs/MODEL_PACKAGE.md):
+// manifest.json plus component files. Reading it checks the format and version, that every
+// component exists with its recorded size, and (for files up to verify_limit bytes) its
+// sha256, so that a missing, truncated or corrupt package is reported by name before any job
+// runs. No LibTorch here: loading the components is stages/model_backend's job.
+// Thread-safety: an immutable value once loaded; share it freely.
+#pragma once
+
+#include "stages/job_spec.hpp"
+
+#include <boost/json/object.hpp>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace vgen {
+
+inline constexpr int kModelPackageFormatVersion = 1;
+
+struct ModelComponent {
+  std::filesystem::path file;  // absolute
+  std::string sha256;
+  std::uint64_t bytes = 0;
+  std::string format;          // "torchscript", "sentencepiece"
+};
+
+struct ModelPackage {
+  std::filesystem::path dir;
+  std::string family;          // "wan2.1-t2v"
+  std::string dtype;           // "float32" | "float16" | "bfloat16"
+  std::map<std::string, ModelComponent> components;  // tokenizer, text_encoder, transformer, vae_decoder
+  // tokenizer
+  int max_length = 512, pad_id = 0, eos_id = 1;
+  bool add_eos = true;
+  // scheduler
+  std::string scheduler_type;
+  boost::json::object scheduler_config;
+  // latent layout
+  int latent_channels = 16, temporal_scale = 4, spatial_scale = 8;
+  std::vector<double> latents_mean, latents_std;
+  // limits and defaults for jobs
+  SpecLimits limits;
+  JobSpec defaults;
+
+  const ModelComponent& component(const std::string& name) const;
+  std::string id() const;  // stable identity for cache keys: the transformer's sha256
+};
+
+struct PackageLoadOptions {
+  std::uint64_t verify_limit = 256ull << 20;  // sha256-check components up to this size
+};
+
+// Throws Error(invalid_argument) naming the package and the problem.
+ModelPackage load_model_package(const std::filesystem::path& dir, const PackageLoadOptions& options = {});
+
+// Streaming SHA-256 of a file, lowercase hex.
+std::string sha256_file(const std::filesystem::path& file);
+
+}  // namespace vgen

@@ -1,0 +1,41 @@
+// Internals of the Wan stages that involve tensors: the runtime's state and a job's payload.
+// Included by stages/wan_pipeline.cpp and by tests; never include spdlog/fmt next to it.
+#pragma once
+
+#include "stages/scheduler.hpp"
+#include "stages/tokenizer.hpp"
+#include "stages/wan_pipeline.hpp"
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+
+namespace vgen {
+
+struct WanRuntime {
+  ModelPackage package;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  Executor* executor = nullptr;
+  DevicePool* devices = nullptr;
+  WanRuntimeOptions options;
+  std::shared_ptr<TtlCache<at::Tensor>> text_cache;
+};
+
+// Job::payload of a Wan job.
+struct WanJob {
+  JobSpec spec;
+  at::Tensor embeds;   // [1 or 2, L, D]: cond (and uncond when guidance > 1)
+  at::Tensor latents;  // [1, C, F', H', W'] float32, on the CPU between stages
+  at::Tensor frames;   // [F, H, W, 3] float32 in [0, 1]
+  std::filesystem::path output;
+  bool text_cache_hit = false;
+  std::string device;  // the device the last stage ran on
+  // Optional observer (tests, tools), called on the compute thread after each step.
+  std::function<void(int step, const at::Tensor& latents)> on_step;
+};
+
+// The scheduler a job uses: the package's, or `override_type` configured from the package's
+// flow shift and training steps.
+std::unique_ptr<Scheduler> make_job_scheduler(const ModelPackage& package, const std::string& override_type);
+
+}  // namespace vgen

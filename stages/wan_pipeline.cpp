@@ -1,0 +1,268 @@
+#include "stages/wan_job.hpp"
+
+#include "runtime/content_key.hpp"
+#include "runtime/errors.hpp"
+#include "stages/model_backend.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <boost/json.hpp>
+
+#include <cmath>
+#include <regex>
+
+namespace vgen {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+namespace {
+
+// WanPipeline's prompt_clean without ftfy: HTML-unescape (twice), collapse whitespace, strip.
+std::string html_unescape(const std::string& s) {
+  static const std::pair<const char*, const char*> named[] = {
+      {"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&#39;", "'"}, {"&apos;", "'"}, {"&nbsp;", "\xc2\xa0"}};
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    bool done = false;
+    if (s[i] == '&') {
+      for (auto [from, to] : named)
+        if (s.compare(i, std::strlen(from), from) == 0) {
+          out += to;
+          i += std::strlen(from);
+          done = true;
+          break;
+        }
+    }
+    if (!done) out += s[i++];
+  }
+  return out;
+}
+
+std::string prompt_clean(const std::string& text) {
+  static const std::regex spaces("\\s+");
+  auto s = std::regex_replace(html_unescape(html_unescape(text)), spaces, " ");
+  const auto b = s.find_first_not_of(' ');
+  const auto e = s.find_last_not_of(' ');
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+SchedulerParams to_params(const json::object& config) {
+  SchedulerParams p;
+  for (const auto& kv : config) {
+    const auto& v = kv.value();
+    SchedulerParam x;
+    if (v.is_bool()) x = v.get_bool();
+    else if (v.is_number()) x = v.to_number<double>();
+    else if (v.is_string()) x = std::string(v.get_string());
+    else if (v.is_array()) {
+      std::vector<double> xs;
+      for (const auto& e : v.get_array())
+        if (e.is_number()) xs.push_back(e.to_number<double>());
+      x = std::move(xs);
+    }
+    p.emplace(std::string(kv.key()), std::move(x));
+  }
+  return p;
+}
+
+// The job's compute runs on the worker pool of the device its lease names.
+struct Placement {
+  DeviceLease lease;
+  WorkerPool* pool = nullptr;
+  std::string device;
+};
+
+asio::awaitable<Placement> place(WanRuntime& rt) {
+  PlacementRequest req;
+  req.model = rt.package.id();
+  Placement p;
+  p.lease = co_await rt.devices->acquire(req, asio::use_awaitable);
+  p.device = p.lease.device().id;
+  p.pool = &rt.executor->pool("device:" + p.device);
+  co_return p;
+}
+
+std::shared_ptr<const Module> module(WanRuntime& rt, const std::string& component, const std::string& device) {
+  return ModuleCache::instance().get(rt.options.backend, rt.package.component(component).file, device,
+                                     parse_dtype(rt.package.dtype));
+}
+
+at::Tensor encode_text(WanRuntime& rt, const std::string& device, const std::vector<std::string>& texts) {
+  auto batch = rt.tokenizer->encode_batch(texts);
+  auto ids = at::tensor(batch.ids, at::kLong).reshape({batch.batch, batch.length});
+  auto mask = at::tensor(batch.mask, at::kLong).reshape({batch.batch, batch.length});
+  return module(rt, "text_encoder", device)->forward({ids, mask}).to(at::kFloat);
+}
+
+// Prompt embeddings through the TTL cache: the key covers the package, device and text.
+at::Tensor cached_embedding(WanRuntime& rt, const std::string& device, const std::string& text, bool& hit) {
+  const auto key = content_key("text_embedding", json::object{{"package", rt.package.id()}, {"device", device}, {"text", text}});
+  if (rt.text_cache)
+    if (auto found = rt.text_cache->get(key)) {
+      hit = true;
+      return *found;
+    }
+  auto e = encode_text(rt, device, {text});
+  if (rt.text_cache) rt.text_cache->put(key, e, static_cast<std::size_t>(e.numel() * e.element_size()));
+  return e;
+}
+
+asio::awaitable<void> preprocess(WanRuntime& rt, Job& job) {
+  WanJob w;
+  w.spec = parse_wan_job(rt.package, job.spec());
+  auto placement = co_await place(rt);
+  w.device = placement.device;
+  const bool cfg = w.spec.guidance > 1.0;
+  auto encode = [&rt, &w, cfg, device = placement.device] {
+    bool hit_cond = false, hit_uncond = false;
+    auto cond = cached_embedding(rt, device, prompt_clean(w.spec.prompt), hit_cond);
+    auto embeds = cond;
+    if (cfg) embeds = at::cat({cond, cached_embedding(rt, device, prompt_clean(w.spec.negative_prompt), hit_uncond)}, 0);
+    w.text_cache_hit = hit_cond && (!cfg || hit_uncond);
+    // Initial noise from the job's own seed on a CPU generator: the same on every device.
+    const auto& p = rt.package;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(w.spec.seed);
+    w.latents = at::randn({1, p.latent_channels, (w.spec.frames - 1) / p.temporal_scale + 1,
+                           w.spec.height / p.spatial_scale, w.spec.width / p.spatial_scale},
+                          gen, at::TensorOptions().dtype(at::kFloat));
+    w.embeds = embeds;
+    return 0;
+  };
+  co_await placement.pool->run(encode);
+  job.payload = std::move(w);
+}
+
+asio::awaitable<void> denoise(WanRuntime& rt, Job& job) {
+  auto& w = std::any_cast<WanJob&>(job.payload);
+  auto placement = co_await place(rt);
+  w.device = placement.device;
+  auto scheduler = make_job_scheduler(rt.package, w.spec.scheduler);
+  scheduler->set_timesteps(w.spec.steps);
+  const int steps = static_cast<int>(scheduler->timesteps().size(0));
+  const bool cfg = w.spec.guidance > 1.0;
+  auto transformer = module(rt, "transformer", placement.device);
+  w.latents = w.latents * scheduler->init_noise_sigma();
+  for (int i = 0; i < steps; ++i) {
+    job.throw_if_cancelled();
+    auto step = [&, i] {
+      const auto& latents = w.latents;
+      auto input = scheduler->scale_model_input(latents, i);
+      auto batch = cfg ? at::cat({input, input}, 0) : input;
+      auto t = scheduler->timesteps()[i].to(at::kFloat).expand({batch.size(0)}).contiguous();
+      auto pred = transformer->forward({batch, t, w.embeds}).to(at::kCPU).to(at::kFloat);
+      if (cfg) {
+        auto parts = pred.chunk(2, 0);
+        pred = parts[1] + w.spec.guidance * (parts[0] - parts[1]);
+      }
+      w.latents = scheduler->step(pred, i, latents.to(at::kCPU));
+      if (w.on_step) w.on_step(i, w.latents);
+      return 0;
+    };
+    co_await placement.pool->run(step);
+    job.report_progress(i + 1, steps);
+  }
+}
+
+asio::awaitable<void> decode(WanRuntime& rt, Job& job) {
+  auto& w = std::any_cast<WanJob&>(job.payload);
+  auto placement = co_await place(rt);
+  w.device = placement.device;
+  auto run = [&rt, &w, device = placement.device] {
+    const auto& p = rt.package;
+    const auto c = p.latent_channels;
+    auto mean = at::tensor(p.latents_mean, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+    auto std = at::tensor(p.latents_std, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+    auto z = w.latents / (1.0 / std) + mean;  // exactly diffusers' un-normalisation
+    auto video = module(rt, "vae_decoder", device)->forward({z}).to(at::kCPU).to(at::kFloat);  // [1,3,F,H,W]
+    w.frames = (video / 2 + 0.5).clamp(0, 1)[0].permute({1, 2, 3, 0}).contiguous();  // [F,H,W,3]
+    return 0;
+  };
+  co_await placement.pool->run(run);
+}
+
+VideoFrames to_video_frames(const at::Tensor& frames, double fps) {
+  auto bytes = (frames * 255.0).round().clamp(0, 255).to(at::kByte).contiguous();
+  VideoFrames v = VideoFrames::allocate(static_cast<int>(frames.size(2)), static_cast<int>(frames.size(1)),
+                                        static_cast<int>(frames.size(0)), fps);
+  std::memcpy(v.rgb.data(), bytes.data_ptr<std::uint8_t>(), v.rgb.size());
+  return v;
+}
+
+asio::awaitable<void> encode(WanRuntime& rt, Job& job) {
+  auto& w = std::any_cast<WanJob&>(job.payload);
+  auto options = rt.options.encode;
+  options.format = w.spec.format;
+  const std::string stem = w.spec.name.empty() ? job.id() : w.spec.name;
+  w.output = rt.options.out_dir / (stem + extension_for(options.format));
+  auto write = [&w, options] { encode_to_file(to_video_frames(w.frames, w.spec.fps), w.output, options); };
+  co_await rt.executor->pool("codec").run(write);
+}
+
+}  // namespace
+
+JobSpec parse_wan_job(const ModelPackage& package, const json::value& spec) {
+  auto limits = package.limits;
+  limits.schedulers = scheduler_names();
+  return parse_job_spec(spec, package.defaults, limits);
+}
+
+std::unique_ptr<Scheduler> make_job_scheduler(const ModelPackage& package, const std::string& override_type) {
+  if (override_type.empty() || override_type == package.scheduler_type)
+    return make_scheduler(package.scheduler_type, to_params(package.scheduler_config));
+  // Another scheduler: carry over the training steps and the flow shift, nothing else.
+  json::object carried;
+  const auto& c = package.scheduler_config;
+  if (const auto* n = c.if_contains("num_train_timesteps")) carried["num_train_timesteps"] = *n;
+  const json::value* shift = c.if_contains("flow_shift");
+  if (!shift) shift = c.if_contains("shift");
+  if (shift && override_type == "FlowMatchEulerDiscreteScheduler") carried["shift"] = *shift;
+  if (shift && override_type == "UniPCMultistepScheduler") {
+    carried["flow_shift"] = *shift;
+    carried["use_flow_sigmas"] = true;
+    carried["prediction_type"] = "flow_prediction";
+  }
+  return make_scheduler(override_type, to_params(carried));
+}
+
+std::shared_ptr<WanRuntime> make_wan_runtime(const std::filesystem::path& package_dir, Executor& executor,
+                                             DevicePool& devices, WanRuntimeOptions options) {
+  auto rt = std::make_shared<WanRuntime>();
+  rt->package = load_model_package(package_dir);
+  const auto& p = rt->package;
+  rt->tokenizer = Tokenizer::load(p.component("tokenizer").file,
+                                  {.max_length = p.max_length, .pad_id = p.pad_id, .eos_id = p.eos_id, .add_eos = p.add_eos});
+  rt->executor = &executor;
+  rt->devices = &devices;
+  if (options.text_cache_entries > 0)
+    rt->text_cache = std::make_shared<TtlCache<at::Tensor>>(TtlCacheOptions{
+        .max_entries = options.text_cache_entries, .max_cost = 1ull << 30, .default_ttl = options.text_cache_ttl});
+  rt->options = std::move(options);
+  return rt;
+}
+
+const ModelPackage& package_of(const WanRuntime& runtime) { return runtime.package; }
+
+CacheStats text_cache_stats(const WanRuntime& runtime) {
+  return runtime.text_cache ? runtime.text_cache->stats() : CacheStats{};
+}
+
+WanJobResult wan_job_result(const Job& job) {
+  const auto* w = std::any_cast<WanJob>(&job.payload);
+  if (!w) throw_error(ErrorKind::internal, "job " + job.id() + " has no Wan result");
+  return {w->spec, w->output, w->text_cache_hit, w->device};
+}
+
+std::vector<StageSpec> make_wan_stages(std::shared_ptr<WanRuntime> rt) {
+  auto bind = [rt](asio::awaitable<void> (*fn)(WanRuntime&, Job&)) {
+    return StageFn([rt, fn](Job& job) { return fn(*rt, job); });
+  };
+  return {
+      {"preprocess", JobState::preprocess, rt->options.preprocess_workers, 16, bind(preprocess)},
+      {"denoise", JobState::denoise, rt->options.denoise_workers, 4, bind(denoise)},
+      {"decode", JobState::decode, rt->options.decode_workers, 4, bind(decode)},
+      {"encode", JobState::encode, rt->options.encode_workers, 4, bind(encode)},
+  };
+}
+
+}  // namespace vgen

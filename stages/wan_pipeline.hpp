@@ -1,0 +1,65 @@
+// The Wan 2.1 text-to-video stages: preprocess -> denoise -> decode -> encode, over a model
+// package (stages/model_package.hpp) and the runtime (pipeline, device pool, worker pools).
+//
+//  preprocess  validate the job against the package's limits; tokenize (SentencePiece);
+//              text-encode [prompt; negative] through the TTL cache (identical prompts are
+//              encoded once); initial noise from the job's own seed (CPU generator, so a job's
+//              result never depends on what runs beside it or on which device).
+//  denoise     scheduler loop; classifier-free guidance with cond and uncond in one batch;
+//              one compute task per step, progress events and cancellation between steps.
+//  decode      un-normalise with latents mean/std, VAE decode, frames in [0, 1].
+//  encode      FFmpeg, atomic file (temp + rename).
+// Compute runs on the worker pool of the device the DevicePool leases ("device:<id>"), so
+// `--devices cpu,cpu` runs two replicas with their own threads.
+//
+// This header does not include LibTorch (apps include it next to spdlog; the torch wheel's
+// bundled fmt must not meet Debian's): tensors live in stages/wan_job.hpp.
+// Ownership: a WanRuntime is shared by all stages and jobs and must outlive the pipeline.
+#pragma once
+
+#include "runtime/device_pool.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/pipeline.hpp"
+#include "runtime/ttl_cache.hpp"
+#include "stages/encode.hpp"
+#include "stages/job_spec.hpp"
+#include "stages/model_package.hpp"
+
+#include <filesystem>
+#include <memory>
+
+namespace vgen {
+
+struct WanRuntime;  // defined in stages/wan_job.hpp
+
+struct WanRuntimeOptions {
+  std::filesystem::path out_dir;
+  std::string backend = "torchscript";
+  EncodeOptions encode;  // format is taken from each job
+  std::size_t text_cache_entries = 256;
+  std::chrono::steady_clock::duration text_cache_ttl = std::chrono::minutes(30);
+  std::size_t preprocess_workers = 1, denoise_workers = 1, decode_workers = 1, encode_workers = 1;
+};
+
+// Loads the package and its tokenizer (Error(invalid_argument) naming what is wrong).
+// The executor must hold a "device:<id>" pool per device and a "codec" pool.
+std::shared_ptr<WanRuntime> make_wan_runtime(const std::filesystem::path& package_dir, Executor& executor,
+                                             DevicePool& devices, WanRuntimeOptions options);
+const ModelPackage& package_of(const WanRuntime& runtime);
+CacheStats text_cache_stats(const WanRuntime& runtime);
+
+std::vector<StageSpec> make_wan_stages(std::shared_ptr<WanRuntime> runtime);
+
+// What a finished Wan job produced (valid once the job is done).
+struct WanJobResult {
+  JobSpec spec;
+  std::filesystem::path output;
+  bool text_cache_hit = false;
+  std::string device;
+};
+WanJobResult wan_job_result(const Job& job);
+
+// Parses a job spec against the package's defaults and limits (what preprocess does first).
+JobSpec parse_wan_job(const ModelPackage& package, const boost::json::value& spec);
+
+}  // namespace vgen

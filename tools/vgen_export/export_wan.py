@@ -1,0 +1,451 @@
+"""Export a diffusers Wan 2.1 text-to-video checkpoint into a vgen model package.
+
+    python tools/export_wan.py --diffusers DIR --out PKG [--dtype float32|float16|bfloat16]
+    python tools/export_wan.py --tiny [--seed N] --out PKG        # builds the tiny test model
+
+The package (docs/MODEL_PACKAGE.md) holds TorchScript modules that LibTorch loads, the
+SentencePiece tokenizer model and ``manifest.json``. Each traced module is reloaded with
+``torch.jit.load`` and compared with eager diffusers/transformers at shapes other than the
+trace shapes; the differences are recorded in ``manifest["export_checks"]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import shutil
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, List, Tuple
+
+import torch
+
+from . import manifest as mf
+from .reference_loop import check_tokenizer
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+WAN_NEGATIVE_PROMPT = (
+    "Bright tones, overexposed, static, blurred details, subtitles, style, works, paintings, images, "
+    "static, overall gray, worst quality, low quality, JPEG compression residue, ugly, incomplete, "
+    "extra fingers, poorly drawn hands, poorly drawn faces, deformed, disfigured, misshapen limbs, "
+    "fused fingers, still picture, messy background, three legs, many people in the background, "
+    "walking backwards"
+)
+REAL_DEFAULTS = {"steps": 50, "guidance_scale": 5.0, "height": 480, "width": 832, "frames": 81,
+                 "fps": 16, "negative_prompt": WAN_NEGATIVE_PROMPT}
+TINY_DEFAULTS = {"steps": 3, "guidance_scale": 5.0, "height": 32, "width": 32, "frames": 5,
+                 "fps": 8, "negative_prompt": "low quality, blurry"}
+
+
+# --------------------------------------------------------------------------- wrappers
+class TextEncoderExport(torch.nn.Module):
+    """(input_ids int64 [B,L], attention_mask int64 [B,L]) -> [B,L,D] in the package dtype.
+
+    Rows where attention_mask == 0 are exactly zero, which equals WanPipeline's
+    "cut to the true length, zero-pad back to L" for right-padded input."""
+
+    def __init__(self, encoder: torch.nn.Module):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return hidden * attention_mask.unsqueeze(-1).to(hidden.dtype)
+
+
+class TransformerExport(torch.nn.Module):
+    """(hidden_states [B,C,F',H',W'], timestep float32 [B], encoder_hidden_states [B,L,D])
+    -> flow prediction [B,C,F',H',W'] (latent tensors in the package dtype)."""
+
+    def __init__(self, transformer: torch.nn.Module):
+        super().__init__()
+        self.transformer = transformer
+
+    def forward(self, hidden_states, timestep, encoder_hidden_states):
+        return self.transformer(hidden_states=hidden_states, timestep=timestep,
+                                encoder_hidden_states=encoder_hidden_states, return_dict=False)[0]
+
+
+def _two_frames(cache: torch.Tensor) -> torch.Tensor:
+    """Normalise a causal-conv cache to exactly 2 frames (zero frames in front): equivalent
+    for a kernel-3 causal conv, whose own padding would supply those zeros."""
+    if cache.shape[2] >= 2:
+        return cache[:, :, -2:]
+    zero = torch.zeros_like(cache[:, :, :1])
+    return torch.cat([zero] * (2 - cache.shape[2]) + [cache], 2)
+
+
+class VaeFirstChunk(torch.nn.Module):
+    """Latent frame 0 -> (video frames [B,3,1,H,W] clamped to [-1,1], caches)."""
+
+    def __init__(self, vae, used: list[int]):
+        super().__init__()
+        self.post_quant_conv, self.decoder = vae.post_quant_conv, vae.decoder
+        self.num_convs, self.used = vae._cached_conv_counts["decoder"], list(used)  # noqa: SLF001
+
+    def forward(self, z):
+        from diffusers.models.autoencoders.autoencoder_kl_wan import WanResample
+
+        captured: dict[int, torch.Tensor] = {}
+
+        def hook(_module, args, kwargs):
+            captured[kwargs["feat_idx"][0]] = args[0]
+
+        hooks = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in self.decoder.modules()
+                 if isinstance(m, WanResample) and m.mode == "upsample3d"]
+        try:
+            feat: list[Any] = [None] * self.num_convs
+            out = self.decoder(self.post_quant_conv(z), feat_cache=feat, feat_idx=[0], first_chunk=True)
+        finally:
+            for h in hooks:
+                h.remove()
+        caches = []
+        for i in self.used:
+            cache = feat[i]
+            if isinstance(cache, str):  # "Rep": the upsampler's time conv starts from zeros
+                cache = torch.zeros_like(captured[i][:, :, :1])
+            caches.append(_two_frames(cache))
+        return out.clamp(-1.0, 1.0), caches
+
+
+class VaeNextChunk(torch.nn.Module):
+    """(latent frame i >= 1, caches) -> (4 video frames clamped to [-1,1], new caches)."""
+
+    def __init__(self, vae, used: list[int]):
+        super().__init__()
+        self.post_quant_conv, self.decoder = vae.post_quant_conv, vae.decoder
+        self.num_convs, self.used = vae._cached_conv_counts["decoder"], list(used)  # noqa: SLF001
+
+    def forward(self, z, caches: List[torch.Tensor]):
+        feat: list[Any] = [None] * self.num_convs
+        for i, cache in zip(self.used, caches):
+            feat[i] = cache
+        out = self.decoder(self.post_quant_conv(z), feat_cache=feat, feat_idx=[0])
+        return out.clamp(-1.0, 1.0), [_two_frames(feat[i]) for i in self.used]
+
+
+class VaeDecoderExport(torch.nn.Module):
+    """Scripted driver: forward(z [B,16,F',H',W']) -> video [B,3,4(F'-1)+1,8H',8W'] in [-1,1].
+    ``decode_first`` / ``decode_step`` expose the per-latent-frame chunks for streaming."""
+
+    def __init__(self, first: torch.nn.Module, step: torch.nn.Module):
+        super().__init__()
+        self.first, self.step = first, step
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        out, caches = self.first(z[:, :, 0:1])
+        outs = [out]
+        for i in range(1, z.size(2)):
+            chunk, caches = self.step(z[:, :, i:i + 1], caches)
+            outs.append(chunk)
+        return torch.cat(outs, 2)
+
+    @torch.jit.export
+    def decode_first(self, z: torch.Tensor) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        return self.first(z)
+
+    @torch.jit.export
+    def decode_step(self, z: torch.Tensor, caches: List[torch.Tensor]) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        return self.step(z, caches)
+
+
+# --------------------------------------------------------------------------- helpers
+def _trace(module, inputs):
+    with warnings.catch_warnings():
+        # Expected: deprecation notices and shape-constant branches (see MODEL_PACKAGE.md).
+        warnings.simplefilter("ignore")
+        return torch.jit.trace(module, inputs, check_trace=False)
+
+
+def _graphs(module: torch.jit.ScriptModule):
+    for name, sub in module.named_modules():
+        for method in sub._c._method_names():  # noqa: SLF001
+            yield f"{name or '<root>'}.{method}", sub._c._get_method(method).graph  # noqa: SLF001
+
+
+def count_device_constants(module: torch.jit.ScriptModule) -> int:
+    return sum(1 for _, g in _graphs(module) for n in g.findAllNodes("prim::Constant")
+               if n.output().type().kind() == "DeviceObjType")
+
+
+def make_device_agnostic(module: torch.jit.ScriptModule) -> int:
+    """Tracing records every ``.to(x.device)`` / ``arange(device=...)`` with the trace-time
+    device as a constant (here "cpu"), which breaks the module on a GPU. Replace each such
+    constant by ``prim::device`` of the graph's first tensor input (all inputs of a package
+    module live on one device). Returns the number of constants replaced."""
+    replaced = 0
+    for name, graph in _graphs(module):
+        consts = [n for n in graph.findAllNodes("prim::Constant")
+                  if n.output().type().kind() == "DeviceObjType"]
+        if not consts:
+            continue
+        tensors = [v for v in graph.inputs() if v.type().kind() == "TensorType"]
+        if not tensors:
+            raise RuntimeError(f"{name}: device constant but no tensor input to take the device from")
+        device = graph.create("prim::device", [tensors[0]], 1)
+        device.output().setType(torch._C.DeviceObjType.get())  # noqa: SLF001
+        device.insertBefore(next(iter(graph.nodes())))
+        for const in consts:
+            const.output().replaceAllUsesWith(device.output())
+            const.destroy()
+            replaced += 1
+    return replaced
+
+
+def _save(module: torch.jit.ScriptModule, path: Path) -> dict[str, int]:
+    replaced = make_device_agnostic(module)
+    module.save(str(path))
+    left = count_device_constants(torch.jit.load(str(path)))
+    if left:
+        raise RuntimeError(f"{path.name}: {left} device constants survive")
+    return {"device_constants_replaced": replaced, "device_constants_left": left}
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).abs().max())
+
+
+def _tolerance(dtype: torch.dtype, ref: torch.Tensor) -> float:
+    return 1e-5 if dtype == torch.float32 else 1e-2 * (1.0 + float(ref.float().abs().max()))
+
+
+def _mask_batch(lengths: list[int], length: int, vocab: int, gen: torch.Generator):
+    ids = torch.randint(3, vocab, (len(lengths), length), generator=gen)
+    mask = torch.zeros(len(lengths), length, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        mask[row, :n] = 1
+    return ids * mask, mask  # pad id 0 after the true length, as the tokenizer pads
+
+
+def find_spm_file(diffusers_dir: Path) -> Path:
+    tok_dir = Path(diffusers_dir) / "tokenizer"
+    for name in ("spiece.model", "tokenizer.model"):
+        if (tok_dir / name).is_file():
+            return tok_dir / name
+    found = sorted(tok_dir.glob("*.model"))
+    if not found:
+        raise FileNotFoundError(f"no SentencePiece .model under {tok_dir}")
+    return found[0]
+
+
+def pipeline_max_sequence_length() -> int:
+    from diffusers import WanPipeline
+
+    return int(inspect.signature(WanPipeline.__call__).parameters["max_sequence_length"].default)
+
+
+def load_scheduler(diffusers_dir: Path, flow_shift: float | None = None):
+    import diffusers
+
+    cfg = json.loads((Path(diffusers_dir) / "scheduler" / "scheduler_config.json").read_text())
+    cls = getattr(diffusers, cfg["_class_name"])
+    sched = cls.from_pretrained(diffusers_dir, subfolder="scheduler")
+    if flow_shift is not None:
+        key = "flow_shift" if "flow_shift" in sched.config else "shift"
+        sched = cls.from_config(sched.config, **{key: flow_shift})
+    return sched
+
+
+# --------------------------------------------------------------------------- export
+def export_text_encoder(encoder, path: Path, max_length: int, dtype, gen) -> dict[str, Any]:
+    wrapper = TextEncoderExport(encoder).eval()
+    vocab = encoder.config.vocab_size
+    trace_lens = [min(5, max_length), max(1, max_length // 3)]
+    traced = _trace(wrapper, _mask_batch(trace_lens, max_length, vocab, gen))
+    saved = _save(traced, path)
+    loaded = torch.jit.load(str(path))
+    checks = []
+    for lengths, length in (([1, min(7, max_length), max_length], max_length),
+                            ([max_length], max_length), ([3, 16], min(16, max_length))):
+        ids, mask = _mask_batch(lengths, length, vocab, gen)
+        ref = wrapper(ids, mask)
+        checks.append({"shape": list(ids.shape), "max_abs_diff": _max_diff(loaded(ids, mask), ref),
+                       "tolerance": _tolerance(dtype, ref)})
+    return {"trace_shape": [len(trace_lens), max_length], **saved, "checks": checks}
+
+
+def export_transformer(transformer, path: Path, max_length: int, dtype, gen) -> dict[str, Any]:
+    cfg = transformer.config
+    wrapper = TransformerExport(transformer).eval()
+    _, ph, pw = cfg.patch_size
+
+    def inputs(b, f, h, w):
+        x = torch.randn(b, cfg.in_channels, f, h * ph, w * pw, generator=gen).to(dtype)
+        t = torch.rand(b, generator=gen) * 1000.0
+        ctx = torch.randn(b, max_length, cfg.text_dim, generator=gen).to(dtype)
+        return x, t, ctx
+
+    trace_shape = (2, 2, 2, 2)
+    traced = _trace(wrapper, inputs(*trace_shape))
+    saved = _save(traced, path)
+    loaded = torch.jit.load(str(path))
+    checks = []
+    for shape in ((1, 3, 3, 4), (3, 1, 1, 1), trace_shape):
+        args = inputs(*shape)
+        ref = wrapper(*args)
+        checks.append({"shape": list(args[0].shape), "max_abs_diff": _max_diff(loaded(*args), ref),
+                       "tolerance": _tolerance(dtype, ref)})
+    b, f, h, w = trace_shape
+    return {"trace_shape": [b, cfg.in_channels, f, h * ph, w * pw], **saved, "checks": checks}
+
+
+def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
+    num_convs = vae._cached_conv_counts["decoder"]  # noqa: SLF001
+    z_dim = vae.config.z_dim
+    feat: list[Any] = [None] * num_convs
+    vae.decoder(vae.post_quant_conv(torch.zeros(1, z_dim, 1, 2, 2)), feat_cache=feat, feat_idx=[0],
+                first_chunk=True)
+    used = [i for i, c in enumerate(feat) if c is not None]
+    first, step = VaeFirstChunk(vae, used).eval(), VaeNextChunk(vae, used).eval()
+    z0 = torch.randn(1, z_dim, 2, 4, 4, generator=gen)
+    traced_first = _trace(first, (z0[:, :, :1],))
+    _, caches = first(z0[:, :, :1])
+    traced_step = _trace(step, (z0[:, :, 1:2], caches))
+    saved = _save(torch.jit.script(VaeDecoderExport(traced_first, traced_step)), path)
+    loaded = torch.jit.load(str(path))
+    checks = []
+    for shape in ((2, 3, 3, 4), (1, 1, 4, 4), (1, 2, 4, 4)):
+        z = torch.randn(shape[0], z_dim, *shape[1:], generator=gen)
+        ref = vae.decode(z, return_dict=False)[0]
+        checks.append({"shape": list(z.shape), "max_abs_diff": _max_diff(loaded(z), ref),
+                       "tolerance": 1e-5})
+    return {"trace_shape": [1, z_dim, 1, 4, 4], "cache_tensors": len(used), **saved, "checks": checks}
+
+
+def _assert_checks(name: str, report: dict[str, Any]) -> None:
+    for check in report["checks"]:
+        if not check["max_abs_diff"] <= check["tolerance"]:
+            raise RuntimeError(f"{name}: exported module differs from eager at {check['shape']}: "
+                               f"{check['max_abs_diff']} > {check['tolerance']}")
+
+
+def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "float32",
+               tiny: bool = False, flow_shift: float | None = None, max_side: int = 1280,
+               max_frames: int = 81, seed: int = 0, source: dict | None = None) -> dict[str, Any]:
+    """Export the diffusers Wan 2.1 T2V directory into a package directory; returns the manifest."""
+    import diffusers
+    import sentencepiece
+    import transformers
+    from diffusers import AutoencoderKLWan, WanTransformer3DModel
+    from transformers import UMT5EncoderModel
+
+    diffusers_dir, out_dir = Path(diffusers_dir), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tdtype = DTYPES[dtype]
+    gen = torch.Generator().manual_seed(1234)
+    max_length = pipeline_max_sequence_length()
+
+    spm_file = find_spm_file(diffusers_dir)
+    shutil.copyfile(spm_file, out_dir / "tokenizer.model")
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(spm_file))
+    checks: dict[str, Any] = {"tokenizer": check_tokenizer(diffusers_dir / "tokenizer", spm_file, max_length,
+                                                           [WAN_NEGATIVE_PROMPT])}
+    if checks["tokenizer"]["mismatches"]:
+        raise RuntimeError(f"SentencePiece disagrees with the pipeline tokenizer: {checks['tokenizer']}")
+
+    with torch.no_grad():
+        encoder = UMT5EncoderModel.from_pretrained(diffusers_dir / "text_encoder", dtype=tdtype).eval()
+        checks["text_encoder"] = export_text_encoder(encoder, out_dir / "text_encoder.pt", max_length, tdtype, gen)
+        text_dim = int(encoder.config.d_model)
+        del encoder
+        transformer = WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer",
+                                                            dtype=tdtype).eval()
+        tcfg = dict(transformer.config)
+        checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", max_length, tdtype, gen)
+        del transformer
+        vae = AutoencoderKLWan.from_pretrained(diffusers_dir, subfolder="vae", dtype=torch.float32).eval()
+        vcfg = dict(vae.config)
+        checks["vae_decoder"] = export_vae_decoder(vae, out_dir / "vae_decoder.pt", gen)
+        del vae
+    for name in ("text_encoder", "transformer", "vae_decoder"):
+        _assert_checks(name, checks[name])
+
+    scheduler = load_scheduler(diffusers_dir, flow_shift)
+    spatial, temporal = int(vcfg.get("scale_factor_spatial", 8)), int(vcfg.get("scale_factor_temporal", 4))
+    patch = [int(p) for p in tcfg["patch_size"]]
+    rope = int(tcfg["rope_max_seq_len"])
+
+    def side(p: int) -> dict[str, int]:
+        multiple = spatial * p
+        return {"multiple_of": multiple, "min": multiple,
+                "max": min(max_side, rope * multiple) // multiple * multiple}
+
+    frames_max = min(max_frames, temporal * (rope * patch[0] - 1) + 1)
+    manifest = {
+        "format": mf.FORMAT,
+        "format_version": mf.FORMAT_VERSION,
+        "family": mf.FAMILY_WAN21_T2V,
+        "dtype": dtype,
+        "source": {"diffusers_dir": str(diffusers_dir), "tiny": tiny, "seed": seed if tiny else None,
+                   "torch": torch.__version__, "diffusers": diffusers.__version__,
+                   "transformers": transformers.__version__, **(source or {})},
+        "components": {
+            "tokenizer": mf.component_entry(out_dir, "tokenizer.model", format="sentencepiece"),
+            "text_encoder": mf.component_entry(out_dir, "text_encoder.pt", format="torchscript",
+                                               dtype=dtype, methods=["forward"]),
+            "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript",
+                                              dtype=dtype, methods=["forward"]),
+            "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript",
+                                              dtype="float32",
+                                              methods=["forward", "decode_first", "decode_step"]),
+        },
+        "tokenizer": {"file": "tokenizer.model", "type": "sentencepiece", "vocab_size": sp.vocab_size(),
+                      "max_length": max_length, "pad_id": sp.pad_id(), "eos_id": sp.eos_id(),
+                      "unk_id": sp.unk_id(), "add_eos": True, "padding": "right",
+                      "truncation": "pieces[:max_length-1] + [eos]",
+                      "prompt_clean": "html-unescape twice, collapse whitespace runs to one space, strip"},
+        "text_encoder": {"output_dim": text_dim, "output_masked": True},
+        "scheduler": mf.scheduler_section(scheduler),
+        "latent": {"channels": int(vcfg["z_dim"]), "temporal_scale": temporal, "spatial_scale": spatial,
+                   "latents_mean": [float(v) for v in vcfg["latents_mean"]],
+                   "latents_std": [float(v) for v in vcfg["latents_std"]],
+                   "dtype": "float32"},
+        "transformer": {"patch_size": patch, "in_channels": int(tcfg["in_channels"]),
+                        "out_channels": int(tcfg["out_channels"]), "text_dim": int(tcfg["text_dim"]),
+                        "rope_max_seq_len": rope, "prediction": "flow", "timestep_dtype": "float32"},
+        "resolution": {"height": side(patch[1]), "width": side(patch[2])},
+        "frames": {"rule": "4k+1", "k_multiple": temporal, "min": 1,
+                   "max": (frames_max - 1) // temporal * temporal + 1},
+        "defaults": dict(TINY_DEFAULTS if tiny else REAL_DEFAULTS),
+        "export_checks": checks,
+    }
+    mf.write_manifest(out_dir, manifest)
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Export diffusers Wan2.1 T2V to a vgen model package")
+    parser.add_argument("--diffusers", type=Path, help="diffusers checkpoint directory")
+    parser.add_argument("--out", type=Path, required=True, help="package directory to write")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    parser.add_argument("--tiny", action="store_true", help="build the tiny random test model first")
+    parser.add_argument("--seed", type=int, default=0, help="seed for --tiny")
+    parser.add_argument("--flow-shift", type=float, default=None, help="override the scheduler shift")
+    parser.add_argument("--max-side", type=int, default=1280)
+    parser.add_argument("--max-frames", type=int, default=81)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    if args.tiny == (args.diffusers is not None):
+        parser.error("give exactly one of --diffusers DIR or --tiny")
+    torch.set_num_threads(args.threads)
+    common = dict(dtype=args.dtype, flow_shift=args.flow_shift, max_side=args.max_side,
+                  max_frames=args.max_frames)
+    if args.tiny:
+        from .tiny_wan import write_tiny_wan
+
+        with tempfile.TemporaryDirectory(prefix="vgen_tiny_wan_") as tmp:
+            src = write_tiny_wan(Path(tmp) / "diffusers", seed=args.seed)
+            manifest = export_wan(src, args.out, tiny=True, seed=args.seed, **common)
+    else:
+        manifest = export_wan(args.diffusers, args.out, **common)
+    worst = max(c["max_abs_diff"] for n in ("text_encoder", "transformer", "vae_decoder")
+                for c in manifest["export_checks"][n]["checks"])
+    print(f"wrote {args.out} ({manifest['family']}, {manifest['dtype']}); max |jit - eager| = {worst:.3g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

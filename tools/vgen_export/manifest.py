@@ -1,0 +1,122 @@
+"""The vgen model package manifest (``manifest.json``): build, write, read, validate.
+
+The format is specified in docs/MODEL_PACKAGE.md. Readers must reject a manifest whose
+``format`` is not ``vgen-model-package`` or whose ``format_version`` they do not know.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+FORMAT = "vgen-model-package"
+FORMAT_VERSION = 1
+FAMILY_WAN21_T2V = "wan2.1-t2v"
+MANIFEST_NAME = "manifest.json"
+
+# Components whose file must exist and whose sha256 is checked by readers.
+REQUIRED_COMPONENTS = ("tokenizer", "text_encoder", "transformer", "vae_decoder")
+REQUIRED_KEYS = (
+    "format",
+    "format_version",
+    "family",
+    "dtype",
+    "components",
+    "tokenizer",
+    "text_encoder",
+    "scheduler",
+    "latent",
+    "transformer",
+    "resolution",
+    "frames",
+    "defaults",
+    "export_checks",
+)
+
+
+class ManifestError(ValueError):
+    """A manifest that this reader must refuse."""
+
+
+def sha256_file(path: Path | str, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(chunk)
+            if not block:
+                break
+            h.update(block)
+    return h.hexdigest()
+
+
+def component_entry(pkg_dir: Path, file_name: str, **extra: Any) -> dict[str, Any]:
+    """``{"file", "sha256", "bytes", ...extra}`` for a file already written into the package."""
+    path = Path(pkg_dir) / file_name
+    return {"file": file_name, "sha256": sha256_file(path), "bytes": path.stat().st_size, **extra}
+
+
+def _jsonable(value: Any) -> Any:
+    """Scheduler configs hold tuples, numpy scalars and FrozenDicts: make them plain JSON."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item") and callable(value.item) and not isinstance(value, (str, bytes)):
+        try:
+            return value.item()
+        except (ValueError, TypeError):
+            pass
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value
+
+
+def scheduler_section(scheduler) -> dict[str, Any]:
+    """``{"type": class name, "config": the diffusers config dict}`` (private keys dropped)."""
+    config = {k: v for k, v in dict(scheduler.config).items() if not k.startswith("_")}
+    return {"type": type(scheduler).__name__, "config": _jsonable(config)}
+
+
+def write_manifest(pkg_dir: Path | str, manifest: dict[str, Any]) -> Path:
+    validate_manifest(manifest)
+    path = Path(pkg_dir) / MANIFEST_NAME
+    path.write_text(json.dumps(_jsonable(manifest), indent=2, sort_keys=False) + "\n")
+    return path
+
+
+def validate_manifest(manifest: dict[str, Any]) -> None:
+    """Structural checks every reader performs (no file access)."""
+    if manifest.get("format") != FORMAT:
+        raise ManifestError(f"not a vgen model package (format={manifest.get('format')!r})")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ManifestError(
+            f"unsupported format_version {version!r}: this reader knows only {FORMAT_VERSION}"
+        )
+    missing = [k for k in REQUIRED_KEYS if k not in manifest]
+    if missing:
+        raise ManifestError(f"manifest lacks {missing}")
+    if manifest["family"] != FAMILY_WAN21_T2V:
+        raise ManifestError(f"unknown family {manifest['family']!r}")
+    for name in REQUIRED_COMPONENTS:
+        entry = manifest["components"].get(name)
+        if not entry or "file" not in entry or "sha256" not in entry:
+            raise ManifestError(f"component {name!r} missing or lacks file/sha256")
+
+
+def read_manifest(pkg_dir: Path | str, verify_files: bool = True) -> dict[str, Any]:
+    """Load and validate ``manifest.json``; with ``verify_files`` also check every sha256."""
+    pkg_dir = Path(pkg_dir)
+    manifest = json.loads((pkg_dir / MANIFEST_NAME).read_text())
+    validate_manifest(manifest)
+    if verify_files:
+        for name, entry in manifest["components"].items():
+            path = pkg_dir / entry["file"]
+            if not path.is_file():
+                raise ManifestError(f"component {name!r}: {entry['file']} is missing")
+            digest = sha256_file(path)
+            if digest != entry["sha256"]:
+                raise ManifestError(f"component {name!r}: sha256 mismatch ({digest} != {entry['sha256']})")
+    return manifest

@@ -1,0 +1,233 @@
+"""A tiny, seeded, fully offline Wan 2.1 text-to-video pipeline for tests.
+
+Everything is built locally (no Hugging Face hub): a small SentencePiece unigram
+tokenizer trained on a generated prompt corpus, a tiny UMT5 encoder from a local
+config, a tiny WanTransformer3DModel and a tiny AutoencoderKLWan, all with random
+weights drawn after ``torch.manual_seed(seed)``. The result is an ordinary
+``diffusers.WanPipeline``: ``save_tiny_wan`` writes it with ``save_pretrained``
+(plus ``tokenizer/spiece.model``), so exporting it follows exactly the code path
+used for a real checkpoint directory such as Wan2.1-T2V-1.3B-Diffusers.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+
+import torch
+
+SPM_FILE_NAME = "spiece.model"
+TINY_VOCAB_SIZE = 256
+
+_COLORS = "red green blue yellow white black orange purple pink gray brown cyan".split()
+_THINGS = (
+    "circle square triangle star ball cube cat dog bird car tree house person boat fish flower"
+).split()
+_MOTIONS = (
+    "moving left|moving right|moving up|moving down|spinning|bouncing|growing|shrinking|"
+    "floating|falling|jumping|rotating slowly"
+).split("|")
+_BACKGROUNDS = (
+    "black background|white background|blue sky|green field|city street|sandy beach|"
+    "dark room|snowy mountain"
+).split("|")
+_GENERAL = (
+    "time people year way day man thing woman life child world school state family group "
+    "country problem hand part place case week system program question work number night "
+    "point home water room mother area money story fact month lot right study book eye job "
+    "word business side kind head service friend father power hour game line end member law "
+    "city community name team minute idea kid body back parent face level office door health "
+    "art history party result change morning reason girl boy moment air teacher force music "
+    "market sense plan interest experience effect class control care field role heart show "
+    "light voice mind price view town road arm value building action model season society "
+    "space ground form event matter center couple site project activity table need court "
+    "situation cost figure street image phone data picture piece land product wall news test "
+    "movie north love support baby computer type attention film source hair window the quick "
+    "brown fox jumps over lazy . a video of , with and in at camera zoom pan close up wide "
+    "shot cinematic bright dark low quality blurry static overexposed worst text watermark"
+).split()
+
+
+def tiny_corpus(seed: int = 0) -> list[str]:
+    """Prompt-like sentences plus general words, deterministic for a seed."""
+    rng = random.Random(seed)
+    lines = [
+        f"a {rng.choice(_COLORS)} {rng.choice(_THINGS)} {rng.choice(_MOTIONS)} "
+        f"on a {rng.choice(_BACKGROUNDS)}"
+        for _ in range(2000)
+    ]
+    lines += [" ".join(rng.choice(_GENERAL) for _ in range(8)) for _ in range(3000)]
+    return lines
+
+
+def train_tiny_spm(out_file: Path, seed: int = 0, vocab_size: int = TINY_VOCAB_SIZE) -> Path:
+    """Train a T5-style SentencePiece unigram model: pad=0, eos=1, unk=2, no bos.
+
+    Training is single-threaded and deterministic for a given corpus.
+    """
+    import sentencepiece as spm
+
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(tiny_corpus(seed)),
+        model_writer=buf,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        pad_piece="<pad>",
+        eos_piece="</s>",
+        unk_piece="<unk>",
+        character_coverage=1.0,
+        num_threads=1,
+        minloglevel=2,
+    )
+    out_file = Path(out_file)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_bytes(buf.getvalue())
+    return out_file
+
+
+def tokenizer_from_spm(spm_file: Path):
+    """A transformers T5Tokenizer equivalent to the SentencePiece model (no extra ids).
+
+    transformers 5.x no longer converts a ``.model`` given as ``vocab_file`` with the
+    pinned protobuf (sentencepiece's own generated ``*_pb2`` needs a newer runtime), so
+    the model proto is read with transformers' bundled pure-python descriptor and the
+    vocabulary plus the normaliser's precompiled charsmap are passed explicitly.
+    """
+    from transformers import T5Tokenizer
+    from transformers.utils import sentencepiece_model_pb2_new as spm_pb2
+
+    proto = spm_pb2.ModelProto()
+    proto.ParseFromString(Path(spm_file).read_bytes())
+    vocab = [(p.piece, p.score) for p in proto.pieces]
+    return T5Tokenizer(
+        vocab=vocab,
+        extra_ids=0,
+        _spm_precompiled_charsmap=proto.normalizer_spec.precompiled_charsmap or None,
+    )
+
+
+def tiny_text_encoder(vocab_size: int):
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    config = UMT5Config(
+        vocab_size=vocab_size,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=32,
+        relative_attention_max_distance=128,
+        dropout_rate=0.0,
+        feed_forward_proj="gated-gelu",
+        is_encoder_decoder=False,
+        use_cache=False,
+    )
+    return UMT5EncoderModel(config).eval()
+
+
+def tiny_transformer(text_dim: int = 32):
+    from diffusers import WanTransformer3DModel
+
+    return WanTransformer3DModel(
+        patch_size=(1, 2, 2),
+        num_attention_heads=2,
+        attention_head_dim=12,
+        in_channels=16,
+        out_channels=16,
+        text_dim=text_dim,
+        freq_dim=256,
+        ffn_dim=32,
+        num_layers=2,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        rope_max_seq_len=32,
+    ).eval()
+
+
+def tiny_vae():
+    from diffusers import AutoencoderKLWan
+
+    return AutoencoderKLWan(
+        base_dim=3,
+        z_dim=16,
+        dim_mult=[1, 1, 1, 1],
+        num_res_blocks=1,
+        temperal_downsample=[False, True, True],
+    ).eval()
+
+
+def make_scheduler(kind: str = "unipc", flow_shift: float = 3.0):
+    """Wan's default UniPC flow scheduler, or FlowMatchEuler as the alternative."""
+    if kind == "unipc":
+        from diffusers import UniPCMultistepScheduler
+
+        return UniPCMultistepScheduler(
+            num_train_timesteps=1000,
+            prediction_type="flow_prediction",
+            use_flow_sigmas=True,
+            flow_shift=flow_shift,
+            solver_order=2,
+        )
+    if kind == "flow_euler":
+        from diffusers import FlowMatchEulerDiscreteScheduler
+
+        return FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=flow_shift)
+    raise ValueError(f"unknown scheduler kind {kind!r} (unipc | flow_euler)")
+
+
+def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, scheduler: str = "unipc"):
+    """Build the tiny random WanPipeline. ``workdir`` receives the trained ``spiece.model``
+    (a temporary directory is used when None). Returns the pipeline (eval mode, float32)."""
+    import tempfile
+
+    from diffusers import WanPipeline
+
+    if workdir is None:
+        workdir = tempfile.mkdtemp(prefix="vgen_tiny_wan_")
+    workdir = Path(workdir)
+    spm_file = train_tiny_spm(workdir / SPM_FILE_NAME, seed=seed)
+    tokenizer = tokenizer_from_spm(spm_file)
+    vocab_size = len(tokenizer)
+
+    torch.manual_seed(seed)
+    text_encoder = tiny_text_encoder(vocab_size)
+    transformer = tiny_transformer(text_dim=text_encoder.config.d_model)
+    vae = tiny_vae()
+    pipe = WanPipeline(
+        tokenizer=tokenizer,
+        text_encoder=text_encoder,
+        transformer=transformer,
+        vae=vae,
+        scheduler=make_scheduler(scheduler),
+    )
+    pipe.set_progress_bar_config(disable=True)
+    pipe._vgen_spm_file = str(spm_file)  # noqa: SLF001 - remembered for save_tiny_wan
+    return pipe
+
+
+def save_tiny_wan(pipe, out_dir: Path | str) -> Path:
+    """``save_pretrained`` plus ``tokenizer/spiece.model`` (as in the real Wan repos)."""
+    import shutil
+
+    out_dir = Path(out_dir)
+    pipe.save_pretrained(out_dir, safe_serialization=True)
+    shutil.copyfile(pipe._vgen_spm_file, out_dir / "tokenizer" / SPM_FILE_NAME)  # noqa: SLF001
+    return out_dir
+
+
+def write_tiny_wan(out_dir: Path | str, seed: int = 0, scheduler: str = "unipc") -> Path:
+    """Build the tiny pipeline and save it as a diffusers directory."""
+    import tempfile
+
+    out_dir = Path(out_dir)
+    with tempfile.TemporaryDirectory(prefix="vgen_spm_") as tmp:
+        pipe = build_tiny_wan_pipeline(seed=seed, workdir=tmp, scheduler=scheduler)
+        save_tiny_wan(pipe, out_dir)
+    return out_dir
