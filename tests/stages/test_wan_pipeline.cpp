@@ -1,0 +1,205 @@
+#include "stages/wan_pipeline.hpp"
+
+#include <doctest/doctest.h>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+#include <torch/script.h>
+
+#include <array>
+#include <fstream>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <set>
+
+#include "runtime/errors.hpp"
+#include "stages/wan_job.hpp"
+
+using namespace vgen;
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Reference {
+  nlohmann::json info;
+  std::optional<torch::jit::Module> tensors;  // loaded on first use
+  at::Tensor get(const std::string& name) {
+    if (!tensors) tensors = torch::jit::load(info["reference"].get<std::string>());
+    return tensors->attr(name).toTensor();
+  }
+};
+
+// Builds the tiny Wan pipeline, exports it and runs diffusers' WanPipeline on one case
+// (tools/reference/wan_parity.py). Once per test binary: it takes ~20 s.
+Reference* reference() {
+  static std::optional<Reference> ref;
+  static bool tried = false;
+  if (tried) return ref ? &*ref : nullptr;
+  tried = true;
+  // The reference is produced once by the CTest fixture `stages.wan_parity_reference`
+  // (tools/reference/wan_parity.py, ~20 s), which sets VGEN_WAN_PARITY_DIR for this test.
+  const char* dir = std::getenv("VGEN_WAN_PARITY_DIR");
+  if (!dir || !*dir || !fs::is_regular_file(fs::path(dir) / "parity.json")) return nullptr;
+  std::ifstream in(fs::path(dir) / "parity.json");
+  auto info = nlohmann::json::parse(in);
+  ref = Reference{info, std::nullopt};
+  return &*ref;
+}
+
+// What the stages produced for one job, captured by wrapping the stage functions.
+struct Capture {
+  std::mutex m;
+  std::map<std::string, at::Tensor> embeds, frames;
+  std::map<std::string, std::vector<at::Tensor>> steps;
+  std::map<std::string, std::set<std::string>> devices;  // job -> devices of its stages
+};
+
+std::vector<StageSpec> capturing(std::vector<StageSpec> stages, Capture& cap) {
+  for (auto& s : stages) {
+    auto inner = s.fn;
+    const auto name = s.name;
+    s.fn = [inner, name, &cap](Job& job) -> asio::awaitable<void> {
+      if (name == "denoise") {
+        auto& w = std::any_cast<WanJob&>(job.payload);
+        w.on_step = [&cap, id = job.id()](int, const at::Tensor& latents) {
+          std::lock_guard l(cap.m);
+          cap.steps[id].push_back(latents.clone());
+        };
+      }
+      co_await inner(job);
+      if (auto* w = std::any_cast<WanJob>(&job.payload)) {
+        std::lock_guard l(cap.m);
+        if (name == "preprocess") cap.embeds[job.id()] = w->embeds.clone();
+        if (name == "decode") cap.frames[job.id()] = w->frames.clone();
+        if (!w->device.empty()) cap.devices[job.id()].insert(w->device);
+      }
+    };
+  }
+  return stages;
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) {
+  REQUIRE(a.sizes() == b.sizes());
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+// Runs `jobs` through the real stages on `devices`; returns the finished jobs.
+std::vector<std::shared_ptr<Job>> run_jobs(const fs::path& package, const std::string& devices,
+                                          const std::vector<boost::json::object>& jobs, Capture& cap,
+                                          const fs::path& out_dir, std::shared_ptr<WanRuntime>* keep = nullptr) {
+  const auto specs = parse_device_list(devices);
+  Executor executor({.io_threads = 1});
+  for (const auto& d : specs) executor.add_pool({.name = "device:" + d.id, .threads = 1});
+  executor.add_pool({.name = "codec", .threads = 1});
+  DevicePool pool(specs);
+  WanRuntimeOptions options;
+  options.out_dir = out_dir;
+  options.denoise_workers = specs.size();
+  options.preprocess_workers = specs.size();
+  auto runtime = make_wan_runtime(package, executor, pool, options);
+  if (keep) *keep = runtime;
+  Pipeline pipeline(executor.get_executor(), capturing(make_wan_stages(runtime), cap));
+  pipeline.start();
+  auto submit_all = [&]() -> asio::awaitable<std::vector<std::shared_ptr<Job>>> {
+    std::vector<std::shared_ptr<Job>> out;
+    for (const auto& j : jobs) out.push_back(co_await pipeline.submit(j));
+    co_await pipeline.drain();
+    co_return out;
+  };
+  auto done = executor.run_sync(submit_all());
+  executor.stop();
+  return done;
+}
+
+boost::json::object case_json(const nlohmann::json& c, std::uint64_t seed, const std::string& scheduler) {
+  boost::json::object o{{"prompt", c["prompt"].get<std::string>()},
+                        {"negative_prompt", c["negative_prompt"].get<std::string>()},
+                        {"height", c["height"].get<int>()}, {"width", c["width"].get<int>()},
+                        {"frames", c["num_frames"].get<int>()}, {"steps", c["num_inference_steps"].get<int>()},
+                        {"guidance", c["guidance_scale"].get<double>()}, {"seed", seed}};
+  if (!scheduler.empty()) o["scheduler"] = scheduler;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("vgen's Wan stages reproduce diffusers' WanPipeline (UniPC and FlowMatchEuler)" * doctest::timeout(600)) {
+  auto* ref = reference();
+  if (!ref) {
+    WARN_MESSAGE(false, "VGEN_WAN_PARITY_DIR not set (no tooling Python): skipped the diffusers parity test");
+    return;
+  }
+  const auto out = fs::temp_directory_path() / ("vgen-wan-out-" + std::to_string(std::random_device{}()));
+  fs::create_directories(out);
+  const auto seed = ref->info["seed"].get<std::uint64_t>();
+  Capture cap;
+  auto jobs = run_jobs(ref->info["package"].get<std::string>(), "cpu",
+                       {case_json(ref->info["case"], seed, ""), case_json(ref->info["case"], seed, "FlowMatchEulerDiscreteScheduler")},
+                       cap, out);
+  REQUIRE(jobs.size() == 2);
+  for (auto& j : jobs) REQUIRE_MESSAGE(j->state() == JobState::done, j->snapshot().error);
+
+  // Text embeddings: [cond; uncond] as one batch.
+  const auto& e = cap.embeds[jobs[0]->id()];
+  CHECK(max_diff(e[0].unsqueeze(0), ref->get("embeds_cond")) <= 1e-5);
+  CHECK(max_diff(e[1].unsqueeze(0), ref->get("embeds_uncond")) <= 1e-5);
+
+  const int steps = ref->info["steps"].get<int>();
+  for (auto [job, name] : {std::pair{jobs[0], std::string("unipc")}, std::pair{jobs[1], std::string("euler")}}) {
+    CAPTURE(name);
+    const auto& got = cap.steps[job->id()];
+    REQUIRE(static_cast<int>(got.size()) == steps);
+    for (int i = 0; i < steps; ++i) {
+      char key[64];
+      std::snprintf(key, sizeof key, "latents_%s_%03d", name.c_str(), i);
+      CAPTURE(i);
+      CHECK(max_diff(got[i], ref->get(key)) <= 1e-4);
+    }
+    // diffusers' frames are [1, F, 3, H, W]; ours [F, H, W, 3].
+    const auto theirs = ref->get("frames_" + name)[0].permute({0, 2, 3, 1});
+    const double d = max_diff(cap.frames[job->id()], theirs);
+    MESSAGE(name << ": max |vgen - diffusers| over frames = " << d);
+    CHECK(d <= 1e-3);
+    CHECK(fs::is_regular_file(wan_job_result(*job).output));
+  }
+  fs::remove_all(out);
+}
+
+TEST_CASE("two CPU replicas both work on a multi-job run; identical prompts are encoded once" * doctest::timeout(600)) {
+  auto* ref = reference();
+  if (!ref) {
+    WARN_MESSAGE(false, "VGEN_WAN_PARITY_DIR not set (no tooling Python): skipped");
+    return;
+  }
+  const auto out = fs::temp_directory_path() / ("vgen-wan-out-" + std::to_string(std::random_device{}()));
+  fs::create_directories(out);
+  std::vector<boost::json::object> specs;
+  for (int i = 0; i < 6; ++i) specs.push_back(case_json(ref->info["case"], 100 + i, ""));
+  Capture cap;
+  std::shared_ptr<WanRuntime> runtime;
+  auto jobs = run_jobs(ref->info["package"].get<std::string>(), "cpu,cpu", specs, cap, out, &runtime);
+  std::set<std::string> used;
+  for (auto& j : jobs) {
+    REQUIRE_MESSAGE(j->state() == JobState::done, j->snapshot().error);
+    used.insert(cap.devices[j->id()].begin(), cap.devices[j->id()].end());
+  }
+  const std::set<std::string> both{"cpu:0", "cpu:1"};
+  CHECK(used == both);
+  // Same prompt and negative prompt in every job: encoded once per device at most.
+  const auto stats = text_cache_stats(*runtime);
+  CHECK(stats.misses <= 4);
+  CHECK(stats.hits >= 8);
+  // A job's result does not depend on its neighbours: same seed, same latents.
+  auto again = run_jobs(ref->info["package"].get<std::string>(), "cpu", {specs[3]}, cap, out);
+  CHECK(max_diff(cap.steps[again[0]->id()].back(), cap.steps[jobs[3]->id()].back()) == 0.0);
+  fs::remove_all(out);
+}
+
+TEST_CASE("a missing or damaged package is reported by name") {
+  Executor executor;
+  DevicePool pool(parse_device_list("cpu"));
+  CHECK_THROWS_AS(make_wan_runtime("/nonexistent/pkg", executor, pool, {}), Error);
+}

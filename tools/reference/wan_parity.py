@@ -1,0 +1,63 @@
+"""Reference for the C++ parity test (tests/stages/test_wan_pipeline.cpp): builds the tiny
+random Wan pipeline offline, exports it as a vgen package, and runs diffusers' own
+WanPipeline on one case with UniPC (the package's scheduler) and with FlowMatchEuler,
+recording the prompt embeddings, the latents after every step and the output frames.
+
+Usage: wan_parity.py OUT_DIR  -> prints JSON {package, reference, case, steps}.
+reference.pt is a TorchScript module whose buffers are the tensors (C++: attr(NAME))."""
+import json
+import pathlib
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from vgen_export import export_wan as ew  # noqa: E402
+from vgen_export.reference_loop import dump_tensors  # noqa: E402
+from vgen_export.tiny_wan import make_scheduler, write_tiny_wan  # noqa: E402
+
+CASE = dict(prompt="a red circle moving left on a black background", negative_prompt="blurry, low quality",
+            height=32, width=48, num_frames=9, num_inference_steps=4, guidance_scale=5.0)
+SEED = 1234
+
+
+def run(pipe, scheduler):
+    pipe = type(pipe)(**{**pipe.components, "scheduler": scheduler})
+    pipe.set_progress_bar_config(disable=True)
+    steps = []
+
+    def record(_pipe, _i, _t, kwargs):
+        steps.append(kwargs["latents"].clone())
+        return {}
+
+    frames = pipe(**CASE, generator=torch.Generator().manual_seed(SEED), output_type="pt",
+                  callback_on_step_end=record).frames
+    return frames, steps
+
+
+def main():
+    torch.set_num_threads(1)
+    out = pathlib.Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    src = write_tiny_wan(out / "diffusers", seed=0)
+    ew.export_wan(src, out / "pkg", dtype="float32", tiny=True, seed=0)
+    from diffusers import WanPipeline
+
+    pipe = WanPipeline.from_pretrained(src)
+    tensors = {}
+    with torch.no_grad():
+        cond, uncond = pipe.encode_prompt(CASE["prompt"], CASE["negative_prompt"], do_classifier_free_guidance=True,
+                                          max_sequence_length=ew.pipeline_max_sequence_length())
+    tensors["embeds_cond"], tensors["embeds_uncond"] = cond, uncond
+    for name, kind in (("unipc", "unipc"), ("euler", "flow_euler")):
+        frames, steps = run(pipe, make_scheduler(kind, flow_shift=3.0))
+        tensors[f"frames_{name}"] = frames
+        for i, latents in enumerate(steps):
+            tensors[f"latents_{name}_{i:03d}"] = latents
+    dump_tensors(out / "ref", tensors, {"case": CASE, "seed": SEED})
+    print(json.dumps({"package": str(out / "pkg"), "reference": str(out / "ref" / "reference.pt"),
+                      "case": CASE, "seed": SEED, "steps": CASE["num_inference_steps"]}))
+
+
+if __name__ == "__main__":
+    main()
