@@ -86,6 +86,8 @@ class WorkerPool {
   std::size_t running() const noexcept { return running_.load(); }
   std::uint64_t completed() const noexcept { return completed_.load(); }
 
+  // False only in AddressSanitizer builds, which run each task directly on its thread.
+  static bool runs_tasks_on_fibers() noexcept;
   // The index of the calling worker thread in its pool, or -1 off the pool's threads.
   static int current_thread_index() noexcept;
   static const WorkerPool* current_pool() noexcept;

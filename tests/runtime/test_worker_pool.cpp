@@ -87,7 +87,8 @@ TEST_CASE("many tasks from many coroutines all complete, spread over the threads
   }
 }
 
-TEST_CASE("fibers_per_thread lets a suspended task's thread run the next task" * doctest::timeout(30)) {
+TEST_CASE("fibers_per_thread lets a suspended task's thread run the next task" * doctest::timeout(30) *
+          doctest::skip(!WorkerPool::runs_tasks_on_fibers())) {
   // One OS thread, two fiber slots: task A suspends its fiber (as a CUDA wait would) until
   // task B has run on the same thread.
   WorkerPool pool({.name = "t", .threads = 1, .fibers_per_thread = 2});
