@@ -1,0 +1,123 @@
+"""`vgen render` end to end on the tiny random Wan package: outputs probed with ffprobe,
+and bad input rejected with exit code 2, a message naming the problem, and no file left."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from vgen_export import export_wan as ew  # noqa: E402
+from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+
+BUILD = Path(os.environ.get("VGEN_BUILD_DIR", Path(__file__).resolve().parents[2] / "build"))
+VGEN = BUILD / "bin" / "vgen"
+pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    root = tmp_path_factory.mktemp("render")
+    src = write_tiny_wan(root / "diffusers", seed=0)
+    ew.export_wan(src, root / "pkg", dtype="float32", tiny=True, seed=0)
+    return root / "pkg"
+
+
+def render(package, out, *args):
+    cmd = [str(VGEN), "render", "a red circle moving left", "-o", str(out), "--model", str(package), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def probe(path):
+    out = subprocess.run(["ffprobe", "-v", "error", "-count_frames", "-show_entries",
+                          "stream=codec_name,width,height,r_frame_rate,nb_read_frames", "-of", "json", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["streams"][0]
+
+
+@pytest.mark.parametrize("ext,codec", [("mp4", "h264"), ("webm", "vp9"), ("gif", "gif")])
+def test_render_writes_probed_video(package, tmp_path, ext, codec):
+    out = tmp_path / f"clip.{ext}"
+    r = render(package, out, "--width", "48", "--height", "32", "--frames", "9", "--steps", "2", "--fps", "12")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(out)
+    s = probe(out)
+    assert s["codec_name"] == codec
+    assert (s["width"], s["height"]) == (48, 32)
+    num, den = map(int, s["r_frame_rate"].split("/"))
+    if codec == "gif":  # GIF delays are whole centiseconds: 12 fps cannot be exact
+        assert abs(num / den - 12) < 0.25
+    else:
+        assert s["r_frame_rate"] == "12/1"
+    assert int(s["nb_read_frames"]) == 9
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]  # no temp files left
+
+
+def test_render_png_frames(package, tmp_path):
+    out = tmp_path / "frames"
+    r = render(package, out, "--format", "png", "--frames", "5", "--steps", "2")
+    assert r.returncode == 0, r.stderr
+    frames = sorted(out.iterdir())
+    assert len(frames) == 5 and all(f.suffix == ".png" for f in frames)
+    assert probe(frames[0])["codec_name"] == "png"
+
+
+def corrupt_copy(package, tmp_path, how):
+    pkg = tmp_path / "pkg"
+    shutil.copytree(package, pkg)
+    if how == "truncated":
+        data = (pkg / "transformer.pt").read_bytes()
+        (pkg / "transformer.pt").write_bytes(data[: len(data) // 2])
+    elif how == "flipped":
+        data = bytearray((pkg / "transformer.pt").read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (pkg / "transformer.pt").write_bytes(bytes(data))
+    elif how == "version":
+        m = json.loads((pkg / "manifest.json").read_text())
+        m["format_version"] = 99
+        (pkg / "manifest.json").write_text(json.dumps(m))
+    elif how == "no_manifest":
+        (pkg / "manifest.json").unlink()
+    return pkg
+
+
+@pytest.mark.parametrize("how,needle", [("truncated", "truncated"), ("flipped", "corrupt"),
+                                        ("version", "format_version 99"), ("no_manifest", "manifest.json")])
+def test_bad_package_exits_2(package, tmp_path, how, needle):
+    pkg = corrupt_copy(package, tmp_path, how)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    r = render(pkg, out_dir / "clip.mp4")
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr
+    assert list(out_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--width", "250"], "width: must be a multiple of 16"),
+    (["--frames", "16"], "frames: must be 4k+1"),
+    (["--steps", "0"], "steps:"),
+    (["--height", "100000"], "height:"),
+    (["--scheduler", "NoSuchScheduler"], "scheduler:"),
+])
+def test_bad_job_exits_2(package, tmp_path, args, needle):
+    r = render(package, tmp_path / "clip.mp4", *args)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_empty_prompt_and_missing_model_exit_2(package, tmp_path):
+    r = subprocess.run([str(VGEN), "render", "", "-o", str(tmp_path / "a.mp4"), "--model", str(package)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "prompt" in r.stderr
+    r = render(tmp_path / "nope", tmp_path / "a.mp4")
+    assert r.returncode == 2 and "nope" in r.stderr
+    r = render(package, tmp_path / "a.avi")
+    assert r.returncode == 2 and "output" in r.stderr
+    assert list(tmp_path.iterdir()) == []
