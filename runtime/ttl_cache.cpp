@@ -23,4 +23,19 @@ std::chrono::steady_clock::time_point deadline_after(std::chrono::steady_clock::
 
 }  // namespace detail
 
+void publish_cache_stats(MetricsRegistry& metrics, std::string_view cache, const CacheStats& now, CacheStats& last) {
+  const Labels l{{"cache", std::string(cache)}};
+  auto advance = [&](const char* name, const char* help, std::uint64_t cur, std::uint64_t prev) {
+    auto& c = metrics.counter(name, help, l);
+    if (cur > prev) c.inc(static_cast<double>(cur - prev));
+  };
+  advance("vgen_cache_hits_total", "Cache lookups that found a live entry", now.hits, last.hits);
+  advance("vgen_cache_misses_total", "Cache lookups that found nothing live", now.misses, last.misses);
+  advance("vgen_cache_evictions_total", "Live entries evicted to keep the bounds", now.evictions, last.evictions);
+  advance("vgen_cache_expirations_total", "Entries removed because their TTL passed", now.expirations, last.expirations);
+  metrics.gauge("vgen_cache_entries", "Entries held", l).set(static_cast<double>(now.entries));
+  metrics.gauge("vgen_cache_hit_ratio", "hits / (hits + misses)", l).set(now.hit_rate());
+  last = now;
+}
+
 }  // namespace vgen

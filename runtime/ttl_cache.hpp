@@ -31,6 +31,7 @@
 #include <utility>
 
 #include "runtime/content_key.hpp"
+#include "runtime/metrics.hpp"
 
 namespace vgen {
 
@@ -46,6 +47,12 @@ struct CacheStats {
   // hits / (hits + misses); 0 before the first get.
   double hit_rate() const;
 };
+
+// Publishes a cache's stats as Prometheus metrics labelled {cache="<name>"}:
+// vgen_cache_{hits,misses,evictions,expirations}_total (counters, advanced by the change since
+// `last`), vgen_cache_entries and vgen_cache_hit_ratio (gauges). `last` is updated to `now`.
+// Call it from one thread per cache (e.g. when /metrics is scraped).
+void publish_cache_stats(MetricsRegistry& metrics, std::string_view cache, const CacheStats& now, CacheStats& last);
 
 struct TtlCacheOptions {
   using Clock = std::chrono::steady_clock;

@@ -333,3 +333,20 @@ TEST_CASE("concurrent get/put keeps the invariants" * doctest::timeout(60)) {
   CHECK(s.evictions > 0);
   CHECK(total_wrong == 0);
 }
+
+TEST_CASE("cache stats are published as Prometheus metrics") {
+  vgen::MetricsRegistry metrics;
+  vgen::CacheStats last;
+  vgen::CacheStats now;
+  now.hits = 3;
+  now.misses = 1;
+  now.entries = 2;
+  vgen::publish_cache_stats(metrics, "text", now, last);
+  now.hits = 5;
+  vgen::publish_cache_stats(metrics, "text", now, last);
+  const auto text = metrics.render_prometheus();
+  CHECK(text.find("vgen_cache_hits_total{cache=\"text\"} 5") != std::string::npos);
+  CHECK(text.find("vgen_cache_misses_total{cache=\"text\"} 1") != std::string::npos);
+  CHECK(text.find("vgen_cache_entries{cache=\"text\"} 2") != std::string::npos);
+  CHECK(text.find("vgen_cache_hit_ratio{cache=\"text\"} 0.8333333333333334") != std::string::npos);
+}
