@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/python_reference.hpp"
+
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
@@ -20,20 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::optional<nlohmann::json> run_reference(const fs::path& dir) {
-  const char* py = std::getenv("VGEN_PYTHON");
-  const char* src = std::getenv("VGEN_SOURCE_DIR");
-  if (!py || !*py || !src) return std::nullopt;
-  const std::string cmd = std::string(py) + " " + src + "/tools/reference/tiny_module.py " + dir.string();
-  std::string out;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe);
-  std::array<char, 4096> buf{};
-  while (auto n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  REQUIRE(pclose(pipe) == 0);
-  return nlohmann::json::parse(out);
-}
-
 at::Tensor tensor_of(const nlohmann::json& j) {
   std::vector<float> flat;
   std::vector<int64_t> shape{static_cast<int64_t>(j.size())};
@@ -46,17 +34,11 @@ at::Tensor tensor_of(const nlohmann::json& j) {
   return at::tensor(flat).reshape(shape);
 }
 
-fs::path temp_dir() {
-  auto d = fs::temp_directory_path() / ("vgen-mb-" + std::to_string(std::random_device{}()));
-  fs::create_directories(d);
-  return d;
-}
-
 }  // namespace
 
 TEST_CASE("a TorchScript component loads once per device and reproduces eager PyTorch") {
-  const auto dir = temp_dir();
-  auto ref = run_reference(dir);
+  const auto dir = vgen::test::temp_dir("vgen-test-");
+  auto ref = vgen::test::python_reference("tiny_module.py", dir.string());
   if (!ref) {
     WARN_MESSAGE(false, "VGEN_PYTHON not set: skipped");
     return;
@@ -83,7 +65,7 @@ TEST_CASE("a TorchScript component loads once per device and reproduces eager Py
 }
 
 TEST_CASE("missing, corrupt and unknown things are reported by name") {
-  const auto dir = temp_dir();
+  const auto dir = vgen::test::temp_dir("vgen-test-");
   CHECK_THROWS_AS(load_module("torchscript", dir / "absent.pt", "cpu", at::kFloat), Error);
   { std::ofstream(dir / "corrupt.pt") << "not a zip archive"; }
   try {

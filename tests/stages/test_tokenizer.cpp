@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/python_reference.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <array>
@@ -15,35 +17,10 @@
 using namespace vgen;
 namespace fs = std::filesystem;
 
-namespace {
-
-// Runs tools/reference/tokenizer_reference.py with the tooling Python; nullopt when the
-// suite was configured without it.
-std::optional<nlohmann::json> python_reference(const fs::path& dir) {
-  const char* py = std::getenv("VGEN_PYTHON");
-  const char* src = std::getenv("VGEN_SOURCE_DIR");
-  if (!py || !*py || !src) return std::nullopt;
-  const std::string cmd = std::string(py) + " " + src + "/tools/reference/tokenizer_reference.py " + dir.string();
-  std::string out;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe);
-  std::array<char, 4096> buf{};
-  while (auto n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  REQUIRE(pclose(pipe) == 0);
-  return nlohmann::json::parse(out);
-}
-
-fs::path temp_dir() {
-  auto d = fs::temp_directory_path() / ("vgen-tok-" + std::to_string(std::random_device{}()));
-  fs::create_directories(d);
-  return d;
-}
-
-}  // namespace
 
 TEST_CASE("C++ SentencePiece ids equal Python sentencepiece's, with T5 EOS and padding") {
-  const auto dir = temp_dir();
-  auto ref = python_reference(dir);
+  const auto dir = vgen::test::temp_dir("vgen-test-");
+  auto ref = vgen::test::python_reference("tokenizer_reference.py", dir.string());
   if (!ref) {
     WARN_MESSAGE(false, "VGEN_PYTHON not set: skipped the Python comparison");
     return;
@@ -71,7 +48,7 @@ TEST_CASE("C++ SentencePiece ids equal Python sentencepiece's, with T5 EOS and p
 
 TEST_CASE("bad tokenizer input is reported by name") {
   CHECK_THROWS_AS(Tokenizer::load("/nonexistent/tok.model", {}), Error);
-  const auto dir = temp_dir();
+  const auto dir = vgen::test::temp_dir("vgen-test-");
   std::FILE* f = std::fopen((dir / "corrupt.model").c_str(), "wb");
   std::fputs("definitely not a sentencepiece model", f);
   std::fclose(f);
