@@ -53,18 +53,7 @@ def pkg(exported):
 
 def run_pipe(pipe, case, seed, scheduler=None):
     """WanPipeline frames (output_type="pt") and its latents after every step."""
-    if scheduler is not None:
-        pipe = type(pipe)(**{**pipe.components, "scheduler": scheduler})
-        pipe.set_progress_bar_config(disable=True)
-    steps = []
-
-    def record(_pipe, _i, _t, kwargs):
-        steps.append(kwargs["latents"].clone())
-        return {}
-
-    frames = pipe(**case, generator=torch.Generator().manual_seed(seed), output_type="pt",
-                  callback_on_step_end=record).frames
-    return frames, steps
+    return rl.run_wan_pipeline(pipe, case, seed, scheduler)
 
 
 def assert_matches(rec, expected):

@@ -13,26 +13,12 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export.reference_loop import dump_tensors  # noqa: E402
+from vgen_export.reference_loop import dump_tensors, run_wan_pipeline  # noqa: E402
 from vgen_export.tiny_wan import make_scheduler, write_tiny_wan  # noqa: E402
 
 CASE = dict(prompt="a red circle moving left on a black background", negative_prompt="blurry, low quality",
             height=32, width=48, num_frames=9, num_inference_steps=4, guidance_scale=5.0)
 SEED = 1234
-
-
-def run(pipe, scheduler):
-    pipe = type(pipe)(**{**pipe.components, "scheduler": scheduler})
-    pipe.set_progress_bar_config(disable=True)
-    steps = []
-
-    def record(_pipe, _i, _t, kwargs):
-        steps.append(kwargs["latents"].clone())
-        return {}
-
-    frames = pipe(**CASE, generator=torch.Generator().manual_seed(SEED), output_type="pt",
-                  callback_on_step_end=record).frames
-    return frames, steps
 
 
 def main():
@@ -50,7 +36,7 @@ def main():
                                           max_sequence_length=ew.pipeline_max_sequence_length())
     tensors["embeds_cond"], tensors["embeds_uncond"] = cond, uncond
     for name, kind in (("unipc", "unipc"), ("euler", "flow_euler")):
-        frames, steps = run(pipe, make_scheduler(kind, flow_shift=3.0))
+        frames, steps = run_wan_pipeline(pipe, CASE, SEED, make_scheduler(kind, flow_shift=3.0))
         tensors[f"frames_{name}"] = frames
         for i, latents in enumerate(steps):
             tensors[f"latents_{name}_{i:03d}"] = latents

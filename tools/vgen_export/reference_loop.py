@@ -229,3 +229,20 @@ def dump_tensors(dump_dir: Path | str, tensors: dict[str, Any], params: dict[str
     torch.jit.script(_TensorBag(tensors)).save(str(out / "reference.pt"))
     (out / "reference.json").write_text(json.dumps({"params": params, "tensors": index}, indent=2) + "\n")
     return out
+
+
+def run_wan_pipeline(pipe, case: dict[str, Any], seed: int, scheduler=None):
+    """diffusers' own WanPipeline on ``case`` (its call arguments): frames (output_type="pt",
+    [1,F,3,H,W]) and the latents after every step. ``scheduler`` replaces the pipeline's."""
+    if scheduler is not None:
+        pipe = type(pipe)(**{**pipe.components, "scheduler": scheduler})
+    pipe.set_progress_bar_config(disable=True)
+    steps = []
+
+    def record(_pipe, _i, _t, kwargs):
+        steps.append(kwargs["latents"].clone())
+        return {}
+
+    frames = pipe(**case, generator=torch.Generator().manual_seed(seed), output_type="pt",
+                  callback_on_step_end=record).frames
+    return frames, steps
