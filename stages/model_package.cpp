@@ -132,6 +132,7 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
     c.sha256 = r.str(e, "sha256", where);
     c.bytes = static_cast<std::uint64_t>(r.integer(e, "bytes", where));
     c.format = r.str(e, "format", where);
+    c.dtype = e.if_contains("dtype") ? r.str(e, "dtype", where) : p.dtype;
     if (c.file.lexically_normal().string().rfind(r.dir.string(), 0) != 0) r.fail(where + "file escapes the package");
     if (!fs::is_regular_file(c.file)) r.fail(std::string("component '") + name + "' file " + c.file.filename().string() + " is missing");
     if (fs::file_size(c.file) != c.bytes)

@@ -24,6 +24,7 @@ struct ModelComponent {
   std::string sha256;
   std::uint64_t bytes = 0;
   std::string format;          // "torchscript", "sentencepiece"
+  std::string dtype;           // the component's own dtype (a bf16 package keeps its VAE in float32)
 };
 
 struct ModelPackage {

@@ -84,8 +84,8 @@ asio::awaitable<Placement> place(WanRuntime& rt) {
 }
 
 std::shared_ptr<const Module> module(WanRuntime& rt, const std::string& component, const std::string& device) {
-  return ModuleCache::instance().get(rt.options.backend, rt.package.component(component).file, device,
-                                     parse_dtype(rt.package.dtype));
+  const auto& c = rt.package.component(component);
+  return ModuleCache::instance().get(rt.options.backend, c.file, device, parse_dtype(c.dtype));
 }
 
 at::Tensor encode_text(WanRuntime& rt, const std::string& device, const std::vector<std::string>& texts) {
