@@ -47,12 +47,10 @@ class TorchScriptModule final : public Module {
     c10::InferenceMode guard;
     std::vector<c10::IValue> args;
     args.reserve(inputs.size());
-    for (const auto& t : inputs) {
-      auto moved = t.to(device_);
-      // Floating inputs follow the module's dtype (fp16/bf16 on GPUs); ids and masks stay.
-      if (moved.is_floating_point() && moved.scalar_type() != dtype_) moved = moved.to(dtype_);
-      args.emplace_back(std::move(moved));
-    }
+    // Only the device changes here. Dtypes are the caller's: exported modules may keep some
+    // inputs and submodules in float32 (e.g. Wan's timestep and time embedder in a bf16
+    // package), so casting every floating input to the module's dtype would be wrong.
+    for (const auto& t : inputs) args.emplace_back(t.to(device_));
     // forward() is const on the module's state; TorchScript's method call is not const-qualified.
     auto& m = const_cast<torch::jit::Module&>(module_);
     return m.forward(args).toTensor();
@@ -70,8 +68,7 @@ std::shared_ptr<const Module> load_torchscript(const fs::path& file, c10::Device
   if (!fs::is_regular_file(file)) throw_error(ErrorKind::invalid_argument, "model file '" + file.string() + "' does not exist");
   try {
     auto m = torch::jit::load(file.string(), device);
-    m.eval();
-    if (dtype != c10::kFloat) m.to(dtype);
+    m.eval();  // the file's own parameter dtypes are kept: `dtype` describes them
     return std::make_shared<TorchScriptModule>(std::move(m), device, dtype);
   } catch (const c10::Error& e) {
     throw_error(ErrorKind::invalid_argument, "model file '" + file.string() + "' is corrupt or not TorchScript: " +

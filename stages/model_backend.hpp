@@ -32,7 +32,7 @@ c10::ScalarType parse_dtype(std::string_view name);     // "float32" | "float16"
 class Module {
  public:
   virtual ~Module() = default;
-  // Inputs are moved to the module's device; outputs stay there.
+  // Inputs are moved to the module's device (their dtypes are the caller's); outputs stay there.
   virtual at::Tensor forward(const std::vector<at::Tensor>& inputs) const = 0;
   virtual c10::Device device() const = 0;
   virtual c10::ScalarType dtype() const = 0;

@@ -148,9 +148,11 @@ asio::awaitable<void> denoise(WanRuntime& rt, Job& job) {
     auto step = [&, i] {
       const auto& latents = w.latents;
       auto input = scheduler->scale_model_input(latents, i);
-      auto batch = cfg ? at::cat({input, input}, 0) : input;
-      auto t = scheduler->timesteps()[i].to(at::kFloat).expand({batch.size(0)}).contiguous();
-      auto pred = transformer->forward({batch, t, w.embeds}).to(at::kCPU).to(at::kFloat);
+      auto batch = (cfg ? at::cat({input, input}, 0) : input).to(transformer->dtype());
+      auto t = scheduler->timesteps()[i].to(at::kFloat).expand({batch.size(0)}).contiguous();  // float32 always
+      // Guidance in the transformer's dtype and the scheduler step on that output, as
+      // WanPipeline does (so a bf16 package follows diffusers' bf16 numerics too).
+      auto pred = transformer->forward({batch, t, w.embeds.to(transformer->dtype())}).to(at::kCPU);
       if (cfg) {
         auto parts = pred.chunk(2, 0);
         pred = parts[1] + w.spec.guidance * (parts[0] - parts[1]);
@@ -174,7 +176,8 @@ asio::awaitable<void> decode(WanRuntime& rt, Job& job) {
     auto mean = at::tensor(p.latents_mean, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
     auto std = at::tensor(p.latents_std, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
     auto z = w.latents / (1.0 / std) + mean;  // exactly diffusers' un-normalisation
-    auto video = module(rt, "vae_decoder", device)->forward({z}).to(at::kCPU).to(at::kFloat);  // [1,3,F,H,W]
+    auto vae = module(rt, "vae_decoder", device);
+    auto video = vae->forward({z.to(vae->dtype())}).to(at::kCPU).to(at::kFloat);  // [1,3,F,H,W]
     w.frames = (video / 2 + 0.5).clamp(0, 1)[0].permute({1, 2, 3, 0}).contiguous();  // [F,H,W,3]
     return 0;
   };
