@@ -168,6 +168,33 @@ TEST_CASE("vgen's Wan stages reproduce diffusers' WanPipeline (UniPC and FlowMat
   fs::remove_all(out);
 }
 
+TEST_CASE("a bfloat16 package follows diffusers' bfloat16 WanPipeline" * doctest::timeout(600)) {
+  auto* ref = reference();
+  if (!ref) {
+    WARN_MESSAGE(false, "VGEN_WAN_PARITY_DIR not set (no tooling Python): skipped");
+    return;
+  }
+  const auto out = fs::temp_directory_path() / ("vgen-wan-out-" + std::to_string(std::random_device{}()));
+  fs::create_directories(out);
+  Capture cap;
+  auto jobs = run_jobs(ref->info["package_bf16"].get<std::string>(), "cpu",
+                       {case_json(ref->info["case"], ref->info["seed"].get<std::uint64_t>(), "")}, cap, out);
+  REQUIRE_MESSAGE(jobs[0]->state() == JobState::done, jobs[0]->snapshot().error);
+  const auto& got = cap.steps[jobs[0]->id()];
+  const int steps = ref->info["steps"].get<int>();
+  REQUIRE(static_cast<int>(got.size()) == steps);
+  for (int i = 0; i < steps; ++i) {
+    char key[64];
+    std::snprintf(key, sizeof key, "latents_bf16_%03d", i);
+    CAPTURE(i);
+    CHECK(max_diff(got[i], ref->get(key)) <= 1e-4);
+  }
+  const double d = max_diff(cap.frames[jobs[0]->id()], ref->get("frames_bf16")[0].permute({0, 2, 3, 1}));
+  MESSAGE("bf16: max |vgen - diffusers| over frames = " << d);
+  CHECK(d <= 1e-3);
+  fs::remove_all(out);
+}
+
 TEST_CASE("two CPU replicas both work on a multi-job run; identical prompts are encoded once" * doctest::timeout(600)) {
   auto* ref = reference();
   if (!ref) {

@@ -1,6 +1,7 @@
 """Reference for the C++ parity test (tests/stages/test_wan_pipeline.cpp): builds the tiny
-random Wan pipeline offline, exports it as a vgen package, and runs diffusers' own
-WanPipeline on one case with UniPC (the package's scheduler) and with FlowMatchEuler,
+random Wan pipeline offline, exports it as a vgen package (float32 and bfloat16), and runs
+diffusers' own WanPipeline on one case with UniPC (the package's scheduler), with
+FlowMatchEuler, and in bfloat16,
 recording the prompt embeddings, the latents after every step and the output frames.
 
 Usage: wan_parity.py OUT_DIR  -> prints JSON {package, reference, case, steps}.
@@ -40,8 +41,19 @@ def main():
         tensors[f"frames_{name}"] = frames
         for i, latents in enumerate(steps):
             tensors[f"latents_{name}_{i:03d}"] = latents
+    # A bfloat16 package against the bfloat16 pipeline (float32 VAE, as in diffusers' Wan example).
+    from diffusers import AutoencoderKLWan
+
+    ew.export_wan(src, out / "pkg_bf16", dtype="bfloat16", tiny=True, seed=0)
+    vae = AutoencoderKLWan.from_pretrained(src, subfolder="vae", dtype=torch.float32)
+    pipe_bf16 = WanPipeline.from_pretrained(src, vae=vae, dtype=torch.bfloat16)
+    frames, steps = run_wan_pipeline(pipe_bf16, CASE, SEED, make_scheduler("unipc", flow_shift=3.0))
+    tensors["frames_bf16"] = frames.float()
+    for i, latents in enumerate(steps):
+        tensors[f"latents_bf16_{i:03d}"] = latents.float()
     dump_tensors(out / "ref", tensors, {"case": CASE, "seed": SEED})
-    print(json.dumps({"package": str(out / "pkg"), "reference": str(out / "ref" / "reference.pt"),
+    print(json.dumps({"package": str(out / "pkg"), "package_bf16": str(out / "pkg_bf16"),
+                      "reference": str(out / "ref" / "reference.pt"),
                       "case": CASE, "seed": SEED, "steps": CASE["num_inference_steps"]}))
 
 
