@@ -26,7 +26,28 @@ struct RenderFlags {
   std::optional<double> guidance, fps;
   std::optional<std::uint64_t> seed;
   bool negative_given = false;
+  bool json = false;
 };
+
+// The machine-readable result of `render --json` (one JSON object on stdout).
+json::object result_json(const Job& job) {
+  const auto s = job.snapshot();
+  json::object o{{"job_id", s.id}, {"status", std::string(to_string(s.state))}, {"seconds", s.total_seconds}};
+  json::object stages;
+  for (const auto& [name, secs] : s.stage_seconds) stages[name] = secs;
+  o["stage_seconds"] = std::move(stages);
+  if (s.state == JobState::done) {
+    const auto r = wan_job_result(job);
+    o["output"] = r.output.string();
+    o["device"] = r.device;
+    o["text_cache_hit"] = r.text_cache_hit;
+    o["spec"] = to_json(r.spec);
+  } else {
+    o["error"] = s.error;
+    o["error_kind"] = std::string(to_string(s.error_kind.value_or(ErrorKind::internal)));
+  }
+  return o;
+}
 
 // Output path -> (directory, stem, format). The format comes from --format or the extension.
 void split_output(const RenderFlags& f, fs::path& dir, std::string& stem, std::string& format) {
@@ -96,11 +117,12 @@ int run_render(const RenderFlags& f) {
   auto job = executor.run_sync(run_one(pipeline, spec));
   executor.stop();
   const auto s = job->snapshot();
+  if (f.json) std::cout << json::serialize(result_json(*job)) << "\n";
   if (s.state != JobState::done) {
     std::cerr << "vgen: error: " << s.error << "\n";
     return exit_code_for(s.error_kind.value_or(ErrorKind::internal));
   }
-  std::cout << wan_job_result(*job).output.string() << "\n";
+  if (!f.json) std::cout << wan_job_result(*job).output.string() << "\n";
   return 0;
 }
 
@@ -122,6 +144,7 @@ Run add_render_command(CLI::App& app) {
   cmd->add_option("--fps", f->fps);
   cmd->add_option("--scheduler", f->scheduler, "scheduler class name (default: the package's)");
   cmd->add_option("--format", f->format, "mp4, webm, gif or png (default: from the output's extension)");
+  cmd->add_flag("--json", f->json, "print the result as one JSON object on stdout");
   cmd->add_option("--negative-prompt", f->negative_prompt)->each([f](const std::string&) { f->negative_given = true; });
   return [f] { return run_render(*f); };
 }

@@ -121,3 +121,14 @@ def test_empty_prompt_and_missing_model_exit_2(package, tmp_path):
     r = render(package, tmp_path / "a.avi")
     assert r.returncode == 2 and "output" in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_render_json_result(package, tmp_path):
+    out = tmp_path / "clip.mp4"
+    r = render(package, out, "--json", "--steps", "2", "--seed", "5")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["status"] == "done" and result["output"] == str(out)
+    assert result["spec"]["seed"] == 5 and result["spec"]["steps"] == 2
+    assert set(result["stage_seconds"]) == {"preprocess", "denoise", "decode", "encode"}
+    assert result["device"] == "cpu:0"
