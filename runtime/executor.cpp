@@ -67,4 +67,12 @@ void Executor::stop() {
   for (auto& t : threads_) t.join();
 }
 
+std::string device_pool_name(const std::string& device_id) { return "device:" + device_id; }
+
+void add_device_pools(Executor& executor, const std::vector<DeviceSpec>& devices, std::size_t threads_per_device,
+                      std::size_t codec_threads) {
+  for (const auto& d : devices) executor.add_pool({.name = device_pool_name(d.id), .threads = threads_per_device});
+  executor.add_pool({.name = "codec", .threads = codec_threads});
+}
+
 }  // namespace vgen

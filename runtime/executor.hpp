@@ -12,6 +12,7 @@
 // then stops it and joins its threads. The destructor calls stop().
 #pragma once
 
+#include "runtime/device_pool.hpp"
 #include "runtime/worker_pool.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
@@ -70,5 +71,11 @@ class Executor {
   std::map<std::string, std::unique_ptr<WorkerPool>> pools_;
   bool stopped_ = false;
 };
+
+// The worker pool that runs compute for a device: "device:<id>". One place for the name.
+std::string device_pool_name(const std::string& device_id);
+// Adds one pool per device (threads_per_device threads each) and a "codec" pool.
+void add_device_pools(Executor& executor, const std::vector<DeviceSpec>& devices,
+                      std::size_t threads_per_device = 1, std::size_t codec_threads = 1);
 
 }  // namespace vgen

@@ -79,7 +79,7 @@ asio::awaitable<Placement> place(WanRuntime& rt) {
   Placement p;
   p.lease = co_await rt.devices->acquire(req, asio::use_awaitable);
   p.device = p.lease.device().id;
-  p.pool = &rt.executor->pool("device:" + p.device);
+  p.pool = &rt.executor->pool(device_pool_name(p.device));
   co_return p;
 }
 

@@ -92,8 +92,7 @@ int run_render(const RenderFlags& f) {
   const auto devices = parse_device_list(f.devices, discover_cuda_devices);
 
   Executor executor({.io_threads = 1});
-  for (const auto& d : devices) executor.add_pool({.name = "device:" + d.id, .threads = 1});
-  executor.add_pool({.name = "codec", .threads = 1});
+  add_device_pools(executor, devices);
   DevicePool pool(devices);
   WanRuntimeOptions options;
   options.out_dir = dir;

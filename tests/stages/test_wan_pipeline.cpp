@@ -92,8 +92,7 @@ std::vector<std::shared_ptr<Job>> run_jobs(const fs::path& package, const std::s
                                           const fs::path& out_dir, std::shared_ptr<WanRuntime>* keep = nullptr) {
   const auto specs = parse_device_list(devices);
   Executor executor({.io_threads = 1});
-  for (const auto& d : specs) executor.add_pool({.name = "device:" + d.id, .threads = 1});
-  executor.add_pool({.name = "codec", .threads = 1});
+  add_device_pools(executor, specs);
   DevicePool pool(specs);
   WanRuntimeOptions options;
   options.out_dir = out_dir;
@@ -124,6 +123,24 @@ boost::json::object case_json(const nlohmann::json& c, std::uint64_t seed, const
   return o;
 }
 
+// Every step's latents and the frames of `job` against the reference tensors named
+// latents_<name>_NNN and frames_<name> (diffusers' frames are [1, F, 3, H, W]; ours [F, H, W, 3]).
+void check_against_reference(Reference& ref, Capture& cap, const Job& job, const std::string& name) {
+  CAPTURE(name);
+  const auto& got = cap.steps[job.id()];
+  const int steps = ref.info["steps"].get<int>();
+  REQUIRE(static_cast<int>(got.size()) == steps);
+  for (int i = 0; i < steps; ++i) {
+    char key[64];
+    std::snprintf(key, sizeof key, "latents_%s_%03d", name.c_str(), i);
+    CAPTURE(i);
+    CHECK(max_diff(got[i], ref.get(key)) <= 1e-4);
+  }
+  const double d = max_diff(cap.frames[job.id()], ref.get("frames_" + name)[0].permute({0, 2, 3, 1}));
+  MESSAGE(name << ": max |vgen - diffusers| over frames = " << d);
+  CHECK(d <= 1e-3);
+}
+
 }  // namespace
 
 TEST_CASE("vgen's Wan stages reproduce diffusers' WanPipeline (UniPC and FlowMatchEuler)" * doctest::timeout(600)) {
@@ -147,22 +164,8 @@ TEST_CASE("vgen's Wan stages reproduce diffusers' WanPipeline (UniPC and FlowMat
   CHECK(max_diff(e[0].unsqueeze(0), ref->get("embeds_cond")) <= 1e-5);
   CHECK(max_diff(e[1].unsqueeze(0), ref->get("embeds_uncond")) <= 1e-5);
 
-  const int steps = ref->info["steps"].get<int>();
   for (auto [job, name] : {std::pair{jobs[0], std::string("unipc")}, std::pair{jobs[1], std::string("euler")}}) {
-    CAPTURE(name);
-    const auto& got = cap.steps[job->id()];
-    REQUIRE(static_cast<int>(got.size()) == steps);
-    for (int i = 0; i < steps; ++i) {
-      char key[64];
-      std::snprintf(key, sizeof key, "latents_%s_%03d", name.c_str(), i);
-      CAPTURE(i);
-      CHECK(max_diff(got[i], ref->get(key)) <= 1e-4);
-    }
-    // diffusers' frames are [1, F, 3, H, W]; ours [F, H, W, 3].
-    const auto theirs = ref->get("frames_" + name)[0].permute({0, 2, 3, 1});
-    const double d = max_diff(cap.frames[job->id()], theirs);
-    MESSAGE(name << ": max |vgen - diffusers| over frames = " << d);
-    CHECK(d <= 1e-3);
+    check_against_reference(*ref, cap, *job, name);
     CHECK(fs::is_regular_file(wan_job_result(*job).output));
   }
   fs::remove_all(out);
@@ -180,18 +183,7 @@ TEST_CASE("a bfloat16 package follows diffusers' bfloat16 WanPipeline" * doctest
   auto jobs = run_jobs(ref->info["package_bf16"].get<std::string>(), "cpu",
                        {case_json(ref->info["case"], ref->info["seed"].get<std::uint64_t>(), "")}, cap, out);
   REQUIRE_MESSAGE(jobs[0]->state() == JobState::done, jobs[0]->snapshot().error);
-  const auto& got = cap.steps[jobs[0]->id()];
-  const int steps = ref->info["steps"].get<int>();
-  REQUIRE(static_cast<int>(got.size()) == steps);
-  for (int i = 0; i < steps; ++i) {
-    char key[64];
-    std::snprintf(key, sizeof key, "latents_bf16_%03d", i);
-    CAPTURE(i);
-    CHECK(max_diff(got[i], ref->get(key)) <= 1e-4);
-  }
-  const double d = max_diff(cap.frames[jobs[0]->id()], ref->get("frames_bf16")[0].permute({0, 2, 3, 1}));
-  MESSAGE("bf16: max |vgen - diffusers| over frames = " << d);
-  CHECK(d <= 1e-3);
+  check_against_reference(*ref, cap, *jobs[0], "bf16");
   fs::remove_all(out);
 }
 
