@@ -44,8 +44,9 @@ asio::awaitable<std::vector<std::shared_ptr<Job>>> submit_all(Pipeline& pipeline
 int run_demo(const DemoFlags& f) {
   std::filesystem::create_directories(f.out);
   Executor executor({.io_threads = 1});
-  auto& compute = executor.add_pool({.name = "device:cpu:0", .threads = 1});
-  auto& codec = executor.add_pool({.name = "codec", .threads = 1});
+  add_device_pools(executor, parse_device_list("cpu"));
+  auto& compute = executor.pool(device_pool_name("cpu:0"));
+  auto& codec = executor.pool("codec");
   PlaceholderOptions options;
   options.out_dir = f.out;
   options.width = f.width;

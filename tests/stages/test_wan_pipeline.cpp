@@ -16,6 +16,7 @@
 
 #include "runtime/errors.hpp"
 #include "stages/wan_job.hpp"
+#include "tests/support/python_reference.hpp"
 
 using namespace vgen;
 namespace asio = boost::asio;
@@ -48,6 +49,19 @@ Reference* reference() {
   ref = Reference{info, std::nullopt};
   return &*ref;
 }
+
+// The reference, or nullptr after warning that the case is skipped (no tooling Python).
+Reference* reference_or_skip() {
+  auto* ref = reference();
+  if (!ref) WARN_MESSAGE(false, "VGEN_WAN_PARITY_DIR not set (no tooling Python): skipped");
+  return ref;
+}
+
+// A fresh output directory, removed when the case ends.
+struct OutDir {
+  fs::path path = vgen::test::temp_dir("vgen-wan-out-");
+  ~OutDir() { fs::remove_all(path); }
+};
 
 // What the stages produced for one job, captured by wrapping the stage functions.
 struct Capture {
@@ -144,18 +158,14 @@ void check_against_reference(Reference& ref, Capture& cap, const Job& job, const
 }  // namespace
 
 TEST_CASE("vgen's Wan stages reproduce diffusers' WanPipeline (UniPC and FlowMatchEuler)" * doctest::timeout(600)) {
-  auto* ref = reference();
-  if (!ref) {
-    WARN_MESSAGE(false, "VGEN_WAN_PARITY_DIR not set (no tooling Python): skipped the diffusers parity test");
-    return;
-  }
-  const auto out = fs::temp_directory_path() / ("vgen-wan-out-" + std::to_string(std::random_device{}()));
-  fs::create_directories(out);
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  const OutDir out;
   const auto seed = ref->info["seed"].get<std::uint64_t>();
   Capture cap;
   auto jobs = run_jobs(ref->info["package"].get<std::string>(), "cpu",
                        {case_json(ref->info["case"], seed, ""), case_json(ref->info["case"], seed, "FlowMatchEulerDiscreteScheduler")},
-                       cap, out);
+                       cap, out.path);
   REQUIRE(jobs.size() == 2);
   for (auto& j : jobs) REQUIRE_MESSAGE(j->state() == JobState::done, j->snapshot().error);
 
@@ -168,38 +178,28 @@ TEST_CASE("vgen's Wan stages reproduce diffusers' WanPipeline (UniPC and FlowMat
     check_against_reference(*ref, cap, *job, name);
     CHECK(fs::is_regular_file(wan_job_result(*job).output));
   }
-  fs::remove_all(out);
 }
 
 TEST_CASE("a bfloat16 package follows diffusers' bfloat16 WanPipeline" * doctest::timeout(600)) {
-  auto* ref = reference();
-  if (!ref) {
-    WARN_MESSAGE(false, "VGEN_WAN_PARITY_DIR not set (no tooling Python): skipped");
-    return;
-  }
-  const auto out = fs::temp_directory_path() / ("vgen-wan-out-" + std::to_string(std::random_device{}()));
-  fs::create_directories(out);
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  const OutDir out;
   Capture cap;
   auto jobs = run_jobs(ref->info["package_bf16"].get<std::string>(), "cpu",
-                       {case_json(ref->info["case"], ref->info["seed"].get<std::uint64_t>(), "")}, cap, out);
+                       {case_json(ref->info["case"], ref->info["seed"].get<std::uint64_t>(), "")}, cap, out.path);
   REQUIRE_MESSAGE(jobs[0]->state() == JobState::done, jobs[0]->snapshot().error);
   check_against_reference(*ref, cap, *jobs[0], "bf16");
-  fs::remove_all(out);
 }
 
 TEST_CASE("two CPU replicas both work on a multi-job run; identical prompts are encoded once" * doctest::timeout(600)) {
-  auto* ref = reference();
-  if (!ref) {
-    WARN_MESSAGE(false, "VGEN_WAN_PARITY_DIR not set (no tooling Python): skipped");
-    return;
-  }
-  const auto out = fs::temp_directory_path() / ("vgen-wan-out-" + std::to_string(std::random_device{}()));
-  fs::create_directories(out);
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  const OutDir out;
   std::vector<boost::json::object> specs;
   for (int i = 0; i < 6; ++i) specs.push_back(case_json(ref->info["case"], 100 + i, ""));
   Capture cap;
   std::shared_ptr<WanRuntime> runtime;
-  auto jobs = run_jobs(ref->info["package"].get<std::string>(), "cpu,cpu", specs, cap, out, &runtime);
+  auto jobs = run_jobs(ref->info["package"].get<std::string>(), "cpu,cpu", specs, cap, out.path, &runtime);
   std::set<std::string> used;
   for (auto& j : jobs) {
     REQUIRE_MESSAGE(j->state() == JobState::done, j->snapshot().error);
@@ -212,9 +212,8 @@ TEST_CASE("two CPU replicas both work on a multi-job run; identical prompts are 
   CHECK(stats.misses <= 4);
   CHECK(stats.hits >= 8);
   // A job's result does not depend on its neighbours: same seed, same latents.
-  auto again = run_jobs(ref->info["package"].get<std::string>(), "cpu", {specs[3]}, cap, out);
+  auto again = run_jobs(ref->info["package"].get<std::string>(), "cpu", {specs[3]}, cap, out.path);
   CHECK(max_diff(cap.steps[again[0]->id()].back(), cap.steps[jobs[3]->id()].back()) == 0.0);
-  fs::remove_all(out);
 }
 
 TEST_CASE("a missing or damaged package is reported by name") {
