@@ -350,6 +350,8 @@ class FormatEncoder {
     stream->time_base = ctx->time_base;  // a hint: the muxer picks the final one in write_header
     stream->avg_frame_rate = ctx->framerate;
     stream->r_frame_rate = ctx->framerate;
+    if (!options.comment.empty())
+      check_av(av_dict_set(&fmt->metadata, "comment", options.comment.c_str(), 0), "setting the comment tag");
     Dictionary mux_options;
     muxer_options(mux_options, in_memory);
     check_av(avformat_write_header(fmt, mux_options.address()),

@@ -37,6 +37,7 @@ struct EncodeOptions {
   int crf = 23;                     // mp4: 0..51, webm: 0..63 (lower is better); gif/png ignore it
   std::string preset = "veryfast";  // x264 preset (ultrafast ... placebo); mp4 only
   int threads = 1;                  // encoder threads for this one encode (1..64)
+  std::string comment;              // container "comment" tag (mp4, webm); vgen writes the job key
 };
 
 // Registered format names, in registry order: mp4, webm, gif, png.

@@ -139,4 +139,10 @@ json::object to_json(const JobSpec& s) {
           {"format", s.format},     {"scheduler", s.scheduler},             {"name", s.name}};
 }
 
+ContentKey job_content_key(const std::string& model_id, const JobSpec& spec) {
+  auto fields = to_json(spec);
+  fields.erase("name");
+  return content_key("vgen-job", boost::json::object{{"model", model_id}, {"spec", std::move(fields)}});
+}
+
 }  // namespace vgen

@@ -7,6 +7,8 @@
 // Thread-safety: plain values; the functions are pure.
 #pragma once
 
+#include "runtime/content_key.hpp"
+
 #include <boost/json/value.hpp>
 
 #include <cstdint>
@@ -50,6 +52,11 @@ JobSpec parse_job_spec(const boost::json::value& json, const JobSpec& defaults, 
 void validate_job_spec(const JobSpec& spec, const SpecLimits& limits);
 // Every field, in a fixed form: the input of the job's content key.
 boost::json::object to_json(const JobSpec& spec);
+// What identifies a job's video: every field but "name", and the model (ModelPackage::id()).
+// Two jobs with the same key produce the same bytes; vgen writes it into each output
+// ("vgen:<hex>" comment tag) and keys its result cache with it.
+ContentKey job_content_key(const std::string& model_id, const JobSpec& spec);
+
 // A file stem that cannot escape its directory: [A-Za-z0-9._-], no leading dot, ≤ 100 bytes.
 // Throws Error(invalid_argument) naming `field` for "", ".", "..", '/' or other characters.
 std::string checked_output_name(const std::string& name, const char* field = "name");

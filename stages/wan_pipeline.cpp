@@ -196,6 +196,7 @@ asio::awaitable<void> encode(WanRuntime& rt, Job& job) {
   auto& w = std::any_cast<WanJob&>(job.payload);
   auto options = rt.options.encode;
   options.format = w.spec.format;
+  options.comment = "vgen:" + job_content_key(rt.package.id(), w.spec).hex();
   const std::string stem = w.spec.name.empty() ? job.id() : w.spec.name;
   w.output = rt.options.out_dir / (stem + extension_for(options.format));
   auto write = [&w, options] { encode_to_file(to_video_frames(w.frames, w.spec.fps), w.output, options); };

@@ -13,5 +13,7 @@ using Run = std::function<int()>;
 Run add_demo_command(CLI::App& app);
 Run add_devices_command(CLI::App& app);
 Run add_render_command(CLI::App& app);  // needs VGEN_WITH_TORCH
+Run add_batch_command(CLI::App& app);   // needs VGEN_WITH_TORCH
+Run add_serve_command(CLI::App& app);   // needs VGEN_WITH_TORCH
 
 }  // namespace vgen::cli

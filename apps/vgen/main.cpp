@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   commands["devices"] = vgen::cli::add_devices_command(app);
 #ifdef VGEN_WITH_TORCH
   commands["render"] = vgen::cli::add_render_command(app);
+  commands["batch"] = vgen::cli::add_batch_command(app);
+  commands["serve"] = vgen::cli::add_serve_command(app);
 #endif
 
   try {

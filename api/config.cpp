@@ -1,0 +1,219 @@
+#include "api/config.hpp"
+
+#include "runtime/errors.hpp"
+
+#include <boost/json.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <unistd.h>
+
+namespace vgen {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+namespace {
+
+// Walks one JSON object, checking every key against a table of setters; errors carry the path.
+class Reader {
+ public:
+  Reader(std::string origin, fs::path base_dir) : origin_(std::move(origin)), base_dir_(std::move(base_dir)) {}
+
+  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
+    throw_error(ErrorKind::invalid_argument, origin_ + ": " + path + ": " + what);
+  }
+
+  using Setter = std::function<void(const json::value&, const std::string& path)>;
+  void object(const json::value& v, const std::string& path, const std::map<std::string, Setter>& keys) const {
+    if (!v.is_object()) fail(path.empty() ? "(top level)" : path, "must be an object");
+    for (const auto& kv : v.get_object()) {
+      const std::string key(kv.key());
+      const auto sub = path.empty() ? key : path + "." + key;
+      const auto it = keys.find(key);
+      if (it == keys.end()) {
+        std::string known;
+        for (const auto& [k, _] : keys) known += (known.empty() ? "" : ", ") + k;
+        fail(sub, "unknown key (known: " + known + ")");
+      }
+      it->second(kv.value(), sub);
+    }
+  }
+
+  std::int64_t integer(const json::value& v, const std::string& path, std::int64_t min, std::int64_t max) const {
+    std::int64_t x = 0;
+    if (v.is_int64()) x = v.get_int64();
+    else if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(max)) x = static_cast<std::int64_t>(v.get_uint64());
+    else if (v.is_double() && v.get_double() == static_cast<double>(static_cast<std::int64_t>(v.get_double())))
+      x = static_cast<std::int64_t>(v.get_double());
+    else fail(path, "must be an integer (got " + json::serialize(v) + ")");
+    if (x < min || x > max)
+      fail(path, "must be between " + std::to_string(min) + " and " + std::to_string(max) + " (got " + std::to_string(x) + ")");
+    return x;
+  }
+  double number(const json::value& v, const std::string& path, double min, double max) const {
+    if (!v.is_number()) fail(path, "must be a number (got " + json::serialize(v) + ")");
+    const double x = v.to_number<double>();
+    if (!(x >= min && x <= max))
+      fail(path, "must be between " + std::to_string(min) + " and " + std::to_string(max) + " (got " + json::serialize(v) + ")");
+    return x;
+  }
+  std::string string(const json::value& v, const std::string& path, bool allow_empty = false) const {
+    if (!v.is_string()) fail(path, "must be a string (got " + json::serialize(v) + ")");
+    std::string s(v.get_string());
+    if (!allow_empty && s.empty()) fail(path, "must not be empty");
+    return s;
+  }
+  fs::path path(const json::value& v, const std::string& key_path) const {
+    fs::path p = string(v, key_path);
+    return p.is_absolute() ? p : (base_dir_ / p).lexically_normal();
+  }
+
+ private:
+  std::string origin_;
+  fs::path base_dir_;
+};
+
+template <class T>
+Reader::Setter count(const Reader& r, T& out, std::int64_t min, std::int64_t max) {
+  return [&r, &out, min, max](const json::value& v, const std::string& p) { out = static_cast<T>(r.integer(v, p, min, max)); };
+}
+Reader::Setter seconds(const Reader& r, std::chrono::seconds& out, std::int64_t min, std::int64_t max) {
+  return [&r, &out, min, max](const json::value& v, const std::string& p) { out = std::chrono::seconds(r.integer(v, p, min, max)); };
+}
+Reader::Setter millis(const Reader& r, std::chrono::milliseconds& out, std::int64_t min, std::int64_t max) {
+  return [&r, &out, min, max](const json::value& v, const std::string& p) { out = std::chrono::milliseconds(r.integer(v, p, min, max)); };
+}
+
+Reader::Setter stage(const Reader& r, StageConfig& s) {
+  return [&r, &s](const json::value& v, const std::string& p) {
+    r.object(v, p, {{"workers", count(r, s.workers, 1, 256)}, {"queue", count(r, s.queue, 1, 1'000'000)}});
+  };
+}
+
+}  // namespace
+
+RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std::string& origin, const fs::path& base_dir) {
+  Reader r(origin, base_dir);
+  const json::value top(root);
+  r.object(top, "", {
+      {"model", [&](const json::value& v, const std::string& p) { c.model = v.is_null() ? fs::path() : r.path(v, p); }},
+      {"devices", [&](const json::value& v, const std::string& p) { c.devices = r.string(v, p); }},
+      {"device_policy", [&](const json::value& v, const std::string& p) {
+         c.device_policy = r.string(v, p);
+         if (c.device_policy != "least_loaded" && c.device_policy != "round_robin")
+           r.fail(p, "must be least_loaded or round_robin (got '" + c.device_policy + "')");
+       }},
+      {"output_dir", [&](const json::value& v, const std::string& p) { c.output_dir = r.path(v, p); }},
+      {"threads", [&](const json::value& v, const std::string& p) {
+         r.object(v, p, {{"io", count(r, c.io_threads, 1, 64)},
+                         {"per_device", count(r, c.threads_per_device, 1, 64)},
+                         {"codec", count(r, c.codec_threads, 1, 64)}});
+       }},
+      {"stages", [&](const json::value& v, const std::string& p) {
+         r.object(v, p, {{"preprocess", stage(r, c.preprocess)}, {"denoise", stage(r, c.denoise)},
+                         {"decode", stage(r, c.decode)}, {"encode", stage(r, c.encode)}});
+       }},
+      {"cache", [&](const json::value& v, const std::string& p) {
+         r.object(v, p, {
+             {"text", [&](const json::value& t, const std::string& tp) {
+                r.object(t, tp, {{"entries", count(r, c.text_cache_entries, 0, 1'000'000)},
+                                 {"ttl_s", seconds(r, c.text_cache_ttl, 1, 365 * 86400)}});
+              }},
+             {"results", [&](const json::value& t, const std::string& tp) {
+                r.object(t, tp, {{"entries", count(r, c.result_cache_entries, 0, 10'000'000)},
+                                 {"ttl_s", seconds(r, c.result_cache_ttl, 1, 365 * 86400)}});
+              }},
+         });
+       }},
+      {"retry", [&](const json::value& v, const std::string& p) {
+         r.object(v, p, {{"attempts", count(r, c.retry_attempts, 1, 100)},
+                         {"initial_backoff_ms", millis(r, c.retry_initial_backoff, 0, 3'600'000)},
+                         {"max_backoff_ms", millis(r, c.retry_max_backoff, 0, 3'600'000)},
+                         {"multiplier", [&](const json::value& m, const std::string& mp) { c.retry_multiplier = r.number(m, mp, 1.0, 100.0); }}});
+         if (c.retry_max_backoff < c.retry_initial_backoff) r.fail(p + ".max_backoff_ms", "must be >= initial_backoff_ms");
+       }},
+      {"encoder", [&](const json::value& v, const std::string& p) {
+         r.object(v, p, {{"crf", count(r, c.encoder_crf, 0, 63)},
+                         {"preset", [&](const json::value& s, const std::string& sp) { c.encoder_preset = r.string(s, sp); }},
+                         {"threads", count(r, c.encoder_threads, 1, 64)}});
+       }},
+      {"job_ttl_s", seconds(r, c.job_ttl, 1, 365 * 86400)},
+      {"service", [&](const json::value& v, const std::string& p) {
+         r.object(v, p, {
+             {"listen", [&](const json::value& s, const std::string& sp) {
+                c.service.listen = r.string(s, sp);
+                if (c.service.listen.rfind(':') == std::string::npos) r.fail(sp, "must be HOST:PORT (got '" + c.service.listen + "')");
+              }},
+             {"max_body_bytes", count(r, c.service.max_body_bytes, 64, 64 << 20)},
+             {"token", [&](const json::value& s, const std::string& sp) { c.service.token = r.string(s, sp, true); }},
+             {"max_connections", count(r, c.service.max_connections, 1, 100'000)},
+         });
+       }},
+  });
+  return c;
+}
+
+RuntimeConfig load_config(const fs::path& file) {
+  const std::string origin = "config " + file.string();
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw_error(ErrorKind::invalid_argument, origin + ": cannot be read (missing or not a file)");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  json::parse_options opts;
+  opts.allow_comments = true;
+  opts.allow_trailing_commas = true;
+  boost::system::error_code ec;
+  auto v = json::parse(buf.str(), ec, {}, opts);
+  if (ec) throw_error(ErrorKind::invalid_argument, origin + ": not valid JSON (" + ec.message() + ")");
+  if (!v.is_object()) throw_error(ErrorKind::invalid_argument, origin + ": must be a JSON object");
+  const auto dir = fs::absolute(file).parent_path();
+  return apply_config(RuntimeConfig{}, v.get_object(), origin, dir);
+}
+
+json::object to_json(const RuntimeConfig& c) {
+  auto stage = [](const StageConfig& s) { return json::object{{"workers", s.workers}, {"queue", s.queue}}; };
+  return json::object{
+      {"model", c.model.string()},
+      {"devices", c.devices},
+      {"device_policy", c.device_policy},
+      {"output_dir", c.output_dir.string()},
+      {"threads", {{"io", c.io_threads}, {"per_device", c.threads_per_device}, {"codec", c.codec_threads}}},
+      {"stages", {{"preprocess", stage(c.preprocess)}, {"denoise", stage(c.denoise)}, {"decode", stage(c.decode)}, {"encode", stage(c.encode)}}},
+      {"cache", {{"text", {{"entries", c.text_cache_entries}, {"ttl_s", c.text_cache_ttl.count()}}},
+                 {"results", {{"entries", c.result_cache_entries}, {"ttl_s", c.result_cache_ttl.count()}}}}},
+      {"retry", {{"attempts", c.retry_attempts}, {"initial_backoff_ms", c.retry_initial_backoff.count()},
+                 {"max_backoff_ms", c.retry_max_backoff.count()}, {"multiplier", c.retry_multiplier}}},
+      {"encoder", {{"crf", c.encoder_crf}, {"preset", c.encoder_preset}, {"threads", c.encoder_threads}}},
+      {"job_ttl_s", c.job_ttl.count()},
+      {"service", {{"listen", c.service.listen}, {"max_body_bytes", c.service.max_body_bytes},
+                   {"token", c.service.token.empty() ? "" : "(set)"}, {"max_connections", c.service.max_connections}}},
+  };
+}
+
+fs::path default_model_dir() {
+  if (const char* env = std::getenv("VGEN_MODEL"); env && *env) {
+    fs::path p(env);
+    if (!fs::is_regular_file(p / "manifest.json"))
+      throw_error(ErrorKind::not_found, "VGEN_MODEL=" + p.string() + ": no model package there (no manifest.json)");
+    return p;
+  }
+  std::vector<fs::path> candidates;
+  std::error_code ec;
+  const auto exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) candidates.push_back((exe.parent_path() / ".." / "share" / "vgen" / "models" / "vgen-shapes").lexically_normal());
+#ifdef VGEN_SOURCE_DIR
+  candidates.push_back(fs::path(VGEN_SOURCE_DIR) / "models" / "vgen-shapes");
+#endif
+  std::string looked;
+  for (const auto& c : candidates) {
+    if (fs::is_regular_file(c / "manifest.json")) return c;
+    looked += (looked.empty() ? "" : ", ") + c.string();
+  }
+  throw_error(ErrorKind::not_found, "no default model found (looked in " + looked + "); pass --model DIR or set VGEN_MODEL");
+}
+
+}  // namespace vgen

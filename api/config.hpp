@@ -1,0 +1,79 @@
+// RuntimeConfig: everything that shapes a vgen::Runtime (model, devices, stage concurrency,
+// queues, caches, retry, encoder, service), read from a JSON config file (configs/*.json).
+//
+// Strict: an unknown key, a wrong type or an out-of-range value is Error(invalid_argument)
+// naming the key's path, e.g. "config configs/x.json: stages.denoise.workers: must be >= 1
+// (got 0)". JSON comments (// and /* */) are allowed. Relative paths in a file ("model",
+// "output_dir") are relative to the file's directory.
+// Command-line flags override the file: apps load the file first and then assign the flags
+// they were given (see apply_overrides).
+// Thread-safety: plain values; the functions are pure apart from reading the file.
+#pragma once
+
+#include <boost/json/object.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace vgen {
+
+struct StageConfig {
+  std::size_t workers = 1;
+  std::size_t queue = 4;  // capacity of the stage's input queue
+};
+
+struct RuntimeConfig {
+  std::filesystem::path model;  // empty: the bundled default model (default_model_dir())
+  std::string devices = "cpu";  // parse_device_list syntax: cpu | cpu,cpu | cuda:0,cuda:1 | auto
+  std::string device_policy = "least_loaded";
+  std::filesystem::path output_dir = ".";
+
+  std::size_t io_threads = 1;
+  std::size_t threads_per_device = 1;  // compute worker threads per device
+  std::size_t codec_threads = 1;       // encode worker threads
+
+  StageConfig preprocess{1, 64}, denoise{1, 4}, decode{1, 4}, encode{1, 4};
+
+  std::size_t text_cache_entries = 256;
+  std::chrono::seconds text_cache_ttl{1800};
+  std::size_t result_cache_entries = 1024;  // 0 disables the result cache
+  std::chrono::seconds result_cache_ttl{3600};
+
+  int retry_attempts = 3;  // total attempts per stage (1 = no retry)
+  std::chrono::milliseconds retry_initial_backoff{200};
+  std::chrono::milliseconds retry_max_backoff{5000};
+  double retry_multiplier = 2.0;
+
+  int encoder_crf = 23;
+  std::string encoder_preset = "veryfast";
+  int encoder_threads = 1;
+
+  // Kept in memory after a job ends, so that status and result queries still find it.
+  std::chrono::seconds job_ttl{3600};
+
+  struct Service {
+    std::string listen = "127.0.0.1:8080";
+    std::size_t max_body_bytes = 64 * 1024;
+    std::string token;  // non-empty: every request but /healthz needs "Authorization: Bearer <token>"
+    std::size_t max_connections = 256;
+  } service;
+};
+
+// Reads and validates a config file. Error(invalid_argument) names the file and the key path.
+RuntimeConfig load_config(const std::filesystem::path& file);
+// Applies a parsed JSON object over `base` (the same rules; `origin` prefixes error messages
+// and relative paths resolve against `base_dir`).
+RuntimeConfig apply_config(RuntimeConfig base, const boost::json::object& json, const std::string& origin,
+                           const std::filesystem::path& base_dir);
+// The config as JSON (every key), e.g. for `vgen serve` to log what it runs with.
+boost::json::object to_json(const RuntimeConfig& config);
+
+// The bundled default model: $VGEN_MODEL if set, else the first existing of
+// <exe>/../share/vgen/models/vgen-shapes (installed) and <source>/models/vgen-shapes (build tree).
+// Error(not_found) naming the places looked at when there is none.
+std::filesystem::path default_model_dir();
+
+}  // namespace vgen

@@ -1,0 +1,131 @@
+// vgen::Runtime: the embedding API. A service or tool creates one Runtime (it loads the model
+// package once and owns the threads, device pool and pipeline), submits job specs and gets a
+// JobHandle back: progress, cancel, and the result as a future or an awaitable.
+//
+//   vgen::Runtime rt(vgen::load_config("configs/cpu.json"));
+//   auto job = rt.submit({{"prompt", "a red circle moving left"}, {"name", "clip"}});
+//   vgen::JobResult r = job.wait();   // r.output == "<output_dir>/clip.mp4"
+//
+// Job specs are JSON objects (fields in stages/job_spec.hpp); a bad spec throws
+// Error(invalid_argument) from submit() naming the field, before anything is queued.
+//
+// Result cache: a job whose spec (all fields but "name") equals an earlier finished job's, on
+// the same model, is served by copying that job's output (verified to still be complete)
+// instead of rendering again; a duplicate submitted while the first is still running waits
+// for it. JobResult::cache_hit tells which. Entries expire after result_cache_ttl.
+//
+// Threads: the constructor starts the io threads and one worker pool per device plus "codec".
+// Thread-safety: every member may be called from any thread, except that submit() with
+// wait_for_room (the default) blocks and must not be called on the Runtime's io threads
+// (use try_submit() or async_submit() there).
+// Lifetime: the destructor cancels unfinished jobs and joins the threads (shutdown()); handles
+// stay valid afterwards (they own their job).
+#pragma once
+
+#include "api/config.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/job.hpp"
+#include "runtime/ttl_cache.hpp"
+#include "stages/job_spec.hpp"
+#include "stages/model_package.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/json/value.hpp>
+
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace vgen {
+
+struct JobResult {
+  std::string id;
+  JobState state = JobState::queued;  // done | failed | cancelled once finished
+  std::filesystem::path output;       // set when done
+  std::string content_type;           // e.g. "video/mp4"
+  std::string device;
+  bool cache_hit = false;             // copied from an identical earlier job
+  bool text_cache_hit = false;
+  int retries = 0;
+  double seconds = 0;
+  std::map<std::string, double> stage_seconds;
+  std::optional<ErrorKind> error_kind;
+  std::string error;
+  JobSpec spec;
+};
+boost::json::object to_json(const JobResult& result);
+
+struct RuntimeStats {
+  std::uint64_t submitted = 0, rejected = 0, done = 0, failed = 0, cancelled = 0;
+  std::size_t in_flight = 0, queued = 0, queue_capacity = 0;
+  std::uint64_t result_cache_hits = 0;
+  CacheStats text_cache, result_cache;
+};
+
+namespace detail { struct JobEntry; class RuntimeImpl; }
+
+class JobHandle {
+ public:
+  JobHandle() = default;
+  const std::string& id() const;
+  JobSnapshot snapshot() const;     // state, step/total, timings, error so far
+  bool finished() const;
+  bool cancel(std::string reason = "cancelled by request");
+  JobResult result() const;         // the result so far (final once finished())
+  JobResult wait() const;           // blocks until finished (not on an io thread)
+  std::shared_future<JobResult> future() const;
+  boost::asio::awaitable<JobResult> async_wait() const;
+  // Progress events of this job from now on (called on the thread making the transition).
+  std::size_t subscribe(JobEventHandler handler) const;
+  void unsubscribe(std::size_t token) const;
+  explicit operator bool() const noexcept { return entry_ != nullptr; }
+
+ private:
+  friend class detail::RuntimeImpl;
+  explicit JobHandle(std::shared_ptr<detail::JobEntry> entry) : entry_(std::move(entry)) {}
+  std::shared_ptr<detail::JobEntry> entry_;
+};
+
+struct SubmitOptions {
+  std::string id;                            // empty: generated ("job-<n>")
+  JobEventHandler on_progress;               // this job's events, from submission on
+  std::optional<std::chrono::milliseconds> deadline;
+};
+
+class Runtime {
+ public:
+  // Loads the model (Error(invalid_argument / not_found) naming what is wrong) and starts.
+  explicit Runtime(RuntimeConfig config);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Validates and queues; waits while the first queue is full.
+  JobHandle submit(boost::json::value spec, SubmitOptions options = {});
+  // Never waits: Error(overloaded) when the queue is full or the runtime is shutting down.
+  JobHandle try_submit(boost::json::value spec, SubmitOptions options = {});
+  boost::asio::awaitable<JobHandle> async_submit(boost::json::value spec, SubmitOptions options = {});
+  // Parses a spec against the model's defaults and limits without submitting it.
+  JobSpec validate(const boost::json::value& spec) const;
+
+  // Unfinished jobs and finished ones for job_ttl after they ended.
+  std::optional<JobHandle> find(const std::string& id) const;
+  bool cancel(const std::string& id, std::string reason = "cancelled by request");
+
+  void drain();     // stops intake, waits for every accepted job to end
+  void shutdown();  // cancels unfinished jobs, then drains; idempotent
+
+  const RuntimeConfig& config() const;
+  const ModelPackage& package() const;
+  RuntimeStats stats() const;
+  std::string metrics_text() const;  // Prometheus text exposition
+  boost::asio::any_io_executor executor() const;  // the io threads (for servers built on it)
+
+ private:
+  std::unique_ptr<detail::RuntimeImpl> impl_;
+};
+
+}  // namespace vgen

@@ -1,0 +1,47 @@
+#include "apps/vgen/options.hpp"
+
+namespace vgen::cli {
+
+void add_runtime_flags(CLI::App& cmd, RuntimeFlags& f) {
+  cmd.add_option("--config", f.config, "runtime config file (configs/*.json); flags override it");
+  cmd.add_option("--model", f.model, "model package directory (default: the bundled model)");
+  cmd.add_option("--device,--devices", f.devices, "devices: cpu, cpu,cpu, cuda:0, cuda:0,cuda:1, auto (default: cpu)");
+}
+
+RuntimeConfig make_config(const RuntimeFlags& f) {
+  RuntimeConfig c = f.config.empty() ? RuntimeConfig{} : load_config(f.config);
+  if (!f.model.empty()) c.model = f.model;
+  if (!f.devices.empty()) c.devices = f.devices;
+  if (f.output_dir) c.output_dir = *f.output_dir;
+  return c;
+}
+
+void add_job_flags(CLI::App& cmd, JobFlags& f) {
+  cmd.add_option("--width", f.width);
+  cmd.add_option("--height", f.height);
+  cmd.add_option("--frames", f.frames, "frame count (the model's rule, e.g. 4k+1 for Wan)");
+  cmd.add_option("--steps", f.steps, "denoising steps");
+  cmd.add_option("--guidance", f.guidance, "classifier-free guidance scale (> 1 enables it)");
+  cmd.add_option("--seed", f.seed);
+  cmd.add_option("--fps", f.fps);
+  cmd.add_option("--scheduler", f.scheduler, "scheduler class name (default: the package's)");
+  cmd.add_option("--negative-prompt", f.negative_prompt);
+  cmd.add_option("--format", f.format, "mp4, webm, gif or png");
+}
+
+boost::json::object job_fields(const JobFlags& f) {
+  boost::json::object o;
+  if (f.width) o["width"] = *f.width;
+  if (f.height) o["height"] = *f.height;
+  if (f.frames) o["frames"] = *f.frames;
+  if (f.steps) o["steps"] = *f.steps;
+  if (f.guidance) o["guidance"] = *f.guidance;
+  if (f.seed) o["seed"] = *f.seed;
+  if (f.fps) o["fps"] = *f.fps;
+  if (f.scheduler) o["scheduler"] = *f.scheduler;
+  if (f.negative_prompt) o["negative_prompt"] = *f.negative_prompt;
+  if (f.format) o["format"] = *f.format;
+  return o;
+}
+
+}  // namespace vgen::cli

@@ -1,0 +1,32 @@
+// Flags shared by `render`, `batch` and `serve`: the runtime (--config, --model, --device,
+// --output-dir) and job defaults (--width, --steps, ...). A --config file is read first and
+// the flags given on the command line override it.
+#pragma once
+
+#include "api/config.hpp"
+
+#include <CLI/CLI.hpp>
+#include <boost/json/object.hpp>
+
+#include <optional>
+#include <string>
+
+namespace vgen::cli {
+
+struct RuntimeFlags {
+  std::string config, model, devices;
+  std::optional<std::string> output_dir;
+};
+void add_runtime_flags(CLI::App& cmd, RuntimeFlags& f);
+RuntimeConfig make_config(const RuntimeFlags& f);
+
+struct JobFlags {
+  std::optional<int> width, height, frames, steps;
+  std::optional<double> guidance, fps;
+  std::optional<std::uint64_t> seed;
+  std::optional<std::string> scheduler, negative_prompt, format;
+};
+void add_job_flags(CLI::App& cmd, JobFlags& f);
+boost::json::object job_fields(const JobFlags& f);  // only the flags given
+
+}  // namespace vgen::cli

@@ -1,0 +1,133 @@
+// Config files: the shipped configs load; unknown keys and bad values are rejected with the
+// key's path; flags-over-file is the caller's assignment after load_config.
+#include "api/config.hpp"
+#include "runtime/errors.hpp"
+#include "tests/support/python_reference.hpp"
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+
+#include <fstream>
+
+namespace fs = std::filesystem;
+using namespace vgen;
+
+namespace {
+
+fs::path write(const fs::path& dir, const std::string& text) {
+  const auto p = dir / "c.json";
+  std::ofstream(p) << text;
+  return p;
+}
+
+std::string error_of(const fs::path& file) {
+  try {
+    load_config(file);
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);
+    return e.what();
+  }
+  FAIL("no error for " << file);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("the shipped configs load and say what they should") {
+  const fs::path src = VGEN_TEST_SOURCE_DIR;
+  const auto cpu = load_config(src / "configs/cpu.json");
+  CHECK(cpu.devices == "cpu");
+  CHECK(cpu.model.empty());  // null: the bundled model
+  CHECK(cpu.output_dir == (src / "out").lexically_normal());
+  const auto gpu = load_config(src / "configs/multi-gpu.json");
+  CHECK(gpu.devices == "cuda:0,cuda:1,cuda:2,cuda:3");
+  CHECK(gpu.denoise.workers == 4);
+  const auto svc = load_config(src / "configs/service.json");
+  CHECK(svc.service.listen == "127.0.0.1:8080");
+  CHECK(svc.service.max_body_bytes == 65536);
+  CHECK(svc.preprocess.queue == 32);
+}
+
+TEST_CASE("every key is read, with comments and relative paths") {
+  const auto dir = test::temp_dir("vgen-config-");
+  const auto c = load_config(write(dir, R"({
+    // a comment
+    "model": "pkg", "devices": "cpu,cpu", "device_policy": "round_robin", "output_dir": "/tmp/x",
+    "threads": {"io": 2, "per_device": 3, "codec": 4},
+    "stages": {"preprocess": {"workers": 2, "queue": 9}, "denoise": {"workers": 5}},
+    "cache": {"text": {"entries": 7, "ttl_s": 8}, "results": {"entries": 0, "ttl_s": 10}},
+    "retry": {"attempts": 1, "initial_backoff_ms": 0, "max_backoff_ms": 0, "multiplier": 1},
+    "encoder": {"crf": 30, "preset": "ultrafast", "threads": 2},
+    "job_ttl_s": 60,
+    "service": {"listen": "0.0.0.0:9000", "max_body_bytes": 1024, "token": "t", "max_connections": 3}
+  })"));
+  CHECK(c.model == dir / "pkg");
+  CHECK(c.devices == "cpu,cpu");
+  CHECK(c.device_policy == "round_robin");
+  CHECK(c.output_dir == "/tmp/x");
+  CHECK(c.io_threads == 2);
+  CHECK(c.threads_per_device == 3);
+  CHECK(c.codec_threads == 4);
+  CHECK(c.preprocess.workers == 2);
+  CHECK(c.preprocess.queue == 9);
+  CHECK(c.denoise.workers == 5);
+  CHECK(c.denoise.queue == RuntimeConfig{}.denoise.queue);  // absent keys keep their defaults
+  CHECK(c.text_cache_entries == 7);
+  CHECK(c.text_cache_ttl == std::chrono::seconds(8));
+  CHECK(c.result_cache_entries == 0);
+  CHECK(c.retry_attempts == 1);
+  CHECK(c.encoder_crf == 30);
+  CHECK(c.encoder_preset == "ultrafast");
+  CHECK(c.job_ttl == std::chrono::seconds(60));
+  CHECK(c.service.listen == "0.0.0.0:9000");
+  CHECK(c.service.token == "t");
+  CHECK(c.service.max_connections == 3);
+  // The JSON form round-trips through apply_config.
+  auto j = to_json(c);
+  j["service"].as_object()["token"] = "t";
+  const auto again = apply_config(RuntimeConfig{}, j, "again", "/");
+  CHECK(again.denoise.workers == 5);
+  CHECK(again.model == c.model);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("unknown keys and bad values name the key path") {
+  const auto dir = test::temp_dir("vgen-config-");
+  struct Case {
+    const char* json;
+    const char* expect;
+  } cases[] = {
+      {R"({"stages": {"denoise": {"workers": 0}}})", "stages.denoise.workers: must be between 1 and 256 (got 0)"},
+      {R"({"stages": {"denoize": {}}})", "stages.denoize: unknown key"},
+      {R"({"cache": {"text": {"ttl_s": "long"}}})", "cache.text.ttl_s: must be an integer"},
+      {R"({"retry": {"multiplier": 0.5}})", "retry.multiplier: must be between"},
+      {R"({"retry": {"initial_backoff_ms": 500, "max_backoff_ms": 100}})", "retry.max_backoff_ms: must be >= initial_backoff_ms"},
+      {R"({"device_policy": "random"})", "device_policy: must be least_loaded or round_robin"},
+      {R"({"service": {"listen": "localhost"}})", "service.listen: must be HOST:PORT"},
+      {R"({"devices": ""})", "devices: must not be empty"},
+      {R"({"threads": 4})", "threads: must be an object"},
+      {R"({"encoder": {"crf": 2.5}})", "encoder.crf: must be an integer"},
+      {R"({"colour": 1})", "colour: unknown key"},
+      {R"([1, 2])", "must be a JSON object"},
+      {R"({"model": )", "not valid JSON"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.json);
+    const auto msg = error_of(write(dir, c.json));
+    CHECK_MESSAGE(msg.find(c.expect) != std::string::npos, msg);
+    CHECK(msg.find("c.json") != std::string::npos);  // the file is named
+  }
+  CHECK(error_of(dir / "missing.json").find("cannot be read") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("VGEN_MODEL points at the default model, and a wrong one is an error") {
+  const auto dir = test::temp_dir("vgen-model-");
+  setenv("VGEN_MODEL", dir.c_str(), 1);
+  CHECK_THROWS_AS(default_model_dir(), Error);
+  std::ofstream(dir / "manifest.json") << "{}";
+  CHECK(default_model_dir() == dir);
+  unsetenv("VGEN_MODEL");
+  fs::remove_all(dir);
+}

@@ -1,0 +1,193 @@
+// vgen::Runtime on the tiny random Wan package (written by the CTest fixture
+// stages.wan_parity_reference): submit/wait, progress, the result cache (duplicates in flight
+// and after the fact), validation before queueing, backpressure, cancellation, find.
+#include "api/engine.hpp"
+#include "runtime/errors.hpp"
+#include "tests/support/python_reference.hpp"
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+
+#include <fstream>
+#include <iterator>
+#include <set>
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+using namespace vgen;
+
+namespace {
+
+// The tiny package, or empty after warning that the case is skipped (no tooling Python).
+fs::path package_or_skip() {
+  const char* dir = std::getenv("VGEN_WAN_PARITY_DIR");
+  if (dir && *dir && fs::is_regular_file(fs::path(dir) / "pkg" / "manifest.json")) return fs::path(dir) / "pkg";
+  WARN_MESSAGE(false, "VGEN_WAN_PARITY_DIR not set (no tooling Python): skipped");
+  return {};
+}
+
+struct TempDir {
+  fs::path path = test::temp_dir("vgen-engine-");
+  ~TempDir() { fs::remove_all(path); }
+};
+
+RuntimeConfig small_config(const fs::path& model, const fs::path& out) {
+  RuntimeConfig c;
+  c.model = model;
+  c.output_dir = out;
+  c.retry_attempts = 1;
+  return c;
+}
+
+json::object spec(const std::string& prompt, const std::string& name, int seed = 1) {
+  return {{"prompt", prompt}, {"name", name}, {"width", 32}, {"height", 32}, {"frames", 5}, {"steps", 2}, {"seed", seed}};
+}
+
+std::string bytes_of(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+}  // namespace
+
+TEST_CASE("a submitted job renders, reports progress and ends once" * doctest::timeout(300)) {
+  const auto pkg = package_or_skip();
+  if (pkg.empty()) return;
+  TempDir out;
+  Runtime rt(small_config(pkg, out.path));
+  std::mutex m;
+  std::vector<JobEvent> events;
+  auto h = rt.submit(spec("a red circle moving left", "one"), {.on_progress = [&](const JobEvent& e) {
+                       std::lock_guard lock(m);
+                       events.push_back(e);
+                     }});
+  const auto r = h.wait();
+  REQUIRE_MESSAGE(r.state == JobState::done, r.error);
+  CHECK(r.output == out.path / "one.mp4");
+  CHECK(fs::file_size(r.output) > 0);
+  CHECK(r.content_type == "video/mp4");
+  CHECK(r.device == "cpu:0");
+  CHECK_FALSE(r.cache_hit);
+  CHECK(r.spec.frames == 5);
+  CHECK(h.finished());
+  std::lock_guard lock(m);
+  std::set<JobState> states;
+  int steps = 0;
+  for (const auto& e : events) {
+    states.insert(e.state);
+    if (e.state == JobState::denoise && e.total == 2) steps = std::max(steps, e.step);
+  }
+  CHECK(states.count(JobState::denoise));
+  CHECK(states.count(JobState::encode));
+  CHECK(events.back().state == JobState::done);
+  CHECK(steps == 2);
+  CHECK(rt.find(h.id()).has_value());
+  const auto j = to_json(r);
+  CHECK(j.at("status").as_string() == "done");
+  CHECK(j.at("output").as_string() == r.output.string());
+}
+
+TEST_CASE("identical jobs are served from the result cache, in flight and afterwards" * doctest::timeout(300)) {
+  const auto pkg = package_or_skip();
+  if (pkg.empty()) return;
+  TempDir out;
+  Runtime rt(small_config(pkg, out.path));
+  // Three at once: one renders, the two identical ones wait for it and copy its output.
+  auto a = rt.submit(spec("a blue square moving up", "a"));
+  auto b = rt.submit(spec("a blue square moving up", "b"));
+  auto other = rt.submit(spec("a blue square moving up", "other", /*seed=*/2));
+  auto c = rt.submit(spec("a blue square moving up", "c"));
+  const auto ra = a.wait(), rb = b.wait(), rc = c.wait(), ro = other.wait();
+  for (const auto* r : {&ra, &rb, &rc, &ro}) REQUIRE_MESSAGE(r->state == JobState::done, r->error);
+  CHECK_FALSE(ra.cache_hit);
+  CHECK(rb.cache_hit);
+  CHECK(rc.cache_hit);
+  CHECK_FALSE(ro.cache_hit);  // another seed is another video
+  CHECK(bytes_of(rb.output) == bytes_of(ra.output));
+  CHECK(bytes_of(rc.output) == bytes_of(ra.output));
+  CHECK(bytes_of(ro.output) != bytes_of(ra.output));
+  CHECK(rb.output == out.path / "b.mp4");
+  // Later: straight from the cache. A changed file is not trusted.
+  auto d = rt.submit(spec("a blue square moving up", "d")).wait();
+  CHECK(d.cache_hit);
+  CHECK(rt.stats().result_cache_hits == 3);
+  { std::ofstream(ra.output, std::ios::app) << "x"; }
+  std::ofstream(out.path / "b.mp4", std::ios::app) << "x";
+  std::ofstream(out.path / "c.mp4", std::ios::app) << "x";
+  std::ofstream(out.path / "d.mp4", std::ios::app) << "x";
+  auto e = rt.submit(spec("a blue square moving up", "e")).wait();
+  CHECK_FALSE(e.cache_hit);
+  CHECK(rt.stats().result_cache_hits == 3);
+  CHECK(rt.metrics_text().find("vgen_cache_hits_total{cache=\"results\"}") != std::string::npos);
+}
+
+TEST_CASE("a bad spec is refused before it is queued; an unknown id is not found" * doctest::timeout(300)) {
+  const auto pkg = package_or_skip();
+  if (pkg.empty()) return;
+  TempDir out;
+  Runtime rt(small_config(pkg, out.path));
+  auto bad = spec("a red circle moving left", "x");
+  bad["width"] = 250;
+  try {
+    rt.submit(bad);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);
+    CHECK(std::string(e.what()).find("width") != std::string::npos);
+  }
+  auto escape = spec("a red circle moving left", "../x");
+  CHECK_THROWS_AS(rt.submit(escape), Error);
+  CHECK(rt.stats().submitted == 0);
+  CHECK_FALSE(rt.find("job-404").has_value());
+  CHECK_FALSE(rt.cancel("job-404"));
+  CHECK(fs::is_empty(out.path));
+}
+
+TEST_CASE("a full queue refuses try_submit; cancelled and queued jobs still end" * doctest::timeout(300)) {
+  const auto pkg = package_or_skip();
+  if (pkg.empty()) return;
+  TempDir out;
+  auto cfg = small_config(pkg, out.path);
+  cfg.preprocess.queue = 1;
+  cfg.denoise.queue = 1;
+  cfg.decode.queue = 1;
+  cfg.encode.queue = 1;
+  Runtime rt(cfg);
+  std::vector<JobHandle> accepted;
+  int refused = 0;
+  for (int i = 0; i < 40 && refused == 0; ++i) {
+    auto s = spec("a green triangle moving down", "j" + std::to_string(i), i);
+    s["steps"] = 20;
+    try {
+      accepted.push_back(rt.try_submit(s));
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::overloaded);
+      ++refused;
+    }
+  }
+  CHECK(refused == 1);
+  CHECK(accepted.size() >= 2);
+  CHECK(rt.stats().rejected == 1);
+  // Cancel the last accepted one; every accepted job ends exactly once.
+  CHECK(accepted.back().cancel());
+  int done = 0, cancelled = 0;
+  for (auto& h : accepted) {
+    const auto r = h.wait();
+    if (r.state == JobState::done) ++done;
+    if (r.state == JobState::cancelled) ++cancelled;
+  }
+  CHECK(done + cancelled == static_cast<int>(accepted.size()));
+  CHECK(cancelled >= 1);
+  CHECK_FALSE(fs::exists(out.path / ("j" + std::to_string(accepted.size() - 1) + ".mp4")));
+}
+
+TEST_CASE("a missing model is named") {
+  TempDir out;
+  try {
+    Runtime rt(small_config(out.path / "nope", out.path));
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("nope") != std::string::npos);
+  }
+}
