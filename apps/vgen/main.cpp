@@ -3,6 +3,7 @@
 #include "apps/vgen/commands.hpp"
 #include "runtime/errors.hpp"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <iostream>
@@ -34,6 +35,8 @@ int main(int argc, char** argv) {
     app.exit(e);
     return 2;  // bad input
   }
+  // Logs go to stderr: stdout carries results (paths, --json objects).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("vgen"));
   spdlog::set_level(spdlog::level::from_str(log_level));
   try {
     for (auto* sub : app.get_subcommands())

@@ -1,0 +1,155 @@
+"""`vgen batch` end to end on the tiny random Wan package: mixed good and bad JSONL lines,
+duplicates served from the result cache, a rerun after SIGKILL that skips the complete outputs
+and redoes the rest, a damaged output redone, and --config with flags overriding it."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from vgen_export import export_wan as ew  # noqa: E402
+from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+
+BUILD = Path(os.environ.get("VGEN_BUILD_DIR", Path(__file__).resolve().parents[2] / "build"))
+VGEN = BUILD / "bin" / "vgen"
+pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
+SMALL = ["--width", "32", "--height", "32", "--frames", "5", "--steps", "2"]
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    root = tmp_path_factory.mktemp("batch")
+    src = write_tiny_wan(root / "diffusers", seed=0)
+    ew.export_wan(src, root / "pkg", dtype="float32", tiny=True, seed=0)
+    return root / "pkg"
+
+
+def batch(package, prompts, out, *args, timeout=300):
+    cmd = [str(VGEN), "batch", str(prompts), "--out", str(out), "--model", str(package), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def probe_frames(path):
+    out = subprocess.run(["ffprobe", "-v", "error", "-count_frames", "-show_entries", "stream=nb_read_frames",
+                          "-of", "json", str(path)], capture_output=True, text=True, check=True).stdout
+    return int(json.loads(out)["streams"][0]["nb_read_frames"])
+
+
+def test_mixed_jsonl_reports_bad_lines_and_runs_the_rest(package, tmp_path):
+    prompts = tmp_path / "jobs.jsonl"
+    lines = [
+        json.dumps({"prompt": "a red circle moving left", "name": "first"}),
+        '{"prompt": "broken json",',
+        json.dumps({"prompt": "a blue square moving up", "width": 250}),
+        json.dumps({"prompt": "a red circle moving left", "name": "again"}),  # duplicate of line 1
+        json.dumps({"prompt": "escape", "name": "../outside"}),
+        json.dumps({"prompt": "a green triangle moving down", "steps": 3, "colour": "red"}),
+        json.dumps({"prompt": "a yellow circle moving right", "seed": 7}),
+    ]
+    prompts.write_bytes(("\n".join(lines) + "\n").encode() + b'{"prompt": "bad \xff utf8"}\n')
+    out = tmp_path / "out"
+    r = batch(package, prompts, out, *SMALL, "--json")
+    assert r.returncode == 2, r.stderr  # some lines were invalid, no job failed
+    summary = json.loads(r.stdout)
+    assert summary == json.loads((out / "batch-summary.json").read_text())
+    by_line = {j["line"]: j for j in summary["jobs"]}
+    assert by_line[1]["status"] == "done" and not by_line[1]["cache_hit"]
+    assert by_line[4]["status"] == "done" and by_line[4]["cache_hit"]
+    assert by_line[7]["status"] == "done"
+    assert by_line[2]["status"] == "invalid" and "line 2: not valid JSON" in by_line[2]["error"]
+    assert by_line[3]["status"] == "invalid" and "line 3" in by_line[3]["error"] and "width" in by_line[3]["error"]
+    assert by_line[5]["status"] == "invalid" and "name" in by_line[5]["error"]
+    assert by_line[6]["status"] == "invalid" and "colour" in by_line[6]["error"]
+    assert by_line[8]["status"] == "invalid" and "UTF-8" in by_line[8]["error"]
+    assert summary["counts"] == {"done": 3, "skipped": 0, "failed": 0, "cancelled": 0, "invalid": 5}
+    assert (out / "first.mp4").read_bytes() == (out / "again.mp4").read_bytes()
+    assert probe_frames(out / "first.mp4") == 5
+    assert not (tmp_path / "outside.mp4").exists()
+    assert "line 3" in r.stderr  # errors are also on stderr
+
+
+def test_rerun_after_sigkill_skips_complete_outputs(package, tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    colors = ["red", "green", "blue", "yellow", "cyan", "magenta", "white", "orange"]
+    prompts.write_text("".join(f"a {c} circle moving left\n" for c in colors))
+    out = tmp_path / "out"
+    cmd = [str(VGEN), "batch", str(prompts), "--out", str(out), "--model", str(package),
+           "--width", "32", "--height", "32", "--frames", "5", "--steps", "12"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and len(list(out.glob("*.mp4"))) < 2:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.mp4")}
+    assert 2 <= len(before) < len(colors), "the kill should land mid-run"
+
+    r = batch(package, prompts, out, "--width", "32", "--height", "32", "--frames", "5", "--steps", "12", "--json")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    status = {j["name"] + ".mp4": j["status"] for j in summary["jobs"]}
+    for name in before:
+        assert status[name] == "skipped"
+        assert (out / name).stat().st_mtime_ns == before[name]  # not rendered again
+    assert sorted(n for n, s in status.items() if s == "done") == sorted(set(status) - set(before))
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted(list(status) + ["batch-summary.json"])  # no temporaries left
+    for name in status:
+        assert probe_frames(out / name) == 5
+
+
+def test_damaged_or_foreign_outputs_are_rendered_again(package, tmp_path):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a red square moving down\na blue circle moving up\n")
+    out = tmp_path / "out"
+    assert batch(package, prompts, out, *SMALL).returncode == 0
+    first, second = sorted(out.glob("*.mp4"))
+    data = first.read_bytes()
+    first.write_bytes(data[: len(data) // 2])               # truncated
+    (out / f".{second.name}.tmp-123").write_bytes(b"partial")  # an interrupted encode
+    r = batch(package, prompts, out, *SMALL, "--json")
+    assert r.returncode == 0, r.stderr
+    status = {j["name"]: j["status"] for j in json.loads(r.stdout)["jobs"]}
+    assert status[first.stem] == "done" and status[second.stem] == "skipped"
+    assert first.read_bytes() == data
+    assert not list(out.glob(".*tmp*"))
+    # Same name, other settings: the file does not belong to this job any more.
+    r = batch(package, prompts, out, *SMALL[:-1], "3", "--json")
+    assert [j["status"] for j in json.loads(r.stdout)["jobs"]] == ["done", "done"]
+
+
+def test_config_file_with_flags_overriding_it(package, tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"model": str(package), "output_dir": "from-config",
+                                  "stages": {"preprocess": {"queue": 2}}, "encoder": {"crf": 30}}))
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a white triangle moving right\n")
+    cmd = [str(VGEN), "batch", str(prompts), "--config", str(config), *SMALL]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert len(list((tmp_path / "from-config").glob("*.mp4"))) == 1  # relative to the config file
+    r = subprocess.run(cmd + ["--out", str(tmp_path / "flag")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert len(list((tmp_path / "flag").glob("*.mp4"))) == 1
+    config.write_text(json.dumps({"stages": {"denoise": {"workers": 0}}}))
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "stages.denoise.workers" in r.stderr
+
+
+@pytest.mark.parametrize("content,expect", [(b"", "holds no prompt"), (b"# only a comment\n\n", "holds no prompt")])
+def test_unusable_prompt_files_exit_2(package, tmp_path, content, expect):
+    prompts = tmp_path / "p.txt"
+    prompts.write_bytes(content)
+    r = batch(package, prompts, tmp_path / "out", timeout=60)
+    assert r.returncode == 2 and expect in r.stderr
+    r = batch(package, tmp_path / "missing.txt", tmp_path / "out", timeout=60)
+    assert r.returncode == 2 and "cannot be read" in r.stderr
