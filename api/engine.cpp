@@ -373,6 +373,7 @@ class RuntimeImpl {
       // A job served from the result cache skips the rendering stages.
       s.fn = [this, inner = std::make_shared<StageFn>(std::move(s.fn))](Job& job) { return unless_cached(this, inner, job); };
     }
+    if (config_.result_cache_entries == 0) return stages;  // no cache: nothing to look up
     StageSpec first{"lookup", JobState::queued, 4, config_.preprocess.queue,
                     [this](Job& job) { return lookup_stage(job); }};
     stages.insert(stages.begin(), std::move(first));
