@@ -1,0 +1,98 @@
+// `vgen serve [--listen HOST:PORT] [--config FILE] [--model DIR] [--device D] [--output-dir DIR]
+//             [--token T] [--max-body BYTES] [--job-ttl SECONDS] [--print-routes]`:
+// the HTTP API (api/http_api.hpp) over one vgen::Runtime. The first line on stdout is
+// "listening on http://HOST:PORT" with the real port (port 0 picks a free one). SIGINT or
+// SIGTERM stops it gracefully: the server stops accepting and ends its connections, then the
+// runtime cancels unfinished jobs; a second signal kills the process at once.
+#include "api/engine.hpp"
+#include "api/http_api.hpp"
+#include "api/http_server.hpp"
+#include "apps/vgen/commands.hpp"
+#include "apps/vgen/options.hpp"
+
+#include <boost/json/serialize.hpp>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <iostream>
+#include <pthread.h>
+
+namespace vgen::cli {
+
+namespace {
+
+struct ServeFlags {
+  RuntimeFlags runtime;
+  std::string listen, token;
+  std::optional<std::size_t> max_body;
+  std::optional<long> job_ttl;
+  bool print_routes = false;
+};
+
+RuntimeConfig serve_config(const ServeFlags& f) {
+  auto c = make_config(f.runtime);
+  if (!f.listen.empty()) c.service.listen = f.listen;
+  if (!f.token.empty()) c.service.token = f.token;
+  if (f.max_body) c.service.max_body_bytes = *f.max_body;
+  if (f.job_ttl) c.job_ttl = std::chrono::seconds(*f.job_ttl);
+  return c;
+}
+
+std::string url_of(const http::tcp::endpoint& ep) {
+  const auto host = ep.address().to_string();
+  return "http://" + (ep.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(ep.port());
+}
+
+int run_serve(const ServeFlags& f) {
+  if (f.print_routes) {
+    for (const auto& r : HttpApi::routes()) std::cout << r.method << " " << r.path << "\n";
+    return 0;
+  }
+  const auto config = serve_config(f);
+  http::parse_listen_address(config.service.listen);  // a bad address fails before the model loads
+
+  // Block the stop signals before any thread starts, so that every thread inherits the mask
+  // and this thread alone takes them with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  Runtime runtime(config);
+  spdlog::info("serve: config {}", boost::json::serialize(to_json(runtime.config())));
+  http::ServerOptions options;
+  options.listen = config.service.listen;
+  options.max_body_bytes = config.service.max_body_bytes;
+  options.max_connections = config.service.max_connections;
+  http::HttpServer server(runtime.executor(), std::make_shared<HttpApi>(runtime), options);
+  const auto endpoint = server.listen();
+  server.start();
+  std::cout << "listening on " << url_of(endpoint) << std::endl;
+
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);  // a second signal ends the process
+  spdlog::warn("serve: {} received, shutting down", signal == SIGINT ? "SIGINT" : "SIGTERM");
+  server.stop();
+  server.join();
+  runtime.shutdown();
+  return 0;
+}
+
+}  // namespace
+
+Run add_serve_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "Serve the HTTP API (jobs, progress events, videos, metrics)");
+  auto f = std::make_shared<ServeFlags>();
+  add_runtime_flags(*cmd, f->runtime);
+  cmd->add_option("--output-dir", f->runtime.output_dir, "directory the videos are written to (default: config, else .)");
+  cmd->add_option("--listen", f->listen, "HOST:PORT to listen on; port 0 picks a free port (default: config, else 127.0.0.1:8080)");
+  cmd->add_option("--token", f->token, "require 'Authorization: Bearer TOKEN' on every route but /healthz")->envname("VGEN_TOKEN");
+  cmd->add_option("--max-body", f->max_body, "largest request body in bytes (413 beyond)")->check(CLI::Range(64, 64 << 20));
+  cmd->add_option("--job-ttl", f->job_ttl, "seconds a finished job stays queryable")->check(CLI::Range(1L, 365L * 86400));
+  cmd->add_flag("--print-routes", f->print_routes, "print the API's routes (METHOD PATH) and exit");
+  return [f] { return run_serve(*f); };
+}
+
+}  // namespace vgen::cli
