@@ -2,6 +2,8 @@
 // Included by stages/wan_pipeline.cpp and by tests; never include spdlog/fmt next to it.
 #pragma once
 
+#include "runtime/device_pool.hpp"
+#include "stages/model_backend.hpp"
 #include "stages/scheduler.hpp"
 #include "stages/tokenizer.hpp"
 #include "stages/wan_pipeline.hpp"
@@ -12,6 +14,8 @@
 
 namespace vgen {
 
+class DenoiseBatcher;
+
 struct WanRuntime {
   ModelPackage package;
   std::shared_ptr<const Tokenizer> tokenizer;
@@ -19,6 +23,7 @@ struct WanRuntime {
   DevicePool* devices = nullptr;
   WanRuntimeOptions options;
   std::shared_ptr<TtlCache<at::Tensor>> text_cache;
+  std::shared_ptr<DenoiseBatcher> batcher;
 };
 
 // Job::payload of a Wan job.
@@ -33,6 +38,17 @@ struct WanJob {
   // Optional observer (tests, tools), called on the compute thread after each step.
   std::function<void(int step, const at::Tensor& latents)> on_step;
 };
+
+// Where a stage's compute runs: a lease from the DevicePool and that device's worker pool.
+struct Placement {
+  DeviceLease lease;
+  WorkerPool* pool = nullptr;
+  std::string device;
+};
+boost::asio::awaitable<Placement> place(WanRuntime& rt);
+
+// A package component loaded (once per device, ModuleCache) for `device`.
+std::shared_ptr<const Module> wan_module(WanRuntime& rt, const std::string& component, const std::string& device);
 
 // The scheduler a job uses: the package's, or `override_type` configured from the package's
 // flow shift and training steps.

@@ -1,5 +1,7 @@
 #include "stages/wan_job.hpp"
 
+#include "stages/denoise_batcher.hpp"
+
 #include "runtime/content_key.hpp"
 #include "runtime/errors.hpp"
 #include "stages/model_backend.hpp"
@@ -66,33 +68,11 @@ SchedulerParams to_params(const json::object& config) {
   return p;
 }
 
-// The job's compute runs on the worker pool of the device its lease names.
-struct Placement {
-  DeviceLease lease;
-  WorkerPool* pool = nullptr;
-  std::string device;
-};
-
-asio::awaitable<Placement> place(WanRuntime& rt) {
-  PlacementRequest req;
-  req.model = rt.package.id();
-  Placement p;
-  p.lease = co_await rt.devices->acquire(req, asio::use_awaitable);
-  p.device = p.lease.device().id;
-  p.pool = &rt.executor->pool(device_pool_name(p.device));
-  co_return p;
-}
-
-std::shared_ptr<const Module> module(WanRuntime& rt, const std::string& component, const std::string& device) {
-  const auto& c = rt.package.component(component);
-  return ModuleCache::instance().get(rt.options.backend, c.file, device, parse_dtype(c.dtype));
-}
-
 at::Tensor encode_text(WanRuntime& rt, const std::string& device, const std::vector<std::string>& texts) {
   auto batch = rt.tokenizer->encode_batch(texts);
   auto ids = at::tensor(batch.ids, at::kLong).reshape({batch.batch, batch.length});
   auto mask = at::tensor(batch.mask, at::kLong).reshape({batch.batch, batch.length});
-  return module(rt, "text_encoder", device)->forward({ids, mask}).to(at::kFloat);
+  return wan_module(rt, "text_encoder", device)->forward({ids, mask}).to(at::kFloat);
 }
 
 // Prompt embeddings through the TTL cache: the key covers the package, device and text.
@@ -133,38 +113,7 @@ asio::awaitable<void> preprocess(WanRuntime& rt, Job& job) {
   job.payload = std::move(w);
 }
 
-asio::awaitable<void> denoise(WanRuntime& rt, Job& job) {
-  auto& w = std::any_cast<WanJob&>(job.payload);
-  auto placement = co_await place(rt);
-  w.device = placement.device;
-  auto scheduler = make_job_scheduler(rt.package, w.spec.scheduler);
-  scheduler->set_timesteps(w.spec.steps);
-  const int steps = static_cast<int>(scheduler->timesteps().size(0));
-  const bool cfg = w.spec.guidance > 1.0;
-  auto transformer = module(rt, "transformer", placement.device);
-  w.latents = w.latents * scheduler->init_noise_sigma();
-  for (int i = 0; i < steps; ++i) {
-    job.throw_if_cancelled();
-    auto step = [&, i] {
-      const auto& latents = w.latents;
-      auto input = scheduler->scale_model_input(latents, i);
-      auto batch = (cfg ? at::cat({input, input}, 0) : input).to(transformer->dtype());
-      auto t = scheduler->timesteps()[i].to(at::kFloat).expand({batch.size(0)}).contiguous();  // float32 always
-      // Guidance in the transformer's dtype and the scheduler step on that output, as
-      // WanPipeline does (so a bf16 package follows diffusers' bf16 numerics too).
-      auto pred = transformer->forward({batch, t, w.embeds.to(transformer->dtype())}).to(at::kCPU);
-      if (cfg) {
-        auto parts = pred.chunk(2, 0);
-        pred = parts[1] + w.spec.guidance * (parts[0] - parts[1]);
-      }
-      w.latents = scheduler->step(pred, i, latents.to(at::kCPU));
-      if (w.on_step) w.on_step(i, w.latents);
-      return 0;
-    };
-    co_await placement.pool->run(step);
-    job.report_progress(i + 1, steps);
-  }
-}
+asio::awaitable<void> denoise(WanRuntime& rt, Job& job) { co_await rt.batcher->join(rt, job); }
 
 asio::awaitable<void> decode(WanRuntime& rt, Job& job) {
   auto& w = std::any_cast<WanJob&>(job.payload);
@@ -176,7 +125,7 @@ asio::awaitable<void> decode(WanRuntime& rt, Job& job) {
     auto mean = at::tensor(p.latents_mean, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
     auto std = at::tensor(p.latents_std, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
     auto z = w.latents / (1.0 / std) + mean;  // exactly diffusers' un-normalisation
-    auto vae = module(rt, "vae_decoder", device);
+    auto vae = wan_module(rt, "vae_decoder", device);
     auto video = vae->forward({z.to(vae->dtype())}).to(at::kCPU).to(at::kFloat);  // [1,3,F,H,W]
     w.frames = (video / 2 + 0.5).clamp(0, 1)[0].permute({1, 2, 3, 0}).contiguous();  // [F,H,W,3]
     return 0;
@@ -204,6 +153,21 @@ asio::awaitable<void> encode(WanRuntime& rt, Job& job) {
 }
 
 }  // namespace
+
+asio::awaitable<Placement> place(WanRuntime& rt) {
+  PlacementRequest req;
+  req.model = rt.package.id();
+  Placement p;
+  p.lease = co_await rt.devices->acquire(req, asio::use_awaitable);
+  p.device = p.lease.device().id;
+  p.pool = &rt.executor->pool(device_pool_name(p.device));
+  co_return p;
+}
+
+std::shared_ptr<const Module> wan_module(WanRuntime& rt, const std::string& component, const std::string& device) {
+  const auto& c = rt.package.component(component);
+  return ModuleCache::instance().get(rt.options.backend, c.file, device, parse_dtype(c.dtype));
+}
 
 JobSpec parse_wan_job(const ModelPackage& package, const json::value& spec) {
   auto limits = package.limits;
@@ -241,6 +205,7 @@ std::shared_ptr<WanRuntime> make_wan_runtime(const std::filesystem::path& packag
   if (options.text_cache_entries > 0)
     rt->text_cache = std::make_shared<TtlCache<at::Tensor>>(TtlCacheOptions{
         .max_entries = options.text_cache_entries, .max_cost = 1ull << 30, .default_ttl = options.text_cache_ttl});
+  rt->batcher = std::make_shared<DenoiseBatcher>(options.max_batch, options.batch_wait);
   rt->options = std::move(options);
   return rt;
 }
@@ -250,6 +215,8 @@ const ModelPackage& package_of(const WanRuntime& runtime) { return runtime.packa
 CacheStats text_cache_stats(const WanRuntime& runtime) {
   return runtime.text_cache ? runtime.text_cache->stats() : CacheStats{};
 }
+
+std::map<std::size_t, std::uint64_t> denoise_group_sizes(const WanRuntime& runtime) { return runtime.batcher->group_sizes(); }
 
 WanJobResult wan_job_result(const Job& job) {
   const auto* w = std::any_cast<WanJob>(&job.payload);
@@ -263,7 +230,8 @@ std::vector<StageSpec> make_wan_stages(std::shared_ptr<WanRuntime> rt) {
   };
   return {
       {"preprocess", JobState::preprocess, rt->options.preprocess_workers, 16, bind(preprocess)},
-      {"denoise", JobState::denoise, rt->options.denoise_workers, 4, bind(denoise)},
+      // Each job waiting in a forming batch holds a worker: at least max_batch of them.
+      {"denoise", JobState::denoise, std::max(rt->options.denoise_workers, rt->options.max_batch), 4, bind(denoise)},
       {"decode", JobState::decode, rt->options.decode_workers, 4, bind(decode)},
       {"encode", JobState::encode, rt->options.encode_workers, 4, bind(encode)},
   };

@@ -26,6 +26,7 @@
 #include "stages/model_package.hpp"
 
 #include <filesystem>
+#include <map>
 #include <memory>
 
 namespace vgen {
@@ -39,6 +40,10 @@ struct WanRuntimeOptions {
   std::size_t text_cache_entries = 256;
   std::chrono::steady_clock::duration text_cache_ttl = std::chrono::minutes(30);
   std::size_t preprocess_workers = 1, denoise_workers = 1, decode_workers = 1, encode_workers = 1;
+  // Cross-job batching in denoise (stages/denoise_batcher.hpp): up to max_batch compatible jobs
+  // per transformer call, waiting at most batch_wait for a batch to fill. 1: no batching.
+  std::size_t max_batch = 1;
+  std::chrono::milliseconds batch_wait{20};
 };
 
 // Loads the package and its tokenizer (Error(invalid_argument) naming what is wrong).
@@ -47,6 +52,8 @@ std::shared_ptr<WanRuntime> make_wan_runtime(const std::filesystem::path& packag
                                              DevicePool& devices, WanRuntimeOptions options);
 const ModelPackage& package_of(const WanRuntime& runtime);
 CacheStats text_cache_stats(const WanRuntime& runtime);
+// Denoise groups run so far, by size (cross-job batching).
+std::map<std::size_t, std::uint64_t> denoise_group_sizes(const WanRuntime& runtime);
 
 std::vector<StageSpec> make_wan_stages(std::shared_ptr<WanRuntime> runtime);
 

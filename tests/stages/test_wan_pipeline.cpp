@@ -14,6 +14,9 @@
 #include <random>
 #include <set>
 
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+
 #include "runtime/errors.hpp"
 #include "stages/wan_job.hpp"
 #include "tests/support/python_reference.hpp"
@@ -103,7 +106,8 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) {
 // Runs `jobs` through the real stages on `devices`; returns the finished jobs.
 std::vector<std::shared_ptr<Job>> run_jobs(const fs::path& package, const std::string& devices,
                                           const std::vector<boost::json::object>& jobs, Capture& cap,
-                                          const fs::path& out_dir, std::shared_ptr<WanRuntime>* keep = nullptr) {
+                                          const fs::path& out_dir, std::shared_ptr<WanRuntime>* keep = nullptr,
+                                          std::size_t max_batch = 1, const std::string& cancel_id = {}) {
   const auto specs = parse_device_list(devices);
   Executor executor({.io_threads = 1});
   add_device_pools(executor, specs);
@@ -112,6 +116,8 @@ std::vector<std::shared_ptr<Job>> run_jobs(const fs::path& package, const std::s
   options.out_dir = out_dir;
   options.denoise_workers = specs.size();
   options.preprocess_workers = specs.size();
+  options.max_batch = max_batch;
+  options.batch_wait = std::chrono::seconds(20);  // every job joins (they arrive well within it)
   auto runtime = make_wan_runtime(package, executor, pool, options);
   if (keep) *keep = runtime;
   Pipeline pipeline(executor.get_executor(), capturing(make_wan_stages(runtime), cap));
@@ -119,6 +125,14 @@ std::vector<std::shared_ptr<Job>> run_jobs(const fs::path& package, const std::s
   auto submit_all = [&]() -> asio::awaitable<std::vector<std::shared_ptr<Job>>> {
     std::vector<std::shared_ptr<Job>> out;
     for (const auto& j : jobs) out.push_back(co_await pipeline.submit(j));
+    if (!cancel_id.empty()) {  // once it is denoising, so that it leaves a running batch
+      asio::steady_timer t(co_await asio::this_coro::executor);
+      while (out.front()->state() != JobState::denoise || out.front()->snapshot().step < 1) {
+        t.expires_after(std::chrono::milliseconds(2));
+        co_await t.async_wait(asio::use_awaitable);
+      }
+      pipeline.cancel(cancel_id);
+    }
     co_await pipeline.drain();
     co_return out;
   };
@@ -214,6 +228,48 @@ TEST_CASE("two CPU replicas both work on a multi-job run; identical prompts are 
   // A job's result does not depend on its neighbours: same seed, same latents.
   auto again = run_jobs(ref->info["package"].get<std::string>(), "cpu", {specs[3]}, cap, out.path);
   CHECK(max_diff(cap.steps[again[0]->id()].back(), cap.steps[jobs[3]->id()].back()) == 0.0);
+}
+
+TEST_CASE("cross-job batching: each job's result equals its result alone; a cancelled job leaves the batch" * doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  const OutDir out;
+  const auto pkg = ref->info["package"].get<std::string>();
+  std::vector<boost::json::object> specs;
+  const char* prompts[] = {"a red circle moving left", "a blue square moving up", "a green triangle", "a cat"};
+  for (int i = 0; i < 4; ++i) {
+    auto s = case_json(ref->info["case"], 200 + i, "");
+    s["prompt"] = prompts[i];
+    s["guidance"] = 2.0 + i;  // each job keeps its own guidance scale inside the batch
+    s["steps"] = 6;
+    specs.push_back(s);
+  }
+  Capture batched;
+  std::shared_ptr<WanRuntime> runtime;
+  auto jobs = run_jobs(pkg, "cpu", specs, batched, out.path, &runtime, 4);
+  const auto groups = denoise_group_sizes(*runtime);
+  CHECK(groups.size() == 1);
+  CHECK(groups.count(4) == 1);  // one transformer batch of four jobs
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    REQUIRE_MESSAGE(jobs[i]->state() == JobState::done, jobs[i]->snapshot().error);
+    Capture alone;
+    auto single = run_jobs(pkg, "cpu", {specs[i]}, alone, out.path);
+    const auto& a = alone.steps[single[0]->id()];
+    const auto& b = batched.steps[jobs[i]->id()];
+    REQUIRE(a.size() == b.size());
+    for (std::size_t k = 0; k < a.size(); ++k) CHECK(max_diff(a[k], b[k]) <= 1e-4);
+    CHECK(max_diff(alone.frames[single[0]->id()], batched.frames[jobs[i]->id()]) <= 1e-4);
+  }
+  // Cancel the first job while the batch of four is denoising: the other three finish with
+  // results within 1e-4, the cancelled one stops.
+  Capture again;
+  auto rerun = run_jobs(pkg, "cpu", specs, again, out.path, nullptr, 4, "job-1");
+  CHECK(rerun[0]->state() == JobState::cancelled);
+  for (std::size_t i = 1; i < specs.size(); ++i) {
+    REQUIRE_MESSAGE(rerun[i]->state() == JobState::done, rerun[i]->snapshot().error);
+    // The batch shrinks to three: the same up to batch numerics.
+    CHECK(max_diff(again.steps[rerun[i]->id()].back(), batched.steps[jobs[i]->id()].back()) <= 1e-4);
+  }
 }
 
 TEST_CASE("a missing or damaged package is reported by name") {

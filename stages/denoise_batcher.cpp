@@ -1,0 +1,164 @@
+#include "stages/denoise_batcher.hpp"
+
+#include "runtime/errors.hpp"
+
+#include <ATen/ATen.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+namespace vgen {
+
+namespace asio = boost::asio;
+
+struct DenoiseBatcher::Member {
+  std::shared_ptr<Job> job;
+  WanJob* work = nullptr;
+  std::unique_ptr<Scheduler> scheduler;
+  at::Tensor latents;
+  bool dropped = false;
+};
+
+struct DenoiseBatcher::Group {
+  std::string key;
+  std::vector<Member> members;
+  bool closed = false;             // no more joins (full, timed out, or running)
+  AsyncEvent done;                 // set when the loop has ended (results or error)
+  std::exception_ptr error;
+};
+
+namespace {
+
+// What must match for jobs to share transformer calls.
+std::string compatibility_key(const WanRuntime& rt, const WanJob& w, const Scheduler& s) {
+  std::string k = std::string(s.name()) + "|" + std::to_string(w.spec.steps) + "|" + (w.spec.guidance > 1.0 ? "cfg" : "nocfg");
+  for (auto d : w.latents.sizes()) k += "|" + std::to_string(d);
+  for (auto d : w.embeds.sizes()) k += "|" + std::to_string(d);
+  return k + "|" + rt.package.id();
+}
+
+// One step for every live member: one transformer call, then each job's guidance and step.
+void step_all(WanRuntime& rt, std::vector<DenoiseBatcher::Member*>& live, int i, const std::string& device) {
+  auto transformer = wan_module(rt, "transformer", device);
+  const auto dtype = transformer->dtype();
+  const bool cfg = live.front()->work->spec.guidance > 1.0;
+  std::vector<at::Tensor> inputs, embeds;
+  for (auto* m : live) {
+    auto input = m->scheduler->scale_model_input(m->latents, i);
+    inputs.push_back(input);
+    if (cfg) inputs.push_back(input);
+    embeds.push_back(m->work->embeds);  // [2 or 1, L, D]: cond (, uncond)
+  }
+  auto x = (inputs.size() == 1 ? inputs[0] : at::cat(inputs, 0)).to(dtype);
+  auto e = (embeds.size() == 1 ? embeds[0] : at::cat(embeds, 0)).to(dtype);
+  auto t = live.front()->scheduler->timesteps()[i].to(at::kFloat).expand({x.size(0)}).contiguous();  // float32 always
+  auto pred = transformer->forward({x, t, e}).to(at::kCPU);
+  const std::int64_t rows = cfg ? 2 : 1;
+  for (std::size_t j = 0; j < live.size(); ++j) {
+    auto* m = live[j];
+    auto p = pred.narrow(0, static_cast<std::int64_t>(j) * rows, rows);
+    // Guidance in the transformer's dtype and the scheduler step on that output, as
+    // WanPipeline does (so a bf16 package follows diffusers' bf16 numerics too).
+    if (cfg) p = p[1].unsqueeze(0) + m->work->spec.guidance * (p[0].unsqueeze(0) - p[1].unsqueeze(0));
+    m->latents = m->scheduler->step(p, i, m->latents);
+    if (m->work->on_step) m->work->on_step(i, m->latents);
+  }
+}
+
+}  // namespace
+
+asio::awaitable<void> DenoiseBatcher::join(WanRuntime& rt, Job& job) {
+  auto& w = std::any_cast<WanJob&>(job.payload);
+  Member self;
+  self.job = job.shared_from_this();
+  self.work = &w;
+  self.scheduler = make_job_scheduler(rt.package, w.spec.scheduler);
+  self.scheduler->set_timesteps(w.spec.steps);
+  const auto key = compatibility_key(rt, w, *self.scheduler);
+
+  std::shared_ptr<Group> group;
+  bool first = false;
+  {
+    std::lock_guard lock(mutex_);
+    auto& slot = open_[key];
+    if (!slot) {
+      slot = std::make_shared<Group>();
+      slot->key = key;
+      first = true;
+    }
+    group = slot;
+    group->members.push_back(std::move(self));
+    if (group->members.size() >= max_batch_) {
+      group->closed = true;
+      open_.erase(key);
+    }
+  }
+  if (first) asio::co_spawn(co_await asio::this_coro::executor, run_group(rt, group), asio::detached);
+  co_await group->done.wait();  // cancellable: the pipeline stops waiting, the group goes on
+  if (group->error) std::rethrow_exception(group->error);
+  job.throw_if_cancelled();
+}
+
+asio::awaitable<void> DenoiseBatcher::run_group(WanRuntime& rt, std::shared_ptr<Group> group) {
+  try {
+    // Collect until full (a joiner closes the group) or the wait is over. Polling in 1 ms
+    // ticks keeps the timer private to this coroutine (no cross-thread cancel).
+    const auto deadline = std::chrono::steady_clock::now() + wait_;
+    asio::steady_timer tick(co_await asio::this_coro::executor);
+    for (;;) {
+      {
+        std::lock_guard lock(mutex_);
+        if (!group->closed && std::chrono::steady_clock::now() >= deadline) {
+          group->closed = true;
+          if (auto it = open_.find(group->key); it != open_.end() && it->second == group) open_.erase(it);
+        }
+        if (group->closed) break;
+      }
+      tick.expires_after(std::chrono::milliseconds(1));
+      co_await tick.async_wait(asio::use_awaitable);
+    }
+    {
+      std::lock_guard lock(mutex_);
+      ++sizes_[group->members.size()];
+    }
+    co_await run_loop(rt, *group);
+  } catch (...) {
+    group->error = std::current_exception();
+  }
+  group->done.set();
+}
+
+asio::awaitable<void> DenoiseBatcher::run_loop(WanRuntime& rt, Group& group) {
+  auto placement = co_await place(rt);
+  for (auto& m : group.members) {
+    m.latents = m.work->latents * m.scheduler->init_noise_sigma();
+    m.work->device = placement.device;
+  }
+  const int steps = static_cast<int>(group.members.front().scheduler->timesteps().size(0));
+  for (int i = 0; i < steps; ++i) {
+    std::vector<Member*> live;
+    for (auto& m : group.members) {
+      if (!m.dropped && m.job->cancel_requested()) m.dropped = true;
+      if (!m.dropped) live.push_back(&m);
+    }
+    if (live.empty()) co_return;
+    auto step = [&rt, &live, i, device = placement.device] {
+      step_all(rt, live, i, device);
+      return 0;
+    };
+    co_await placement.pool->run(step);
+    for (auto* m : live) m->job->report_progress(i + 1, steps);
+  }
+  for (auto& m : group.members)
+    if (!m.dropped) m.work->latents = m.latents;
+}
+
+std::map<std::size_t, std::uint64_t> DenoiseBatcher::group_sizes() const {
+  std::lock_guard lock(mutex_);
+  return sizes_;
+}
+
+}  // namespace vgen

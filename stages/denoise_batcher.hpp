@@ -1,0 +1,55 @@
+// Cross-job batching for the denoise stage (internal to the Wan stages; includes LibTorch).
+//
+// Jobs whose denoising loops are interchangeable (same latent shape, steps, scheduler, package,
+// guidance on/off) join one group; the group runs one transformer call per step for all its
+// jobs (each job's cond and uncond rows together), then applies each job's own guidance scale
+// and scheduler step. A group starts when it holds max_batch jobs or `wait` after its first
+// job arrived, whichever is first; max_batch 1 runs each job alone at once.
+//
+// Each job's result equals its result alone up to the transformer's batch numerics (tested
+// ≤ 1e-4); with one job per group it is the same computation as before batching existed.
+//
+// Ownership and cancellation: a group runs in its own coroutine on the runtime's executor,
+// not in any job's stage, so cancelling one job (its stage stops waiting) never stops the
+// others; the group drops a cancelled job between steps. Latents are written back only when
+// the loop completes, so a failed group leaves its jobs as they were (a retry starts clean).
+// Thread-safety: join() may be called from any thread.
+#pragma once
+
+#include "stages/wan_job.hpp"
+
+#include <boost/asio/awaitable.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace vgen {
+
+class DenoiseBatcher {
+ public:
+  DenoiseBatcher(std::size_t max_batch, std::chrono::milliseconds wait) : max_batch_(max_batch < 1 ? 1 : max_batch), wait_(wait) {}
+
+  // Denoises `job` (its WanJob payload) in some group; returns when its latents are final.
+  // Throws the group's error, or Error(cancelled) for a cancelled job.
+  boost::asio::awaitable<void> join(WanRuntime& rt, Job& job);
+
+  std::size_t max_batch() const noexcept { return max_batch_; }
+  // How many groups ran with each size (observability and tests).
+  std::map<std::size_t, std::uint64_t> group_sizes() const;
+
+  struct Member;
+  struct Group;
+
+ private:
+  boost::asio::awaitable<void> run_group(WanRuntime& rt, std::shared_ptr<Group> group);
+  boost::asio::awaitable<void> run_loop(WanRuntime& rt, Group& group);
+  const std::size_t max_batch_;
+  const std::chrono::milliseconds wait_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Group>> open_;
+  std::map<std::size_t, std::uint64_t> sizes_;  // collecting groups by compatibility key
+};
+
+}  // namespace vgen
