@@ -117,6 +117,9 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
          r.object(v, p, {{"preprocess", stage(r, c.preprocess)}, {"denoise", stage(r, c.denoise)},
                          {"decode", stage(r, c.decode)}, {"encode", stage(r, c.encode)}});
        }},
+      {"batching", [&](const json::value& v, const std::string& p) {
+         r.object(v, p, {{"max_batch", count(r, c.max_batch, 1, 256)}, {"wait_ms", millis(r, c.batch_wait, 0, 60'000)}});
+       }},
       {"cache", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {
              {"text", [&](const json::value& t, const std::string& tp) {
@@ -183,6 +186,7 @@ json::object to_json(const RuntimeConfig& c) {
       {"output_dir", c.output_dir.string()},
       {"threads", {{"io", c.io_threads}, {"per_device", c.threads_per_device}, {"codec", c.codec_threads}}},
       {"stages", {{"preprocess", stage(c.preprocess)}, {"denoise", stage(c.denoise)}, {"decode", stage(c.decode)}, {"encode", stage(c.encode)}}},
+      {"batching", {{"max_batch", c.max_batch}, {"wait_ms", c.batch_wait.count()}}},
       {"cache", {{"text", {{"entries", c.text_cache_entries}, {"ttl_s", c.text_cache_ttl.count()}}},
                  {"results", {{"entries", c.result_cache_entries}, {"ttl_s", c.result_cache_ttl.count()}}}}},
       {"retry", {{"attempts", c.retry_attempts}, {"initial_backoff_ms", c.retry_initial_backoff.count()},

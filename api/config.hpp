@@ -37,6 +37,11 @@ struct RuntimeConfig {
 
   StageConfig preprocess{1, 64}, denoise{1, 4}, decode{1, 4}, encode{1, 4};
 
+  // Cross-job batching in denoise: up to max_batch compatible jobs (same size, frames, steps,
+  // scheduler, guidance on/off) per transformer call, waiting at most batch_wait for company.
+  std::size_t max_batch = 1;
+  std::chrono::milliseconds batch_wait{20};
+
   std::size_t text_cache_entries = 256;
   std::chrono::seconds text_cache_ttl{1800};
   std::size_t result_cache_entries = 1024;  // 0 disables the result cache

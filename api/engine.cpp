@@ -117,6 +117,8 @@ class RuntimeImpl {
     wo.denoise_workers = config_.denoise.workers;
     wo.decode_workers = config_.decode.workers;
     wo.encode_workers = config_.encode.workers;
+    wo.max_batch = config_.max_batch;
+    wo.batch_wait = config_.batch_wait;
     wan_ = make_wan_runtime(config_.model, executor_, *devices_, wo);
     PipelineOptions po;
     po.metrics = &metrics_;

@@ -6,6 +6,7 @@ void add_runtime_flags(CLI::App& cmd, RuntimeFlags& f) {
   cmd.add_option("--config", f.config, "runtime config file (configs/*.json); flags override it");
   cmd.add_option("--model", f.model, "model package directory (default: the bundled model)");
   cmd.add_option("--device,--devices", f.devices, "devices: cpu, cpu,cpu, cuda:0, cuda:0,cuda:1, auto (default: cpu)");
+  cmd.add_option("--max-batch", f.max_batch, "cross-job batching: jobs per denoiser call (default 1)")->check(CLI::Range(1, 256));
 }
 
 RuntimeConfig make_config(const RuntimeFlags& f) {
@@ -13,6 +14,7 @@ RuntimeConfig make_config(const RuntimeFlags& f) {
   if (!f.model.empty()) c.model = f.model;
   if (!f.devices.empty()) c.devices = f.devices;
   if (f.output_dir) c.output_dir = *f.output_dir;
+  if (f.max_batch) c.max_batch = *f.max_batch;
   return c;
 }
 

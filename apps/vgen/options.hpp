@@ -16,6 +16,7 @@ namespace vgen::cli {
 struct RuntimeFlags {
   std::string config, model, devices;
   std::optional<std::string> output_dir;
+  std::optional<std::size_t> max_batch;
 };
 void add_runtime_flags(CLI::App& cmd, RuntimeFlags& f);
 RuntimeConfig make_config(const RuntimeFlags& f);

@@ -59,7 +59,7 @@ TEST_CASE("every key is read, with comments and relative paths") {
     "cache": {"text": {"entries": 7, "ttl_s": 8}, "results": {"entries": 0, "ttl_s": 10}},
     "retry": {"attempts": 1, "initial_backoff_ms": 0, "max_backoff_ms": 0, "multiplier": 1},
     "encoder": {"crf": 30, "preset": "ultrafast", "threads": 2},
-    "job_ttl_s": 60,
+    "job_ttl_s": 60, "batching": {"max_batch": 8, "wait_ms": 5},
     "service": {"listen": "0.0.0.0:9000", "max_body_bytes": 1024, "token": "t", "max_connections": 3}
   })"));
   CHECK(c.model == dir / "pkg");
@@ -80,6 +80,8 @@ TEST_CASE("every key is read, with comments and relative paths") {
   CHECK(c.encoder_crf == 30);
   CHECK(c.encoder_preset == "ultrafast");
   CHECK(c.job_ttl == std::chrono::seconds(60));
+  CHECK(c.max_batch == 8);
+  CHECK(c.batch_wait == std::chrono::milliseconds(5));
   CHECK(c.service.listen == "0.0.0.0:9000");
   CHECK(c.service.token == "t");
   CHECK(c.service.max_connections == 3);
