@@ -145,6 +145,10 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
                          {"threads", count(r, c.encoder_threads, 1, 64)}});
        }},
       {"job_ttl_s", seconds(r, c.job_ttl, 1, 365 * 86400)},
+      {"faults", [&](const json::value& v, const std::string& p) {
+         if (!v.is_object()) r.fail(p, "must be an object");
+         c.faults = parse_fault_plan(v.get_object(), origin + ": " + p);
+       }},
       {"service", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {
              {"listen", [&](const json::value& s, const std::string& sp) {
@@ -166,15 +170,18 @@ RuntimeConfig load_config(const fs::path& file) {
   if (!in) throw_error(ErrorKind::invalid_argument, origin + ": cannot be read (missing or not a file)");
   std::stringstream buf;
   buf << in.rdbuf();
+  return parse_config(buf.str(), origin, fs::absolute(file).parent_path());
+}
+
+RuntimeConfig parse_config(std::string_view text, const std::string& origin, const fs::path& base_dir) {
   json::parse_options opts;
   opts.allow_comments = true;
   opts.allow_trailing_commas = true;
   boost::system::error_code ec;
-  auto v = json::parse(buf.str(), ec, {}, opts);
+  auto v = json::parse(text, ec, {}, opts);
   if (ec) throw_error(ErrorKind::invalid_argument, origin + ": not valid JSON (" + ec.message() + ")");
   if (!v.is_object()) throw_error(ErrorKind::invalid_argument, origin + ": must be a JSON object");
-  const auto dir = fs::absolute(file).parent_path();
-  return apply_config(RuntimeConfig{}, v.get_object(), origin, dir);
+  return apply_config(RuntimeConfig{}, v.get_object(), origin, base_dir);
 }
 
 json::object to_json(const RuntimeConfig& c) {

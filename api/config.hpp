@@ -10,6 +10,8 @@
 // Thread-safety: plain values; the functions are pure apart from reading the file.
 #pragma once
 
+#include "runtime/fault_injector.hpp"
+
 #include <boost/json/object.hpp>
 
 #include <chrono>
@@ -17,6 +19,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace vgen {
 
@@ -56,6 +59,9 @@ struct RuntimeConfig {
   std::string encoder_preset = "veryfast";
   int encoder_threads = 1;
 
+  // Fault injection (off by default; runtime/fault_injector.hpp). $VGEN_FAULTS (JSON) replaces it.
+  FaultPlan faults;
+
   // Kept in memory after a job ends, so that status and result queries still find it.
   std::chrono::seconds job_ttl{3600};
 
@@ -69,6 +75,9 @@ struct RuntimeConfig {
 
 // Reads and validates a config file. Error(invalid_argument) names the file and the key path.
 RuntimeConfig load_config(const std::filesystem::path& file);
+// The text of a config file (what load_config reads), parsed and validated the same way;
+// `origin` prefixes error messages and relative paths resolve against `base_dir`.
+RuntimeConfig parse_config(std::string_view text, const std::string& origin, const std::filesystem::path& base_dir);
 // Applies a parsed JSON object over `base` (the same rules; `origin` prefixes error messages
 // and relative paths resolve against `base_dir`).
 RuntimeConfig apply_config(RuntimeConfig base, const boost::json::object& json, const std::string& origin,

@@ -3,6 +3,7 @@
 #include "runtime/content_key.hpp"
 #include "runtime/device_pool.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/fault_injector.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/pipeline.hpp"
 #include "stages/encode.hpp"
@@ -18,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <random>
 
 namespace vgen {
@@ -117,6 +119,20 @@ class RuntimeImpl {
     wo.denoise_workers = config_.denoise.workers;
     wo.decode_workers = config_.decode.workers;
     wo.encode_workers = config_.encode.workers;
+    if (const char* env = std::getenv("VGEN_FAULTS"); env && *env) {
+      boost::system::error_code ec;
+      auto v = json::parse(env, ec);
+      if (ec || !v.is_object()) throw_error(ErrorKind::invalid_argument, "VGEN_FAULTS: must be a JSON object");
+      config_.faults = parse_fault_plan(v.get_object(), "VGEN_FAULTS");
+    }
+    if (config_.faults.enabled()) {
+      faults_ = std::make_unique<FaultInjector>(config_.faults);
+      spdlog::warn("fault injection is on: {}", "see the config's \"faults\" or $VGEN_FAULTS");
+      if (config_.faults.oom_rate > 0 || config_.faults.oom_above_batch > 0)
+        wo.before_denoise = [f = faults_.get()](std::size_t jobs, const std::string& device, const std::string& job, int attempt) {
+          f->check_oom(jobs, device, job, attempt);
+        };
+    }
     wo.max_batch = config_.max_batch;
     wo.batch_wait = config_.batch_wait;
     wan_ = make_wan_runtime(config_.model, executor_, *devices_, wo);
@@ -372,6 +388,7 @@ class RuntimeImpl {
       auto& s = stages[i];
       s.queue_capacity = cfg[i]->queue;
       if (config_.retry_attempts > 1) s.retry = retry;
+      if (faults_) s = faults_->wrap(std::move(s));
       // A job served from the result cache skips the rendering stages.
       s.fn = [this, inner = std::make_shared<StageFn>(std::move(s.fn))](Job& job) { return unless_cached(this, inner, job); };
     }
@@ -385,6 +402,7 @@ class RuntimeImpl {
   RuntimeConfig config_;
   MetricsRegistry metrics_;
   Executor executor_;
+  std::unique_ptr<FaultInjector> faults_;  // before devices_/wan_: stages refer to it
   std::unique_ptr<DevicePool> devices_;
   std::shared_ptr<WanRuntime> wan_;
   std::unique_ptr<Pipeline> pipeline_;

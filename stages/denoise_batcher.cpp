@@ -42,6 +42,8 @@ std::string compatibility_key(const WanRuntime& rt, const WanJob& w, const Sched
 
 // One step for every live member: one transformer call, then each job's guidance and step.
 void step_all(WanRuntime& rt, std::vector<DenoiseBatcher::Member*>& live, int i, const std::string& device) {
+  if (rt.options.before_denoise)
+    rt.options.before_denoise(live.size(), device, live.front()->job->id(), live.front()->job->snapshot().attempts);
   auto transformer = wan_module(rt, "transformer", device);
   const auto dtype = transformer->dtype();
   const bool cfg = live.front()->work->spec.guidance > 1.0;
@@ -83,6 +85,8 @@ asio::awaitable<void> DenoiseBatcher::join(WanRuntime& rt, Job& job) {
   bool first = false;
   {
     std::lock_guard lock(mutex_);
+    // After an out-of-memory error this key's groups are capped (halved each time, down to 1).
+    const auto cap = caps_.count(key) ? caps_[key] : max_batch_;
     auto& slot = open_[key];
     if (!slot) {
       slot = std::make_shared<Group>();
@@ -91,7 +95,7 @@ asio::awaitable<void> DenoiseBatcher::join(WanRuntime& rt, Job& job) {
     }
     group = slot;
     group->members.push_back(std::move(self));
-    if (group->members.size() >= max_batch_) {
+    if (group->members.size() >= cap) {
       group->closed = true;
       open_.erase(key);
     }
@@ -127,6 +131,10 @@ asio::awaitable<void> DenoiseBatcher::run_group(WanRuntime& rt, std::shared_ptr<
     co_await run_loop(rt, *group);
   } catch (...) {
     group->error = std::current_exception();
+    if (classify(group->error) == ErrorKind::out_of_memory && group->members.size() > 1) {
+      std::lock_guard lock(mutex_);
+      caps_[group->key] = std::max<std::size_t>(1, group->members.size() / 2);  // the retry runs smaller
+    }
   }
   group->done.set();
 }

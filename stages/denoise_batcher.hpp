@@ -13,6 +13,8 @@
 // not in any job's stage, so cancelling one job (its stage stops waiting) never stops the
 // others; the group drops a cancelled job between steps. Latents are written back only when
 // the loop completes, so a failed group leaves its jobs as they were (a retry starts clean).
+// Out of memory: a group that fails with Error(out_of_memory) fails its jobs (the stage's retry
+// policy retries them) and halves the batch size for jobs of its kind, down to one.
 // Thread-safety: join() may be called from any thread.
 #pragma once
 
@@ -49,7 +51,8 @@ class DenoiseBatcher {
   const std::chrono::milliseconds wait_;
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Group>> open_;
-  std::map<std::size_t, std::uint64_t> sizes_;  // collecting groups by compatibility key
+  std::map<std::size_t, std::uint64_t> sizes_;
+  std::map<std::string, std::size_t> caps_;  // batch size limits learnt from out-of-memory errors  // collecting groups by compatibility key
 };
 
 }  // namespace vgen

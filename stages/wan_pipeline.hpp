@@ -26,6 +26,7 @@
 #include "stages/model_package.hpp"
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -44,6 +45,9 @@ struct WanRuntimeOptions {
   // per transformer call, waiting at most batch_wait for a batch to fill. 1: no batching.
   std::size_t max_batch = 1;
   std::chrono::milliseconds batch_wait{20};
+  // Called on the compute thread before every denoiser call (fault injection's simulated
+  // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
+  std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
 };
 
 // Loads the package and its tokenizer (Error(invalid_argument) naming what is wrong).

@@ -2,6 +2,7 @@
 // stages.wan_parity_reference): submit/wait, progress, the result cache (duplicates in flight
 // and after the fact), validation before queueing, backpressure, cancellation, find.
 #include "api/engine.hpp"
+#include "runtime/fault_injector.hpp"
 #include "runtime/errors.hpp"
 #include "tests/support/python_reference.hpp"
 
@@ -190,4 +191,59 @@ TEST_CASE("a missing model is named") {
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("nope") != std::string::npos);
   }
+}
+
+TEST_CASE("30% injected transient faults per stage: every one of 50 jobs completes" * doctest::timeout(600)) {
+  const auto pkg = package_or_skip();
+  if (pkg.empty()) return;
+  TempDir out;
+  auto cfg = small_config(pkg, out.path);
+  cfg.retry_attempts = 12;  // 0.3^12: a job failing some stage 12 times in a row is ~5e-7
+  cfg.retry_initial_backoff = std::chrono::milliseconds(1);
+  cfg.retry_max_backoff = std::chrono::milliseconds(5);
+  cfg.faults = parse_fault_plan(json::parse(R"({"seed": 7, "stages": {"*": {"transient_rate": 0.3}}})").as_object(), "faults");
+  Runtime rt(cfg);
+  std::vector<JobHandle> jobs;
+  for (int i = 0; i < 50; ++i) jobs.push_back(rt.submit(spec("a red circle moving left", "j" + std::to_string(i), i)));
+  int retries = 0;
+  for (auto& h : jobs) {
+    const auto r = h.wait();
+    REQUIRE_MESSAGE(r.state == JobState::done, r.id << ": " << r.error);
+    retries += r.retries;
+  }
+  CHECK(retries > 20);  // ~0.43 retries per job and stage: the faults really happened
+}
+
+TEST_CASE("a permanent fault fails only its job; out of memory retries with a smaller batch" * doctest::timeout(600)) {
+  const auto pkg = package_or_skip();
+  if (pkg.empty()) return;
+  TempDir out;
+  auto cfg = small_config(pkg, out.path);
+  cfg.retry_attempts = 3;
+  cfg.retry_initial_backoff = std::chrono::milliseconds(1);
+  cfg.max_batch = 4;
+  cfg.batch_wait = std::chrono::seconds(10);
+  cfg.faults = parse_fault_plan(
+      json::parse(R"({"seed": 3, "oom_above_batch": 2, "stages": {"encode": {"permanent_rate": 0.3}}})").as_object(), "faults");
+  const FaultInjector oracle(cfg.faults);
+  Runtime rt(cfg);
+  std::vector<JobHandle> jobs;
+  for (int i = 0; i < 8; ++i) jobs.push_back(rt.submit(spec("a blue square moving up", "k" + std::to_string(i), i)));
+  int failed = 0, oom_retried = 0;
+  for (auto& h : jobs) {
+    const auto r = h.wait();
+    const bool doomed = oracle.draw(r.id, "encode", r.retries) < 0.3;
+    if (doomed) {
+      ++failed;
+      CHECK(r.state == JobState::failed);
+      CHECK(r.error.find("injected permanent fault in encode") != std::string::npos);
+      CHECK_FALSE(fs::exists(out.path / (r.spec.name + ".mp4")));
+    } else {
+      CHECK_MESSAGE(r.state == JobState::done, r.id << ": " << r.error);
+    }
+    oom_retried += r.retries > 0;
+  }
+  CHECK(failed > 0);
+  CHECK(failed < 8);
+  CHECK(oom_retried >= 4);  // the first batch of four ran out of memory and was retried in twos
 }

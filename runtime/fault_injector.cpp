@@ -1,0 +1,116 @@
+#include "runtime/fault_injector.hpp"
+
+#include "runtime/content_key.hpp"
+#include "runtime/errors.hpp"
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+
+#include <cstring>
+#include <memory>
+
+namespace vgen {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+namespace {
+
+double rate(const json::value& v, const std::string& path) {
+  if (!v.is_number()) throw_error(ErrorKind::invalid_argument, path + ": must be a number in [0, 1]");
+  const double r = v.to_number<double>();
+  if (!(r >= 0.0 && r <= 1.0)) throw_error(ErrorKind::invalid_argument, path + ": must be in [0, 1] (got " + json::serialize(v) + ")");
+  return r;
+}
+
+std::int64_t whole(const json::value& v, const std::string& path, std::int64_t max) {
+  if (!v.is_int64() && !v.is_uint64()) throw_error(ErrorKind::invalid_argument, path + ": must be a whole number");
+  const auto x = v.to_number<std::int64_t>();
+  if (x < 0 || x > max) throw_error(ErrorKind::invalid_argument, path + ": must be between 0 and " + std::to_string(max));
+  return x;
+}
+
+const StageFaults* faults_for(const FaultPlan& plan, const std::string& stage) {
+  if (auto it = plan.stages.find(stage); it != plan.stages.end()) return &it->second;
+  if (auto it = plan.stages.find("*"); it != plan.stages.end()) return &it->second;
+  return nullptr;
+}
+
+asio::awaitable<void> inject(const FaultInjector* injector, StageFaults faults, std::string stage,
+                             std::shared_ptr<StageFn> inner, Job& job) {
+  if (faults.latency.count() > 0) {
+    asio::steady_timer t(co_await asio::this_coro::executor, faults.latency);
+    co_await t.async_wait(asio::use_awaitable);
+  }
+  const int attempt = job.snapshot().attempts;  // grows with every retry of this job
+  const double u = injector->draw(job.id(), stage, attempt);
+  if (u < faults.permanent_rate)
+    throw_error(ErrorKind::internal, "injected permanent fault in " + stage);
+  if (u < faults.permanent_rate + faults.transient_rate)
+    throw_error(ErrorKind::transient, "injected transient fault in " + stage + " (attempt " + std::to_string(attempt + 1) + ")");
+  co_await (*inner)(job);
+}
+
+}  // namespace
+
+bool FaultPlan::enabled() const {
+  for (const auto& [_, f] : stages)
+    if (f.transient_rate > 0 || f.permanent_rate > 0 || f.latency.count() > 0) return true;
+  return oom_rate > 0 || oom_above_batch > 0;
+}
+
+FaultPlan parse_fault_plan(const json::object& o, const std::string& origin) {
+  FaultPlan plan;
+  for (const auto& kv : o) {
+    const std::string key(kv.key());
+    const auto path = origin + "." + key;
+    if (key == "seed") plan.seed = static_cast<std::uint64_t>(whole(kv.value(), path, INT64_MAX));
+    else if (key == "oom_rate") plan.oom_rate = rate(kv.value(), path);
+    else if (key == "oom_above_batch") plan.oom_above_batch = static_cast<std::size_t>(whole(kv.value(), path, 1 << 20));
+    else if (key == "stages") {
+      if (!kv.value().is_object()) throw_error(ErrorKind::invalid_argument, path + ": must be an object of stage names");
+      for (const auto& st : kv.value().get_object()) {
+        const auto sp = path + "." + std::string(st.key());
+        if (!st.value().is_object()) throw_error(ErrorKind::invalid_argument, sp + ": must be an object");
+        StageFaults f;
+        for (const auto& fk : st.value().get_object()) {
+          const std::string k(fk.key());
+          if (k == "transient_rate") f.transient_rate = rate(fk.value(), sp + "." + k);
+          else if (k == "permanent_rate") f.permanent_rate = rate(fk.value(), sp + "." + k);
+          else if (k == "latency_ms") f.latency = std::chrono::milliseconds(whole(fk.value(), sp + "." + k, 600'000));
+          else throw_error(ErrorKind::invalid_argument, sp + "." + k + ": unknown key (known: latency_ms, permanent_rate, transient_rate)");
+        }
+        if (f.transient_rate + f.permanent_rate > 1.0) throw_error(ErrorKind::invalid_argument, sp + ": rates add up to more than 1");
+        plan.stages[std::string(st.key())] = f;
+      }
+    } else {
+      throw_error(ErrorKind::invalid_argument, path + ": unknown key (known: oom_above_batch, oom_rate, seed, stages)");
+    }
+  }
+  return plan;
+}
+
+double FaultInjector::draw(const std::string& job, const std::string& what, int attempt) const {
+  const auto key = content_key("vgen-fault", json::array{plan_.seed, job, what, attempt});
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, key.bytes.data(), sizeof bits);
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+StageSpec FaultInjector::wrap(StageSpec stage) const {
+  const auto* f = faults_for(plan_, stage.name);
+  if (!f || (f->transient_rate == 0 && f->permanent_rate == 0 && f->latency.count() == 0)) return stage;
+  auto inner = std::make_shared<StageFn>(std::move(stage.fn));
+  stage.fn = [this, faults = *f, name = stage.name, inner](Job& job) { return inject(this, faults, name, inner, job); };
+  return stage;
+}
+
+void FaultInjector::check_oom(std::size_t jobs, const std::string& device, const std::string& first_job, int attempt) const {
+  const bool too_big = plan_.oom_above_batch > 0 && jobs > plan_.oom_above_batch;
+  if (too_big || (plan_.oom_rate > 0 && draw(first_job, "oom", attempt) < plan_.oom_rate))
+    throw_error(ErrorKind::out_of_memory, "injected out-of-memory on " + device + " (denoiser call over " + std::to_string(jobs) + " jobs)");
+}
+
+}  // namespace vgen
