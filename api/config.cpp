@@ -4,6 +4,7 @@
 
 #include <boost/json.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -44,14 +45,20 @@ class Reader {
   }
 
   std::int64_t integer(const json::value& v, const std::string& path, std::int64_t min, std::int64_t max) const {
+    auto out_of_range = [&](const std::string& got) {
+      fail(path, "must be between " + std::to_string(min) + " and " + std::to_string(max) + " (got " + got + ")");
+    };
     std::int64_t x = 0;
     if (v.is_int64()) x = v.get_int64();
     else if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(max)) x = static_cast<std::int64_t>(v.get_uint64());
-    else if (v.is_double() && v.get_double() == static_cast<double>(static_cast<std::int64_t>(v.get_double())))
+    else if (v.is_double() && std::trunc(v.get_double()) == v.get_double()) {
+      // Range-check while still a double: converting one outside int64 (1e300, or the inf
+      // that 1e400 parses to) is undefined behaviour (found by tests/fuzz, fuzz_config).
+      if (v.get_double() < static_cast<double>(min) || v.get_double() > static_cast<double>(max))
+        out_of_range(json::serialize(v));
       x = static_cast<std::int64_t>(v.get_double());
-    else fail(path, "must be an integer (got " + json::serialize(v) + ")");
-    if (x < min || x > max)
-      fail(path, "must be between " + std::to_string(min) + " and " + std::to_string(max) + " (got " + std::to_string(x) + ")");
+    } else fail(path, "must be an integer (got " + json::serialize(v) + ")");
+    if (x < min || x > max) out_of_range(std::to_string(x));
     return x;
   }
   double number(const json::value& v, const std::string& path, double min, double max) const {
@@ -108,6 +115,7 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
            r.fail(p, "must be least_loaded or round_robin (got '" + c.device_policy + "')");
        }},
       {"output_dir", [&](const json::value& v, const std::string& p) { c.output_dir = r.path(v, p); }},
+      {"journal", [&](const json::value& v, const std::string& p) { c.journal = v.is_null() ? fs::path() : r.path(v, p); }},
       {"threads", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {{"io", count(r, c.io_threads, 1, 64)},
                          {"per_device", count(r, c.threads_per_device, 1, 64)},
@@ -191,6 +199,7 @@ json::object to_json(const RuntimeConfig& c) {
       {"devices", c.devices},
       {"device_policy", c.device_policy},
       {"output_dir", c.output_dir.string()},
+      {"journal", c.journal.empty() ? json::value(nullptr) : json::value(c.journal.string())},
       {"threads", {{"io", c.io_threads}, {"per_device", c.threads_per_device}, {"codec", c.codec_threads}}},
       {"stages", {{"preprocess", stage(c.preprocess)}, {"denoise", stage(c.denoise)}, {"decode", stage(c.decode)}, {"encode", stage(c.encode)}}},
       {"batching", {{"max_batch", c.max_batch}, {"wait_ms", c.batch_wait.count()}}},

@@ -59,6 +59,12 @@ struct RuntimeConfig {
   std::string encoder_preset = "veryfast";
   int encoder_threads = 1;
 
+  // Durable job journal (SQLite, api/journal.hpp); empty: none. `vgen batch` and `vgen serve`
+  // default to <output_dir>/.vgen-journal.db. With resume_journal a new Runtime resubmits the
+  // jobs a crashed one left unfinished; without, it marks them interrupted.
+  std::filesystem::path journal;
+  bool resume_journal = true;
+
   // Fault injection (off by default; runtime/fault_injector.hpp). $VGEN_FAULTS (JSON) replaces it.
   FaultPlan faults;
 

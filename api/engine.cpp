@@ -1,5 +1,6 @@
 #include "api/engine.hpp"
 
+#include "api/journal.hpp"
 #include "runtime/content_key.hpp"
 #include "runtime/device_pool.hpp"
 #include "runtime/executor.hpp"
@@ -143,14 +144,16 @@ class RuntimeImpl {
     };
     pipeline_ = std::make_unique<Pipeline>(executor_.get_executor(), make_stages(), po);
     pipeline_->start();
+    if (!config_.journal.empty()) open_journal();
   }
 
   ~RuntimeImpl() { shutdown(); }
 
   JobHandle submit(json::value spec, SubmitOptions o, bool wait) {
-    validate(spec);
+    const auto parsed = validate(spec);
     auto entry = register_entry(o);
     try {
+      journal_submitted(*entry, parsed, spec);
       std::shared_ptr<Job> job;
       if (wait) job = executor_.run_sync(pipeline_->submit(std::move(spec), entry->id, deadline_of(o)));
       else job = pipeline_->try_submit(std::move(spec), entry->id, deadline_of(o));
@@ -162,11 +165,14 @@ class RuntimeImpl {
   }
 
   asio::awaitable<JobHandle> async_submit(json::value spec, SubmitOptions o) {
-    validate(spec);
+    const auto parsed = validate(spec);
     auto entry = register_entry(o);
     std::shared_ptr<Job> job;
     try {
-      job = co_await pipeline_->submit(std::move(spec), entry->id, deadline_of(o));
+      journal_submitted(*entry, parsed, spec);
+      std::string id = entry->id;  // named locals, not temporaries, in the co_await (GCC 12)
+      const auto deadline = deadline_of(o);
+      job = co_await pipeline_->submit(std::move(spec), std::move(id), deadline);
     } catch (...) {
       unregister(entry->id);
       throw;
@@ -179,6 +185,7 @@ class RuntimeImpl {
   std::optional<JobHandle> find(const std::string& id) {
     expire_finished();
     if (auto e = lookup(id)) return JobHandle(e);
+    if (auto e = from_journal(id)) return JobHandle(e);
     return std::nullopt;
   }
 
@@ -245,8 +252,101 @@ class RuntimeImpl {
   }
 
   void unregister(const std::string& id) {
+    {
+      std::lock_guard lock(mutex_);
+      entries_.erase(id);
+    }
+    if (journal_) journal_->forget(id);  // never acknowledged
+  }
+
+  // ---- journal ----
+
+  void journal_submitted(const JobEntry& entry, const JobSpec& spec, const json::value& raw) {
+    if (journal_) journal_->record_submitted(entry.id, job_content_key(package().id(), spec).hex(), raw.as_object());
+  }
+
+  void journal_finished(const JobResult& r) {
+    if (!journal_) return;
+    JournalRecord rec;
+    rec.id = r.id;
+    rec.status = std::string(to_string(r.state));
+    rec.output = r.output.string();
+    std::error_code ec;
+    if (r.state == JobState::done && fs::is_regular_file(r.output, ec)) rec.output_bytes = fs::file_size(r.output, ec);
+    rec.content_type = r.content_type;
+    if (r.error_kind) rec.error_kind = std::string(to_string(*r.error_kind));
+    rec.error = r.error;
+    rec.seconds = r.seconds;
+    rec.retries = r.retries;
+    rec.cache_hit = r.cache_hit;
+    try {
+      journal_->record_finished(rec);
+    } catch (const std::exception& e) {
+      spdlog::error("journal: could not record the end of {}: {}", r.id, e.what());
+    }
+  }
+
+  void open_journal() {
+    journal_ = std::make_unique<Journal>(config_.journal);
+    {
+      std::lock_guard lock(mutex_);
+      next_id_ = std::max<std::uint64_t>(next_id_, journal_->max_job_number("job-"));
+    }
+    if (!config_.resume_journal) {
+      journal_->mark_unfinished_interrupted();
+      return;
+    }
+    auto records = journal_->unfinished();
+    if (records.empty()) return;
+    spdlog::info("journal {}: resuming {} unfinished job(s)", config_.journal.string(), records.size());
+    asio::co_spawn(executor_.get_executor(), resume(std::move(records)), asio::detached);
+  }
+
+  // Resubmits a crashed runtime's unfinished jobs under their ids (waiting for queue room).
+  asio::awaitable<void> resume(std::vector<JournalRecord> records) {
+    for (auto& rec : records) {
+      try {
+        // Named locals: GCC 12 mishandles class temporaries inside a co_await expression.
+        SubmitOptions options;
+        options.id = rec.id;
+        json::value spec(rec.spec);
+        co_await async_submit(std::move(spec), std::move(options));
+      } catch (const std::exception& e) {
+        rec.status = "failed";
+        rec.error_kind = "invalid_argument";
+        rec.error = std::string("could not resume: ") + e.what();
+        journal_->record_finished(rec);
+      }
+    }
+  }
+
+  // A job finished before a restart, as recorded in the journal.
+  std::shared_ptr<JobEntry> from_journal(const std::string& id) {
+    if (!journal_) return nullptr;
+    auto rec = journal_->find(id);
+    if (!rec || rec->status == "queued") return nullptr;
+    auto entry = std::make_shared<JobEntry>();
+    entry->id = id;
+    JobResult r;
+    r.id = id;
+    r.state = rec->status == "done" ? JobState::done : rec->status == "failed" ? JobState::failed : JobState::cancelled;
+    r.output = rec->output;
+    r.content_type = rec->content_type;
+    r.cache_hit = rec->cache_hit;
+    r.retries = rec->retries;
+    r.seconds = rec->seconds;
+    r.error = rec->error.empty() && rec->status == "interrupted" ? "interrupted by a restart" : rec->error;
+    if (r.state != JobState::done) r.error_kind = rec->error_kind == "internal" || rec->error_kind.empty() ? ErrorKind::internal : ErrorKind::cancelled;
+    try {
+      r.spec = validate(json::value(rec->spec));
+    } catch (...) {
+    }
+    entry->final_result = r;
+    entry->ended_at = std::chrono::steady_clock::now();
+    entry->promise.set_value(r);
+    entry->ended.set();
     std::lock_guard lock(mutex_);
-    entries_.erase(id);
+    return entries_.emplace(id, entry).first->second;
   }
 
   JobHandle admitted(const std::shared_ptr<JobEntry>& entry, std::shared_ptr<Job> job) {
@@ -292,6 +392,7 @@ class RuntimeImpl {
       entry.final_result = r;
       entry.ended_at = std::chrono::steady_clock::now();
     }
+    journal_finished(r);  // before the result is visible: a client that saw it, the journal has it
     entry.promise.set_value(r);
     entry.ended.set();
   }
@@ -406,6 +507,7 @@ class RuntimeImpl {
   std::unique_ptr<DevicePool> devices_;
   std::shared_ptr<WanRuntime> wan_;
   std::unique_ptr<Pipeline> pipeline_;
+  std::unique_ptr<Journal> journal_;
   TtlCache<CachedOutput> result_cache_;
   std::atomic<std::uint64_t> result_hits_{0};
   mutable std::mutex mutex_;

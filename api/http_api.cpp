@@ -121,12 +121,17 @@ asio::awaitable<void> stream_events(JobHandle job, http::StreamWriter& out) {
 
   const auto now = job.snapshot();
   const JobEvent current{now.id, now.state, now.step, now.total, now.error};
-  if (!co_await out.write(http::sse_event("progress", json::serialize(event_json(current))))) co_return;
+  // Each chunk is a named local: GCC 12 mishandles class temporaries inside co_await operands.
+  std::string chunk = http::sse_event("progress", json::serialize(event_json(current)));
+  if (!co_await out.write(std::move(chunk))) co_return;
   if (job.finished() || is_terminal(now.state)) events->close();  // ended before we subscribed
-  while (auto e = co_await events->dequeue(asio::use_awaitable))
-    if (!co_await out.write(http::sse_event("progress", json::serialize(event_json(*e))))) co_return;
+  while (auto e = co_await events->dequeue(asio::use_awaitable)) {
+    chunk = http::sse_event("progress", json::serialize(event_json(*e)));
+    if (!co_await out.write(std::move(chunk))) co_return;
+  }
   const JobResult result = co_await job.async_wait();
-  co_await out.write(http::sse_event(to_string(result.state), json::serialize(status_json(job, result))));
+  chunk = http::sse_event(to_string(result.state), json::serialize(status_json(job, result)));
+  co_await out.write(std::move(chunk));
 }
 
 }  // namespace

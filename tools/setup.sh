@@ -23,6 +23,7 @@ APT_PACKAGES=(
   libboost1.81-dev libboost-fiber1.81-dev libboost-context1.81-dev libboost-json1.81-dev
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
   doctest-dev libspdlog-dev libfmt-dev libcli11-dev libssl-dev libsentencepiece-dev
+  libsqlite3-dev nlohmann-json3-dev
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -38,7 +38,9 @@ int run_batch_command(const BatchFlags& f) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  Runtime runtime(make_config(flags));
+  auto config = make_config(flags);
+  default_journal(config, /*resume=*/false);  // a rerun resumes from the prompt file instead
+  Runtime runtime(config);
   std::atomic<bool> finished{false};
   std::thread watcher([&runtime, &finished, signals] {
     int sig = 0;

@@ -18,6 +18,13 @@ RuntimeConfig make_config(const RuntimeFlags& f) {
   return c;
 }
 
+void default_journal(RuntimeConfig& c, bool resume) {
+  if (c.journal.empty()) c.journal = c.output_dir / ".vgen-journal.db";
+  c.resume_journal = resume;
+  std::error_code ec;
+  std::filesystem::create_directories(c.output_dir, ec);  // the journal lives there
+}
+
 void add_job_flags(CLI::App& cmd, JobFlags& f) {
   cmd.add_option("--width", f.width);
   cmd.add_option("--height", f.height);

@@ -20,6 +20,8 @@ struct RuntimeFlags {
 };
 void add_runtime_flags(CLI::App& cmd, RuntimeFlags& f);
 RuntimeConfig make_config(const RuntimeFlags& f);
+// batch and serve keep a journal in their output directory unless the config names one.
+void default_journal(RuntimeConfig& c, bool resume);
 
 struct JobFlags {
   std::optional<int> width, height, frames, steps;

@@ -35,6 +35,7 @@ RuntimeConfig serve_config(const ServeFlags& f) {
   if (!f.token.empty()) c.service.token = f.token;
   if (f.max_body) c.service.max_body_bytes = *f.max_body;
   if (f.job_ttl) c.job_ttl = std::chrono::seconds(*f.job_ttl);
+  default_journal(c, /*resume=*/true);  // accepted jobs survive a crash and resume on restart
   return c;
 }
 

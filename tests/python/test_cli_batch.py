@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -101,8 +102,14 @@ def test_rerun_after_sigkill_skips_complete_outputs(package, tmp_path):
         assert status[name] == "skipped"
         assert (out / name).stat().st_mtime_ns == before[name]  # not rendered again
     assert sorted(n for n, s in status.items() if s == "done") == sorted(set(status) - set(before))
-    files = sorted(p.name for p in out.iterdir())
+    files = sorted(p.name for p in out.iterdir() if not p.name.startswith(".vgen-journal.db"))
     assert files == sorted(list(status) + ["batch-summary.json"])  # no temporaries left
+    with sqlite3.connect(out / ".vgen-journal.db") as db:  # every job recorded; the killed run's are closed
+        rows = dict(db.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
+    assert rows.get("queued", 0) == 0
+    # A kill between an output's rename and its row's update leaves that row interrupted.
+    assert rows["done"] >= sum(1 for s in status.values() if s == "done")
+    assert rows["done"] + rows.get("interrupted", 0) >= len(status)
     for name in status:
         assert probe_frames(out / name) == 5
 

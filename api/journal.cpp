@@ -1,0 +1,168 @@
+#include "api/journal.hpp"
+
+#include "runtime/errors.hpp"
+
+#include <boost/json.hpp>
+#include <sqlite3.h>
+
+namespace vgen {
+
+namespace json = boost::json;
+
+namespace {
+
+// A prepared statement, finalized on scope exit.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK)
+      throw_error(ErrorKind::internal, std::string("journal: preparing statement: ") + sqlite3_errmsg(db));
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  Statement& bind(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& bind(int i, double d) {
+    sqlite3_bind_double(stmt_, i, d);
+    return *this;
+  }
+  Statement& bind(int i, std::int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  bool step() {  // true while a row is available
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    throw_error(ErrorKind::internal, std::string("journal: ") + sqlite3_errmsg(db_));
+  }
+  std::string text(int col) const {
+    const auto* p = sqlite3_column_text(stmt_, col);
+    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(stmt_, col))) : std::string();
+  }
+  std::int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
+  double real(int col) const { return sqlite3_column_double(stmt_, col); }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+constexpr const char* kColumns =
+    "id, key, spec, status, output, output_bytes, content_type, error_kind, error, seconds, retries, cache_hit";
+
+JournalRecord read_row(const Statement& s) {
+  JournalRecord r;
+  r.id = s.text(0);
+  r.key = s.text(1);
+  boost::system::error_code ec;
+  auto spec = json::parse(s.text(2), ec);
+  if (!ec && spec.is_object()) r.spec = std::move(spec.get_object());
+  r.status = s.text(3);
+  r.output = s.text(4);
+  r.output_bytes = static_cast<std::uint64_t>(s.integer(5));
+  r.content_type = s.text(6);
+  r.error_kind = s.text(7);
+  r.error = s.text(8);
+  r.seconds = s.real(9);
+  r.retries = static_cast<int>(s.integer(10));
+  r.cache_hit = s.integer(11) != 0;
+  return r;
+}
+
+}  // namespace
+
+Journal::Journal(const std::filesystem::path& file) : file_(file) {
+  if (sqlite3_open_v2(file.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
+    const std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    throw_error(ErrorKind::invalid_argument, "journal " + file.string() + ": cannot be opened (" + why + ")");
+  }
+  sqlite3_busy_timeout(db_, 5000);
+  try {
+    exec("PRAGMA journal_mode=WAL");
+    exec("PRAGMA synchronous=FULL");  // a row acknowledged to a client survives power loss too
+    exec("CREATE TABLE IF NOT EXISTS jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, key TEXT, "
+         "spec TEXT, status TEXT NOT NULL, output TEXT DEFAULT '', output_bytes INTEGER DEFAULT 0, content_type TEXT DEFAULT '', "
+         "error_kind TEXT DEFAULT '', error TEXT DEFAULT '', seconds REAL DEFAULT 0, retries INTEGER DEFAULT 0, "
+         "cache_hit INTEGER DEFAULT 0, submitted_at TEXT DEFAULT CURRENT_TIMESTAMP, finished_at TEXT)");
+  } catch (const Error& e) {
+    sqlite3_close(db_);
+    throw_error(ErrorKind::invalid_argument, "journal " + file.string() + ": " + e.what());
+  }
+}
+
+Journal::~Journal() { sqlite3_close(db_); }
+
+void Journal::exec(const char* sql) const {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    const std::string why = err ? err : "unknown error";
+    sqlite3_free(err);
+    throw_error(ErrorKind::internal, std::string("journal: ") + why);
+  }
+}
+
+void Journal::record_submitted(const std::string& id, const std::string& key, const json::object& spec) {
+  std::lock_guard lock(mutex_);
+  Statement s(db_, "INSERT OR REPLACE INTO jobs (id, key, spec, status) VALUES (?, ?, ?, 'queued')");
+  s.bind(1, id).bind(2, key).bind(3, json::serialize(spec)).step();
+}
+
+void Journal::record_finished(const JournalRecord& r) {
+  std::lock_guard lock(mutex_);
+  Statement s(db_, "UPDATE jobs SET status=?, output=?, output_bytes=?, content_type=?, error_kind=?, error=?, seconds=?, "
+                   "retries=?, cache_hit=?, finished_at=CURRENT_TIMESTAMP WHERE id=?");
+  s.bind(1, r.status).bind(2, r.output).bind(3, static_cast<std::int64_t>(r.output_bytes)).bind(4, r.content_type);
+  s.bind(5, r.error_kind).bind(6, r.error).bind(7, r.seconds).bind(8, static_cast<std::int64_t>(r.retries));
+  s.bind(9, static_cast<std::int64_t>(r.cache_hit)).bind(10, r.id).step();
+}
+
+void Journal::forget(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "DELETE FROM jobs WHERE id=?").bind(1, id).step();
+}
+
+std::optional<JournalRecord> Journal::find(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  Statement s(db_, (std::string("SELECT ") + kColumns + " FROM jobs WHERE id=?").c_str());
+  s.bind(1, id);
+  if (!s.step()) return std::nullopt;
+  return read_row(s);
+}
+
+std::vector<JournalRecord> Journal::unfinished() const {
+  std::lock_guard lock(mutex_);
+  Statement s(db_, (std::string("SELECT ") + kColumns + " FROM jobs WHERE status='queued' ORDER BY seq").c_str());
+  std::vector<JournalRecord> out;
+  while (s.step()) out.push_back(read_row(s));
+  return out;
+}
+
+void Journal::mark_unfinished_interrupted() {
+  std::lock_guard lock(mutex_);
+  exec("UPDATE jobs SET status='interrupted', finished_at=CURRENT_TIMESTAMP WHERE status='queued'");
+}
+
+std::uint64_t Journal::max_job_number(const std::string& prefix) const {
+  std::lock_guard lock(mutex_);
+  Statement s(db_, "SELECT id FROM jobs WHERE id LIKE ? || '%'");
+  s.bind(1, prefix);
+  std::uint64_t best = 0;
+  while (s.step()) {
+    const auto id = s.text(0);
+    try {
+      std::size_t used = 0;
+      const auto n = std::stoull(id.substr(prefix.size()), &used);
+      if (used == id.size() - prefix.size()) best = std::max<std::uint64_t>(best, n);
+    } catch (...) {
+    }
+  }
+  return best;
+}
+
+}  // namespace vgen

@@ -1,0 +1,47 @@
+"""Crash recovery of `vgen serve`: jobs acknowledged with 202 survive a SIGKILL. After a
+restart over the same output directory (and its journal) the unfinished jobs resume under
+their ids and finish; the finished ones are still answered for and not rendered again; no
+temporary files remain."""
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from test_cli_serve import SMALL, Server, package  # noqa: F401  (package is a fixture)
+
+
+def test_serve_resumes_acknowledged_jobs_after_sigkill(package, tmp_path):
+    out = tmp_path / "out"
+    spec = {**SMALL, "steps": 20}
+    server = Server(package, out)
+    try:
+        ids = []
+        for i in range(5):
+            status, _, body = server.json("POST", "/v1/jobs", {"prompt": f"a red circle moving left {i}", "seed": i, **spec})
+            assert status == 202, body
+            ids.append(body["id"])
+        first = server.wait_status(ids[0], {"done"}, timeout=240)
+        server.proc.kill()  # SIGKILL: no shutdown, no flushing
+        server.proc.wait(timeout=30)
+    finally:
+        server.kill()
+    done_before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.mp4")}
+    assert first["status"] == "done" and len(done_before) < len(ids), "the kill should land mid-run"
+    with sqlite3.connect(out / ".vgen-journal.db") as db:
+        recorded = {row[0]: row[1] for row in db.execute("SELECT id, status FROM jobs")}
+    assert set(recorded) == set(ids)  # every acknowledged job was in the journal before the kill
+
+    server = Server(package, out)
+    try:
+        results = {i: server.wait_status(i, {"done", "failed", "cancelled"}, timeout=300) for i in ids}
+        assert all(r["status"] == "done" for r in results.values()), results
+        status, hdrs, video = server.request("GET", f"/v1/jobs/{ids[0]}/video")
+        assert status == 200 and hdrs["content-type"] == "video/mp4" and len(video) > 0
+    finally:
+        server.stop()
+    for name, mtime in done_before.items():
+        assert (out / name).stat().st_mtime_ns == mtime  # finished before the kill: not redone
+    names = sorted(p.name for p in out.iterdir() if not p.name.startswith(".vgen-journal.db"))
+    assert len(names) == len(ids) and all(n.endswith(".mp4") for n in names)  # one output each, no temporaries
+    with sqlite3.connect(out / ".vgen-journal.db") as db:
+        assert {row[0] for row in db.execute("SELECT DISTINCT status FROM jobs")} == {"done"}
