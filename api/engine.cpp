@@ -363,6 +363,7 @@ class RuntimeImpl {
   asio::awaitable<void> watch(std::shared_ptr<JobEntry> entry, std::shared_ptr<Job> job) {
     co_await job->finished_event().wait();
     finalize(*entry, *job);
+    job->payload.reset();  // the result is copied out: free the job's tensors (frames, latents) now
     watchers_.fetch_sub(1);
   }
 
