@@ -104,12 +104,43 @@ def test_bad_package_exits_2(package, tmp_path, how, needle):
     (["--steps", "0"], "steps:"),
     (["--height", "100000"], "height:"),
     (["--scheduler", "NoSuchScheduler"], "scheduler:"),
+    (["--seed", "9223372036854775808"], "seed:"),          # above the documented 2^63 - 1
+    (["--guidance", "1e9"], "guidance:"),
+    (["--fps", "0"], "fps:"),
+    (["--negative-prompt", "x" * 5000], "negative_prompt:"),  # longer than 4096 bytes
 ])
 def test_bad_job_exits_2(package, tmp_path, args, needle):
     r = render(package, tmp_path / "clip.mp4", *args)
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_very_long_and_invalid_utf8_prompts_exit_2(package, tmp_path):
+    for prompt, needle in [("a" * 10000, "prompt:"), (b"bad \xff utf8".decode("latin-1"), "")]:
+        r = subprocess.run([str(VGEN).encode(), b"render", prompt.encode("latin-1"), b"-o", str(tmp_path / "a.mp4").encode(),
+                            b"--model", str(package).encode()], capture_output=True, timeout=120)
+        assert r.returncode == 2, r.stderr
+        assert needle.encode() in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("config,needle", [
+    ('{"stages": {"denoise": {"workers": 0}}}', "stages.denoise.workers"),
+    ('{"devices": "tpu:0"}', "tpu"),
+    ('{"retry": {"attempts": "many"}}', "retry.attempts"),
+    ('{"faults": {"stages": {"denoise": {"transient_rate": 3}}}}', "faults.stages.denoise.transient_rate"),
+    ('{"model": ', "not valid JSON"),
+])
+def test_bad_config_exits_2(package, tmp_path, config, needle):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(config)
+    out = tmp_path / "out"
+    out.mkdir()
+    r = render(package, out / "a.mp4", "--config", str(cfg))
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr
+    assert list(out.iterdir()) == []
 
 
 def test_empty_prompt_and_missing_model_exit_2(package, tmp_path):
