@@ -10,7 +10,7 @@ namespace vgen::cli {
 
 using Run = std::function<int()>;
 
-Run add_demo_command(CLI::App& app);
+Run add_demo_command(CLI::App& app);    // needs VGEN_WITH_TORCH
 Run add_devices_command(CLI::App& app);
 Run add_render_command(CLI::App& app);  // needs VGEN_WITH_TORCH
 Run add_batch_command(CLI::App& app);   // needs VGEN_WITH_TORCH

@@ -1,107 +1,81 @@
-// `vgen demo`: renders a few clips through the runtime. Until a model package lands this is
-// the PLACEHOLDER pipeline (stages/placeholder_pipeline.hpp): real runtime and encoder, a
-// synthetic test pattern instead of a diffusion model.
+// `vgen demo [--out DIR] [--prompt P ...]`: renders a handful of prompts with the bundled
+// model (models/vgen-shapes, trained by tools/demo_model/train.py) into MP4s and prints where
+// they are. Takes the same runtime and job flags as render (--model, --device, --config, ...).
+#include "api/engine.hpp"
 #include "apps/vgen/commands.hpp"
-#include "runtime/executor.hpp"
-#include "runtime/metrics.hpp"
-#include "runtime/pipeline.hpp"
-#include "stages/placeholder_pipeline.hpp"
+#include "apps/vgen/options.hpp"
+#include "apps/vgen/progress.hpp"
 
 #include <boost/json.hpp>
 
 #include <iostream>
-#include <mutex>
 
 namespace vgen::cli {
-
-namespace asio = boost::asio;
 
 namespace {
 
 struct DemoFlags {
   std::string out = "out/demo";
-  int width = 256, height = 256, frames = 17, steps = 8;
-  double fps = 16;
-  std::string format = "mp4";
-  std::vector<std::string> prompts = {"a red circle moving right", "a green square moving up",
-                                      "a blue triangle moving left", "a yellow circle moving down"};
+  RuntimeFlags runtime;
+  JobFlags job;
+  std::vector<std::string> prompts = {"a red circle moving right", "a green square moving up on a white background",
+                                      "a blue triangle moving left", "a yellow circle moving down on a gray background",
+                                      "a magenta square moving left", "a cyan triangle moving right"};
 };
 
-// Submits every prompt (waiting when the queue is full), then drains the pipeline.
-asio::awaitable<std::vector<std::shared_ptr<Job>>> submit_all(Pipeline& pipeline,
-                                                              std::vector<std::string> prompts) {
-  std::vector<std::shared_ptr<Job>> submitted;
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    boost::json::object spec;
-    spec["prompt"] = prompts[i];
-    spec["name"] = "clip-" + std::to_string(i + 1);
-    submitted.push_back(co_await pipeline.submit(std::move(spec)));
+std::string slug(const std::string& prompt) {
+  std::string s;
+  for (unsigned char c : prompt) {
+    if (std::isalnum(c)) s += static_cast<char>(std::tolower(c));
+    else if (!s.empty() && s.back() != '-') s += '-';
   }
-  co_await pipeline.drain();
-  co_return submitted;
+  return s.substr(0, 60);
 }
 
 int run_demo(const DemoFlags& f) {
-  std::filesystem::create_directories(f.out);
-  Executor executor({.io_threads = 1});
-  add_device_pools(executor, parse_device_list("cpu"));
-  auto& compute = executor.pool(device_pool_name("cpu:0"));
-  auto& codec = executor.pool("codec");
-  PlaceholderOptions options;
-  options.out_dir = f.out;
-  options.width = f.width;
-  options.height = f.height;
-  options.frames = f.frames;
-  options.steps = f.steps;
-  options.fps = f.fps;
-  options.encode.format = f.format;
-  options.compute = &compute;
-  options.codec = &codec;
-
-  std::mutex print;
-  PipelineOptions popts;
-  MetricsRegistry metrics;
-  popts.metrics = &metrics;
-  popts.on_event = [&print](const JobEvent& e) {
-    std::lock_guard l(print);
-    std::cerr << e.job_id << ": " << to_string(e.state);
-    if (e.total) std::cerr << " step " << e.step << "/" << e.total;
-    if (!e.message.empty()) std::cerr << " (" << e.message << ")";
-    std::cerr << "\n";
-  };
-  Pipeline pipeline(executor.get_executor(), make_placeholder_stages(options), popts);
-  pipeline.start();
-
-  std::cout << "vgen demo: PLACEHOLDER pipeline (no diffusion model yet: synthetic test pattern,"
-               " real runtime and real " << f.format << " encoding)\n";
-  auto jobs = executor.run_sync(submit_all(pipeline, f.prompts));
-  int exit_code = 0;
-  for (const auto& job : jobs) {
-    const auto s = job->snapshot();
-    if (s.state == JobState::done) {
-      const auto& r = std::any_cast<const PlaceholderResult&>(job->payload);
-      std::cout << "  " << r.output.string() << "  (" << s.total_seconds << " s)\n";
+  auto flags = f.runtime;
+  flags.output_dir = f.out;
+  Runtime runtime(make_config(flags));
+  std::cout << "model: " << runtime.package().dir.string() << "\n";
+  Progress progress(f.prompts.size());
+  std::vector<JobHandle> jobs;
+  for (std::size_t i = 0; i < f.prompts.size(); ++i) {
+    auto spec = job_fields(f.job);
+    spec["prompt"] = f.prompts[i];
+    spec["name"] = std::to_string(i + 1) + "-" + slug(f.prompts[i]);
+    spec["seed"] = spec.contains("seed") ? spec["seed"] : boost::json::value(i + 1);
+    const auto label = spec["name"].as_string();
+    jobs.push_back(runtime.submit(spec, {.on_progress = [&progress, label = std::string(label)](const JobEvent& e) {
+                                    progress.on_event(label, e);
+                                  }}));
+  }
+  int failures = 0;
+  std::vector<JobResult> results;
+  for (auto& j : jobs) {
+    results.push_back(j.wait());
+    progress.on_job_end(results.back().spec.name, std::string(to_string(results.back().state)), results.back().seconds);
+  }
+  progress.finish();
+  for (const auto& r : results) {
+    if (r.state == JobState::done) {
+      std::cout << r.output.string() << "  \"" << r.spec.prompt << "\"\n";
     } else {
-      if (!exit_code) exit_code = exit_code_for(s.error_kind.value_or(ErrorKind::internal));
-      std::cout << "  " << s.id << " " << to_string(s.state) << ": " << s.error << "\n";
+      ++failures;
+      std::cerr << "vgen: " << r.id << ": " << r.error << "\n";
     }
   }
-  executor.stop();
-  return exit_code;
+  return failures ? 1 : 0;
 }
 
 }  // namespace
 
 Run add_demo_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("demo", "Render a few demo clips (placeholder pipeline until a model lands)");
+  auto* cmd = app.add_subcommand("demo", "Render a few prompts with the bundled model into MP4s");
   auto f = std::make_shared<DemoFlags>();
-  cmd->add_option("--out", f->out, "output directory")->capture_default_str();
-  cmd->add_option("--width", f->width)->check(CLI::Range(16, 4096))->capture_default_str();
-  cmd->add_option("--height", f->height)->check(CLI::Range(16, 4096))->capture_default_str();
-  cmd->add_option("--frames", f->frames)->check(CLI::Range(1, 1000))->capture_default_str();
-  cmd->add_option("--fps", f->fps)->check(CLI::Range(1.0, 240.0))->capture_default_str();
-  cmd->add_option("--format", f->format)->check(CLI::IsMember(encoder_formats()))->capture_default_str();
-  cmd->add_option("--prompt", f->prompts, "prompts (repeatable)");
+  cmd->add_option("--out,-o", f->out, "output directory")->capture_default_str();
+  cmd->add_option("--prompt", f->prompts, "prompts to render (repeatable; default: six examples)");
+  add_runtime_flags(*cmd, f->runtime);
+  add_job_flags(*cmd, f->job);
   return [f] { return run_demo(*f); };
 }
 

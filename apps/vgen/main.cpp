@@ -19,9 +19,9 @@ int main(int argc, char** argv) {
 
   // Each subcommand registers itself; the map finds the runner of the one parsed.
   std::map<std::string, vgen::cli::Run> commands;
-  commands["demo"] = vgen::cli::add_demo_command(app);
   commands["devices"] = vgen::cli::add_devices_command(app);
 #ifdef VGEN_WITH_TORCH
+  commands["demo"] = vgen::cli::add_demo_command(app);
   commands["render"] = vgen::cli::add_render_command(app);
   commands["batch"] = vgen::cli::add_batch_command(app);
   commands["serve"] = vgen::cli::add_serve_command(app);
