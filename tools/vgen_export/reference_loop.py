@@ -113,7 +113,7 @@ def validate_request(manifest: dict[str, Any], height: int, width: int, frames: 
             raise ValueError(f"{name}={value}: must be a multiple of {rule['multiple_of']} in "
                              f"[{rule['min']}, {rule['max']}]")
     rule, k = manifest["frames"], manifest["frames"]["k_multiple"]
-    if frames % k != 1 or not rule["min"] <= frames <= rule["max"]:
+    if (frames - 1) % k != 0 or not rule["min"] <= frames <= rule["max"]:
         raise ValueError(f"frames={frames}: must be {k}k+1 in [{rule['min']}, {rule['max']}]")
 
 

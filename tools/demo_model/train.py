@@ -1,0 +1,202 @@
+"""Train the vgen-shapes text-to-video model on clips.py clips, then export the package.
+
+    python tools/demo_model/train.py --out models/vgen-shapes [--steps 3000 --seed 0]
+        [--batch 12] [--time-limit-min 0] [--ckpt build/vgen-shapes-train/ckpt.pt] [--resume]
+
+Single-threaded by default (``--threads 1``). Writes a SentencePiece tokenizer and a checkpoint
+(model, EMA, optimiser, step) every ``--ckpt-every`` steps next to ``--ckpt``; logs loss and time.
+A partial run is exported with ``python tools/demo_model/export.py --ckpt ... --out ...``.
+
+Objective: flow matching as Wan/diffusers (x_t = (1-s) x0 + s noise, flow = noise - x0). The
+denoiser predicts x0 internally; the loss is an x0 MSE weighted by min(1/s, 10) and up-weighted
+on object pixels; 10% of prompts are dropped to "" for classifier-free guidance.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "tools"))
+import clips  # noqa: E402
+from model import Denoiser, TextEncoder  # noqa: E402
+from vgen_export.reference_loop import spm_tokenize  # noqa: E402
+
+CONFIG = {"max_length": 16, "text_dim": 64, "text_layers": 2, "chans": [16, 32, 64, 128], "cond": 128,
+          "frames": 16, "size": 32, "spatial_scale": 8, "flow_shift": 3.0, "vocab_size": 64, "coords": True}
+
+
+def train_tokenizer(out_file: Path, seed: int, vocab_size: int) -> Path:
+    """T5 convention (pad 0, eos 1, unk 2, no bos) unigram model on the prompt language."""
+    import sentencepiece as spm
+
+    corpus = clips.corpus(seed)
+    # Every word also on its own: the unigram trainer then keeps whole words as pieces
+    # (a prompt is ~9 pieces + eos instead of ~35 characters).
+    words = sorted({w for p in corpus for w in p.split()})
+    corpus += [" ".join(words)] * 50 + [w for w in words for _ in range(30)]
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus), model_writer=buf, vocab_size=vocab_size,
+        model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1, pad_piece="<pad>",
+        eos_piece="</s>", unk_piece="<unk>", character_coverage=1.0, num_threads=1, minloglevel=2,
+        hard_vocab_limit=False)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_bytes(buf.getvalue())
+    return out_file
+
+
+def build_models(cfg: dict, vocab: int) -> tuple[TextEncoder, Denoiser]:
+    te = TextEncoder(vocab, cfg["text_dim"], max_len=cfg["max_length"], layers=cfg["text_layers"])
+    den = Denoiser(cfg["text_dim"], tuple(cfg["chans"]), cfg["cond"], bool(cfg.get("coords", False)))
+    return te, den
+
+
+def sample_sigma(n: int, shift: float, gen: torch.Generator) -> torch.Tensor:
+    """70% the sampler's shifted distribution, 30% uniform; in (0.001, 1)."""
+    u = torch.rand(n, generator=gen)
+    shifted = shift * u / (1 + (shift - 1) * u)
+    pick = torch.rand(n, generator=gen) < 0.7
+    return torch.where(pick, shifted, u).clamp(1e-3, 1.0)
+
+
+def lr_at(step: int, total: int, base: float, warmup: int = 100) -> float:
+    if step < warmup:
+        return base * (step + 1) / warmup
+    return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True, help="package directory to export at the end")
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=12)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--ckpt", type=Path, default=ROOT / "build" / "vgen-shapes-train" / "ckpt.pt")
+    ap.add_argument("--ckpt-every", type=int, default=250)
+    ap.add_argument("--log-every", type=int, default=50)
+    ap.add_argument("--time-limit-min", type=float, default=0.0, help="stop (and export) after this long")
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--coords", type=int, default=1, help="1: coordinate input channels (0: the phase-1 net)")
+    ap.add_argument("--stop-at", type=int, default=0, help="stop after this step (lr schedule still --steps)")
+    ap.add_argument("--init-from", type=Path, default=None,
+                    help="warm start: weights (and EMA) of this checkpoint; new input channels start at zero")
+    ap.add_argument("--no-export", action="store_true")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    cfg = dict(CONFIG, coords=bool(a.coords))
+    spm_file = a.ckpt.parent / "tokenizer.model"
+    train_tokenizer(spm_file, a.seed, cfg["vocab_size"])
+    import sentencepiece as spm
+
+    vocab = spm.SentencePieceProcessor(model_file=str(spm_file)).vocab_size()
+    te, den = build_models(cfg, vocab)
+    params = list(te.parameters()) + list(den.parameters())
+    opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.01, betas=(0.9, 0.99))
+    ema_te, ema_den = copy.deepcopy(te).eval(), copy.deepcopy(den).eval()
+    start, elapsed_before = 0, 0.0
+    if a.resume and a.ckpt.is_file():
+        ck = torch.load(a.ckpt, weights_only=False)
+        te.load_state_dict(ck["te"]), den.load_state_dict(ck["den"]), opt.load_state_dict(ck["opt"])
+        ema_te.load_state_dict(ck["ema_te"]), ema_den.load_state_dict(ck["ema_den"])
+        start, elapsed_before = ck["step"], ck.get("train_seconds", 0.0)
+        print(f"resumed at step {start}", flush=True)
+    if a.init_from is not None:
+        ck = torch.load(a.init_from, weights_only=False)
+        for mine, key in ((te, "te"), (den, "den"), (ema_te, "ema_te"), (ema_den, "ema_den")):
+            state = mine.state_dict()
+            for name, value in ck[key].items():
+                if state[name].shape == value.shape:
+                    state[name] = value
+                else:  # conv_in gained coordinate channels: old ones copied, new ones zero
+                    state[name] = torch.zeros_like(state[name])
+                    state[name][:, : value.shape[1]] = value
+            mine.load_state_dict(state)
+        print(f"warm start from {a.init_from} (step {ck['step']})", flush=True)
+    ema_params = list(ema_te.parameters()) + list(ema_den.parameters())
+    # Per-step RNG streams derived from (seed, step): resuming reproduces the same batches.
+    empty_ids, empty_mask = spm_tokenize(spm_file, [""], cfg["max_length"])
+    t0 = time.perf_counter()
+    run_losses: list[float] = []
+
+    def save(step: int) -> None:
+        a.ckpt.parent.mkdir(parents=True, exist_ok=True)
+        tmp = a.ckpt.with_suffix(".tmp")
+        torch.save({"te": te.state_dict(), "den": den.state_dict(), "ema_te": ema_te.state_dict(),
+                    "ema_den": ema_den.state_dict(), "opt": opt.state_dict(), "step": step, "config": cfg,
+                    "vocab": vocab, "seed": a.seed, "batch": a.batch, "steps_planned": a.steps,
+                    "train_seconds": elapsed_before + time.perf_counter() - t0,
+                    "tokenizer": spm_file.read_bytes()}, tmp)
+        tmp.replace(a.ckpt)
+
+    step = start
+    for step in range(start, a.steps):
+        rng = np.random.default_rng([a.seed, step])
+        gen = torch.Generator().manual_seed(a.seed * 1_000_003 + step)
+        x0_np, specs = clips.make_batch(rng, a.batch, cfg["frames"], cfg["size"], held_out=False)
+        x0 = torch.from_numpy(x0_np)
+        prompts = [sp.prompt if rng.random() >= 0.1 else "" for sp in specs]
+        ids, mask = spm_tokenize(spm_file, prompts, cfg["max_length"])
+        sigma = sample_sigma(a.batch, cfg["flow_shift"], gen)
+        s = sigma[:, None, None, None, None]
+        noise = torch.randn(x0.shape, generator=gen)
+        xt = (1 - s) * x0 + s * noise
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, a.steps, a.lr)
+        embeds = te(ids, mask)
+        c_in = 1.0 / torch.sqrt((1.0 - s) ** 2 * 0.5 + s ** 2)
+        pred = den.predict_x0(xt * c_in, sigma * 1000.0, embeds)
+        bg = x0[:, :, :, :1, :1]
+        obj = ((x0 - bg).abs().amax(1, keepdim=True) > 0.05).float()
+        w = (1.0 / s).clamp(max=10.0) * (1.0 + 3.0 * obj)
+        loss = (w * (pred - x0) ** 2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        decay = min(0.999, (1 + step) / (10 + step))
+        with torch.no_grad():
+            for pe, p in zip(ema_params, params):
+                pe.lerp_(p, 1 - decay)
+        run_losses.append(loss.item())
+        done = step + 1
+        if done % a.log_every == 0 or done == a.steps:
+            el = elapsed_before + time.perf_counter() - t0
+            print(json.dumps({"step": done, "loss": round(float(np.mean(run_losses)), 5),
+                              "lr": round(lr_at(step, a.steps, a.lr), 6), "elapsed_s": round(el, 1),
+                              "s_per_step": round((time.perf_counter() - t0) / (done - start), 3)}), flush=True)
+            run_losses.clear()
+        if done % a.ckpt_every == 0 or done == a.steps:
+            save(done)
+        if a.stop_at and done >= a.stop_at:
+            save(done)
+            break
+        if a.time_limit_min and time.perf_counter() - t0 > 60 * a.time_limit_min:
+            print(f"time limit reached at step {done}", flush=True)
+            save(done)
+            break
+    total = elapsed_before + time.perf_counter() - t0
+    print(f"training finished: {step + 1} steps, {total / 60:.1f} min", flush=True)
+    if not a.no_export:
+        from export import export_package
+
+        export_package(a.ckpt, a.out, command=" ".join(["python", "tools/demo_model/train.py", *(argv or sys.argv[1:])]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
