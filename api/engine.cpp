@@ -108,8 +108,14 @@ class RuntimeImpl {
     if (!fs::is_directory(config_.output_dir))
       throw_error(ErrorKind::invalid_argument, "output directory '" + config_.output_dir.string() + "' cannot be created" +
                                                    (ec ? " (" + ec.message() + ")" : ""));
-    const auto devices = parse_device_list(config_.devices, discover_cuda_devices);
-    add_device_pools(executor_, devices, config_.threads_per_device, config_.codec_threads);
+    // A CPU device admits as many concurrent leases as it has compute threads, so that with
+    // threads.per_device > 1 preprocess, denoise and decode of different jobs overlap.
+    const auto devices = parse_device_list(config_.devices, discover_cuda_devices, 0.9, config_.threads_per_device);
+    std::size_t intra = config_.intra_op_threads;
+    if (intra == 0)
+      intra = std::max<std::size_t>(1, std::thread::hardware_concurrency() / (devices.size() * config_.threads_per_device));
+    add_device_pools(executor_, devices, config_.threads_per_device, config_.codec_threads,
+                     [intra](std::size_t) { set_intra_op_threads(static_cast<int>(intra)); });
     devices_ = std::make_unique<DevicePool>(devices, DevicePoolOptions{.policy = config_.device_policy, .metrics = &metrics_});
     WanRuntimeOptions wo;
     wo.out_dir = config_.output_dir;

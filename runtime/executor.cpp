@@ -70,8 +70,9 @@ void Executor::stop() {
 std::string device_pool_name(const std::string& device_id) { return "device:" + device_id; }
 
 void add_device_pools(Executor& executor, const std::vector<DeviceSpec>& devices, std::size_t threads_per_device,
-                      std::size_t codec_threads) {
-  for (const auto& d : devices) executor.add_pool({.name = device_pool_name(d.id), .threads = threads_per_device});
+                      std::size_t codec_threads, std::function<void(std::size_t)> on_compute_thread) {
+  for (const auto& d : devices)
+    executor.add_pool({.name = device_pool_name(d.id), .threads = threads_per_device, .on_thread_start = on_compute_thread});
   executor.add_pool({.name = "codec", .threads = codec_threads});
 }
 

@@ -21,6 +21,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -75,7 +76,10 @@ class Executor {
 // The worker pool that runs compute for a device: "device:<id>". One place for the name.
 std::string device_pool_name(const std::string& device_id);
 // Adds one pool per device (threads_per_device threads each) and a "codec" pool.
+// `on_compute_thread` (optional) runs first on every device-pool thread (e.g. to set the
+// compute library's intra-op thread count for that thread).
 void add_device_pools(Executor& executor, const std::vector<DeviceSpec>& devices,
-                      std::size_t threads_per_device = 1, std::size_t codec_threads = 1);
+                      std::size_t threads_per_device = 1, std::size_t codec_threads = 1,
+                      std::function<void(std::size_t)> on_compute_thread = {});
 
 }  // namespace vgen

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
+#include <ATen/Parallel.h>
 
 namespace vgen {
 
@@ -20,5 +21,7 @@ std::vector<CudaDeviceInfo> discover_cuda_devices() {
 }
 
 std::string torch_version() { return TORCH_VERSION; }
+
+void set_intra_op_threads(int n) { at::set_num_threads(n < 1 ? 1 : n); }
 
 }  // namespace vgen

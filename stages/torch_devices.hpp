@@ -13,4 +13,7 @@ namespace vgen {
 std::vector<CudaDeviceInfo> discover_cuda_devices();
 std::string torch_version();
 
+// LibTorch's intra-op threads for the calling thread (at::set_num_threads); n >= 1.
+void set_intra_op_threads(int n);
+
 }  // namespace vgen
