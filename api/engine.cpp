@@ -331,6 +331,8 @@ class RuntimeImpl {
     if (!journal_) return nullptr;
     auto rec = journal_->find(id);
     if (!rec || rec->status == "queued") return nullptr;
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    if (now - rec->finished_unix > static_cast<double>(config_.job_ttl.count())) return nullptr;  // kept as long as in memory
     auto entry = std::make_shared<JobEntry>();
     entry->id = id;
     JobResult r;

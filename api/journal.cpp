@@ -53,7 +53,8 @@ class Statement {
 };
 
 constexpr const char* kColumns =
-    "id, key, spec, status, output, output_bytes, content_type, error_kind, error, seconds, retries, cache_hit";
+    "id, key, spec, status, output, output_bytes, content_type, error_kind, error, seconds, retries, cache_hit, "
+    "COALESCE((julianday(finished_at) - 2440587.5) * 86400.0, 0)";
 
 JournalRecord read_row(const Statement& s) {
   JournalRecord r;
@@ -71,6 +72,7 @@ JournalRecord read_row(const Statement& s) {
   r.seconds = s.real(9);
   r.retries = static_cast<int>(s.integer(10));
   r.cache_hit = s.integer(11) != 0;
+  r.finished_unix = s.real(12);
   return r;
 }
 
@@ -116,7 +118,7 @@ void Journal::record_submitted(const std::string& id, const std::string& key, co
 void Journal::record_finished(const JournalRecord& r) {
   std::lock_guard lock(mutex_);
   Statement s(db_, "UPDATE jobs SET status=?, output=?, output_bytes=?, content_type=?, error_kind=?, error=?, seconds=?, "
-                   "retries=?, cache_hit=?, finished_at=CURRENT_TIMESTAMP WHERE id=?");
+                   "retries=?, cache_hit=?, finished_at=strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE id=?");
   s.bind(1, r.status).bind(2, r.output).bind(3, static_cast<std::int64_t>(r.output_bytes)).bind(4, r.content_type);
   s.bind(5, r.error_kind).bind(6, r.error).bind(7, r.seconds).bind(8, static_cast<std::int64_t>(r.retries));
   s.bind(9, static_cast<std::int64_t>(r.cache_hit)).bind(10, r.id).step();
@@ -145,7 +147,7 @@ std::vector<JournalRecord> Journal::unfinished() const {
 
 void Journal::mark_unfinished_interrupted() {
   std::lock_guard lock(mutex_);
-  exec("UPDATE jobs SET status='interrupted', finished_at=CURRENT_TIMESTAMP WHERE status='queued'");
+  exec("UPDATE jobs SET status='interrupted', finished_at=strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE status='queued'");
 }
 
 std::uint64_t Journal::max_job_number(const std::string& prefix) const {

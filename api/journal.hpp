@@ -32,6 +32,7 @@ struct JournalRecord {
   double seconds = 0;
   int retries = 0;
   bool cache_hit = false;
+  double finished_unix = 0;  // when it ended (seconds since the epoch, ms precision); 0 while unfinished
 };
 
 class Journal {

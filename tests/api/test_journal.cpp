@@ -40,6 +40,8 @@ TEST_CASE("the journal keeps submitted and finished jobs across reopening") {
   CHECK(one->output_bytes == 1234);
   CHECK(one->retries == 2);
   CHECK(one->cache_hit);
+  CHECK(one->finished_unix > 1'700'000'000);
+  CHECK(j.find("job-2")->finished_unix == 0);
   CHECK(one->spec.at("prompt").as_string() == "a");
   const auto open = j.unfinished();
   REQUIRE(open.size() == 3);
