@@ -3,9 +3,10 @@
 //
 // Input: a text file (one prompt per line; blank lines and lines starting with '#' are
 // skipped) or JSONL (extension .jsonl, or a first non-blank character '{': one job object per
-// line, fields as in stages/job_spec.hpp). Defaults given by the caller (CLI flags) apply
-// under each line's own fields. A bad line (bad JSON, invalid UTF-8, an invalid field) is
-// reported with its line number and does not stop the other jobs.
+// line, fields as in stages/job_spec.hpp), parsed by parse_batch_text (api/batch_input.hpp).
+// Defaults given by the caller (CLI flags) apply under each line's own fields. A bad line (bad
+// JSON, invalid UTF-8, an invalid field) is reported with its line number and does not stop
+// the other jobs.
 // Output names: the line's "name", else "NNNN-<prompt slug>" (NNNN = line number).
 // Reruns: an existing output is skipped only when probing it shows a complete video of the
 // expected size and frame count whose comment tag carries this job's key (so a file from
@@ -15,6 +16,7 @@
 // called from Runtime threads.
 #pragma once
 
+#include "api/batch_input.hpp"
 #include "api/engine.hpp"
 
 #include <boost/json/object.hpp>
@@ -25,13 +27,6 @@
 #include <vector>
 
 namespace vgen {
-
-struct BatchItem {
-  int line = 0;              // 1-based line in the input file
-  std::string name;          // output stem
-  boost::json::object spec;  // the job spec, "name" included
-  std::string error;         // non-empty: this line is invalid and is not run
-};
 
 // Error(invalid_argument) if the file cannot be read or holds no job at all.
 std::vector<BatchItem> read_batch_file(const std::filesystem::path& file, const boost::json::object& defaults = {});

@@ -16,6 +16,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/beast/core/buffers_range.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/chunk_encode.hpp>
@@ -62,6 +64,37 @@ void finish_message(Message& m, unsigned version, bool keep_alive, const std::st
   if (m.find(bhttp::field::server) == m.end()) m.set(bhttp::field::server, server);
   m.prepare_payload();
 }
+
+using RequestParser = bhttp::request_parser<bhttp::string_body>;
+
+void apply_limits(RequestParser& parser, const ServerOptions& options) {
+  parser.header_limit(static_cast<std::uint32_t>(options.max_header_bytes));
+  parser.body_limit(options.max_body_bytes);
+}
+
+// The response to a failed read: 413, 431 or 400; nullopt for the errors that just end the
+// connection (eof, timeout, reset, cancelled).
+std::optional<StringResponse> read_error_response(const beast::error_code& ec, const ServerOptions& options) {
+  if (ec == bhttp::error::body_limit)
+    return error_response(413, "invalid_argument",
+                          "request body exceeds " + std::to_string(options.max_body_bytes) + " bytes");
+  if (ec == bhttp::error::header_limit)
+    return error_response(431, "invalid_argument",
+                          "request header exceeds " + std::to_string(options.max_header_bytes) + " bytes");
+  if (is_parse_error(ec)) return error_response(400, "invalid_argument", "malformed HTTP request: " + ec.message());
+  return std::nullopt;
+}
+
+// An exception escaping the handler becomes its JSON error response.
+asio::awaitable<Response> handle_safely(RequestHandler& handler, Request request) {
+  try {
+    co_return co_await handler.handle(std::move(request));
+  } catch (...) {
+    co_return error_response(std::current_exception());
+  }
+}
+
+constexpr std::string_view continue_response = "HTTP/1.1 100 Continue\r\n\r\n";
 
 // Half-close, then read and discard what the client still sends for a moment: closing with
 // unread input makes the kernel send RST, and the client may lose our error response.
@@ -188,11 +221,7 @@ asio::awaitable<void> HttpServer::State::reject(tcp::socket socket) {
 }
 
 asio::awaitable<Response> HttpServer::State::call_handler(Request request) {
-  try {
-    co_return co_await handler->handle(std::move(request));
-  } catch (...) {
-    co_return error_response(std::current_exception());
-  }
+  co_return co_await handle_safely(*handler, std::move(request));
 }
 
 asio::awaitable<void> HttpServer::State::serve(std::shared_ptr<Connection> c) {
@@ -204,9 +233,8 @@ asio::awaitable<void> HttpServer::State::serve(std::shared_ptr<Connection> c) {
     // then marking the phase cannot miss it.
     if (stopping) break;
     c->phase = Phase::reading;
-    bhttp::request_parser<bhttp::string_body> parser;
-    parser.header_limit(static_cast<std::uint32_t>(options.max_header_bytes));
-    parser.body_limit(options.max_body_bytes);
+    RequestParser parser;
+    apply_limits(parser, options);
     c->stream.expires_after(options.read_timeout);  // one deadline for header and body
     auto [ec, n] = co_await bhttp::async_read_header(c->stream, buffer, parser, tuple_awaitable);
     if (!ec && !parser.is_done()) {
@@ -214,22 +242,14 @@ asio::awaitable<void> HttpServer::State::serve(std::shared_ptr<Connection> c) {
       // raw: under ThreadSanitizer, Beast's serializer writing this header-only message left
       // the following body read failing with operation_aborted (not seen without TSan).
       if (beast::iequals(parser.get()[bhttp::field::expect], "100-continue")) {
-        static constexpr std::string_view go_on = "HTTP/1.1 100 Continue\r\n\r\n";
-        std::tie(ec, std::ignore) = co_await asio::async_write(c->stream, asio::buffer(go_on), tuple_awaitable);
+        std::tie(ec, std::ignore) =
+            co_await asio::async_write(c->stream, asio::buffer(continue_response), tuple_awaitable);
       }
       if (!ec) std::tie(ec, std::ignore) = co_await bhttp::async_read(c->stream, buffer, parser, tuple_awaitable);
     }
     c->phase = Phase::busy;
     if (ec) {
-      std::optional<StringResponse> res;
-      if (ec == bhttp::error::body_limit)
-        res = error_response(413, "invalid_argument",
-                             "request body exceeds " + std::to_string(options.max_body_bytes) + " bytes");
-      else if (ec == bhttp::error::header_limit)
-        res = error_response(431, "invalid_argument",
-                             "request header exceeds " + std::to_string(options.max_header_bytes) + " bytes");
-      else if (is_parse_error(ec))
-        res = error_response(400, "invalid_argument", "malformed HTTP request: " + ec.message());
+      auto res = read_error_response(ec, options);
       if (res) {
         finish_message(*res, 11, false, options.server_name);
         c->stream.expires_after(options.write_timeout);
@@ -431,6 +451,103 @@ asio::awaitable<void> HttpServer::async_join() { co_await state_->stopped.wait(u
 std::size_t HttpServer::connection_count() const {
   std::lock_guard lock(state_->mutex);
   return state_->connections.size();
+}
+
+// ---- serve_bytes -----------------------------------------------------------------------
+
+namespace {
+
+// A SyncWriteStream that appends to a string.
+struct StringSink {
+  std::string& out;
+  template <class Buffers>
+  std::size_t write_some(const Buffers& buffers) {
+    beast::error_code ec;
+    return write_some(buffers, ec);
+  }
+  template <class Buffers>
+  std::size_t write_some(const Buffers& buffers, beast::error_code& ec) {
+    ec = {};
+    std::size_t n = 0;
+    for (const auto b : beast::buffers_range_ref(buffers)) {
+      out.append(static_cast<const char*>(b.data()), b.size());
+      n += b.size();
+    }
+    return n;
+  }
+};
+
+// Feeds the parser from `buffer` as Beast's read_header (whole == false) or read does: when
+// the parser needs more than the buffer holds, the client has closed its side.
+beast::error_code parse_from(beast::flat_buffer& buffer, RequestParser& parser, bool whole) {
+  beast::error_code ec;
+  parser.eager(whole);
+  while (!(whole ? parser.is_done() : parser.is_header_done())) {
+    const auto n = buffer.size() == 0 ? 0 : parser.put(buffer.data(), ec);
+    buffer.consume(n);
+    if (ec && ec != bhttp::error::need_more) return ec;
+    if (n > 0 && !ec) continue;
+    ec = {};
+    if (!parser.got_some()) return bhttp::error::end_of_stream;
+    parser.put_eof(ec);
+    return ec;
+  }
+  return ec;
+}
+
+}  // namespace
+
+std::string serve_bytes(RequestHandler& handler, const ServerOptions& options, std::string_view raw) {
+  std::string out;
+  StringSink sink{out};
+  beast::flat_buffer buffer;
+  buffer.commit(asio::buffer_copy(buffer.prepare(raw.size()), asio::buffer(raw.data(), raw.size())));
+  asio::io_context io;
+  for (;;) {
+    RequestParser parser;
+    apply_limits(parser, options);
+    auto ec = parse_from(buffer, parser, false);
+    if (!ec && !parser.is_done()) {
+      if (beast::iequals(parser.get()[bhttp::field::expect], "100-continue")) out += continue_response;
+      ec = parse_from(buffer, parser, true);
+    }
+    if (ec) {
+      if (auto res = read_error_response(ec, options)) {
+        finish_message(*res, 11, false, options.server_name);
+        bhttp::write(sink, *res, ec);
+      }
+      break;
+    }
+
+    Request request = parser.release();
+    const unsigned version = request.version();
+    const bool keep_alive = request.keep_alive();
+    std::optional<Response> response;
+    asio::co_spawn(io, handle_safely(handler, std::move(request)), [&](std::exception_ptr e, Response r) {
+      response = e ? Response(error_response(e)) : std::move(r);
+    });
+    io.restart();
+    io.run();
+    if (!response) break;  // the handler left no work behind and never completed
+    if (auto* s = std::get_if<StreamResponse>(&*response)) {  // the head only, as run_stream sends it
+      s->head.version(version);
+      s->head.keep_alive(false);
+      s->head.chunked(true);
+      if (s->head.find(bhttp::field::server) == s->head.end()) s->head.set(bhttp::field::server, options.server_name);
+      bhttp::response_serializer<bhttp::empty_body> serializer(s->head);
+      bhttp::write_header(sink, serializer, ec);
+      break;
+    }
+    if (auto* s = std::get_if<StringResponse>(&*response)) {
+      finish_message(*s, version, keep_alive, options.server_name);
+      bhttp::write(sink, *s, ec);
+    } else if (auto* f = std::get_if<FileResponse>(&*response)) {
+      finish_message(*f, version, keep_alive, options.server_name);
+      bhttp::write(sink, *f, ec);
+    }
+    if (ec || !keep_alive) break;
+  }
+  return out;
 }
 
 // ---- helpers ---------------------------------------------------------------------------

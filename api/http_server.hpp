@@ -158,6 +158,15 @@ class HttpServer {
   std::shared_ptr<State> state_;
 };
 
+// Serves `raw` — the bytes a client sends on one connection, which then half-closes — with
+// `handler` and returns the bytes the server writes back, without a socket. The same parser
+// limits, 400/413/431 responses, handler-exception mapping, keep-alive handling and message
+// finishing as a connection; no timeouts, and a stream's head only (its producer is not run).
+// Each request's handler runs to completion on a private io_context (serve_bytes blocks
+// meanwhile: a handler that waits forever blocks it forever). For tests and the fuzz harness
+// (tests/fuzz).
+std::string serve_bytes(RequestHandler& handler, const ServerOptions& options, std::string_view raw);
+
 // Splits "HOST:PORT" / "[V6]:PORT" / ":PORT" (host defaults to 127.0.0.1). Error(invalid_argument).
 std::pair<std::string, std::uint16_t> parse_listen_address(const std::string& listen);
 

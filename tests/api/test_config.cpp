@@ -110,6 +110,11 @@ TEST_CASE("unknown keys and bad values name the key path") {
       {R"({"devices": ""})", "devices: must not be empty"},
       {R"({"threads": 4})", "threads: must be an object"},
       {R"({"encoder": {"crf": 2.5}})", "encoder.crf: must be an integer"},
+      // Found by tests/fuzz (fuzz_config): huge integral doubles were converted to int64
+      // before the range check, which is undefined behaviour (UBSan float-cast-overflow).
+      {R"({"stages": {"preprocess": {"queue": 1e30032}}})", "stages.preprocess.queue: must be between 1 and 1000000"},
+      {R"({"encoder": {"crf": -1e300}})", "encoder.crf: must be between 0 and 63 (got -1E300)"},
+      {R"({"threads": {"io": 64.0}, "job_ttl_s": 9.3e18})", "job_ttl_s: must be between 1 and 31536000"},
       {R"({"colour": 1})", "colour: unknown key"},
       {R"([1, 2])", "must be a JSON object"},
       {R"({"model": )", "not valid JSON"},

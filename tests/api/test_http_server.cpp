@@ -7,6 +7,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
+#include <vector>
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -241,6 +243,77 @@ TEST_CASE("size limits: 413 for the body, 431 for the header, 400 for garbage") 
                                          std::string(1024, 'a'));
     CHECK(res.result_int() == 200);
   });
+}
+
+namespace {
+
+// The responses in `bytes`, in order (a trailing incomplete one is left out).
+std::vector<http::StringResponse> parse_responses(const std::string& bytes) {
+  std::vector<http::StringResponse> out;
+  beast::flat_buffer buffer;
+  buffer.commit(asio::buffer_copy(buffer.prepare(bytes.size()), asio::buffer(bytes)));
+  while (buffer.size() > 0) {
+    bhttp::response_parser<bhttp::string_body> parser;
+    parser.eager(true);
+    beast::error_code ec;
+    while (!parser.is_done() && buffer.size() > 0) {
+      const auto n = parser.put(buffer.data(), ec);
+      buffer.consume(n);
+      if (ec || n == 0) break;
+    }
+    if (!parser.is_done()) break;
+    out.push_back(parser.release());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("serve_bytes: a connection's requests without a socket, with the same limits and errors") {
+  FakeHandler h;
+  const auto o = small_options();
+  // Pipelined requests on one connection; nothing is served after "Connection: close".
+  auto out = http::serve_bytes(h, o,
+                               "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
+                               "GET /throw HTTP/1.1\r\nHost: x\r\n\r\n"
+                               "GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                               "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
+  auto res = parse_responses(out);
+  REQUIRE(res.size() == 3);
+  CHECK(res[0].result_int() == 200);
+  CHECK(res[0].body() == "echo:abc");
+  CHECK(res[0].keep_alive());
+  CHECK(res[0][bhttp::field::server] == "vgen");
+  CHECK(res[1].result_int() == 404);
+  CHECK(res[1].body() == R"({"error":{"kind":"not_found","message":"no such thing"}})");
+  CHECK_FALSE(res[2].keep_alive());
+  CHECK(h.handled == 3);
+
+  res = parse_responses(http::serve_bytes(h, o, "POST /echo HTTP/1.1\r\nContent-Length: 5000\r\n\r\n"));
+  REQUIRE(res.size() == 1);
+  CHECK(res[0].result_int() == 413);
+  CHECK_FALSE(res[0].keep_alive());
+  res = parse_responses(http::serve_bytes(h, o, "GET / HTTP/1.1\r\nX-Big: " + std::string(4000, 'b') + "\r\n\r\n"));
+  REQUIRE(res.size() == 1);
+  CHECK(res[0].result_int() == 431);
+  res = parse_responses(http::serve_bytes(h, o, "NOT A REQUEST\r\n\r\n"));
+  REQUIRE(res.size() == 1);
+  CHECK(res[0].result_int() == 400);
+  // A client that closes before a whole request gets nothing, as on a socket.
+  CHECK(http::serve_bytes(h, o, "").empty());
+  CHECK(http::serve_bytes(h, o, "POST /echo HTTP/1.1\r\nContent-Length: 9\r\n\r\nabc").empty());
+
+  // The interim 100 Continue, then the response; a stream sends its chunked head only.
+  res = parse_responses(http::serve_bytes(
+      h, o, "POST /echo HTTP/1.1\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\nabc"));
+  REQUIRE(res.size() == 2);
+  CHECK(res[0].result() == bhttp::status::continue_);
+  CHECK(res[1].body() == "echo:abc");
+  out = http::serve_bytes(h, o, "GET /stream HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\n");
+  CHECK(out.find("HTTP/1.1 200 OK\r\n") == 0);
+  CHECK(out.find("Transfer-Encoding: chunked\r\n") != std::string::npos);
+  CHECK(out.find("echo:") == std::string::npos);
+  CHECK(h.producers_ended == 0);
 }
 
 TEST_CASE("Expect: 100-continue gets the interim response before the client sends the body") {

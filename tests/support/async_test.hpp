@@ -39,6 +39,14 @@ void run_async(Make make, std::chrono::seconds timeout = default_timeout, int th
   for (int i = 0; i < threads; ++i) pool.emplace_back([&] { io.run(); });
   const bool in_time = finished.wait_for(timeout) == std::future_status::ready;
   guard.reset();
+  // Let run() end by itself first. A worker thread that posted the last completion holds
+  // tracked work on `io` until its post returns, and Asio signals its condition variable after
+  // unlocking: stopping and destroying `io` at once raced with that thread (ThreadSanitizer,
+  // test_worker_pool: pthread_cond_destroy in ~io_context vs pthread_cond_signal in
+  // WorkerPool::Completion::complete). Work a case leaves behind is stopped after a grace.
+  const auto grace_end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (in_time && !io.stopped() && std::chrono::steady_clock::now() < grace_end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   io.stop();
   for (auto& t : pool) t.join();
   REQUIRE_MESSAGE(in_time, "coroutine did not finish within the watchdog timeout");

@@ -1,0 +1,132 @@
+// A link seam for the HTTP harness: definitions of the vgen::Runtime and vgen::JobHandle
+// members that api/http_api.cpp calls, without LibTorch, a model or threads. The real ones
+// live in api/engine.cpp (which needs LibTorch); the harness links this file instead, so
+// HttpApi's own code (routing, auth, Content-Type, JSON bodies, status/video/cancel/events
+// handlers) runs unchanged.
+//
+// Fixed jobs, so that every run is reproducible: "done" (a 4 KiB video file), "frames" (a
+// frame directory), "failed", "queued". try_submit validates the spec with parse_job_spec and
+// the default SpecLimits (the real Runtime validates against the package's limits), answers
+// Error(overloaded) for seeds ending in 15 mod 16, and returns a new queued job that find()
+// never sees. cancel() changes nothing. Files live in a temporary directory removed at exit.
+#include "api/engine.hpp"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace vgen {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+namespace detail {
+
+struct JobEntry {
+  JobResult result;
+  bool finished = false;
+  int step = 0, total = 0;
+};
+
+class RuntimeImpl {
+ public:
+  explicit RuntimeImpl(RuntimeConfig c) : config(std::move(c)) {
+    dir = fs::temp_directory_path() / ("vgen-fuzz-http-" + std::to_string(::getpid()));
+    fs::create_directories(dir / "frames");
+    std::ofstream(dir / "video.mp4", std::ios::binary) << std::string(4096, 'v');
+    add("done", JobState::done, true, dir / "video.mp4");
+    add("frames", JobState::done, true, dir / "frames");
+    add("failed", JobState::failed, true, {}, ErrorKind::internal, "boom");
+    add("queued", JobState::queued, false);
+  }
+  ~RuntimeImpl() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  static JobHandle handle(std::shared_ptr<JobEntry> e) { return JobHandle(std::move(e)); }
+
+  RuntimeConfig config;
+  fs::path dir;
+  std::map<std::string, std::shared_ptr<JobEntry>, std::less<>> jobs;
+
+ private:
+  void add(const std::string& id, JobState state, bool finished, fs::path output = {},
+           std::optional<ErrorKind> kind = {}, std::string error = {}) {
+    auto e = std::make_shared<JobEntry>();
+    e->result.id = id;
+    e->result.state = state;
+    e->result.output = std::move(output);
+    e->result.content_type = "video/mp4";
+    e->result.device = "cpu";
+    e->result.error_kind = kind;
+    e->result.error = std::move(error);
+    e->result.spec.prompt = "a red circle";
+    e->finished = finished;
+    e->total = 20;
+    jobs.emplace(id, std::move(e));
+  }
+};
+
+}  // namespace detail
+
+Runtime::Runtime(RuntimeConfig config) : impl_(std::make_unique<detail::RuntimeImpl>(std::move(config))) {}
+Runtime::~Runtime() = default;
+
+JobHandle Runtime::try_submit(json::value spec, SubmitOptions) {
+  const auto s = parse_job_spec(spec, JobSpec{}, SpecLimits{});
+  if (s.seed % 16 == 15) throw_error(ErrorKind::overloaded, "the job queue is full (fake)");
+  auto e = std::make_shared<detail::JobEntry>();
+  e->result.id = "job-new";
+  e->result.spec = s;
+  e->total = s.steps;
+  return detail::RuntimeImpl::handle(std::move(e));
+}
+
+std::optional<JobHandle> Runtime::find(const std::string& id) const {
+  const auto it = impl_->jobs.find(id);
+  if (it == impl_->jobs.end()) return std::nullopt;
+  return detail::RuntimeImpl::handle(it->second);
+}
+
+const RuntimeConfig& Runtime::config() const { return impl_->config; }
+std::string Runtime::metrics_text() const { return "# TYPE vgen_jobs_submitted_total counter\nvgen_jobs_submitted_total 0\n"; }
+
+const std::string& JobHandle::id() const { return entry_->result.id; }
+bool JobHandle::finished() const { return entry_->finished; }
+bool JobHandle::cancel(std::string) { return !entry_->finished; }
+JobResult JobHandle::result() const { return entry_->result; }
+boost::asio::awaitable<JobResult> JobHandle::async_wait() const { co_return entry_->result; }
+std::size_t JobHandle::subscribe(JobEventHandler) const { return 0; }
+void JobHandle::unsubscribe(std::size_t) const {}
+
+JobSnapshot JobHandle::snapshot() const {
+  JobSnapshot s;
+  s.id = entry_->result.id;
+  s.state = entry_->result.state;
+  s.step = entry_->step;
+  s.total = entry_->total;
+  s.error_kind = entry_->result.error_kind;
+  s.error = entry_->result.error;
+  return s;
+}
+
+// A copy of api/engine.cpp's to_json(JobResult) (that file cannot be linked without LibTorch).
+json::object to_json(const JobResult& r) {
+  json::object o{{"id", r.id}, {"status", std::string(to_string(r.state))}, {"seconds", r.seconds},
+                 {"retries", r.retries}, {"cache_hit", r.cache_hit}};
+  json::object stages;
+  for (const auto& [name, secs] : r.stage_seconds) stages[name] = secs;
+  o["stage_seconds"] = std::move(stages);
+  if (r.state == JobState::done) {
+    o["output"] = r.output.string();
+    o["content_type"] = r.content_type;
+    o["device"] = r.device;
+    o["text_cache_hit"] = r.text_cache_hit;
+  }
+  if (r.error_kind) o["error"] = json::object{{"kind", std::string(to_string(*r.error_kind))}, {"message", r.error}};
+  if (!r.spec.prompt.empty()) o["spec"] = to_json(r.spec);
+  return o;
+}
+
+}  // namespace vgen
