@@ -23,6 +23,7 @@ struct DenoiseBatcher::Member {
 };
 
 struct DenoiseBatcher::Group {
+  BatchKind kind = BatchKind::denoise;
   std::string key;
   std::vector<Member> members;
   bool closed = false;             // no more joins (full, timed out, or running)
@@ -72,14 +73,20 @@ void step_all(WanRuntime& rt, std::vector<DenoiseBatcher::Member*>& live, int i,
 
 }  // namespace
 
-asio::awaitable<void> DenoiseBatcher::join(WanRuntime& rt, Job& job) {
+asio::awaitable<void> DenoiseBatcher::join(WanRuntime& rt, Job& job, BatchKind kind) {
   auto& w = std::any_cast<WanJob&>(job.payload);
   Member self;
   self.job = job.shared_from_this();
   self.work = &w;
-  self.scheduler = make_job_scheduler(rt.package, w.spec.scheduler);
-  self.scheduler->set_timesteps(w.spec.steps);
-  const auto key = compatibility_key(rt, w, *self.scheduler);
+  std::string key;
+  if (kind == BatchKind::denoise) {
+    self.scheduler = make_job_scheduler(rt.package, w.spec.scheduler);
+    self.scheduler->set_timesteps(w.spec.steps);
+    key = "denoise|" + compatibility_key(rt, w, *self.scheduler);
+  } else {
+    key = "decode|" + rt.package.id();
+    for (auto d : w.latents.sizes()) key += "|" + std::to_string(d);
+  }
 
   std::shared_ptr<Group> group;
   bool first = false;
@@ -91,6 +98,7 @@ asio::awaitable<void> DenoiseBatcher::join(WanRuntime& rt, Job& job) {
     if (!slot) {
       slot = std::make_shared<Group>();
       slot->key = key;
+      slot->kind = kind;
       first = true;
     }
     group = slot;
@@ -126,9 +134,10 @@ asio::awaitable<void> DenoiseBatcher::run_group(WanRuntime& rt, std::shared_ptr<
     }
     {
       std::lock_guard lock(mutex_);
-      ++sizes_[group->members.size()];
+      ++sizes_[{group->kind, group->members.size()}];
     }
-    co_await run_loop(rt, *group);
+    if (group->kind == BatchKind::denoise) co_await run_loop(rt, *group);
+    else co_await run_decode(rt, *group);
   } catch (...) {
     group->error = std::current_exception();
     if (classify(group->error) == ErrorKind::out_of_memory && group->members.size() > 1) {
@@ -164,9 +173,40 @@ asio::awaitable<void> DenoiseBatcher::run_loop(WanRuntime& rt, Group& group) {
     if (!m.dropped) m.work->latents = m.latents;
 }
 
-std::map<std::size_t, std::uint64_t> DenoiseBatcher::group_sizes() const {
+std::map<std::size_t, std::uint64_t> DenoiseBatcher::group_sizes(BatchKind kind) const {
   std::lock_guard lock(mutex_);
-  return sizes_;
+  std::map<std::size_t, std::uint64_t> out;
+  for (const auto& [k, n] : sizes_)
+    if (k.first == kind) out[k.second] = n;
+  return out;
+}
+
+// One VAE call for every live member: un-normalise each job's latents, decode them as one
+// batch, split the frames back ([F, H, W, 3] in [0, 1] per job).
+asio::awaitable<void> DenoiseBatcher::run_decode(WanRuntime& rt, Group& group) {
+  auto placement = co_await place(rt);
+  std::vector<Member*> live;
+  for (auto& m : group.members) {
+    m.dropped = m.job->cancel_requested();
+    if (!m.dropped) live.push_back(&m);
+  }
+  if (live.empty()) co_return;
+  auto run = [&rt, &live, device = placement.device] {
+    const auto& p = rt.package;
+    const auto c = p.latent_channels;
+    auto mean = at::tensor(p.latents_mean, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+    auto std = at::tensor(p.latents_std, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+    std::vector<at::Tensor> zs;
+    for (auto* m : live) zs.push_back(m->work->latents);
+    auto z = (zs.size() == 1 ? zs[0] : at::cat(zs, 0)) / (1.0 / std) + mean;  // exactly diffusers' un-normalisation
+    auto vae = wan_module(rt, "vae_decoder", device);
+    auto video = vae->forward({z.to(vae->dtype())}).to(at::kCPU).to(at::kFloat);  // [N,3,F,H,W]
+    for (std::size_t j = 0; j < live.size(); ++j)
+      live[j]->work->frames = (video[static_cast<std::int64_t>(j)] / 2 + 0.5).clamp(0, 1).permute({1, 2, 3, 0}).contiguous();
+    return 0;
+  };
+  co_await placement.pool->run(run);
+  for (auto* m : live) m->work->device = placement.device;
 }
 
 }  // namespace vgen

@@ -1,4 +1,6 @@
-// Cross-job batching for the denoise stage (internal to the Wan stages; includes LibTorch).
+// Cross-job batching for the denoise and decode stages (internal to the Wan stages; includes
+// LibTorch). Decode groups jobs with the same latent shape into one VAE call (BatchKind::decode);
+// the rest of this comment is about denoise.
 //
 // Jobs whose denoising loops are interchangeable (same latent shape, steps, scheduler, package,
 // guidance on/off) join one group; the group runs one transformer call per step for all its
@@ -29,17 +31,19 @@
 
 namespace vgen {
 
+enum class BatchKind { denoise, decode };
+
 class DenoiseBatcher {
  public:
   DenoiseBatcher(std::size_t max_batch, std::chrono::milliseconds wait) : max_batch_(max_batch < 1 ? 1 : max_batch), wait_(wait) {}
 
   // Denoises `job` (its WanJob payload) in some group; returns when its latents are final.
   // Throws the group's error, or Error(cancelled) for a cancelled job.
-  boost::asio::awaitable<void> join(WanRuntime& rt, Job& job);
+  boost::asio::awaitable<void> join(WanRuntime& rt, Job& job, BatchKind kind = BatchKind::denoise);
 
   std::size_t max_batch() const noexcept { return max_batch_; }
   // How many groups ran with each size (observability and tests).
-  std::map<std::size_t, std::uint64_t> group_sizes() const;
+  std::map<std::size_t, std::uint64_t> group_sizes(BatchKind kind = BatchKind::denoise) const;
 
   struct Member;
   struct Group;
@@ -47,11 +51,12 @@ class DenoiseBatcher {
  private:
   boost::asio::awaitable<void> run_group(WanRuntime& rt, std::shared_ptr<Group> group);
   boost::asio::awaitable<void> run_loop(WanRuntime& rt, Group& group);
+  boost::asio::awaitable<void> run_decode(WanRuntime& rt, Group& group);
   const std::size_t max_batch_;
   const std::chrono::milliseconds wait_;
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Group>> open_;
-  std::map<std::size_t, std::uint64_t> sizes_;
+  std::map<std::pair<BatchKind, std::size_t>, std::uint64_t> sizes_;
   std::map<std::string, std::size_t> caps_;  // batch size limits learnt from out-of-memory errors  // collecting groups by compatibility key
 };
 

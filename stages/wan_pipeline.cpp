@@ -115,23 +115,7 @@ asio::awaitable<void> preprocess(WanRuntime& rt, Job& job) {
 
 asio::awaitable<void> denoise(WanRuntime& rt, Job& job) { co_await rt.batcher->join(rt, job); }
 
-asio::awaitable<void> decode(WanRuntime& rt, Job& job) {
-  auto& w = std::any_cast<WanJob&>(job.payload);
-  auto placement = co_await place(rt);
-  w.device = placement.device;
-  auto run = [&rt, &w, device = placement.device] {
-    const auto& p = rt.package;
-    const auto c = p.latent_channels;
-    auto mean = at::tensor(p.latents_mean, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
-    auto std = at::tensor(p.latents_std, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
-    auto z = w.latents / (1.0 / std) + mean;  // exactly diffusers' un-normalisation
-    auto vae = wan_module(rt, "vae_decoder", device);
-    auto video = vae->forward({z.to(vae->dtype())}).to(at::kCPU).to(at::kFloat);  // [1,3,F,H,W]
-    w.frames = (video / 2 + 0.5).clamp(0, 1)[0].permute({1, 2, 3, 0}).contiguous();  // [F,H,W,3]
-    return 0;
-  };
-  co_await placement.pool->run(run);
-}
+asio::awaitable<void> decode(WanRuntime& rt, Job& job) { co_await rt.batcher->join(rt, job, BatchKind::decode); }
 
 VideoFrames to_video_frames(const at::Tensor& frames, double fps) {
   auto bytes = (frames * 255.0).round().clamp(0, 255).to(at::kByte).contiguous();
@@ -217,6 +201,9 @@ CacheStats text_cache_stats(const WanRuntime& runtime) {
 }
 
 std::map<std::size_t, std::uint64_t> denoise_group_sizes(const WanRuntime& runtime) { return runtime.batcher->group_sizes(); }
+std::map<std::size_t, std::uint64_t> decode_group_sizes(const WanRuntime& runtime) {
+  return runtime.batcher->group_sizes(BatchKind::decode);
+}
 
 WanJobResult wan_job_result(const Job& job) {
   const auto* w = std::any_cast<WanJob>(&job.payload);
@@ -232,7 +219,7 @@ std::vector<StageSpec> make_wan_stages(std::shared_ptr<WanRuntime> rt) {
       {"preprocess", JobState::preprocess, rt->options.preprocess_workers, 16, bind(preprocess)},
       // Each job waiting in a forming batch holds a worker: at least max_batch of them.
       {"denoise", JobState::denoise, std::max(rt->options.denoise_workers, rt->options.max_batch), 4, bind(denoise)},
-      {"decode", JobState::decode, rt->options.decode_workers, 4, bind(decode)},
+      {"decode", JobState::decode, std::max(rt->options.decode_workers, rt->options.max_batch), 4, bind(decode)},
       {"encode", JobState::encode, rt->options.encode_workers, 4, bind(encode)},
   };
 }

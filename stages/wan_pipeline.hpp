@@ -41,8 +41,9 @@ struct WanRuntimeOptions {
   std::size_t text_cache_entries = 256;
   std::chrono::steady_clock::duration text_cache_ttl = std::chrono::minutes(30);
   std::size_t preprocess_workers = 1, denoise_workers = 1, decode_workers = 1, encode_workers = 1;
-  // Cross-job batching in denoise (stages/denoise_batcher.hpp): up to max_batch compatible jobs
-  // per transformer call, waiting at most batch_wait for a batch to fill. 1: no batching.
+  // Cross-job batching (stages/denoise_batcher.hpp): up to max_batch compatible jobs per
+  // transformer call (and per VAE call in decode), waiting at most batch_wait for a batch to
+  // fill. 1: no batching.
   std::size_t max_batch = 1;
   std::chrono::milliseconds batch_wait{20};
   // Called on the compute thread before every denoiser call (fault injection's simulated
@@ -58,6 +59,7 @@ const ModelPackage& package_of(const WanRuntime& runtime);
 CacheStats text_cache_stats(const WanRuntime& runtime);
 // Denoise groups run so far, by size (cross-job batching).
 std::map<std::size_t, std::uint64_t> denoise_group_sizes(const WanRuntime& runtime);
+std::map<std::size_t, std::uint64_t> decode_group_sizes(const WanRuntime& runtime);  // VAE calls by size
 
 std::vector<StageSpec> make_wan_stages(std::shared_ptr<WanRuntime> runtime);
 

@@ -250,6 +250,11 @@ TEST_CASE("cross-job batching: each job's result equals its result alone; a canc
   const auto groups = denoise_group_sizes(*runtime);
   CHECK(groups.size() == 1);
   CHECK(groups.count(4) == 1);  // one transformer batch of four jobs
+  const auto decodes = decode_group_sizes(*runtime);  // decoded together too (same latent shape)
+  std::uint64_t decoded = 0;
+  for (const auto& [size, n] : decodes) decoded += size * n;
+  CHECK(decoded == 4);
+  CHECK(decodes.rbegin()->first >= 2);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     REQUIRE_MESSAGE(jobs[i]->state() == JobState::done, jobs[i]->snapshot().error);
     Capture alone;
