@@ -1,5 +1,7 @@
 #include "api/engine.hpp"
 
+#include "api/job_entry.hpp"
+
 #include "api/journal.hpp"
 #include "runtime/content_key.hpp"
 #include "runtime/device_pool.hpp"
@@ -36,34 +38,6 @@ struct CachedOutput {
   fs::path path;
   std::uintmax_t bytes = 0;
   fs::file_time_type mtime;
-};
-
-// One job as the Runtime sees it. Fields written by the lookup stage (key, leader, cache_hit,
-// output for hits) are read only after the job has ended; `mutex` guards the rest.
-struct JobEntry {
-  std::string id;
-  std::shared_ptr<Job> job;
-  std::atomic<bool> cache_hit{false};
-  std::optional<ContentKey> key;
-  bool leader = false;     // registered in the in-flight map under `key`
-  fs::path cached_output;  // the copy made for a cache hit
-  AsyncEvent ended;        // set after `result` is final
-  std::promise<JobResult> promise;
-  std::shared_future<JobResult> future = promise.get_future().share();
-  mutable std::mutex mutex;
-  std::optional<JobResult> final_result;
-  std::map<std::size_t, JobEventHandler> listeners;
-  std::size_t next_listener = 0;
-  std::chrono::steady_clock::time_point ended_at;
-
-  void emit(const JobEvent& e) {
-    std::vector<JobEventHandler> copy;
-    {
-      std::lock_guard lock(mutex);
-      for (const auto& [_, h] : listeners) copy.push_back(h);
-    }
-    for (const auto& h : copy) h(e);
-  }
 };
 
 namespace {
@@ -531,70 +505,6 @@ class RuntimeImpl {
 
 }  // namespace detail
 
-// ---- JobHandle ----
-
-const std::string& JobHandle::id() const { return entry_->id; }
-
-JobSnapshot JobHandle::snapshot() const {
-  std::shared_ptr<Job> job;
-  {
-    std::lock_guard lock(entry_->mutex);
-    job = entry_->job;
-  }
-  if (!job) return JobSnapshot{.id = entry_->id};
-  return job->snapshot();
-}
-
-bool JobHandle::finished() const {
-  std::lock_guard lock(entry_->mutex);
-  return entry_->final_result.has_value();
-}
-
-bool JobHandle::cancel(std::string reason) {
-  std::shared_ptr<Job> job;
-  {
-    std::lock_guard lock(entry_->mutex);
-    job = entry_->job;
-  }
-  return job && job->request_cancel(ErrorKind::cancelled, std::move(reason));
-}
-
-JobResult JobHandle::result() const {
-  std::lock_guard lock(entry_->mutex);
-  if (entry_->final_result) return *entry_->final_result;
-  JobResult r;
-  r.id = entry_->id;
-  if (entry_->job) {
-    const auto s = entry_->job->snapshot();
-    r.state = is_terminal(s.state) ? JobState::encode : s.state;  // terminal only once published
-    r.retries = s.attempts;
-    r.seconds = s.total_seconds;
-    r.stage_seconds = s.stage_seconds;
-  }
-  return r;
-}
-
-JobResult JobHandle::wait() const { return entry_->future.get(); }
-std::shared_future<JobResult> JobHandle::future() const { return entry_->future; }
-
-asio::awaitable<JobResult> JobHandle::async_wait() const {
-  auto entry = entry_;
-  co_await entry->ended.wait();
-  co_return entry->future.get();
-}
-
-std::size_t JobHandle::subscribe(JobEventHandler handler) const {
-  std::lock_guard lock(entry_->mutex);
-  const auto token = entry_->next_listener++;
-  entry_->listeners.emplace(token, std::move(handler));
-  return token;
-}
-
-void JobHandle::unsubscribe(std::size_t token) const {
-  std::lock_guard lock(entry_->mutex);
-  entry_->listeners.erase(token);
-}
-
 // ---- Runtime ----
 
 Runtime::Runtime(RuntimeConfig config) : impl_(std::make_unique<detail::RuntimeImpl>(std::move(config))) {}
@@ -615,24 +525,5 @@ const ModelPackage& Runtime::package() const { return impl_->package(); }
 RuntimeStats Runtime::stats() const { return impl_->stats(); }
 std::string Runtime::metrics_text() const { return impl_->metrics_text(); }
 asio::any_io_executor Runtime::executor() const { return impl_->executor(); }
-
-json::object to_json(const JobResult& r) {
-  json::object o{{"id", r.id}, {"status", std::string(to_string(r.state))}, {"seconds", r.seconds},
-                 {"retries", r.retries}, {"cache_hit", r.cache_hit}};
-  json::object stages;
-  for (const auto& [name, secs] : r.stage_seconds) stages[name] = secs;
-  o["stage_seconds"] = std::move(stages);
-  if (r.state == JobState::done) {
-    o["output"] = r.output.string();
-    o["content_type"] = r.content_type;
-    o["device"] = r.device;
-    o["text_cache_hit"] = r.text_cache_hit;
-  }
-  if (r.error_kind) {
-    o["error"] = json::object{{"kind", std::string(to_string(*r.error_kind))}, {"message", r.error}};
-  }
-  if (!r.spec.prompt.empty()) o["spec"] = to_json(r.spec);
-  return o;
-}
 
 }  // namespace vgen

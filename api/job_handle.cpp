@@ -1,0 +1,98 @@
+// JobHandle (api/engine.hpp): a view of one job's shared state (api/job_entry.hpp), and the
+// JSON form of a JobResult.
+#include "api/engine.hpp"
+
+#include "api/job_entry.hpp"
+
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+
+namespace vgen {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+// ---- JobHandle ----
+
+const std::string& JobHandle::id() const { return entry_->id; }
+
+JobSnapshot JobHandle::snapshot() const {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard lock(entry_->mutex);
+    job = entry_->job;
+  }
+  if (!job) return JobSnapshot{.id = entry_->id};
+  return job->snapshot();
+}
+
+bool JobHandle::finished() const {
+  std::lock_guard lock(entry_->mutex);
+  return entry_->final_result.has_value();
+}
+
+bool JobHandle::cancel(std::string reason) {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard lock(entry_->mutex);
+    job = entry_->job;
+  }
+  return job && job->request_cancel(ErrorKind::cancelled, std::move(reason));
+}
+
+JobResult JobHandle::result() const {
+  std::lock_guard lock(entry_->mutex);
+  if (entry_->final_result) return *entry_->final_result;
+  JobResult r;
+  r.id = entry_->id;
+  if (entry_->job) {
+    const auto s = entry_->job->snapshot();
+    r.state = is_terminal(s.state) ? JobState::encode : s.state;  // terminal only once published
+    r.retries = s.attempts;
+    r.seconds = s.total_seconds;
+    r.stage_seconds = s.stage_seconds;
+  }
+  return r;
+}
+
+JobResult JobHandle::wait() const { return entry_->future.get(); }
+std::shared_future<JobResult> JobHandle::future() const { return entry_->future; }
+
+asio::awaitable<JobResult> JobHandle::async_wait() const {
+  auto entry = entry_;
+  co_await entry->ended.wait();
+  co_return entry->future.get();
+}
+
+std::size_t JobHandle::subscribe(JobEventHandler handler) const {
+  std::lock_guard lock(entry_->mutex);
+  const auto token = entry_->next_listener++;
+  entry_->listeners.emplace(token, std::move(handler));
+  return token;
+}
+
+void JobHandle::unsubscribe(std::size_t token) const {
+  std::lock_guard lock(entry_->mutex);
+  entry_->listeners.erase(token);
+}
+
+json::object to_json(const JobResult& r) {
+  json::object o{{"id", r.id}, {"status", std::string(to_string(r.state))}, {"seconds", r.seconds},
+                 {"retries", r.retries}, {"cache_hit", r.cache_hit}};
+  json::object stages;
+  for (const auto& [name, secs] : r.stage_seconds) stages[name] = secs;
+  o["stage_seconds"] = std::move(stages);
+  if (r.state == JobState::done) {
+    o["output"] = r.output.string();
+    o["content_type"] = r.content_type;
+    o["device"] = r.device;
+    o["text_cache_hit"] = r.text_cache_hit;
+  }
+  if (r.error_kind) {
+    o["error"] = json::object{{"kind", std::string(to_string(*r.error_kind))}, {"message", r.error}};
+  }
+  if (!r.spec.prompt.empty()) o["spec"] = to_json(r.spec);
+  return o;
+}
+
+}  // namespace vgen
