@@ -17,6 +17,11 @@
 
 #include "runtime/errors.hpp"
 
+// LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; this file's CHECKs
+// are doctest's (counted and reported).
+#undef CHECK
+#define CHECK DOCTEST_CHECK
+
 using namespace vgen;
 namespace fs = std::filesystem;
 
@@ -81,6 +86,6 @@ TEST_CASE("missing, corrupt and unknown things are reported by name") {
   CHECK(parse_torch_device("cuda:1").index() == 1);
   CHECK(parse_torch_device("cpu:3").is_cpu());
   CHECK_THROWS_AS(parse_dtype("float8"), Error);
-  CHECK(parse_dtype("bfloat16") == at::kBFloat16);
+  CHECK(static_cast<int>(parse_dtype("bfloat16")) == static_cast<int>(at::kBFloat16));
   fs::remove_all(dir);
 }

@@ -22,6 +22,11 @@
 
 #include "runtime/errors.hpp"
 
+// LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; this file's CHECKs
+// are doctest's (counted and reported).
+#undef CHECK
+#define CHECK DOCTEST_CHECK
+
 namespace {
 
 using json = nlohmann::json;
@@ -195,7 +200,7 @@ TEST_CASE("parity with diffusers") {
     ErrorTracker schedule;
     REQUIRE(sched->timesteps().size(0) == static_cast<int64_t>(c["timesteps"].size()));
     const bool int_steps = c["timesteps_dtype"] == "int64";
-    CHECK(sched->timesteps().scalar_type() == (int_steps ? at::kLong : at::kFloat));
+    CHECK(static_cast<int>(sched->timesteps().scalar_type()) == static_cast<int>(int_steps ? at::kLong : at::kFloat));
     schedule.compare(sched->timesteps(), c["timesteps"], "timesteps");
     if (!c["sigmas"].empty()) schedule.compare(sched->sigmas(), c["sigmas"], "sigmas");
     schedule.compare(at::scalar_tensor(sched->init_noise_sigma(), at::kDouble), json::array({c["init_noise_sigma"]}),
@@ -215,7 +220,7 @@ TEST_CASE("parity with diffusers") {
         err.compare(s->scale_model_input(x, i), want["scaled_inputs"][i], "scaled_input " + std::to_string(i));
         const at::Tensor out = tensor_from(c["model_outputs"][i], shape, dtype);
         x = s->step(out, i, x, gen ? &*gen : nullptr);
-        CHECK(x.scalar_type() == dtype);
+        CHECK(static_cast<int>(x.scalar_type()) == static_cast<int>(dtype));
         err.compare(x, want["steps"][i], "step " + std::to_string(i));
       }
       MESSAGE(name << " " << dtype_name << ": max error " << err.worst);

@@ -21,6 +21,11 @@
 #include "stages/wan_job.hpp"
 #include "tests/support/python_reference.hpp"
 
+// LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; this file's CHECKs
+// are doctest's (counted and reported).
+#undef CHECK
+#define CHECK DOCTEST_CHECK
+
 using namespace vgen;
 namespace asio = boost::asio;
 namespace fs = std::filesystem;
