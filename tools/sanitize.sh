@@ -2,18 +2,26 @@
 # Runs the runtime, stage and API unit tests under a sanitizer:
 #   tools/sanitize.sh asan   # AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
 #   tools/sanitize.sh tsan   # ThreadSanitizer (build-tsan/)
-# The LibTorch parts are left out (an uninstrumented LibTorch only yields false reports), so
-# the API tests that run are those that build without it (config, batch_input, http_server).
+#   tools/sanitize.sh asan-torch   # ASan+UBSan with LibTorch (build-asan-torch/): our code is
+#                                  # instrumented, the torch wheel is not; adds the model tests
+# asan and tsan leave the LibTorch parts out (TSan over an uninstrumented LibTorch/OpenMP only
+# yields false reports), so their API tests are those that build without it.
 # Extra arguments go to ctest (e.g. -R http). VGEN_JOBS: parallel build and test jobs.
 set -euo pipefail
-kind="${1:?usage: tools/sanitize.sh asan|tsan [ctest flags]}"
+kind="${1:?usage: tools/sanitize.sh asan|tsan|asan-torch [ctest flags]}"
 shift
-case "$kind" in asan|tsan) ;; *) echo "usage: tools/sanitize.sh asan|tsan" >&2; exit 2;; esac
+case "$kind" in asan|tsan|asan-torch) ;; *) echo "usage: tools/sanitize.sh asan|tsan|asan-torch" >&2; exit 2;; esac
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-$kind"
 py="${VGEN_VENV:-$HOME/.cache/vgen/venv}/bin/python"; [ -x "$py" ] || py=""
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DVGEN_WITH_TORCH=OFF -DVGEN_PYTHON="$py" \
-  -DVGEN_SANITIZE="$kind" >/dev/null
+if [ "$kind" = asan-torch ]; then
+  torch_cmake="$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVGEN_WITH_TORCH=ON \
+    -DCMAKE_PREFIX_PATH="$torch_cmake" -DVGEN_PYTHON="$py" -DVGEN_SANITIZE=asan >/dev/null
+else
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DVGEN_WITH_TORCH=OFF -DVGEN_PYTHON="$py" \
+    -DVGEN_SANITIZE="$kind" >/dev/null
+fi
 cmake --build "$build" -j "${VGEN_JOBS:-$(nproc)}"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
