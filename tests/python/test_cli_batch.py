@@ -160,3 +160,21 @@ def test_unusable_prompt_files_exit_2(package, tmp_path, content, expect):
     assert r.returncode == 2 and expect in r.stderr
     r = batch(package, tmp_path / "missing.txt", tmp_path / "out", timeout=60)
     assert r.returncode == 2 and "cannot be read" in r.stderr
+
+
+def test_fifty_jobs_under_thirty_percent_transient_faults_all_complete(package, tmp_path):
+    """Fault injection through the environment: every stage fails 30 % of its attempts
+    (deterministic for the seed); retries with backoff finish every one of 50 jobs."""
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("".join(f"a red circle moving left {i}\n" for i in range(50)))
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"retry": {"attempts": 12, "initial_backoff_ms": 1, "max_backoff_ms": 5}}))
+    env = {**os.environ, "VGEN_FAULTS": json.dumps({"seed": 11, "stages": {"*": {"transient_rate": 0.3}}})}
+    cmd = [str(VGEN), "batch", str(prompts), "--out", str(tmp_path / "out"), "--model", str(package),
+           "--config", str(config), "--width", "32", "--height", "32", "--frames", "5", "--steps", "2", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads(r.stdout)
+    assert summary["counts"]["done"] == 50
+    assert sum(j["retries"] for j in summary["jobs"]) > 20  # the faults really happened
+    assert "injected transient fault" in r.stderr
