@@ -1,5 +1,4 @@
-// JobHandle (api/engine.hpp): a view of one job's shared state (api/job_entry.hpp), and the
-// JSON form of a JobResult.
+// JobHandle (api/engine.hpp): a view of one job's shared state (api/job_entry.hpp).
 #include "api/engine.hpp"
 
 #include "api/job_entry.hpp"
@@ -74,25 +73,6 @@ std::size_t JobHandle::subscribe(JobEventHandler handler) const {
 void JobHandle::unsubscribe(std::size_t token) const {
   std::lock_guard lock(entry_->mutex);
   entry_->listeners.erase(token);
-}
-
-json::object to_json(const JobResult& r) {
-  json::object o{{"id", r.id}, {"status", std::string(to_string(r.state))}, {"seconds", r.seconds},
-                 {"retries", r.retries}, {"cache_hit", r.cache_hit}};
-  json::object stages;
-  for (const auto& [name, secs] : r.stage_seconds) stages[name] = secs;
-  o["stage_seconds"] = std::move(stages);
-  if (r.state == JobState::done) {
-    o["output"] = r.output.string();
-    o["content_type"] = r.content_type;
-    o["device"] = r.device;
-    o["text_cache_hit"] = r.text_cache_hit;
-  }
-  if (r.error_kind) {
-    o["error"] = json::object{{"kind", std::string(to_string(*r.error_kind))}, {"message", r.error}};
-  }
-  if (!r.spec.prompt.empty()) o["spec"] = to_json(r.spec);
-  return o;
 }
 
 }  // namespace vgen
