@@ -110,9 +110,15 @@ bool Job::request_cancel(ErrorKind reason, std::string message) {
       cancel_reason_ = reason;
       cancel_message_ = std::move(message);
     }
+    if (cancel_target_) cancel_target_->interrupt(shared_from_this());
   }
   cancel_event_.set();
   return true;
+}
+
+void Job::set_cancel_target(CancelTarget* target) {
+  std::lock_guard lock(mutex_);
+  cancel_target_ = target;
 }
 
 bool Job::cancel_requested() const {

@@ -8,8 +8,9 @@
 // listeners. `payload` belongs to the stage currently processing the job (one stage at a
 // time), so it needs no lock.
 // Thread-safety: every other member may be called from any thread.
-// Cancellation: request_cancel() records a reason and sets cancel_event(); stages see it at
-// their next await (the pipeline races each stage against the event) or when they call
+// Cancellation: request_cancel() records a reason, sets cancel_event() and interrupts the
+// job's CancelTarget (the pipeline worker running its stage, which emits a cancellation into
+// the stage's awaits); stages see it at their next await or when they call
 // throw_if_cancelled() between steps. Compute already running finishes first.
 #pragma once
 
@@ -86,6 +87,17 @@ class Job : public std::enable_shared_from_this<Job> {
   void throw_if_cancelled();
   AsyncEvent& cancel_event() noexcept { return cancel_event_; }
 
+  // Whoever runs the job's current stage and can interrupt it. interrupt() is called under the
+  // job's lock by request_cancel (so it must only post, never block or call back into the job);
+  // after set_cancel_target(nullptr) returns it is never called again for that target.
+  struct CancelTarget {
+    virtual void interrupt(const std::shared_ptr<Job>& job) = 0;
+
+   protected:
+    ~CancelTarget() = default;
+  };
+  void set_cancel_target(CancelTarget* target);
+
   // Completion: set once finish() has run.
   AsyncEvent& finished_event() noexcept { return finished_event_; }
   std::exception_ptr error() const;
@@ -114,6 +126,7 @@ class Job : public std::enable_shared_from_this<Job> {
   std::optional<ErrorKind> cancel_reason_;
   std::string cancel_message_;
   std::map<std::size_t, JobEventHandler> listeners_;
+  CancelTarget* cancel_target_ = nullptr;
   std::size_t next_listener_ = 0;
 
   AsyncEvent cancel_event_;

@@ -4,7 +4,9 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -34,6 +36,24 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 }  // namespace
+
+// One per stage worker: the worker coroutine runs on `strand`, bound to `signal`'s slot. While
+// it runs a job's stage it is that job's CancelTarget; a cancel request posts to the strand and
+// emits a terminal cancellation if the job is still the one running there (so a late request
+// never reaches the next job). Shared with posted handlers, which may outlive the Pipeline.
+struct Pipeline::WorkerSlot final : Job::CancelTarget, std::enable_shared_from_this<WorkerSlot> {
+  explicit WorkerSlot(asio::any_io_executor ex) : strand(asio::make_strand(std::move(ex))) {}
+
+  void interrupt(const std::shared_ptr<Job>& job) override {
+    asio::post(strand, [self = shared_from_this(), job] {
+      if (self->current == job.get()) self->signal.emit(asio::cancellation_type::terminal);
+    });
+  }
+
+  asio::strand<asio::any_io_executor> strand;
+  asio::cancellation_signal signal;
+  const Job* current = nullptr;  // only touched on `strand`
+};
 
 Pipeline::Pipeline(asio::any_io_executor executor, std::vector<StageSpec> stages, PipelineOptions options)
     : executor_(std::move(executor)),
@@ -74,12 +94,16 @@ void Pipeline::start() {
   if (started_.exchange(true)) return;
   for (std::size_t k = 0; k < stages_.size(); ++k) {
     live_workers_[k] = stages_[k].workers;
-    // Each worker runs on its own strand, and so do the stage functions it spawns: a
-    // cancellation emitted by the parallel group in run_stage is then never concurrent with
-    // the cancelled operation's own completion (Asio's cancellation slots are not
-    // thread-safe; ThreadSanitizer caught exactly that race on a multi-threaded io_context).
-    for (std::size_t w = 0; w < stages_[k].workers; ++w)
-      asio::co_spawn(asio::make_strand(executor_), run_worker(k), log_failure("worker of stage " + stages_[k].name));
+    // Each worker runs on its own strand, and its stage functions with it: a cancellation is
+    // emitted on that strand, so it is never concurrent with the cancelled operation's own
+    // completion (Asio's cancellation slots are not thread-safe).
+    for (std::size_t w = 0; w < stages_[k].workers; ++w) {
+      auto slot = std::make_shared<WorkerSlot>(executor_);
+      auto strand = slot->strand;
+      auto cancel_slot = slot->signal.slot();
+      asio::co_spawn(strand, run_worker(k, std::move(slot)),
+                     asio::bind_cancellation_slot(cancel_slot, log_failure("worker of stage " + stages_[k].name)));
+    }
   }
 }
 
@@ -178,7 +202,7 @@ asio::awaitable<void> Pipeline::watch_deadline(JobPtr job) {
   }
 }
 
-asio::awaitable<void> Pipeline::run_worker(std::size_t k) {
+asio::awaitable<void> Pipeline::run_worker(std::size_t k, std::shared_ptr<WorkerSlot> slot) {
   auto& queue = *queues_[k];
   for (;;) {
     auto [ec, next] = co_await queue.dequeue(asio::as_tuple(asio::use_awaitable));
@@ -187,7 +211,7 @@ asio::awaitable<void> Pipeline::run_worker(std::size_t k) {
     JobPtr job = std::move(*next);
     std::exception_ptr error;
     try {
-      co_await process(k, job);
+      co_await process(k, job, *slot);
     } catch (...) {
       error = std::current_exception();
     }
@@ -196,22 +220,37 @@ asio::awaitable<void> Pipeline::run_worker(std::size_t k) {
   on_worker_exit(k);
 }
 
-asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job) {
+asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job, WorkerSlot& slot) {
   if (job->is_finished()) co_return;  // ended while queued (cancelled, deadline)
   job->throw_if_cancelled();
   job->enter_stage(stages_[k].state);
   const auto t0 = std::chrono::steady_clock::now();
   std::exception_ptr error;
+  slot.current = job.get();
+  job->set_cancel_target(&slot);
   try {
+    job->throw_if_cancelled();  // a request that came before the target was set
     co_await run_stage(k, *job);
   } catch (...) {
     error = std::current_exception();
   }
+  job->set_cancel_target(nullptr);
+  slot.current = nullptr;
+  // A cancellation emitted for this job leaves the worker's state cancelled: clear it before
+  // the worker awaits anything else.
+  if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
+    co_await asio::this_coro::reset_cancellation_state();
   const double took = seconds_since(t0);
   job->record_stage_time(stages_[k].name, took);
   if (stage_metrics_[k].seconds) stage_metrics_[k].seconds->observe(took);
-  if (error) std::rethrow_exception(error);
+  if (error) {
+    // Interrupted by the job's cancellation (operation_aborted from an await): report the
+    // job's own reason (cancelled / deadline_exceeded), not the aborted operation.
+    if (job->cancel_requested()) job->throw_if_cancelled();
+    std::rethrow_exception(error);
+  }
   if (job->is_finished()) co_return;
+  job->throw_if_cancelled();  // cancelled while its last step ran: end it here
   if (k + 1 == stages_.size()) {
     end_job(job, JobState::done);
     co_return;
@@ -227,26 +266,10 @@ asio::awaitable<void> Pipeline::run_stage(std::size_t k, Job& job) {
   AsyncSemaphore::Permit permit;
   if (stage.limiter) permit = co_await stage.limiter->acquire_permit();
   job.throw_if_cancelled();
-  // One attempt: the stage function raced against the job's cancellation.
-  // (awaitable_operators' || waits for one *success*: a failing stage would wait for the
-  // cancel event forever, so we use a parallel group that ends at the first completion.)
-  auto attempt = [&stage, &job]() -> asio::awaitable<void> {
-    auto strand = co_await asio::this_coro::executor;  // this worker's strand
-    auto [order, error, ec] = co_await asio::experimental::make_parallel_group(
-        asio::co_spawn(strand, stage.fn(job), asio::deferred),
-        // Bound to the strand: the parallel group gives this operation's handler no executor
-        // of its own, so it would otherwise complete (and emit the cancellation of the stage)
-        // on the system executor's threads, racing the stage's own completion.
-        job.cancel_event().wait(asio::bind_executor(strand, asio::deferred)))
-        .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
-    if (order[0] == 0) {
-      if (error) std::rethrow_exception(error);
-      co_return;
-    }
-    job.throw_if_cancelled();
-  };
+  // The stage runs inside this worker's coroutine (no spawn per stage): a cancel request
+  // reaches its awaits through the worker's cancellation slot (WorkerSlot::interrupt).
   if (!stage.retry) {
-    co_await attempt();
+    co_await stage.fn(job);
     co_return;
   }
   RetryOptions retry_options;
@@ -259,7 +282,20 @@ asio::awaitable<void> Pipeline::run_stage(std::size_t k, Job& job) {
     job.record_retry();
     if (retries) retries->inc();
   };
-  std::function<asio::awaitable<void>()> op = attempt;
+  // An attempt interrupted by the job's cancellation fails with the job's reason, which the
+  // retry loop does not retry.
+  std::function<asio::awaitable<void>()> op = [&stage, &job]() -> asio::awaitable<void> {
+    std::exception_ptr error;
+    try {
+      co_await stage.fn(job);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (error) {
+      job.throw_if_cancelled();
+      std::rethrow_exception(error);
+    }
+  };
   co_await retry<void>(std::move(retry_options), std::move(op));
 }
 

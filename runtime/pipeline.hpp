@@ -14,7 +14,8 @@
 //    Error(overloaded)), and a full next queue suspends the upstream worker, so memory is
 //    bounded by the queue capacities plus the workers.
 //  - Cancellation: cancel(id) marks the job; a queued job is dropped when dequeued, a running
-//    stage is interrupted at its next await (the stage races the job's cancel event) or at
+//    stage is interrupted at its next await (its worker is the job's Job::CancelTarget and
+//    emits a terminal cancellation into the stage's awaits, retry back-off included) or at
 //    Job::throw_if_cancelled() between steps. Deadlines cancel with deadline_exceeded.
 //  - drain(): stops intake, lets every accepted job run to its end, then the workers exit
 //    stage by stage (the end of stream flows down the queues). shutdown(): the same, but
@@ -104,12 +105,13 @@ class Pipeline {
     Counter* retries = nullptr;
   };
 
+  struct WorkerSlot;
   JobPtr make_job(boost::json::value spec, std::string id,
                   std::optional<Job::clock::time_point> deadline);
   void admit(const JobPtr& job);
   void reject(const JobPtr& job, std::string why);
-  boost::asio::awaitable<void> run_worker(std::size_t stage);
-  boost::asio::awaitable<void> process(std::size_t stage, JobPtr job);
+  boost::asio::awaitable<void> run_worker(std::size_t stage, std::shared_ptr<WorkerSlot> slot);
+  boost::asio::awaitable<void> process(std::size_t stage, JobPtr job, WorkerSlot& slot);
   boost::asio::awaitable<void> run_stage(std::size_t stage, Job& job);
   boost::asio::awaitable<void> watch_deadline(JobPtr job);
   void end_job(const JobPtr& job, JobState state, std::exception_ptr error = {});
