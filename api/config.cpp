@@ -120,7 +120,8 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
          r.object(v, p, {{"io", count(r, c.io_threads, 1, 64)},
                          {"per_device", count(r, c.threads_per_device, 1, 64)},
                          {"codec", count(r, c.codec_threads, 1, 64)},
-                         {"intra_op", count(r, c.intra_op_threads, 0, 256)}});
+                         {"intra_op", count(r, c.intra_op_threads, 0, 256)},
+                         {"spin_us", count(r, c.spin_us, 0, 100000)}});
        }},
       {"stages", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {{"preprocess", stage(r, c.preprocess)}, {"denoise", stage(r, c.denoise)},
@@ -201,7 +202,7 @@ json::object to_json(const RuntimeConfig& c) {
       {"device_policy", c.device_policy},
       {"output_dir", c.output_dir.string()},
       {"journal", c.journal.empty() ? json::value(nullptr) : json::value(c.journal.string())},
-      {"threads", {{"io", c.io_threads}, {"per_device", c.threads_per_device}, {"codec", c.codec_threads}, {"intra_op", c.intra_op_threads}}},
+      {"threads", {{"io", c.io_threads}, {"per_device", c.threads_per_device}, {"codec", c.codec_threads}, {"intra_op", c.intra_op_threads}, {"spin_us", c.spin_us}}},
       {"stages", {{"preprocess", stage(c.preprocess)}, {"denoise", stage(c.denoise)}, {"decode", stage(c.decode)}, {"encode", stage(c.encode)}}},
       {"batching", {{"max_batch", c.max_batch}, {"wait_ms", c.batch_wait.count()}}},
       {"cache", {{"text", {{"entries", c.text_cache_entries}, {"ttl_s", c.text_cache_ttl.count()}}},

@@ -73,7 +73,8 @@ class RuntimeImpl {
  public:
   explicit RuntimeImpl(RuntimeConfig config)
       : config_(std::move(config)),
-        executor_(Executor::Options{.io_threads = config_.io_threads}),
+        executor_(Executor::Options{.io_threads = config_.io_threads,
+                                    .spin = std::chrono::microseconds(config_.spin_us)}),
         result_cache_(TtlCacheOptions{.max_entries = std::max<std::size_t>(config_.result_cache_entries, 1),
                                       .default_ttl = config_.result_cache_ttl}) {
     if (config_.model.empty()) config_.model = default_model_dir();

@@ -14,7 +14,7 @@ Executor::Executor(Options options)
     threads_.emplace_back([this] {
       for (;;) {
         try {
-          io_.run();
+          run_loop();
           return;
         } catch (const std::exception& e) {
           // A handler threw: log it and keep the loop alive rather than lose the thread.
@@ -22,6 +22,26 @@ Executor::Executor(Options options)
         }
       }
     });
+}
+
+// io_context::run(), except that an idle thread polls (yielding) for options_.spin before it
+// blocks in run_one(). Returns when the context has stopped (no work left, or stop()).
+void Executor::run_loop() {
+  using clock = std::chrono::steady_clock;
+  if (options_.spin.count() <= 0) {
+    io_.run();
+    return;
+  }
+  while (!io_.stopped()) {
+    if (io_.poll() > 0) continue;
+    const auto until = clock::now() + options_.spin;
+    bool ran = false;
+    while (!ran && !io_.stopped() && clock::now() < until) {
+      std::this_thread::yield();
+      ran = io_.poll() > 0;
+    }
+    if (!ran && !io_.stopped()) io_.run_one();
+  }
 }
 
 Executor::~Executor() { stop(); }
@@ -72,8 +92,9 @@ std::string device_pool_name(const std::string& device_id) { return "device:" + 
 void add_device_pools(Executor& executor, const std::vector<DeviceSpec>& devices, std::size_t threads_per_device,
                       std::size_t codec_threads, std::function<void(std::size_t)> on_compute_thread) {
   for (const auto& d : devices)
-    executor.add_pool({.name = device_pool_name(d.id), .threads = threads_per_device, .on_thread_start = on_compute_thread});
-  executor.add_pool({.name = "codec", .threads = codec_threads});
+    executor.add_pool({.name = device_pool_name(d.id), .threads = threads_per_device, .spin = executor.spin(),
+                       .on_thread_start = on_compute_thread});
+  executor.add_pool({.name = "codec", .threads = codec_threads, .spin = executor.spin()});
 }
 
 }  // namespace vgen

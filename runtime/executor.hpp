@@ -37,6 +37,9 @@ class Executor {
   struct Options {
     std::size_t io_threads = 1;
     std::chrono::milliseconds grace{5000};
+    // An io thread with nothing to run polls for this long (yielding the CPU) before it blocks:
+    // a completion posted from a worker thread then needs no futex wake-up. 0: block at once.
+    std::chrono::microseconds spin{50};
   };
 
   explicit Executor(Options options);
@@ -62,8 +65,10 @@ class Executor {
 
   void stop();
   std::size_t io_thread_count() const noexcept { return options_.io_threads; }
+  std::chrono::microseconds spin() const noexcept { return options_.spin; }
 
  private:
+  void run_loop();
   Options options_;
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
@@ -75,7 +80,8 @@ class Executor {
 
 // The worker pool that runs compute for a device: "device:<id>". One place for the name.
 std::string device_pool_name(const std::string& device_id);
-// Adds one pool per device (threads_per_device threads each) and a "codec" pool.
+// Adds one pool per device (threads_per_device threads each) and a "codec" pool, all polling
+// as long as the executor's io threads (Options::spin) before they block.
 // `on_compute_thread` (optional) runs first on every device-pool thread (e.g. to set the
 // compute library's intra-op thread count for that thread).
 void add_device_pools(Executor& executor, const std::vector<DeviceSpec>& devices,

@@ -3,7 +3,10 @@
 #include <boost/fiber/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <thread>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -22,23 +25,34 @@ thread_local const WorkerPool* tls_pool = nullptr;
 // We deliberately avoid fiber primitives here: waking a fiber from a foreign thread races
 // with that thread's scheduler teardown in Boost 1.81 (round_robin::notify broadcasts after
 // unlocking; ThreadSanitizer reports it), and Boost 1.81 has no unbounded fiber channel.
+// An idle worker first polls for up to `spin` (yielding the CPU each time) before it blocks:
+// while work keeps arriving, a hand-off then costs no futex sleep and wake-up on either side.
 struct WorkerPool::Queue {
   std::mutex mutex;
   std::condition_variable ready;
   std::deque<std::unique_ptr<detail::PoolTask>> tasks;
   bool closed = false;
+  std::atomic<std::size_t> pending{0};  // tasks.size(), readable without the lock
+  std::atomic<bool> closing{false};
 
   bool push(std::unique_ptr<detail::PoolTask>& task) {
     {
       std::lock_guard lock(mutex);
       if (closed) return false;
       tasks.push_back(std::move(task));
+      pending.store(tasks.size(), std::memory_order_release);
     }
-    ready.notify_one();
+    ready.notify_one();  // no system call unless a worker is blocked
     return true;
   }
   // Blocks the thread until a task arrives; false once closed and drained.
-  bool pop_wait(std::unique_ptr<detail::PoolTask>& task) {
+  bool pop_wait(std::unique_ptr<detail::PoolTask>& task, std::chrono::microseconds spin) {
+    if (spin.count() > 0) {
+      const auto until = std::chrono::steady_clock::now() + spin;
+      while (pending.load(std::memory_order_acquire) == 0 && !closing.load(std::memory_order_acquire) &&
+             std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+    }
     std::unique_lock lock(mutex);
     ready.wait(lock, [&] { return closed || !tasks.empty(); });
     return take(task);
@@ -53,10 +67,15 @@ struct WorkerPool::Queue {
     if (tasks.empty()) return false;
     task = std::move(tasks.front());
     tasks.pop_front();
+    pending.store(tasks.size(), std::memory_order_release);
     return true;
   }
   void close() {
-    { std::lock_guard lock(mutex); closed = true; }
+    {
+      std::lock_guard lock(mutex);
+      closed = true;
+      closing = true;
+    }
     ready.notify_all();
   }
 };
@@ -108,7 +127,7 @@ void WorkerPool::thread_main(std::size_t index) {
   std::unique_ptr<detail::PoolTask> task;
   for (;;) {
     if (alive == 0) {
-      if (!queue_->pop_wait(task)) break;
+      if (!queue_->pop_wait(task, options_.spin)) break;
     } else {
       // Task fibers are suspended (e.g. waiting for a GPU stream): poll so that they can
       // resume, instead of blocking the thread they run on.
@@ -135,8 +154,11 @@ void WorkerPool::thread_main(std::size_t index) {
       --alive;
       slot_free.notify_all();
     };
-    if (!runs_tasks_on_fibers()) {
-      body();  // AddressSanitizer build: no stack switching (see runs_tasks_on_fibers)
+    // One fiber slot: nothing can run beside the task, so it runs on the thread's main fiber
+    // (creating a fiber and its stack per task cost more than a short task itself). The
+    // AddressSanitizer build never switches stacks (see runs_tasks_on_fibers).
+    if (options_.fibers_per_thread == 1 || !runs_tasks_on_fibers()) {
+      body();
       continue;
     }
     boost::fibers::fiber(std::move(body)).detach();

@@ -4,7 +4,7 @@
 // Model: each worker thread runs its own Boost.Fiber scheduler. A dispatcher fiber takes tasks
 // from one shared fiber channel and runs each as a fiber on that thread, with at most
 // `fibers_per_thread` task fibers alive per thread. A task that only computes (CPU) runs to
-// completion, so with fibers_per_thread = 1 a worker behaves like a plain thread. A task that
+// completion, and with fibers_per_thread = 1 tasks run directly on the thread's main fiber. A task that
 // waits for a GPU stream (boost::fibers::cuda::waitfor_all) suspends only its fiber, and the
 // thread meanwhile launches the next task's kernels: CPU-side launch work overlaps GPU
 // execution without more OS threads. Fibers never migrate between threads, and never touch
@@ -56,6 +56,9 @@ class WorkerPool {
     std::string name = "compute";
     std::size_t threads = 1;
     std::size_t fibers_per_thread = 1;
+    // An idle worker polls for this long (yielding the CPU) before it blocks on a condition
+    // variable: back-to-back tasks then skip a futex sleep/wake-up per hand-off. 0: block at once.
+    std::chrono::microseconds spin{50};
     // Runs first on every worker thread (bind a CUDA device, set intra-op threads, ...).
     std::function<void(std::size_t thread_index)> on_thread_start;
   };

@@ -1,7 +1,7 @@
 // Runtime overhead: a Pipeline of fixed-cost stub stages on the real runtime core.
 //
 //   bench_pipeline [--jobs N] [--stages K] [--workers S] [--queue Q] [--threads W]
-//                  [--io-threads T] [--cost-us C] [--latency-jobs M] [--inline 1]
+//                  [--io-threads T] [--cost-us C] [--latency-jobs M] [--inline 1] [--spin-us U]
 //
 // K stages, each with S stage workers and an input queue of capacity Q; every stage awaits
 // one task of C microseconds of busy CPU on one shared WorkerPool of W threads (the
@@ -39,6 +39,7 @@ struct Args {
   double cost_us = 1.0;
   std::size_t latency_jobs = 2000;
   bool inline_compute = false;
+  double spin_us = 50;  // idle polling of io and pool threads before they block
 };
 
 Args parse(int argc, char** argv) {
@@ -55,6 +56,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--cost-us") a.cost_us = v;
     else if (k == "--latency-jobs") a.latency_jobs = std::size_t(v);
     else if (k == "--inline") a.inline_compute = v != 0;
+    else if (k == "--spin-us") a.spin_us = v;
     else {
       std::cerr << "bench_pipeline: unknown flag " << k << "\n";
       std::exit(2);
@@ -116,8 +118,9 @@ asio::awaitable<void> one_at_a_time(Pipeline& p, std::size_t jobs, std::vector<d
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  Executor ex(Executor::Options{.io_threads = a.io_threads});
-  WorkerPool& pool = ex.add_pool({.name = "compute", .threads = a.threads});
+  const std::chrono::microseconds spin{static_cast<long>(a.spin_us)};
+  Executor ex(Executor::Options{.io_threads = a.io_threads, .spin = spin});
+  WorkerPool& pool = ex.add_pool({.name = "compute", .threads = a.threads, .spin = spin});
 
   // Throughput.
   double throughput_s = 0;
@@ -152,6 +155,7 @@ int main(int argc, char** argv) {
                    {"io_threads", a.io_threads},
                    {"cost_us", a.cost_us},
                    {"inline", a.inline_compute},
+                   {"spin_us", a.spin_us},
                    {"seconds", throughput_s},
                    {"jobs_per_s", double(a.jobs) / throughput_s},
                    {"latency_jobs", a.latency_jobs},

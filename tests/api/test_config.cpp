@@ -54,7 +54,7 @@ TEST_CASE("every key is read, with comments and relative paths") {
   const auto c = load_config(write(dir, R"({
     // a comment
     "model": "pkg", "devices": "cpu,cpu", "device_policy": "round_robin", "output_dir": "/tmp/x",
-    "threads": {"io": 2, "per_device": 3, "codec": 4},
+    "threads": {"io": 2, "per_device": 3, "codec": 4, "spin_us": 0},
     "stages": {"preprocess": {"workers": 2, "queue": 9}, "denoise": {"workers": 5}},
     "cache": {"text": {"entries": 7, "ttl_s": 8}, "results": {"entries": 0, "ttl_s": 10}},
     "retry": {"attempts": 1, "initial_backoff_ms": 0, "max_backoff_ms": 0, "multiplier": 1},
@@ -69,6 +69,7 @@ TEST_CASE("every key is read, with comments and relative paths") {
   CHECK(c.io_threads == 2);
   CHECK(c.threads_per_device == 3);
   CHECK(c.codec_threads == 4);
+  CHECK(c.spin_us == 0);
   CHECK(c.preprocess.workers == 2);
   CHECK(c.preprocess.queue == 9);
   CHECK(c.denoise.workers == 5);
@@ -109,6 +110,7 @@ TEST_CASE("unknown keys and bad values name the key path") {
       {R"({"service": {"listen": "localhost"}})", "service.listen: must be HOST:PORT"},
       {R"({"devices": ""})", "devices: must not be empty"},
       {R"({"threads": 4})", "threads: must be an object"},
+      {R"({"threads": {"spin_us": -1}})", "threads.spin_us: must be"},
       {R"({"encoder": {"crf": 2.5}})", "encoder.crf: must be an integer"},
       // Found by tests/fuzz (fuzz_config): huge integral doubles were converted to int64
       // before the range check, which is undefined behaviour (UBSan float-cast-overflow).
