@@ -20,10 +20,6 @@ BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))
 VGEN = BUILD / "bin" / "vgen"
 MODEL = ROOT / "models" / "vgen-shapes"
 
-# The shipped checkpoint is undertrained (see models/vgen-shapes/README.md: held-out colour 69%,
-# direction 16%): colour/direction misses are reported as xfail unless VGEN_DEMO_STRICT=1,
-# which turns them into failures (use it once a model reaching the >= 90% target is shipped).
-STRICT = os.environ.get("VGEN_DEMO_STRICT") == "1"
 needs_vgen = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
 needs_model = pytest.mark.skipif(not (MODEL / "manifest.json").exists(), reason="models/vgen-shapes missing")
 
@@ -64,9 +60,7 @@ def test_render_colour_and_direction(tmp_path, prompt, seed):
     assert det["background"] == spec.background, det
     assert det["object_frames"] >= 8, det  # an object is drawn
     missed = [a for a in ("color", "direction") if det[a] != getattr(spec, a)]
-    if missed and not STRICT:
-        pytest.xfail(f"undertrained model: {missed} wrong for {prompt!r}: {det}")
-    assert not missed, det
+    assert not missed, (missed, det)
 
 
 @needs_vgen

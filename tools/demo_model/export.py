@@ -109,9 +109,12 @@ def export_package(ckpt_path: Path, out_dir: Path, command: str | None = None, w
         "dtype": "float32",
         "source": {"trained": "vgen-shapes", "tiny": False, "seed": ck["seed"],
                    "architecture": (f"pixel-space flow-matching (x0-parameterised) (2+1)D conv UNet, channels "
-                                    f"{cfg['chans']}, FiLM from masked-mean text embedding + timestep, "
+                                    f"{cfg['chans']}; per-frame conditioning (token embeddings side by side x "
+                                    f"frame-position embedding, + timestep) through FiLM, a coarse 4x4 layout "
+                                    f"read-out at 1/4 and full resolution and conditioned coordinate input channels; "
                                     f"spatio-temporal self-attention at 1/8 resolution; text encoder: embedding + "
-                                    f"{cfg['text_layers']}-layer transformer (D={dim}); decoder: clamp + bilinear x{spatial}"),
+                                    f"positions + {cfg['text_layers']} transformer layers + LayerNorm (D={dim}); "
+                                    f"decoder: clamp + bilinear x{spatial}"),
                    "parameters": n_params, "weights": weights, "train_steps": ck["step"], "train_batch": ck["batch"],
                    "train_seconds": round(ck["train_seconds"], 1),
                    "native_size": [cfg["frames"], cfg["size"], cfg["size"]],

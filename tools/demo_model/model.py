@@ -76,9 +76,9 @@ class ResBlock(nn.Module):
         nn.init.zeros_(self.temporal.bias)
 
     def forward(self, x: torch.Tensor, c: torch.Tensor, frames: int) -> torch.Tensor:
-        # x [B*F, C, H, W]; c [B, cond]
+        # x [B*F, C, H, W]; c [B*F, cond] (per frame: text, timestep and the frame's position)
         h = self.conv1(F.silu(self.norm1(x)))
-        scale, shift = self.film(c).repeat_interleave(frames, dim=0)[:, :, None, None].chunk(2, dim=1)
+        scale, shift = self.film(c)[:, :, None, None].chunk(2, dim=1)
         h = self.norm2(h) * (1.0 + scale) + shift
         h = self.conv2(F.silu(h))
         h = h + self.skip(x)
@@ -115,20 +115,51 @@ class Attention(nn.Module):
 
 class Denoiser(nn.Module):
     def __init__(self, text_dim: int = 64, chans: tuple[int, int, int, int] = (16, 32, 64, 128), cond: int = 128,
-                 coords: bool = True):
+                 coords: bool = True, text_len: int = 16):
         super().__init__()
         c0, c1, c2, c3 = chans
         # coords: three extra input channels (frame position in the clip, y, x; each in [-1, 1]) so
         # that the network knows where in time and space a voxel is (convs alone barely do).
         self.coords = coords
         self.t_mlp = nn.Sequential(nn.Linear(64, cond), nn.SiLU(), nn.Linear(cond, cond))
-        self.txt_mlp = nn.Sequential(nn.Linear(text_dim, cond), nn.SiLU(), nn.Linear(cond, cond))
-        self.cond_out = nn.Sequential(nn.SiLU(), nn.Linear(cond, cond))
-        self.conv_in = nn.Conv2d(6 if coords else 3, c0, 3, padding=1)
+        # The prompt enters as its token embeddings side by side (first `text_len` positions),
+        # not as their mean: in a mean the one word that differs between two prompts (the
+        # direction, say) is diluted by every shared word, and the denoiser learned to ignore it.
+        self.text_len = text_len
+        self.txt_mlp = nn.Sequential(nn.Linear(text_dim * text_len, cond), nn.SiLU(), nn.Linear(cond, cond))
+        # Per-frame conditioning: GroupNorm works per frame (frames are the batch of the 2D convs)
+        # and removes any per-frame constant, so a frame-position *input* channel is erased; the
+        # frame position enters through FiLM instead. Text and frame embeddings also meet in an
+        # elementwise product ("moving right" x "late in the clip" -> "further right"), and a
+        # LayerNorm keeps the prompt-dependent part of the vector at the scale of the rest (an
+        # MLP stack alone shrank the differences between prompts ~20x at initialisation).
+        self.frame_mlp = nn.Sequential(nn.Linear(16, cond), nn.SiLU(), nn.Linear(cond, cond))
+        self.cond_norm = nn.LayerNorm(cond)
+        self.cond_out = nn.Sequential(nn.Linear(cond, cond), nn.SiLU(), nn.Linear(cond, cond))
+        # Conditioned coordinate channels: per frame, K affine functions of (y, x) whose
+        # coefficients come from the conditioning (a_k y + b_k x + d_k), so "where should the
+        # object be in this frame" (a text x time question) becomes an input feature before
+        # any normalisation, e.g. x - x0(direction, frame).
+        self.coord_k = 8
+        self.coord_film = nn.Linear(cond, 3 * self.coord_k)
+        nn.init.normal_(self.coord_film.weight, std=0.05)
+        nn.init.zeros_(self.coord_film.bias)
+        self.conv_in = nn.Conv2d((6 + self.coord_k) if coords else 3, c0, 3, padding=1)
         self.down1 = nn.Conv2d(c0, c1, 3, stride=2, padding=1)
         self.enc1 = ResBlock(c1, c1, cond)
         self.down2 = nn.Conv2d(c1, c2, 3, stride=2, padding=1)
         self.enc2 = ResBlock(c2, c2, cond)
+        # Layout path (as a DCGAN generator's first layer): a linear map from each frame's
+        # conditioning vector to a coarse 4x4 feature map added at the 1/4-resolution level, so
+        # "where the object is in this frame" is one linear read-out of (text, time) away.
+        self.layout = nn.Linear(cond, c2 * 16)
+        nn.init.zeros_(self.layout.weight)
+        nn.init.zeros_(self.layout.bias)
+        # ... and the same read-out next to the output layers, so the coarse layout reaches the
+        # prediction without passing through the whole UNet first (it is learned much sooner).
+        self.layout_out = nn.Linear(cond, c0 * 16)
+        nn.init.zeros_(self.layout_out.weight)
+        nn.init.zeros_(self.layout_out.bias)
         self.down3 = nn.Conv2d(c2, c3, 3, stride=2, padding=1)
         self.mid1 = ResBlock(c3, c3, cond)
         self.attn = Attention(c3)
@@ -141,21 +172,33 @@ class Denoiser(nn.Module):
 
     def predict_x0(self, x: torch.Tensor, timestep: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
         b, ch, frames, hh, ww = x.shape
-        mask = (embeds.abs().sum(-1, keepdim=True) > 0).to(embeds.dtype)
-        pooled = (embeds * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        c = self.cond_out(self.t_mlp(timestep_embedding(timestep, 64)) + self.txt_mlp(pooled))
+        n = embeds.shape[1]
+        if n < self.text_len:
+            embeds = F.pad(embeds, (0, 0, 0, self.text_len - n))
+        flat = embeds[:, : self.text_len].reshape(b, -1)
+        ft = torch.linspace(-1.0, 1.0, frames, dtype=x.dtype, device=x.device) if frames > 1 else \
+            torch.zeros(1, dtype=x.dtype, device=x.device)
+        fe = self.frame_mlp(timestep_embedding((ft + 1.0) * 8.0, 16).to(x.dtype))  # [F, cond]
+        tx = self.txt_mlp(flat)[:, None, :]  # [B, 1, cond]
+        c = self.cond_norm((tx * fe[None] + tx + fe[None]).reshape(b * frames, -1))
+        c = c + self.t_mlp(timestep_embedding(timestep, 64)).repeat_interleave(frames, dim=0)
+        c = c + self.cond_out(c)  # [B*F, cond]
         inp = x.permute(0, 2, 1, 3, 4).reshape(b * frames, ch, hh, ww)
         if self.coords:
-            ft = torch.linspace(-1.0, 1.0, frames, dtype=x.dtype, device=x.device) if frames > 1 else \
-                torch.zeros(1, dtype=x.dtype, device=x.device)
             fy = torch.linspace(-1.0, 1.0, hh, dtype=x.dtype, device=x.device)
             fx = torch.linspace(-1.0, 1.0, ww, dtype=x.dtype, device=x.device)
             grid = torch.stack([ft[:, None, None].expand(frames, hh, ww), fy[None, :, None].expand(frames, hh, ww),
                                 fx[None, None, :].expand(frames, hh, ww)], dim=1)  # [F, 3, H, W]
-            inp = torch.cat([inp, grid.repeat(b, 1, 1, 1)], dim=1)
+            grid = grid.repeat(b, 1, 1, 1)  # [B*F, 3, H, W]
+            ab = self.coord_film(c).reshape(b * frames, 3, self.coord_k)  # [B*F, 3, K]
+            cc = ab[:, 0, :, None, None] * grid[:, 1:2] + ab[:, 1, :, None, None] * grid[:, 2:3] + ab[:, 2, :, None, None]
+            inp = torch.cat([inp, grid, cc], dim=1)
         h0 = self.conv_in(inp)
         h1 = self.enc1(self.down1(F.silu(h0)), c, frames)
-        h2 = self.enc2(self.down2(h1), c, frames)
+        h2 = self.down2(h1)
+        lay = self.layout(c).reshape(b * frames, h2.shape[1], 4, 4)
+        h2 = self.enc2(h2 + F.interpolate(lay, size=(h2.shape[2], h2.shape[3]), mode="bilinear", align_corners=False),
+                       c, frames)
         h3 = self.mid1(self.down3(h2), c, frames)
         h3 = self.mid2(self.attn(h3, frames), c, frames)
         u = F.interpolate(h3, size=(h2.shape[2], h2.shape[3]), mode="nearest")
@@ -164,6 +207,8 @@ class Denoiser(nn.Module):
         u = self.dec1(torch.cat([u, h1], dim=1), c, frames)
         u = F.interpolate(u, size=(hh, ww), mode="nearest")
         u = F.silu(self.dec0(torch.cat([u, h0], dim=1)))
+        lay = self.layout_out(c).reshape(b * frames, u.shape[1], 4, 4)
+        u = u + F.interpolate(lay, size=(hh, ww), mode="bilinear", align_corners=False)
         out = self.conv_out(F.silu(self.norm_out(u)))
         return out.reshape(b, frames, ch, hh, ww).permute(0, 2, 1, 3, 4)
 
