@@ -27,20 +27,13 @@ Executor::Executor(Options options)
 // io_context::run(), except that an idle thread polls (yielding) for options_.spin before it
 // blocks in run_one(). Returns when the context has stopped (no work left, or stop()).
 void Executor::run_loop() {
-  using clock = std::chrono::steady_clock;
   if (options_.spin.count() <= 0) {
     io_.run();
     return;
   }
   while (!io_.stopped()) {
-    if (io_.poll() > 0) continue;
-    const auto until = clock::now() + options_.spin;
-    bool ran = false;
-    while (!ran && !io_.stopped() && clock::now() < until) {
-      std::this_thread::yield();
-      ran = io_.poll() > 0;
-    }
-    if (!ran && !io_.stopped()) io_.run_one();
+    const bool ran = detail::poll_for(options_.spin, [&] { return io_.poll() > 0 || io_.stopped(); });
+    if (!ran) io_.run_one();
   }
 }
 

@@ -282,20 +282,9 @@ asio::awaitable<void> Pipeline::run_stage(std::size_t k, Job& job) {
     job.record_retry();
     if (retries) retries->inc();
   };
-  // An attempt interrupted by the job's cancellation fails with the job's reason, which the
-  // retry loop does not retry.
-  std::function<asio::awaitable<void>()> op = [&stage, &job]() -> asio::awaitable<void> {
-    std::exception_ptr error;
-    try {
-      co_await stage.fn(job);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    if (error) {
-      job.throw_if_cancelled();
-      std::rethrow_exception(error);
-    }
-  };
+  // An attempt interrupted by the job's cancellation fails with operation_aborted, classified
+  // `cancelled` and so not retried; process() then reports the job's own reason.
+  std::function<asio::awaitable<void>()> op = [&stage, &job] { return stage.fn(job); };
   co_await retry<void>(std::move(retry_options), std::move(op));
 }
 

@@ -31,9 +31,8 @@ struct WorkerPool::Queue {
   std::mutex mutex;
   std::condition_variable ready;
   std::deque<std::unique_ptr<detail::PoolTask>> tasks;
-  bool closed = false;
+  std::atomic<bool> closed{false};       // written under the mutex, polled without it
   std::atomic<std::size_t> pending{0};  // tasks.size(), readable without the lock
-  std::atomic<bool> closing{false};
 
   bool push(std::unique_ptr<detail::PoolTask>& task) {
     {
@@ -47,12 +46,7 @@ struct WorkerPool::Queue {
   }
   // Blocks the thread until a task arrives; false once closed and drained.
   bool pop_wait(std::unique_ptr<detail::PoolTask>& task, std::chrono::microseconds spin) {
-    if (spin.count() > 0) {
-      const auto until = std::chrono::steady_clock::now() + spin;
-      while (pending.load(std::memory_order_acquire) == 0 && !closing.load(std::memory_order_acquire) &&
-             std::chrono::steady_clock::now() < until)
-        std::this_thread::yield();
-    }
+    detail::poll_for(spin, [&] { return pending.load(std::memory_order_acquire) != 0 || closed.load(); });
     std::unique_lock lock(mutex);
     ready.wait(lock, [&] { return closed || !tasks.empty(); });
     return take(task);
@@ -74,7 +68,6 @@ struct WorkerPool::Queue {
     {
       std::lock_guard lock(mutex);
       closed = true;
-      closing = true;
     }
     ready.notify_all();
   }

@@ -31,6 +31,7 @@
 #include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <exception>
 #include <functional>
@@ -43,6 +44,20 @@
 namespace vgen {
 
 namespace detail {
+// Polls `ready()` for up to `spin`, yielding the CPU between polls (so a spinning thread never
+// starves a runnable one on a small machine); true as soon as it holds. Used by idle worker-pool
+// and io threads before they block.
+template <class Ready>
+bool poll_for(std::chrono::microseconds spin, Ready&& ready) {
+  if (spin.count() <= 0) return ready();
+  const auto until = std::chrono::steady_clock::now() + spin;
+  for (;;) {
+    if (ready()) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::yield();
+  }
+}
+
 struct PoolTask {
   virtual ~PoolTask() = default;
   virtual void run() = 0;                        // never throws

@@ -115,12 +115,11 @@ class Attention(nn.Module):
 
 class Denoiser(nn.Module):
     def __init__(self, text_dim: int = 64, chans: tuple[int, int, int, int] = (16, 32, 64, 128), cond: int = 128,
-                 coords: bool = True, text_len: int = 16):
+                 text_len: int = 16):
         super().__init__()
         c0, c1, c2, c3 = chans
-        # coords: three extra input channels (frame position in the clip, y, x; each in [-1, 1]) so
-        # that the network knows where in time and space a voxel is (convs alone barely do).
-        self.coords = coords
+        # Coordinate input channels (frame position in the clip, y, x; each in [-1, 1]) so that
+        # the network knows where in space a voxel is (convs alone barely do).
         self.t_mlp = nn.Sequential(nn.Linear(64, cond), nn.SiLU(), nn.Linear(cond, cond))
         # The prompt enters as its token embeddings side by side (first `text_len` positions),
         # not as their mean: in a mean the one word that differs between two prompts (the
@@ -144,7 +143,7 @@ class Denoiser(nn.Module):
         self.coord_film = nn.Linear(cond, 3 * self.coord_k)
         nn.init.normal_(self.coord_film.weight, std=0.05)
         nn.init.zeros_(self.coord_film.bias)
-        self.conv_in = nn.Conv2d((6 + self.coord_k) if coords else 3, c0, 3, padding=1)
+        self.conv_in = nn.Conv2d(6 + self.coord_k, c0, 3, padding=1)
         self.down1 = nn.Conv2d(c0, c1, 3, stride=2, padding=1)
         self.enc1 = ResBlock(c1, c1, cond)
         self.down2 = nn.Conv2d(c1, c2, 3, stride=2, padding=1)
@@ -184,15 +183,14 @@ class Denoiser(nn.Module):
         c = c + self.t_mlp(timestep_embedding(timestep, 64)).repeat_interleave(frames, dim=0)
         c = c + self.cond_out(c)  # [B*F, cond]
         inp = x.permute(0, 2, 1, 3, 4).reshape(b * frames, ch, hh, ww)
-        if self.coords:
-            fy = torch.linspace(-1.0, 1.0, hh, dtype=x.dtype, device=x.device)
-            fx = torch.linspace(-1.0, 1.0, ww, dtype=x.dtype, device=x.device)
-            grid = torch.stack([ft[:, None, None].expand(frames, hh, ww), fy[None, :, None].expand(frames, hh, ww),
-                                fx[None, None, :].expand(frames, hh, ww)], dim=1)  # [F, 3, H, W]
-            grid = grid.repeat(b, 1, 1, 1)  # [B*F, 3, H, W]
-            ab = self.coord_film(c).reshape(b * frames, 3, self.coord_k)  # [B*F, 3, K]
-            cc = ab[:, 0, :, None, None] * grid[:, 1:2] + ab[:, 1, :, None, None] * grid[:, 2:3] + ab[:, 2, :, None, None]
-            inp = torch.cat([inp, grid, cc], dim=1)
+        fy = torch.linspace(-1.0, 1.0, hh, dtype=x.dtype, device=x.device)
+        fx = torch.linspace(-1.0, 1.0, ww, dtype=x.dtype, device=x.device)
+        grid = torch.stack([ft[:, None, None].expand(frames, hh, ww), fy[None, :, None].expand(frames, hh, ww),
+                            fx[None, None, :].expand(frames, hh, ww)], dim=1)  # [F, 3, H, W]
+        grid = grid.repeat(b, 1, 1, 1)  # [B*F, 3, H, W]
+        ab = self.coord_film(c).reshape(b * frames, 3, self.coord_k)  # [B*F, 3, K]
+        cc = ab[:, 0, :, None, None] * grid[:, 1:2] + ab[:, 1, :, None, None] * grid[:, 2:3] + ab[:, 2, :, None, None]
+        inp = torch.cat([inp, grid, cc], dim=1)
         h0 = self.conv_in(inp)
         h1 = self.enc1(self.down1(F.silu(h0)), c, frames)
         h2 = self.down2(h1)

@@ -34,7 +34,7 @@ from model import Denoiser, TextEncoder  # noqa: E402
 from vgen_export.reference_loop import spm_tokenize  # noqa: E402
 
 CONFIG = {"max_length": 16, "text_dim": 64, "text_layers": 0, "chans": [16, 32, 64, 128], "cond": 128,
-          "frames": 16, "size": 32, "spatial_scale": 8, "flow_shift": 3.0, "vocab_size": 64, "coords": True}
+          "frames": 16, "size": 32, "spatial_scale": 8, "flow_shift": 3.0, "vocab_size": 64}
 
 
 def train_tokenizer(out_file: Path, seed: int, vocab_size: int) -> Path:
@@ -59,7 +59,7 @@ def train_tokenizer(out_file: Path, seed: int, vocab_size: int) -> Path:
 
 def build_models(cfg: dict, vocab: int) -> tuple[TextEncoder, Denoiser]:
     te = TextEncoder(vocab, cfg["text_dim"], max_len=cfg["max_length"], layers=cfg["text_layers"])
-    den = Denoiser(cfg["text_dim"], tuple(cfg["chans"]), cfg["cond"], bool(cfg.get("coords", False)), cfg["max_length"])
+    den = Denoiser(cfg["text_dim"], tuple(cfg["chans"]), cfg["cond"], cfg["max_length"])
     return te, den
 
 
@@ -126,7 +126,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--time-limit-min", type=float, default=0.0, help="stop (and export) after this long")
     ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--coords", type=int, default=1, help="1: coordinate input channels (0: the phase-1 net)")
     ap.add_argument("--stop-at", type=int, default=0, help="stop after this step (lr schedule still --steps)")
     ap.add_argument("--init-from", type=Path, default=None,
                     help="warm start: weights (and EMA) of this checkpoint; new input channels start at zero")
@@ -135,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    cfg = dict(CONFIG, coords=bool(a.coords))
+    cfg = dict(CONFIG)
     spm_file = a.ckpt.parent / "tokenizer.model"
     train_tokenizer(spm_file, a.seed, cfg["vocab_size"])
     import sentencepiece as spm
@@ -166,7 +165,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warm start from {a.init_from} (step {ck['step']})", flush=True)
     ema_params = list(ema_te.parameters()) + list(ema_den.parameters())
     # Per-step RNG streams derived from (seed, step): resuming reproduces the same batches.
-    empty_ids, empty_mask = spm_tokenize(spm_file, [""], cfg["max_length"])
     t0 = time.perf_counter()
     run_losses: list[float] = []
 
