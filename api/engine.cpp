@@ -116,6 +116,7 @@ class RuntimeImpl {
         };
     }
     wo.max_batch = config_.max_batch;
+    wo.metrics = &metrics_;
     wo.batch_wait = config_.batch_wait;
     wan_ = make_wan_runtime(config_.model, executor_, *devices_, wo);
     PipelineOptions po;

@@ -44,8 +44,11 @@ def main() -> None:
             c = o["concurrent"]
             bad = sum(x["state"] != "done" for x in c["results"])
             runs[b].append({"makespan": c["makespan"], "jobs_per_s": a.jobs / c["makespan"], "not_done": bad,
-                            "denoise_seconds_mean": sum(x["stage_seconds"].get("denoise", 0) for x in c["results"]) / a.jobs})
-            print(f"run {r + 1}/{a.runs} max_batch {b}: {a.jobs / c['makespan']:.2f} jobs/s", file=sys.stderr)
+                            "denoise_seconds_mean": sum(x["stage_seconds"].get("denoise", 0) for x in c["results"]) / a.jobs,
+                            "batched_calls": o.get("batched_calls", {})})
+            sizes = ", ".join(f"{k} {v['mean_jobs']:.1f}" for k, v in o.get("batched_calls", {}).items())
+            print(f"run {r + 1}/{a.runs} max_batch {b}: {a.jobs / c['makespan']:.2f} jobs/s (jobs per call: {sizes})",
+                  file=sys.stderr)
     summary = {b: {"jobs_per_s": stats(x["jobs_per_s"] for x in rs), "not_done": sum(x["not_done"] for x in rs)}
                for b, rs in runs.items()}
     base = summary[batches[0]]["jobs_per_s"]["median"]

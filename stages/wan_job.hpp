@@ -14,7 +14,7 @@
 
 namespace vgen {
 
-class DenoiseBatcher;
+class JobBatcher;
 
 struct WanRuntime {
   ModelPackage package;
@@ -23,10 +23,12 @@ struct WanRuntime {
   DevicePool* devices = nullptr;
   WanRuntimeOptions options;
   std::shared_ptr<TtlCache<at::Tensor>> text_cache;
-  std::shared_ptr<DenoiseBatcher> batcher;
+  std::shared_ptr<JobBatcher> batcher;
 };
 
-// Job::payload of a Wan job.
+// A Wan job's state between stages. Job::payload holds a std::shared_ptr<WanJob>: batch
+// groups share it, so a job that ends (cancelled, its payload dropped) while its group still
+// computes frees nothing the group is using.
 struct WanJob {
   JobSpec spec;
   at::Tensor embeds;   // [1 or 2, L, D]: cond (and uncond when guidance > 1)
@@ -38,6 +40,15 @@ struct WanJob {
   // Optional observer (tests, tools), called on the compute thread after each step.
   std::function<void(int step, const at::Tensor& latents)> on_step;
 };
+
+WanJob& wan_job(Job& job);                      // Error(internal) if the job has no Wan payload
+std::shared_ptr<WanJob> shared_wan_job(Job& job);  // the same, shared
+const WanJob* find_wan_job(const Job& job);     // nullptr if none
+
+// Preprocess compute for a group of jobs on `device` (compute thread): text embeddings (the
+// uncached prompts of all jobs in one text-encoder call, each distinct text once, through the
+// TTL cache) and each job's initial noise from its own seed.
+void prepare_jobs(WanRuntime& rt, const std::string& device, const std::vector<WanJob*>& jobs);
 
 // Where a stage's compute runs: a lease from the DevicePool and that device's worker pool.
 struct Placement {

@@ -1,6 +1,6 @@
 #include "stages/wan_job.hpp"
 
-#include "stages/denoise_batcher.hpp"
+#include "stages/job_batcher.hpp"
 
 #include "runtime/content_key.hpp"
 #include "runtime/errors.hpp"
@@ -75,42 +75,15 @@ at::Tensor encode_text(WanRuntime& rt, const std::string& device, const std::vec
   return wan_module(rt, "text_encoder", device)->forward({ids, mask}).to(at::kFloat);
 }
 
-// Prompt embeddings through the TTL cache: the key covers the package, device and text.
-at::Tensor cached_embedding(WanRuntime& rt, const std::string& device, const std::string& text, bool& hit) {
-  const auto key = content_key("text_embedding", json::object{{"package", rt.package.id()}, {"device", device}, {"text", text}});
-  if (rt.text_cache)
-    if (auto found = rt.text_cache->get(key)) {
-      hit = true;
-      return *found;
-    }
-  auto e = encode_text(rt, device, {text});
-  if (rt.text_cache) rt.text_cache->put(key, e, static_cast<std::size_t>(e.numel() * e.element_size()));
-  return e;
+ContentKey text_key(const WanRuntime& rt, const std::string& device, const std::string& text) {
+  return content_key("text_embedding", json::object{{"package", rt.package.id()}, {"device", device}, {"text", text}});
 }
 
 asio::awaitable<void> preprocess(WanRuntime& rt, Job& job) {
-  WanJob w;
-  w.spec = parse_wan_job(rt.package, job.spec());
-  auto placement = co_await place(rt);
-  w.device = placement.device;
-  const bool cfg = w.spec.guidance > 1.0;
-  auto encode = [&rt, &w, cfg, device = placement.device] {
-    bool hit_cond = false, hit_uncond = false;
-    auto cond = cached_embedding(rt, device, prompt_clean(w.spec.prompt), hit_cond);
-    auto embeds = cond;
-    if (cfg) embeds = at::cat({cond, cached_embedding(rt, device, prompt_clean(w.spec.negative_prompt), hit_uncond)}, 0);
-    w.text_cache_hit = hit_cond && (!cfg || hit_uncond);
-    // Initial noise from the job's own seed on a CPU generator: the same on every device.
-    const auto& p = rt.package;
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(w.spec.seed);
-    w.latents = at::randn({1, p.latent_channels, (w.spec.frames - 1) / p.temporal_scale + 1,
-                           w.spec.height / p.spatial_scale, w.spec.width / p.spatial_scale},
-                          gen, at::TensorOptions().dtype(at::kFloat));
-    w.embeds = embeds;
-    return 0;
-  };
-  co_await placement.pool->run(encode);
+  auto w = std::make_shared<WanJob>();
+  w->spec = parse_wan_job(rt.package, job.spec());
   job.payload = std::move(w);
+  co_await rt.batcher->join(rt, job, BatchKind::preprocess);
 }
 
 asio::awaitable<void> denoise(WanRuntime& rt, Job& job) { co_await rt.batcher->join(rt, job); }
@@ -126,7 +99,7 @@ VideoFrames to_video_frames(const at::Tensor& frames, double fps) {
 }
 
 asio::awaitable<void> encode(WanRuntime& rt, Job& job) {
-  auto& w = std::any_cast<WanJob&>(job.payload);
+  auto& w = wan_job(job);
   auto options = rt.options.encode;
   options.format = w.spec.format;
   options.comment = "vgen:" + job_content_key(rt.package.id(), w.spec).hex();
@@ -137,6 +110,66 @@ asio::awaitable<void> encode(WanRuntime& rt, Job& job) {
 }
 
 }  // namespace
+
+void prepare_jobs(WanRuntime& rt, const std::string& device, const std::vector<WanJob*>& jobs) {
+  // Each distinct text once: from the cache, from an earlier job of this group (counted as a
+  // hit: it was not encoded for this job), or encoded with the group's other misses.
+  std::map<std::string, at::Tensor> known;
+  std::vector<std::string> misses;
+  auto want = [&](const std::string& text) {
+    if (known.count(text)) return true;
+    if (rt.text_cache)
+      if (auto found = rt.text_cache->get(text_key(rt, device, text))) {
+        known.emplace(text, *found);
+        return true;
+      }
+    known.emplace(text, at::Tensor());
+    misses.push_back(text);
+    return false;
+  };
+  for (auto* w : jobs) {
+    const bool cfg = w->spec.guidance > 1.0;
+    const bool hit_cond = want(prompt_clean(w->spec.prompt));
+    const bool hit_uncond = !cfg || want(prompt_clean(w->spec.negative_prompt));
+    w->text_cache_hit = hit_cond && hit_uncond;
+  }
+  if (!misses.empty()) {
+    auto encoded = encode_text(rt, device, misses);
+    for (std::size_t i = 0; i < misses.size(); ++i) {
+      // A copy of the row, so a cached embedding does not keep the whole batch alive.
+      auto e = misses.size() == 1 ? encoded : encoded.narrow(0, static_cast<std::int64_t>(i), 1).clone();
+      known[misses[i]] = e;
+      if (rt.text_cache) rt.text_cache->put(text_key(rt, device, misses[i]), e, static_cast<std::size_t>(e.numel() * e.element_size()));
+    }
+  }
+  const auto& p = rt.package;
+  for (auto* w : jobs) {
+    auto embeds = known.at(prompt_clean(w->spec.prompt));
+    if (w->spec.guidance > 1.0) embeds = at::cat({embeds, known.at(prompt_clean(w->spec.negative_prompt))}, 0);
+    w->embeds = embeds;
+    // Initial noise from the job's own seed on a CPU generator: the same on every device.
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(w->spec.seed);
+    w->latents = at::randn({1, p.latent_channels, (w->spec.frames - 1) / p.temporal_scale + 1,
+                            w->spec.height / p.spatial_scale, w->spec.width / p.spatial_scale},
+                           gen, at::TensorOptions().dtype(at::kFloat));
+  }
+}
+
+WanJob& wan_job(Job& job) {
+  auto* w = std::any_cast<std::shared_ptr<WanJob>>(&job.payload);
+  if (!w || !*w) throw_error(ErrorKind::internal, "job " + job.id() + " has no Wan payload");
+  return **w;
+}
+
+std::shared_ptr<WanJob> shared_wan_job(Job& job) {
+  wan_job(job);
+  return std::any_cast<std::shared_ptr<WanJob>>(job.payload);
+}
+
+const WanJob* find_wan_job(const Job& job) {
+  const auto* w = std::any_cast<std::shared_ptr<WanJob>>(&job.payload);
+  return w ? w->get() : nullptr;
+}
 
 asio::awaitable<Placement> place(WanRuntime& rt) {
   PlacementRequest req;
@@ -189,7 +222,7 @@ std::shared_ptr<WanRuntime> make_wan_runtime(const std::filesystem::path& packag
   if (options.text_cache_entries > 0)
     rt->text_cache = std::make_shared<TtlCache<at::Tensor>>(TtlCacheOptions{
         .max_entries = options.text_cache_entries, .max_cost = 1ull << 30, .default_ttl = options.text_cache_ttl});
-  rt->batcher = std::make_shared<DenoiseBatcher>(options.max_batch, options.batch_wait);
+  rt->batcher = std::make_shared<JobBatcher>(options.max_batch, options.batch_wait, options.metrics);
   rt->options = std::move(options);
   return rt;
 }
@@ -200,13 +233,16 @@ CacheStats text_cache_stats(const WanRuntime& runtime) {
   return runtime.text_cache ? runtime.text_cache->stats() : CacheStats{};
 }
 
+std::map<std::size_t, std::uint64_t> preprocess_group_sizes(const WanRuntime& runtime) {
+  return runtime.batcher->group_sizes(BatchKind::preprocess);
+}
 std::map<std::size_t, std::uint64_t> denoise_group_sizes(const WanRuntime& runtime) { return runtime.batcher->group_sizes(); }
 std::map<std::size_t, std::uint64_t> decode_group_sizes(const WanRuntime& runtime) {
   return runtime.batcher->group_sizes(BatchKind::decode);
 }
 
 WanJobResult wan_job_result(const Job& job) {
-  const auto* w = std::any_cast<WanJob>(&job.payload);
+  const auto* w = find_wan_job(job);
   if (!w) throw_error(ErrorKind::internal, "job " + job.id() + " has no Wan result");
   return {w->spec, w->output, w->text_cache_hit, w->device};
 }
@@ -216,8 +252,8 @@ std::vector<StageSpec> make_wan_stages(std::shared_ptr<WanRuntime> rt) {
     return StageFn([rt, fn](Job& job) { return fn(*rt, job); });
   };
   return {
-      {"preprocess", JobState::preprocess, rt->options.preprocess_workers, 16, bind(preprocess)},
       // Each job waiting in a forming batch holds a worker: at least max_batch of them.
+      {"preprocess", JobState::preprocess, std::max(rt->options.preprocess_workers, rt->options.max_batch), 16, bind(preprocess)},
       {"denoise", JobState::denoise, std::max(rt->options.denoise_workers, rt->options.max_batch), 4, bind(denoise)},
       {"decode", JobState::decode, std::max(rt->options.decode_workers, rt->options.max_batch), 4, bind(decode)},
       {"encode", JobState::encode, rt->options.encode_workers, 4, bind(encode)},

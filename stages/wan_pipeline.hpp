@@ -41,7 +41,7 @@ struct WanRuntimeOptions {
   std::size_t text_cache_entries = 256;
   std::chrono::steady_clock::duration text_cache_ttl = std::chrono::minutes(30);
   std::size_t preprocess_workers = 1, denoise_workers = 1, decode_workers = 1, encode_workers = 1;
-  // Cross-job batching (stages/denoise_batcher.hpp): up to max_batch compatible jobs per
+  // Cross-job batching (stages/job_batcher.hpp): up to max_batch compatible jobs per
   // transformer call (and per VAE call in decode), waiting at most batch_wait for a batch to
   // fill. 1: no batching.
   std::size_t max_batch = 1;
@@ -49,6 +49,7 @@ struct WanRuntimeOptions {
   // Called on the compute thread before every denoiser call (fault injection's simulated
   // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
+  MetricsRegistry* metrics = nullptr;  // optional (outlives the runtime): batch-size histograms
 };
 
 // Loads the package and its tokenizer (Error(invalid_argument) naming what is wrong).
@@ -57,6 +58,8 @@ std::shared_ptr<WanRuntime> make_wan_runtime(const std::filesystem::path& packag
                                              DevicePool& devices, WanRuntimeOptions options);
 const ModelPackage& package_of(const WanRuntime& runtime);
 CacheStats text_cache_stats(const WanRuntime& runtime);
+// Preprocess groups (text-encoder calls) run so far, by size (cross-job batching).
+std::map<std::size_t, std::uint64_t> preprocess_group_sizes(const WanRuntime& runtime);
 // Denoise groups run so far, by size (cross-job batching).
 std::map<std::size_t, std::uint64_t> denoise_group_sizes(const WanRuntime& runtime);
 std::map<std::size_t, std::uint64_t> decode_group_sizes(const WanRuntime& runtime);  // VAE calls by size

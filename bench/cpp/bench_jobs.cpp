@@ -27,6 +27,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,23 @@ json::object result_json(const vgen::JobResult& r) {
   for (const auto& [k, v] : r.stage_seconds) stages[k] = v;
   return {{"id", r.id}, {"state", std::string(vgen::to_string(r.state))}, {"seconds", r.seconds},
           {"stage_seconds", stages}, {"error", r.error}};
+}
+
+// Mean jobs per batched call for each stage, from the runtime's vgen_batch_size histograms.
+json::object batch_means(const std::string& metrics) {
+  std::map<std::string, std::pair<double, double>> by_stage;  // stage -> (sum, count)
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const bool sum = line.rfind("vgen_batch_size_sum{", 0) == 0, count = line.rfind("vgen_batch_size_count{", 0) == 0;
+    if (!sum && !count) continue;
+    const auto q = line.find("stage=\""), e = line.find('"', q + 7);
+    if (q == std::string::npos || e == std::string::npos) continue;
+    auto& slot = by_stage[line.substr(q + 7, e - q - 7)];
+    (sum ? slot.first : slot.second) = std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  json::object out;
+  for (const auto& [stage, sc] : by_stage) out[stage] = {{"calls", sc.second}, {"mean_jobs", sc.second > 0 ? sc.first / sc.second : 0.0}};
+  return out;
 }
 
 double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
@@ -119,6 +138,7 @@ int main(int argc, char** argv) {
     for (auto& h : handles) results.push_back(result_json(h.wait()));
     out["concurrent"] = {{"makespan", since(t0)}, {"results", results}};
   }
+  out["batched_calls"] = batch_means(rt.metrics_text());  // all phases, warm-up included
   rt.drain();
   std::cout << json::serialize(out) << std::endl;
   return 0;

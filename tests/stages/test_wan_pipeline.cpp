@@ -85,14 +85,14 @@ std::vector<StageSpec> capturing(std::vector<StageSpec> stages, Capture& cap) {
     const auto name = s.name;
     s.fn = [inner, name, &cap](Job& job) -> asio::awaitable<void> {
       if (name == "denoise") {
-        auto& w = std::any_cast<WanJob&>(job.payload);
+        auto& w = wan_job(job);
         w.on_step = [&cap, id = job.id()](int, const at::Tensor& latents) {
           std::lock_guard l(cap.m);
           cap.steps[id].push_back(latents.clone());
         };
       }
       co_await inner(job);
-      if (auto* w = std::any_cast<WanJob>(&job.payload)) {
+      if (const auto* w = find_wan_job(job)) {
         std::lock_guard l(cap.m);
         if (name == "preprocess") cap.embeds[job.id()] = w->embeds.clone();
         if (name == "decode") cap.frames[job.id()] = w->frames.clone();
@@ -235,7 +235,7 @@ TEST_CASE("two CPU replicas both work on a multi-job run; identical prompts are 
   CHECK(max_diff(cap.steps[again[0]->id()].back(), cap.steps[jobs[3]->id()].back()) == 0.0);
 }
 
-TEST_CASE("cross-job batching: each job's result equals its result alone; a cancelled job leaves the batch" * doctest::timeout(600)) {
+TEST_CASE("cross-job batching (text encoder, denoiser, VAE): each job's result equals its result alone; a cancelled job leaves the batch" * doctest::timeout(600)) {
   auto* ref = reference_or_skip();
   if (!ref) return;
   const OutDir out;
@@ -260,10 +260,14 @@ TEST_CASE("cross-job batching: each job's result equals its result alone; a canc
   for (const auto& [size, n] : decodes) decoded += size * n;
   CHECK(decoded == 4);
   CHECK(decodes.rbegin()->first >= 2);
+  const auto encodes = preprocess_group_sizes(*runtime);  // four prompts through one text-encoder call
+  CHECK(encodes.size() == 1);
+  CHECK(encodes.count(4) == 1);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     REQUIRE_MESSAGE(jobs[i]->state() == JobState::done, jobs[i]->snapshot().error);
     Capture alone;
     auto single = run_jobs(pkg, "cpu", {specs[i]}, alone, out.path);
+    CHECK(max_diff(alone.embeds[single[0]->id()], batched.embeds[jobs[i]->id()]) <= 1e-4);
     const auto& a = alone.steps[single[0]->id()];
     const auto& b = batched.steps[jobs[i]->id()];
     REQUIRE(a.size() == b.size());

@@ -1,4 +1,4 @@
-#include "stages/denoise_batcher.hpp"
+#include "stages/job_batcher.hpp"
 
 #include "runtime/errors.hpp"
 
@@ -14,15 +14,15 @@ namespace vgen {
 
 namespace asio = boost::asio;
 
-struct DenoiseBatcher::Member {
+struct JobBatcher::Member {
   std::shared_ptr<Job> job;
-  WanJob* work = nullptr;
+  std::shared_ptr<WanJob> work;  // shared with the job's payload (outlives a cancelled job's)
   std::unique_ptr<Scheduler> scheduler;
   at::Tensor latents;
   bool dropped = false;
 };
 
-struct DenoiseBatcher::Group {
+struct JobBatcher::Group {
   BatchKind kind = BatchKind::denoise;
   std::string key;
   std::vector<Member> members;
@@ -42,7 +42,7 @@ std::string compatibility_key(const WanRuntime& rt, const WanJob& w, const Sched
 }
 
 // One step for every live member: one transformer call, then each job's guidance and step.
-void step_all(WanRuntime& rt, std::vector<DenoiseBatcher::Member*>& live, int i, const std::string& device) {
+void step_all(WanRuntime& rt, std::vector<JobBatcher::Member*>& live, int i, const std::string& device) {
   if (rt.options.before_denoise)
     rt.options.before_denoise(live.size(), device, live.front()->job->id(), live.front()->job->snapshot().attempts);
   auto transformer = wan_module(rt, "transformer", device);
@@ -73,19 +73,21 @@ void step_all(WanRuntime& rt, std::vector<DenoiseBatcher::Member*>& live, int i,
 
 }  // namespace
 
-asio::awaitable<void> DenoiseBatcher::join(WanRuntime& rt, Job& job, BatchKind kind) {
-  auto& w = std::any_cast<WanJob&>(job.payload);
+asio::awaitable<void> JobBatcher::join(WanRuntime& rt, Job& job, BatchKind kind) {
   Member self;
   self.job = job.shared_from_this();
-  self.work = &w;
+  self.work = shared_wan_job(job);
+  auto& w = *self.work;
   std::string key;
   if (kind == BatchKind::denoise) {
     self.scheduler = make_job_scheduler(rt.package, w.spec.scheduler);
     self.scheduler->set_timesteps(w.spec.steps);
     key = "denoise|" + compatibility_key(rt, w, *self.scheduler);
-  } else {
+  } else if (kind == BatchKind::decode) {
     key = "decode|" + rt.package.id();
     for (auto d : w.latents.sizes()) key += "|" + std::to_string(d);
+  } else {
+    key = "preprocess|" + rt.package.id();  // any prompts: the text encoder takes [B, max_length]
   }
 
   std::shared_ptr<Group> group;
@@ -114,31 +116,48 @@ asio::awaitable<void> DenoiseBatcher::join(WanRuntime& rt, Job& job, BatchKind k
   job.throw_if_cancelled();
 }
 
-asio::awaitable<void> DenoiseBatcher::run_group(WanRuntime& rt, std::shared_ptr<Group> group) {
+void JobBatcher::close(Group& group) {
+  std::lock_guard lock(mutex_);
+  if (group.closed) return;
+  group.closed = true;
+  if (auto it = open_.find(group.key); it != open_.end() && it->second.get() == &group) open_.erase(it);
+}
+
+bool JobBatcher::is_closed(const Group& group) const {
+  std::lock_guard lock(mutex_);
+  return group.closed;
+}
+
+asio::awaitable<void> JobBatcher::run_group(WanRuntime& rt, std::shared_ptr<Group> group) {
   try {
     // Collect until full (a joiner closes the group) or the wait is over. Polling in 1 ms
     // ticks keeps the timer private to this coroutine (no cross-thread cancel).
     const auto deadline = std::chrono::steady_clock::now() + wait_;
     asio::steady_timer tick(co_await asio::this_coro::executor);
-    for (;;) {
-      {
-        std::lock_guard lock(mutex_);
-        if (!group->closed && std::chrono::steady_clock::now() >= deadline) {
-          group->closed = true;
-          if (auto it = open_.find(group->key); it != open_.end() && it->second == group) open_.erase(it);
-        }
-        if (group->closed) break;
-      }
+    while (!is_closed(*group) && std::chrono::steady_clock::now() < deadline) {
       tick.expires_after(std::chrono::milliseconds(1));
       co_await tick.async_wait(asio::use_awaitable);
     }
+    // Then take the device, still collecting: while the device is busy with other work,
+    // jobs that arrive join this group instead of queueing behind it in groups of their own
+    // (as a dynamic batcher forms its batch when a model instance frees up). A free device
+    // is granted at once, so this adds no wait.
+    auto placement = co_await place(rt);
+    close(*group);
     {
       std::lock_guard lock(mutex_);
       ++sizes_[{group->kind, group->members.size()}];
     }
-    if (group->kind == BatchKind::denoise) co_await run_loop(rt, *group);
-    else co_await run_decode(rt, *group);
+    if (metrics_)
+      metrics_
+          ->histogram("vgen_batch_size", "Jobs per cross-job batched call group", {{"stage", std::string(to_string(group->kind))}},
+                      {1, 2, 4, 8, 16, 32, 64, 128, 256})
+          .observe(static_cast<double>(group->members.size()));
+    if (group->kind == BatchKind::denoise) co_await run_loop(rt, *group, placement);
+    else if (group->kind == BatchKind::decode) co_await run_decode(rt, *group, placement);
+    else co_await run_preprocess(rt, *group, placement);
   } catch (...) {
+    close(*group);  // a group that failed before it closed takes no more jobs
     group->error = std::current_exception();
     if (classify(group->error) == ErrorKind::out_of_memory && group->members.size() > 1) {
       std::lock_guard lock(mutex_);
@@ -148,8 +167,7 @@ asio::awaitable<void> DenoiseBatcher::run_group(WanRuntime& rt, std::shared_ptr<
   group->done.set();
 }
 
-asio::awaitable<void> DenoiseBatcher::run_loop(WanRuntime& rt, Group& group) {
-  auto placement = co_await place(rt);
+asio::awaitable<void> JobBatcher::run_loop(WanRuntime& rt, Group& group, const Placement& placement) {
   for (auto& m : group.members) {
     m.latents = m.work->latents * m.scheduler->init_noise_sigma();
     m.work->device = placement.device;
@@ -173,7 +191,7 @@ asio::awaitable<void> DenoiseBatcher::run_loop(WanRuntime& rt, Group& group) {
     if (!m.dropped) m.work->latents = m.latents;
 }
 
-std::map<std::size_t, std::uint64_t> DenoiseBatcher::group_sizes(BatchKind kind) const {
+std::map<std::size_t, std::uint64_t> JobBatcher::group_sizes(BatchKind kind) const {
   std::lock_guard lock(mutex_);
   std::map<std::size_t, std::uint64_t> out;
   for (const auto& [k, n] : sizes_)
@@ -183,8 +201,7 @@ std::map<std::size_t, std::uint64_t> DenoiseBatcher::group_sizes(BatchKind kind)
 
 // One VAE call for every live member: un-normalise each job's latents, decode them as one
 // batch, split the frames back ([F, H, W, 3] in [0, 1] per job).
-asio::awaitable<void> DenoiseBatcher::run_decode(WanRuntime& rt, Group& group) {
-  auto placement = co_await place(rt);
+asio::awaitable<void> JobBatcher::run_decode(WanRuntime& rt, Group& group, const Placement& placement) {
   std::vector<Member*> live;
   for (auto& m : group.members) {
     m.dropped = m.job->cancel_requested();
@@ -207,6 +224,32 @@ asio::awaitable<void> DenoiseBatcher::run_decode(WanRuntime& rt, Group& group) {
   };
   co_await placement.pool->run(run);
   for (auto* m : live) m->work->device = placement.device;
+}
+
+// Text embeddings and initial noise for every live member: one text-encoder call for the
+// group's uncached prompts (stages/wan_job.hpp prepare_jobs).
+asio::awaitable<void> JobBatcher::run_preprocess(WanRuntime& rt, Group& group, const Placement& placement) {
+  std::vector<WanJob*> live;
+  for (auto& m : group.members) {
+    m.dropped = m.job->cancel_requested();
+    if (!m.dropped) live.push_back(m.work.get());
+  }
+  if (live.empty()) co_return;
+  auto run = [&rt, &live, device = placement.device] {
+    prepare_jobs(rt, device, live);
+    return 0;
+  };
+  co_await placement.pool->run(run);
+  for (auto* w : live) w->device = placement.device;
+}
+
+std::string_view to_string(BatchKind kind) {
+  switch (kind) {
+    case BatchKind::preprocess: return "preprocess";
+    case BatchKind::denoise: return "denoise";
+    case BatchKind::decode: return "decode";
+  }
+  return "?";
 }
 
 }  // namespace vgen
