@@ -75,6 +75,21 @@ def sample_sigma(n: int, shift: float, gen: torch.Generator) -> torch.Tensor:
     return torch.where(pick >= 0.8, torch.ones_like(sigma), sigma).clamp(1e-3, 1.0)
 
 
+def load_package_weights(pkg: Path, te: TextEncoder, den: Denoiser) -> None:
+    """Warm start from an exported package's TorchScript weights (the shipped model keeps no
+    training checkpoint). The package must have this architecture (strict load)."""
+    te.load_state_dict(torch.jit.load(str(pkg / "text_encoder.pt")).state_dict())
+    den.load_state_dict(torch.jit.load(str(pkg / "transformer.pt")).state_dict())
+
+
+def edge_band(obj: torch.Tensor) -> torch.Tensor:
+    """1 on pixels within one pixel of the object's outline (per frame), else 0. obj [B,1,F,H,W]."""
+    b, _, f, h, w = obj.shape
+    m = obj.permute(0, 2, 1, 3, 4).reshape(b * f, 1, h, w)
+    band = torch.nn.functional.max_pool2d(m, 3, 1, 1) + torch.nn.functional.max_pool2d(-m, 3, 1, 1)
+    return band.reshape(b, f, 1, h, w).permute(0, 2, 1, 3, 4)
+
+
 def lr_at(step: int, total: int, base: float, warmup: int = 100) -> float:
     if step < warmup:
         return base * (step + 1) / warmup
@@ -129,6 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stop-at", type=int, default=0, help="stop after this step (lr schedule still --steps)")
     ap.add_argument("--init-from", type=Path, default=None,
                     help="warm start: weights (and EMA) of this checkpoint; new input channels start at zero")
+    ap.add_argument("--init-package", type=Path, default=None,
+                    help="warm start from an exported package (its tokenizer and weights; EMA starts there too)")
+    ap.add_argument("--edge-weight", type=float, default=0.0,
+                    help="extra loss weight on pixels along the object's outline (sharp corners and edges)")
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--train-only", default="", help="train only the denoiser's parameters with this name prefix")
     ap.add_argument("--no-export", action="store_true")
     ap.add_argument("--eval-every", type=int, default=500, help="held-out accuracy (EMA, Python sampler) every N steps")
     a = ap.parse_args(argv)
@@ -136,12 +157,27 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(a.seed)
     cfg = dict(CONFIG)
     spm_file = a.ckpt.parent / "tokenizer.model"
-    train_tokenizer(spm_file, a.seed, cfg["vocab_size"])
+    if a.init_package is not None:
+        spm_file.parent.mkdir(parents=True, exist_ok=True)
+        spm_file.write_bytes((a.init_package / "tokenizer.model").read_bytes())
+    else:
+        train_tokenizer(spm_file, a.seed, cfg["vocab_size"])
     import sentencepiece as spm
 
     vocab = spm.SentencePieceProcessor(model_file=str(spm_file)).vocab_size()
     te, den = build_models(cfg, vocab)
-    params = list(te.parameters()) + list(den.parameters())
+    if a.init_package is not None:
+        load_package_weights(a.init_package, te, den)
+        print(f"warm start from the package {a.init_package}", flush=True)
+    # --train-only PREFIX: fine-tune just the denoiser's parameters under PREFIX (e.g. "refine.");
+    # the rest is frozen, so a step runs the frozen part without building its backward graph.
+    named = [("te." + n, p) for n, p in te.named_parameters()] + [("den." + n, p) for n, p in den.named_parameters()]
+    trainable = {n for n, _ in named if not a.train_only or n.startswith("den." + a.train_only)}
+    if not trainable:
+        raise SystemExit(f"--train-only {a.train_only!r} matches no parameter")
+    for n, p in named:
+        p.requires_grad_(n in trainable)
+    params = [p for n, p in named if n in trainable]
     opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.01, betas=(0.9, 0.99))
     ema_te, ema_den = copy.deepcopy(te).eval(), copy.deepcopy(den).eval()
     start, elapsed_before = 0, 0.0
@@ -163,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                     state[name][:, : value.shape[1]] = value
             mine.load_state_dict(state)
         print(f"warm start from {a.init_from} (step {ck['step']})", flush=True)
-    ema_params = list(ema_te.parameters()) + list(ema_den.parameters())
+    ema_named = dict([("te." + n, p) for n, p in ema_te.named_parameters()] +
+                     [("den." + n, p) for n, p in ema_den.named_parameters()])
+    ema_params = [ema_named[n] for n, _ in named if n in trainable]
     # Per-step RNG streams derived from (seed, step): resuming reproduces the same batches.
     t0 = time.perf_counter()
     run_losses: list[float] = []
@@ -191,13 +229,13 @@ def main(argv: list[str] | None = None) -> int:
         noise = torch.randn(x0.shape, generator=gen)
         xt = (1 - s) * x0 + s * noise
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, a.steps, a.lr)
+            g["lr"] = lr_at(step, a.steps, a.lr, a.warmup)
         embeds = te(ids, mask)
         c_in = 1.0 / torch.sqrt((1.0 - s) ** 2 * 0.5 + s ** 2)
         pred = den.predict_x0(xt * c_in, sigma * 1000.0, embeds)
         bg = x0[:, :, :, :1, :1]
         obj = ((x0 - bg).abs().amax(1, keepdim=True) > 0.05).float()
-        w = (1.0 / s).clamp(max=10.0) * (1.0 + 3.0 * obj)
+        w = (1.0 / s).clamp(max=10.0) * (1.0 + 3.0 * obj + a.edge_weight * edge_band(obj))
         loss = (w * (pred - x0) ** 2).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -212,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         if done % a.log_every == 0 or done == a.steps:
             el = elapsed_before + time.perf_counter() - t0
             print(json.dumps({"step": done, "loss": round(float(np.mean(run_losses)), 5),
-                              "lr": round(lr_at(step, a.steps, a.lr), 6), "elapsed_s": round(el, 1),
+                              "lr": round(lr_at(step, a.steps, a.lr, a.warmup), 6), "elapsed_s": round(el, 1),
                               "s_per_step": round((time.perf_counter() - t0) / (done - start), 3)}), flush=True)
             run_losses.clear()
         if done % a.ckpt_every == 0 or done == a.steps:
