@@ -71,6 +71,9 @@ void step_all(WanRuntime& rt, std::vector<JobBatcher::Member*>& live, int i, con
   }
 }
 
+// Members whose jobs are not cancelled (the others are marked dropped), for a one-call group.
+std::vector<JobBatcher::Member*> live_members(JobBatcher::Group& group);
+
 }  // namespace
 
 asio::awaitable<void> JobBatcher::join(WanRuntime& rt, Job& job, BatchKind kind) {
@@ -199,14 +202,23 @@ std::map<std::size_t, std::uint64_t> JobBatcher::group_sizes(BatchKind kind) con
   return out;
 }
 
-// One VAE call for every live member: un-normalise each job's latents, decode them as one
-// batch, split the frames back ([F, H, W, 3] in [0, 1] per job).
-asio::awaitable<void> JobBatcher::run_decode(WanRuntime& rt, Group& group, const Placement& placement) {
-  std::vector<Member*> live;
+namespace {
+
+std::vector<JobBatcher::Member*> live_members(JobBatcher::Group& group) {
+  std::vector<JobBatcher::Member*> live;
   for (auto& m : group.members) {
     m.dropped = m.job->cancel_requested();
     if (!m.dropped) live.push_back(&m);
   }
+  return live;
+}
+
+}  // namespace
+
+// One VAE call for every live member: un-normalise each job's latents, decode them as one
+// batch, split the frames back ([F, H, W, 3] in [0, 1] per job).
+asio::awaitable<void> JobBatcher::run_decode(WanRuntime& rt, Group& group, const Placement& placement) {
+  auto live = live_members(group);
   if (live.empty()) co_return;
   auto run = [&rt, &live, device = placement.device] {
     const auto& p = rt.package;
@@ -230,10 +242,7 @@ asio::awaitable<void> JobBatcher::run_decode(WanRuntime& rt, Group& group, const
 // group's uncached prompts (stages/wan_job.hpp prepare_jobs).
 asio::awaitable<void> JobBatcher::run_preprocess(WanRuntime& rt, Group& group, const Placement& placement) {
   std::vector<WanJob*> live;
-  for (auto& m : group.members) {
-    m.dropped = m.job->cancel_requested();
-    if (!m.dropped) live.push_back(m.work.get());
-  }
+  for (auto* m : live_members(group)) live.push_back(m->work.get());
   if (live.empty()) co_return;
   auto run = [&rt, &live, device = placement.device] {
     prepare_jobs(rt, device, live);

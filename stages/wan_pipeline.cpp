@@ -127,10 +127,12 @@ void prepare_jobs(WanRuntime& rt, const std::string& device, const std::vector<W
     misses.push_back(text);
     return false;
   };
+  std::vector<std::pair<std::string, std::string>> texts;  // per job: cleaned prompt, negative ("" without CFG)
   for (auto* w : jobs) {
     const bool cfg = w->spec.guidance > 1.0;
-    const bool hit_cond = want(prompt_clean(w->spec.prompt));
-    const bool hit_uncond = !cfg || want(prompt_clean(w->spec.negative_prompt));
+    texts.emplace_back(prompt_clean(w->spec.prompt), cfg ? prompt_clean(w->spec.negative_prompt) : std::string());
+    const bool hit_cond = want(texts.back().first);
+    const bool hit_uncond = !cfg || want(texts.back().second);
     w->text_cache_hit = hit_cond && hit_uncond;
   }
   if (!misses.empty()) {
@@ -143,9 +145,10 @@ void prepare_jobs(WanRuntime& rt, const std::string& device, const std::vector<W
     }
   }
   const auto& p = rt.package;
-  for (auto* w : jobs) {
-    auto embeds = known.at(prompt_clean(w->spec.prompt));
-    if (w->spec.guidance > 1.0) embeds = at::cat({embeds, known.at(prompt_clean(w->spec.negative_prompt))}, 0);
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    auto* w = jobs[j];
+    auto embeds = known.at(texts[j].first);
+    if (w->spec.guidance > 1.0) embeds = at::cat({embeds, known.at(texts[j].second)}, 0);
     w->embeds = embeds;
     // Initial noise from the job's own seed on a CPU generator: the same on every device.
     auto gen = at::make_generator<at::CPUGeneratorImpl>(w->spec.seed);
@@ -155,21 +158,18 @@ void prepare_jobs(WanRuntime& rt, const std::string& device, const std::vector<W
   }
 }
 
-WanJob& wan_job(Job& job) {
-  auto* w = std::any_cast<std::shared_ptr<WanJob>>(&job.payload);
-  if (!w || !*w) throw_error(ErrorKind::internal, "job " + job.id() + " has no Wan payload");
-  return **w;
-}
-
-std::shared_ptr<WanJob> shared_wan_job(Job& job) {
-  wan_job(job);
-  return std::any_cast<std::shared_ptr<WanJob>>(job.payload);
-}
-
 const WanJob* find_wan_job(const Job& job) {
   const auto* w = std::any_cast<std::shared_ptr<WanJob>>(&job.payload);
   return w ? w->get() : nullptr;
 }
+
+std::shared_ptr<WanJob> shared_wan_job(Job& job) {
+  auto* w = std::any_cast<std::shared_ptr<WanJob>>(&job.payload);
+  if (!w || !*w) throw_error(ErrorKind::internal, "job " + job.id() + " has no Wan payload");
+  return *w;
+}
+
+WanJob& wan_job(Job& job) { return *shared_wan_job(job); }  // the payload keeps it alive
 
 asio::awaitable<Placement> place(WanRuntime& rt) {
   PlacementRequest req;
