@@ -35,6 +35,9 @@ struct ModelPackage {
   // tokenizer
   int max_length = 512, pad_id = 0, eos_id = 1;
   bool add_eos = true;
+  // text encoder: true when encoding only up to the longest prompt gives the same rows as all
+  // max_length tokens (manifest text_encoder.padding_invariant; exporter-measured)
+  bool text_padding_invariant = false;
   // scheduler
   std::string scheduler_type;
   boost::json::object scheduler_config;

@@ -10,6 +10,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <regex>
 
@@ -68,11 +69,21 @@ SchedulerParams to_params(const json::object& config) {
   return p;
 }
 
+// [texts, max_length, D]. A padding-invariant encoder (UMT5) runs only up to the longest
+// prompt, and the rest is zero rows, as its masked output has there: a 12-token prompt costs
+// 12 positions, not 512.
 at::Tensor encode_text(WanRuntime& rt, const std::string& device, const std::vector<std::string>& texts) {
   auto batch = rt.tokenizer->encode_batch(texts);
   auto ids = at::tensor(batch.ids, at::kLong).reshape({batch.batch, batch.length});
   auto mask = at::tensor(batch.mask, at::kLong).reshape({batch.batch, batch.length});
-  return wan_module(rt, "text_encoder", device)->forward({ids, mask}).to(at::kFloat);
+  std::int64_t run = batch.length;
+  if (rt.package.text_padding_invariant && !batch.lengths.empty())
+    run = std::clamp<std::int64_t>(*std::max_element(batch.lengths.begin(), batch.lengths.end()), 1, batch.length);
+  auto out = wan_module(rt, "text_encoder", device)
+                 ->forward({ids.narrow(1, 0, run).contiguous(), mask.narrow(1, 0, run).contiguous()})
+                 .to(at::kFloat);
+  if (run == batch.length) return out;
+  return at::constant_pad_nd(out, {0, 0, 0, batch.length - run});
 }
 
 ContentKey text_key(const WanRuntime& rt, const std::string& device, const std::string& text) {

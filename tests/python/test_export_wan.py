@@ -102,6 +102,9 @@ def test_manifest_fields(exported, pipe):
         assert checks[name]["device_constants_left"] == 0
         for check in checks[name]["checks"]:
             assert check["max_abs_diff"] <= 1e-5, (name, check)
+    inv = checks["text_encoder"]["padding_invariance"]
+    assert inv["invariant"] and inv["padded_rows_zero"] and inv["max_abs_diff"] <= 1e-5
+    assert on_disk["text_encoder"]["padding_invariant"] is True
 
 
 def test_reader_rejects_unknown_version_and_bad_hash(exported, tmp_path):
@@ -157,6 +160,10 @@ def test_text_encoder_roundtrip(pkg, pipe):
         out = pkg.text_encoder(ids, mask)
     assert out.shape == (3, 512, 32) and out.dtype == torch.float32
     assert (out - ref).abs().max() <= 1e-5
+    # What the runtime does for a padding-invariant encoder: only up to the longest prompt.
+    with torch.no_grad():
+        short = pkg.text_encoder(ids[:2, :30].contiguous(), mask[:2, :30].contiguous())
+    assert (short - ref[:2, :30]).abs().max() <= 1e-5
 
 
 def test_transformer_roundtrip(pkg, pipe):

@@ -182,13 +182,17 @@ TEST_CASE("vgen's Wan stages reproduce diffusers' WanPipeline (UniPC and FlowMat
   const OutDir out;
   const auto seed = ref->info["seed"].get<std::uint64_t>();
   Capture cap;
+  std::shared_ptr<WanRuntime> runtime;
   auto jobs = run_jobs(ref->info["package"].get<std::string>(), "cpu",
                        {case_json(ref->info["case"], seed, ""), case_json(ref->info["case"], seed, "FlowMatchEulerDiscreteScheduler")},
-                       cap, out.path);
+                       cap, out.path, &runtime);
   REQUIRE(jobs.size() == 2);
   for (auto& j : jobs) REQUIRE_MESSAGE(j->state() == JobState::done, j->snapshot().error);
 
-  // Text embeddings: [cond; uncond] as one batch.
+  // Text embeddings: [cond; uncond] as one batch. The exporter found UMT5 padding-invariant,
+  // so these come from an encoder run over the longest prompt only, zero rows after it;
+  // diffusers encodes all 512 positions.
+  CHECK(runtime->package.text_padding_invariant);
   const auto& e = cap.embeds[jobs[0]->id()];
   CHECK(max_diff(e[0].unsqueeze(0), ref->get("embeds_cond")) <= 1e-5);
   CHECK(max_diff(e[1].unsqueeze(0), ref->get("embeds_uncond")) <= 1e-5);

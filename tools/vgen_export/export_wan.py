@@ -264,7 +264,26 @@ def export_text_encoder(encoder, path: Path, max_length: int, dtype, gen) -> dic
         ref = wrapper(ids, mask)
         checks.append({"shape": list(ids.shape), "max_abs_diff": _max_diff(loaded(ids, mask), ref),
                        "tolerance": _tolerance(dtype, ref)})
-    return {"trace_shape": [len(trace_lens), max_length], **saved, "checks": checks}
+    return {"trace_shape": [len(trace_lens), max_length], **saved, "checks": checks,
+            "padding_invariance": check_padding_invariance(loaded, max_length, vocab, gen)}
+
+
+def check_padding_invariance(encoder, max_length: int, vocab: int, gen) -> dict[str, Any]:
+    """Whether encoding only up to the batch's longest prompt gives the same rows as encoding the
+    whole max_length (UMT5: masked keys and relative positions make padding irrelevant), so the
+    runtime may trim the padding (manifest text_encoder.padding_invariant)."""
+    lengths = [1, min(7, max_length), min(12, max_length)]
+    ids, mask = _mask_batch(lengths, max_length, vocab, gen)
+    full = encoder(ids, mask)
+    n = max(lengths)
+    short = encoder(ids[:, :n].contiguous(), mask[:, :n].contiguous())
+    diff = _max_diff(short, full[:, :n])
+    # float32's tolerance in every dtype: a bf16 encoder run on fewer positions rounds
+    # differently (measured: latents 0.05 off diffusers' bf16 loop), so it keeps all L.
+    tol = _tolerance(torch.float32, full)
+    tail_zero = bool((full[:, n:] == 0).all())
+    return {"lengths": lengths, "max_abs_diff": diff, "tolerance": tol, "padded_rows_zero": tail_zero,
+            "invariant": diff <= tol and tail_zero}
 
 
 def export_transformer(transformer, path: Path, max_length: int, dtype, gen) -> dict[str, Any]:
@@ -397,7 +416,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                       "unk_id": sp.unk_id(), "add_eos": True, "padding": "right",
                       "truncation": "pieces[:max_length-1] + [eos]",
                       "prompt_clean": "html-unescape twice, collapse whitespace runs to one space, strip"},
-        "text_encoder": {"output_dim": text_dim, "output_masked": True},
+        "text_encoder": {"output_dim": text_dim, "output_masked": True,
+                         "padding_invariant": checks["text_encoder"]["padding_invariance"]["invariant"]},
         "scheduler": mf.scheduler_section(scheduler),
         "latent": {"channels": int(vcfg["z_dim"]), "temporal_scale": temporal, "spatial_scale": spatial,
                    "latents_mean": [float(v) for v in vcfg["latents_mean"]],
