@@ -37,7 +37,7 @@ struct RuntimeConfig {
   std::size_t io_threads = 1;
   std::size_t threads_per_device = 1;  // compute worker threads per device
   std::size_t codec_threads = 1;       // encode worker threads
-  std::size_t intra_op_threads = 0;    // LibTorch threads per compute thread; 0: cores / (devices * per_device)
+  std::size_t intra_op_threads = 0;    // LibTorch threads per compute thread; 0: OMP_NUM_THREADS if set, else cores / (devices * per_device)
   std::size_t spin_us = 50;            // idle io/compute threads poll this long before blocking
 
   StageConfig preprocess{1, 64}, denoise{1, 4}, decode{1, 4}, encode{1, 4};

@@ -87,8 +87,7 @@ class RuntimeImpl {
     // threads.per_device > 1 preprocess, denoise and decode of different jobs overlap.
     const auto devices = parse_device_list(config_.devices, discover_cuda_devices, 0.9, config_.threads_per_device);
     std::size_t intra = config_.intra_op_threads;
-    if (intra == 0)
-      intra = std::max<std::size_t>(1, std::thread::hardware_concurrency() / (devices.size() * config_.threads_per_device));
+    if (intra == 0) intra = static_cast<std::size_t>(default_intra_op_threads(devices.size() * config_.threads_per_device));
     add_device_pools(executor_, devices, config_.threads_per_device, config_.codec_threads,
                      [intra](std::size_t) { set_intra_op_threads(static_cast<int>(intra)); });
     devices_ = std::make_unique<DevicePool>(devices, DevicePoolOptions{.policy = config_.device_policy, .metrics = &metrics_});
