@@ -29,9 +29,10 @@ from vgen_export.export_wan import _save  # noqa: E402
 from vgen_export.reference_loop import check_tokenizer, spm_tokenize  # noqa: E402
 from vgen_export.tiny_wan import make_scheduler, tokenizer_from_spm  # noqa: E402
 
-# Sampler: FlowMatchEuler at guidance 2 (tools/demo_model/set_sampler.py; the model card has the
-# comparison with UniPC at guidance 4, the first default).
+# Sampler: FlowMatchEuler at guidance 2, flow shift 2 (tools/demo_model/set_sampler.py; the model
+# card has the comparisons: UniPC at guidance 4 was the first default, shift 3 the training's).
 SAMPLER = "flow_euler"
+SAMPLER_SHIFT = 2.0
 DEFAULTS = {"steps": 16, "guidance_scale": 2.0, "height": 256, "width": 256, "frames": 16, "fps": 8,
             "negative_prompt": ""}
 TOL = 1e-5
@@ -103,7 +104,7 @@ def export_package(ckpt_path: Path, out_dir: Path, command: str | None = None, w
         checks["vae_decoder"] = {"trace_shape": None, "scripted": True, **saved, "checks": _checks(
             dec, path, [(torch.randn(1, 3, 16, 32, 32, generator=gen) * 1.5,),
                         (torch.randn(2, 3, 5, 16, 24, generator=gen),)])}
-    scheduler = make_scheduler(SAMPLER, cfg["flow_shift"])
+    scheduler = make_scheduler(SAMPLER, SAMPLER_SHIFT)
     spatial, multiple = cfg["spatial_scale"], cfg["spatial_scale"] * 4  # any size works; keep it coarse
     side = {"multiple_of": multiple, "min": 128, "max": 512}
     n_params = sum(p.numel() for p in den.parameters()) + sum(p.numel() for p in te.parameters())

@@ -101,7 +101,7 @@ def quick_eval(te: TextEncoder, den: Denoiser, spm_file: Path, cfg: dict, steps:
                guidance: float = 4.0, seed: int = 0) -> dict[str, float]:
     """Held-out attribute accuracy of (EMA) weights during training: Euler flow sampling with CFG in
     Python on the held-out prompts and evaluate.py's detector. A progress signal only; the model card
-    reports evaluate.py through ``vgen render`` (UniPC)."""
+    reports evaluate.py through ``vgen render``."""
     import evaluate
 
     specs = clips.held_out_specs()
@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-only", default="", help="train only the denoiser's parameters with this name prefix")
     ap.add_argument("--no-export", action="store_true")
     ap.add_argument("--eval-every", type=int, default=500, help="held-out accuracy (EMA, Python sampler) every N steps")
+    ap.add_argument("--eval-guidance", type=float, default=2.0, help="guidance of that probe (the package default)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             save(done)
         if a.eval_every and done % a.eval_every == 0:
             te0 = time.perf_counter()
-            acc = quick_eval(ema_te, ema_den, spm_file, cfg)
+            acc = quick_eval(ema_te, ema_den, spm_file, cfg, guidance=a.eval_guidance)
             print(json.dumps({"step": done, "held_out_accuracy": acc,
                               "eval_s": round(time.perf_counter() - te0, 1)}), flush=True)
         if a.stop_at and done >= a.stop_at:
