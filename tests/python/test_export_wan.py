@@ -196,6 +196,38 @@ def test_vae_decoder_roundtrip_and_streaming(pkg, pipe):
         assert first.shape[2] == 1 and all(c.shape[2] == 4 for c in chunks[1:])
 
 
+def test_vae_rms_norms_are_rewritten_without_vector_norm(exported, pipe):
+    """The traced VAE uses the sum-of-squares RMS norm (no aten::linalg_vector_norm, the slow
+    strided reduction) and the eager model keeps diffusers' own forward afterwards."""
+    from diffusers.models.autoencoders.autoencoder_kl_wan import WanRMS_norm
+
+    report = exported[2]["export_checks"]["vae_decoder"]
+    norms = [m for m in pipe.vae.decoder.modules() if isinstance(m, WanRMS_norm)]
+    assert report["rms_norms_rewritten"] == len(norms) > 0
+    module = torch.jit.load(str(exported[1] / "vae_decoder.pt"))
+    kinds = {n.kind() for _, g in ew._graphs(module) for n in g.findAllNodes("aten::linalg_vector_norm")}  # noqa: SLF001
+    assert not kinds
+    assert all("forward" not in m.__dict__ for m in norms)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channel_first", [True, False])
+def test_rms_norm_by_sum_of_squares_matches_diffusers(dtype, channel_first):
+    from diffusers.models.autoencoders.autoencoder_kl_wan import WanRMS_norm
+
+    g = torch.Generator().manual_seed(3)
+    norm = WanRMS_norm(12, channel_first=channel_first, images=False)
+    with torch.no_grad():
+        norm.gamma.copy_(torch.randn(norm.gamma.shape, generator=g))
+    x = torch.randn((2, 12, 3, 5, 7) if channel_first else (2, 3, 12), generator=g).to(dtype)
+    x[0].zero_()  # the eps clamp: an all-zero vector stays zero, no NaN
+    with torch.no_grad():
+        ref, out = norm(x), ew._rms_norm_by_sum_of_squares(norm, x)  # noqa: SLF001
+    assert out.dtype == ref.dtype and torch.isfinite(out.float()).all()
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    assert (out.float() - ref.float()).abs().max() <= tol
+
+
 # ----------------------------------------------------------------------------- end to end
 def test_end_to_end_matches_wan_pipeline(pkg, pipe, tmp_path):
     seed = 7
