@@ -22,6 +22,7 @@ fi
   "$PY" bench/encode.py
   "$PY" bench/memory.py
   "$PY" bench/batching.py --model tiny "${omp[@]}"
+  "$PY" bench/batching.py --model tiny --jobs 48 "${omp[@]}"   # steady state: 6 groups of 8, not 2
   "$PY" bench/overlap.py --model tiny "${omp[@]}"
   "$PY" bench/overlap.py --model medium "${omp[@]}"
   "$PY" bench/e2e.py --model tiny "${omp[@]}"
