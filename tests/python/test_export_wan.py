@@ -210,6 +210,23 @@ def test_vae_rms_norms_are_rewritten_without_vector_norm(exported, pipe):
     assert all("forward" not in m.__dict__ for m in norms)
 
 
+def test_vae_rewrite_that_misses_tolerance_falls_back_to_diffusers_norm(pipe, tmp_path, monkeypatch):
+    """A rewrite whose traced graph exceeds the checks' tolerance is not shipped: the exporter
+    traces diffusers' own norm instead and records the rejected checks."""
+    exact = ew._rms_norm_by_sum_of_squares  # noqa: SLF001
+
+    def off_by_1e3(self, x):
+        return exact(self, x) + 1e-3
+
+    monkeypatch.setattr(ew, "_rms_norm_by_sum_of_squares", off_by_1e3)
+    report = ew.export_vae_decoder(pipe.vae, tmp_path / "vae_decoder.pt", torch.Generator().manual_seed(0))
+    assert report["rms_norms_rewritten"] == 0
+    assert any(c["max_abs_diff"] > c["tolerance"] for c in report["rms_norm_rewrite_rejected"])
+    assert all(c["max_abs_diff"] <= c["tolerance"] for c in report["checks"])
+    module = torch.jit.load(str(tmp_path / "vae_decoder.pt"))
+    assert any(True for _, g in ew._graphs(module) for _ in g.findAllNodes("aten::linalg_vector_norm"))  # noqa: SLF001
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("channel_first", [True, False])
 def test_rms_norm_by_sum_of_squares_matches_diffusers(dtype, channel_first):

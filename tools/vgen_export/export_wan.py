@@ -349,20 +349,27 @@ def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
     used = [i for i, c in enumerate(feat) if c is not None]
     first, step = VaeFirstChunk(vae, used).eval(), VaeNextChunk(vae, used).eval()
     z0 = torch.randn(1, z_dim, 2, 4, 4, generator=gen)
-    with _fast_rms_norms(vae.decoder) as rewritten:
-        traced_first = _trace(first, (z0[:, :, :1],))
-        _, caches = first(z0[:, :, :1])
-        traced_step = _trace(step, (z0[:, :, 1:2], caches))
-    saved = _save(torch.jit.script(VaeDecoderExport(traced_first, traced_step)), path)
-    loaded = torch.jit.load(str(path))
-    checks = []
-    for shape in ((2, 3, 3, 4), (1, 1, 4, 4), (1, 2, 4, 4)):
-        z = torch.randn(shape[0], z_dim, *shape[1:], generator=gen)
-        ref = vae.decode(z, return_dict=False)[0]
-        checks.append({"shape": list(z.shape), "max_abs_diff": _max_diff(loaded(z), ref),
-                       "tolerance": 1e-5})
-    return {"trace_shape": [1, z_dim, 1, 4, 4], "cache_tensors": len(used), "rms_norms_rewritten": rewritten,
-            **saved, "checks": checks}
+    zs = [torch.randn(b, z_dim, f, h, w, generator=gen) for b, f, h, w in ((2, 3, 3, 4), (1, 1, 4, 4), (1, 2, 4, 4))]
+    refs = [vae.decode(z, return_dict=False)[0] for z in zs]
+
+    def export(rewrite: bool) -> dict[str, Any]:
+        with _fast_rms_norms(vae.decoder) if rewrite else contextlib.nullcontext(0) as rewritten:
+            traced_first = _trace(first, (z0[:, :, :1],))
+            _, caches = first(z0[:, :, :1])
+            traced_step = _trace(step, (z0[:, :, 1:2], caches))
+        saved = _save(torch.jit.script(VaeDecoderExport(traced_first, traced_step)), path)
+        loaded = torch.jit.load(str(path))
+        checks = [{"shape": list(z.shape), "max_abs_diff": _max_diff(loaded(z), ref), "tolerance": 1e-5}
+                  for z, ref in zip(zs, refs)]
+        return {"trace_shape": [1, z_dim, 1, 4, 4], "cache_tensors": len(used), "rms_norms_rewritten": rewritten,
+                **saved, "checks": checks}
+
+    report = export(rewrite=True)
+    if any(not c["max_abs_diff"] <= c["tolerance"] for c in report["checks"]):
+        # The rewrite rounds differently; if a model amplifies that past the tolerance, ship
+        # diffusers' own norm (slower on CPU, same graph as before the rewrite existed).
+        report = {**export(rewrite=False), "rms_norm_rewrite_rejected": report["checks"]}
+    return report
 
 
 def _assert_checks(name: str, report: dict[str, Any]) -> None:
