@@ -41,9 +41,10 @@ def main() -> None:
     runs: dict[int, list] = {b: [] for b in batches}
     for r in range(a.runs):  # interleaved
         for b in batches:
-            # Each setting warms up with 2 x max_batch jobs at once: two calls at the batched
-            # shapes, the TorchScript profiling executor's profiling run and its optimising run
-            # (measured: one warm-up call left ~1/3 of max_batch 8's makespan in those two calls).
+            # Each setting warms up with 2 x max_batch jobs at once: two groups, so two calls of
+            # every TorchScript module (its profiling run and its optimising run; the VAE and
+            # the text encoder run once per group). With one warm-up job the VAE's slow second
+            # call fell inside the timed makespan (~1/3 of it at max_batch 8, 16 jobs).
             cmd = bench_jobs_cmd(model, p, a.jobs, b, "concurrent", OUT / f"batching_{a.model}") + ["--warmup-jobs", 2 * b]
             o = run_json(cmd, env=env)
             c = o["concurrent"]

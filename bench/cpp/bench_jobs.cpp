@@ -9,9 +9,9 @@
 //              [--warmup-jobs W]
 //
 // W warm-up jobs (default 1) run first, submitted together: they load the TorchScript modules
-// and cache the negative prompt's embedding. With W = 2 x max_batch they also make the two
-// calls at the batched shapes that TorchScript's profiling executor spends on a new shape (a
-// profiling run, then the run that optimises the graph), so the timed phases pay neither. The two phases use different prompt
+// and cache the negative prompt's embedding. With W = 2 x max_batch they form two groups, so
+// every TorchScript method gets the two slow calls the profiling executor spends per method
+// and process (a profiling run, then the run that optimises the graph) before timing starts. The two phases use different prompt
 // texts, so the concurrent phase gets no text-cache hits from the serial one. The result
 // cache is off. One JSON object on stdout: per job, state, seconds and stage_seconds
 // (Job::record_stage_time: time from a stage's start to its end, waits inside included), and
