@@ -68,6 +68,10 @@ class Reader {
       fail(path, "must be between " + std::to_string(min) + " and " + std::to_string(max) + " (got " + json::serialize(v) + ")");
     return x;
   }
+  bool boolean(const json::value& v, const std::string& path) const {
+    if (!v.is_bool()) fail(path, "must be true or false (got " + json::serialize(v) + ")");
+    return v.get_bool();
+  }
   std::string string(const json::value& v, const std::string& path, bool allow_empty = false) const {
     if (!v.is_string()) fail(path, "must be a string (got " + json::serialize(v) + ")");
     std::string s(v.get_string());
@@ -115,6 +119,7 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
            r.fail(p, "must be least_loaded or round_robin (got '" + c.device_policy + "')");
        }},
       {"output_dir", [&](const json::value& v, const std::string& p) { c.output_dir = r.path(v, p); }},
+      {"warmup", [&](const json::value& v, const std::string& p) { c.warmup = r.boolean(v, p); }},
       {"journal", [&](const json::value& v, const std::string& p) { c.journal = v.is_null() ? fs::path() : r.path(v, p); }},
       {"threads", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {{"io", count(r, c.io_threads, 1, 64)},
@@ -205,6 +210,7 @@ json::object to_json(const RuntimeConfig& c) {
       {"threads", {{"io", c.io_threads}, {"per_device", c.threads_per_device}, {"codec", c.codec_threads}, {"intra_op", c.intra_op_threads}, {"spin_us", c.spin_us}}},
       {"stages", {{"preprocess", stage(c.preprocess)}, {"denoise", stage(c.denoise)}, {"decode", stage(c.decode)}, {"encode", stage(c.encode)}}},
       {"batching", {{"max_batch", c.max_batch}, {"wait_ms", c.batch_wait.count()}}},
+      {"warmup", c.warmup},
       {"cache", {{"text", {{"entries", c.text_cache_entries}, {"ttl_s", c.text_cache_ttl.count()}}},
                  {"results", {{"entries", c.result_cache_entries}, {"ttl_s", c.result_cache_ttl.count()}}}}},
       {"retry", {{"attempts", c.retry_attempts}, {"initial_backoff_ms", c.retry_initial_backoff.count()},

@@ -47,6 +47,12 @@ struct RuntimeConfig {
   std::size_t max_batch = 1;
   std::chrono::milliseconds batch_wait{20};
 
+  // Before the runtime accepts jobs, call every module twice on each device at the package's
+  // smallest size (LibTorch's profiling executor profiles a method's first call and optimises
+  // its graph on the second: both are slow), so the first jobs run at steady-state speed.
+  // Costs those calls at start-up. Config key "warmup".
+  bool warmup = false;
+
   std::size_t text_cache_entries = 256;
   std::chrono::seconds text_cache_ttl{1800};
   std::size_t result_cache_entries = 1024;  // 0 disables the result cache

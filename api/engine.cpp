@@ -17,6 +17,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
@@ -118,6 +119,7 @@ class RuntimeImpl {
     wo.metrics = &metrics_;
     wo.batch_wait = config_.batch_wait;
     wan_ = make_wan_runtime(config_.model, executor_, *devices_, wo);
+    if (config_.warmup) warm_up_devices(devices);
     PipelineOptions po;
     po.metrics = &metrics_;
     po.on_event = [this](const JobEvent& e) {
@@ -126,6 +128,22 @@ class RuntimeImpl {
     pipeline_ = std::make_unique<Pipeline>(executor_.get_executor(), make_stages(), po);
     pipeline_->start();
     if (!config_.journal.empty()) open_journal();
+  }
+
+  // config.warmup: each device's compute thread calls every module twice before any job
+  // (stages/wan_pipeline.hpp warm_up); the constructor returns once all are warm.
+  void warm_up_devices(const std::vector<DeviceSpec>& devices) {
+    for (const auto& d : devices) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto task = [this, id = d.id] {
+        warm_up(*wan_, id);
+        return 0;
+      };
+      executor_.pool(device_pool_name(d.id)).run(std::move(task), asio::use_future).get();
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
+      metrics_.gauge("vgen_warmup_seconds", "Start-up warm-up of the model on a device", {{"device", d.id}}).set(took.count());
+      spdlog::info("warmed up the model on {} in {:.2f} s", d.id, took.count());
+    }
   }
 
   ~RuntimeImpl() { shutdown(); }

@@ -238,6 +238,23 @@ std::shared_ptr<WanRuntime> make_wan_runtime(const std::filesystem::path& packag
   return rt;
 }
 
+void warm_up(WanRuntime& rt, const std::string& device) {
+  const auto& p = rt.package;
+  const auto& lim = p.limits;
+  const int side = std::max(lim.size_multiple, (lim.min_size + lim.size_multiple - 1) / lim.size_multiple * lim.size_multiple);
+  const int frames = std::clamp(lim.frames_step + 1, lim.min_frames, lim.max_frames);  // two latent frames: first + step chunks
+  const std::int64_t lf = (frames - 1) / p.temporal_scale + 1, lh = side / p.spatial_scale, lw = side / p.spatial_scale;
+  auto transformer = wan_module(rt, "transformer", device);
+  auto vae = wan_module(rt, "vae_decoder", device);
+  for (int call = 0; call < 2; ++call) {
+    auto embeds = encode_text(rt, device, {"warm up", ""});  // cond and uncond rows, as with guidance
+    auto z = at::zeros({2, p.latent_channels, lf, lh, lw}, at::kFloat);
+    auto t = at::full({2}, 500.0, at::kFloat);
+    transformer->forward({z.to(transformer->dtype()), t, embeds.to(transformer->dtype())});
+    vae->forward({z.narrow(0, 0, 1).to(vae->dtype())});
+  }
+}
+
 const ModelPackage& package_of(const WanRuntime& runtime) { return runtime.package; }
 
 CacheStats text_cache_stats(const WanRuntime& runtime) {

@@ -66,6 +66,13 @@ std::map<std::size_t, std::uint64_t> decode_group_sizes(const WanRuntime& runtim
 
 std::vector<StageSpec> make_wan_stages(std::shared_ptr<WanRuntime> runtime);
 
+// Loads the text encoder, transformer and VAE decoder for `device` and calls each twice at the
+// package's smallest size (one latent frame pair, one text token run), discarding the outputs:
+// LibTorch's profiling executor profiles a method's first call and optimises its graph on the
+// second, and both are slow (docs/PERFORMANCE.md). Run it on `device`'s compute thread before
+// jobs arrive. Touches no job state and bypasses the text cache. Not cancellable.
+void warm_up(WanRuntime& runtime, const std::string& device);
+
 // What a finished Wan job produced (valid once the job is done).
 struct WanJobResult {
   JobSpec spec;

@@ -59,7 +59,7 @@ TEST_CASE("every key is read, with comments and relative paths") {
     "cache": {"text": {"entries": 7, "ttl_s": 8}, "results": {"entries": 0, "ttl_s": 10}},
     "retry": {"attempts": 1, "initial_backoff_ms": 0, "max_backoff_ms": 0, "multiplier": 1},
     "encoder": {"crf": 30, "preset": "ultrafast", "threads": 2},
-    "job_ttl_s": 60, "batching": {"max_batch": 8, "wait_ms": 5},
+    "job_ttl_s": 60, "batching": {"max_batch": 8, "wait_ms": 5}, "warmup": true,
     "service": {"listen": "0.0.0.0:9000", "max_body_bytes": 1024, "token": "t", "max_connections": 3}
   })"));
   CHECK(c.model == dir / "pkg");
@@ -83,6 +83,8 @@ TEST_CASE("every key is read, with comments and relative paths") {
   CHECK(c.job_ttl == std::chrono::seconds(60));
   CHECK(c.max_batch == 8);
   CHECK(c.batch_wait == std::chrono::milliseconds(5));
+  CHECK(c.warmup);
+  CHECK_FALSE(RuntimeConfig{}.warmup);
   CHECK(c.service.listen == "0.0.0.0:9000");
   CHECK(c.service.token == "t");
   CHECK(c.service.max_connections == 3);
@@ -91,6 +93,7 @@ TEST_CASE("every key is read, with comments and relative paths") {
   j["service"].as_object()["token"] = "t";
   const auto again = apply_config(RuntimeConfig{}, j, "again", "/");
   CHECK(again.denoise.workers == 5);
+  CHECK(again.warmup);
   CHECK(again.model == c.model);
   fs::remove_all(dir);
 }
@@ -117,6 +120,7 @@ TEST_CASE("unknown keys and bad values name the key path") {
       {R"({"stages": {"preprocess": {"queue": 1e30032}}})", "stages.preprocess.queue: must be between 1 and 1000000"},
       {R"({"encoder": {"crf": -1e300}})", "encoder.crf: must be between 0 and 63 (got -1E300)"},
       {R"({"threads": {"io": 64.0}, "job_ttl_s": 9.3e18})", "job_ttl_s: must be between 1 and 31536000"},
+      {R"({"warmup": 1})", "warmup: must be true or false (got 1)"},
       {R"({"colour": 1})", "colour: unknown key"},
       {R"([1, 2])", "must be a JSON object"},
       {R"({"model": )", "not valid JSON"},

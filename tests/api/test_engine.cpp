@@ -4,6 +4,7 @@
 #include "api/engine.hpp"
 #include "runtime/fault_injector.hpp"
 #include "runtime/errors.hpp"
+#include "stages/model_backend.hpp"
 #include "tests/support/python_reference.hpp"
 
 #include <doctest/doctest.h>
@@ -246,4 +247,34 @@ TEST_CASE("a permanent fault fails only its job; out of memory retries with a sm
   CHECK(failed > 0);
   CHECK(failed < 8);
   CHECK(oom_retried >= 4);  // the first batch of four ran out of memory and was retried in twos
+}
+
+TEST_CASE("warmup loads and calls every module before the first job, which renders the same bytes" * doctest::timeout(300)) {
+  const auto pkg = package_or_skip();
+  if (pkg.empty()) return;
+  auto& modules = ModuleCache::instance();
+  std::string cold;
+  {
+    TempDir out;
+    modules.clear();
+    const auto before = modules.loads();
+    Runtime rt(small_config(pkg, out.path));
+    CHECK(modules.loads() == before);  // without warmup the modules load with the first job
+    const auto r = rt.submit(spec("a red circle moving left", "clip")).wait();
+    REQUIRE_MESSAGE(r.state == JobState::done, r.error);
+    CHECK(modules.loads() == before + 3);
+    cold = bytes_of(r.output);
+  }
+  TempDir out;
+  modules.clear();
+  const auto before = modules.loads();
+  auto c = small_config(pkg, out.path);
+  c.warmup = true;
+  Runtime rt(c);
+  CHECK(modules.loads() == before + 3);  // text encoder, transformer, VAE decoder
+  CHECK(rt.metrics_text().find("vgen_warmup_seconds{device=\"cpu:0\"}") != std::string::npos);
+  const auto r = rt.submit(spec("a red circle moving left", "clip")).wait();
+  REQUIRE_MESSAGE(r.state == JobState::done, r.error);
+  CHECK(modules.loads() == before + 3);  // the job ran on the warmed modules
+  CHECK(bytes_of(r.output) == cold);     // warm-up changes no job state
 }
