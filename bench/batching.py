@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Cross-job batching: throughput of N concurrent jobs on one vgen::Runtime at max_batch 1,
-2, 4, 8 (bench_jobs --mode concurrent: 2 x max_batch warm-up jobs, then N jobs submitted together; jobs/s
-= N / makespan). Target on the tiny package:
-max_batch 8 >= 2x max_batch 1. With --jobs other than 16 the JSON is batching_<model>_<N>jobs.json.
+2, 4, 8 (bench_jobs --mode concurrent: 2 x max_batch warm-up jobs, then N jobs submitted
+together; jobs/s = N / makespan). Target on the tiny package: max_batch 8 >= 2x max_batch 1.
+With --jobs other than 16 the JSON is batching_<model>_<N>jobs.json.
 
     python bench/batching.py [--model tiny|medium] [--jobs N] [--batches 1,2,4,8] [--runs R]
                              [--omp-threads T]
@@ -67,7 +67,7 @@ def main() -> None:
     print(f"max_batch {max(batches)} / {batches[0]}: {ratio:.2f}x (target >= 2x: {'met' if ratio >= 2 else 'MISSED'})")
     name = f"batching_{a.model}" + ("" if a.jobs == 16 else f"_{a.jobs}jobs")
     write(name, {"machine": m, "params": {**vars(a), **p}, "summary": summary, "ratio": ratio,
-                                  "target": 2.0, "met": ratio >= 2, "runs": runs})
+                 "target": 2.0, "met": ratio >= 2, "runs": runs})
 
 
 if __name__ == "__main__":

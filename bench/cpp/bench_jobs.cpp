@@ -11,8 +11,9 @@
 // W warm-up jobs (default 1) run first, submitted together: they load the TorchScript modules
 // and cache the negative prompt's embedding. With W = 2 x max_batch they form two groups, so
 // every TorchScript method gets the two slow calls the profiling executor spends per method
-// and process (a profiling run, then the run that optimises the graph) before timing starts. The two phases use different prompt
-// texts, so the concurrent phase gets no text-cache hits from the serial one. The result
+// and process (a profiling run, then the run that optimises the graph) before timing starts.
+// The two phases use different prompt texts, so the concurrent phase gets no text-cache hits
+// from the serial one. The result
 // cache is off. One JSON object on stdout: per job, state, seconds and stage_seconds
 // (Job::record_stage_time: time from a stage's start to its end, waits inside included), and
 // each phase's makespan (first submit .. last job done).
