@@ -43,7 +43,11 @@ class TorchScriptModule final : public Module {
   TorchScriptModule(torch::jit::Module m, c10::Device device, c10::ScalarType dtype)
       : module_(std::move(m)), device_(device), dtype_(dtype) {}
 
-  at::Tensor forward(const std::vector<at::Tensor>& inputs) const override {
+  at::Tensor call(std::string_view method, const std::vector<at::Tensor>& inputs) const override {
+    // forward() is const on the module's state; TorchScript's method lookup is not const-qualified.
+    auto& m = const_cast<torch::jit::Module&>(module_);
+    auto found = m.find_method(std::string(method));
+    if (!found) throw_error(ErrorKind::invalid_argument, "model has no method '" + std::string(method) + "'");
     c10::InferenceMode guard;
     std::vector<c10::IValue> args;
     args.reserve(inputs.size());
@@ -51,9 +55,7 @@ class TorchScriptModule final : public Module {
     // inputs and submodules in float32 (e.g. Wan's timestep and time embedder in a bf16
     // package), so casting every floating input to the module's dtype would be wrong.
     for (const auto& t : inputs) args.emplace_back(t.to(device_));
-    // forward() is const on the module's state; TorchScript's method call is not const-qualified.
-    auto& m = const_cast<torch::jit::Module&>(module_);
-    return m.forward(args).toTensor();
+    return (*found)(std::move(args)).toTensor();
   }
   c10::Device device() const override { return device_; }
   c10::ScalarType dtype() const override { return dtype_; }

@@ -33,7 +33,10 @@ class Module {
  public:
   virtual ~Module() = default;
   // Inputs are moved to the module's device (their dtypes are the caller's); outputs stay there.
-  virtual at::Tensor forward(const std::vector<at::Tensor>& inputs) const = 0;
+  at::Tensor forward(const std::vector<at::Tensor>& inputs) const { return call("forward", inputs); }
+  // The same for a named method (a package lists its components' methods in the manifest).
+  // Error(invalid_argument) if the module has no such method.
+  virtual at::Tensor call(std::string_view method, const std::vector<at::Tensor>& inputs) const = 0;
   virtual c10::Device device() const = 0;
   virtual c10::ScalarType dtype() const = 0;
 };

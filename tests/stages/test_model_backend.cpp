@@ -66,6 +66,16 @@ TEST_CASE("a TorchScript component loads once per device and reproduces eager Py
   const auto want = tensor_of((*ref)["y"]);
   CHECK(y.sizes() == want.sizes());
   CHECK((y - want).abs().max().item<float>() <= 1e-6f);
+  // Another traced method of the same module, and one it does not have.
+  const auto shifted = got[0]->call("shifted", {tensor_of((*ref)["x"]), tensor_of((*ref)["scale"])});
+  CHECK((shifted - tensor_of((*ref)["shifted"])).abs().max().item<float>() <= 1e-6f);
+  try {
+    got[0]->call("forward_compact", {tensor_of((*ref)["x"])});
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);
+    CHECK(std::string(e.what()).find("forward_compact") != std::string::npos);
+  }
   fs::remove_all(dir);
 }
 

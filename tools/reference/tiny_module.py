@@ -1,5 +1,6 @@
-"""Writes a tiny traced TorchScript module plus an input and the eager output, as reference
-for the C++ model-backend test. Usage: tiny_module.py OUT_DIR (prints JSON)."""
+"""Writes a tiny traced TorchScript module (two methods, forward and shifted) plus an input and
+the eager outputs, as reference for the C++ model-backend test. Usage: tiny_module.py OUT_DIR
+(prints JSON)."""
 import json
 import pathlib
 import sys
@@ -15,6 +16,9 @@ class Tiny(torch.nn.Module):
     def forward(self, x, scale):
         return torch.tanh(self.proj(x)) * scale
 
+    def shifted(self, x, scale):
+        return self.forward(x, scale) + scale
+
 
 def main():
     out = pathlib.Path(sys.argv[1])
@@ -23,11 +27,12 @@ def main():
     m = Tiny().eval()
     x = torch.randn(2, 4)
     scale = torch.tensor([1.5])
-    traced = torch.jit.trace(m, (x, scale))
+    traced = torch.jit.trace_module(m, {"forward": (x, scale), "shifted": (x, scale)})
     traced.save(str(out / "tiny.pt"))
     with torch.no_grad():
-        y = m(x, scale)
-    print(json.dumps({"module": str(out / "tiny.pt"), "x": x.tolist(), "scale": scale.tolist(), "y": y.tolist()}))
+        y, shifted = m(x, scale), m.shifted(x, scale)
+    print(json.dumps({"module": str(out / "tiny.pt"), "x": x.tolist(), "scale": scale.tolist(), "y": y.tolist(),
+                      "shifted": shifted.tolist()}))
 
 
 if __name__ == "__main__":
