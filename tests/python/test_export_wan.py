@@ -105,6 +105,10 @@ def test_manifest_fields(exported, pipe):
     inv = checks["text_encoder"]["padding_invariance"]
     assert inv["invariant"] and inv["padded_rows_zero"] and inv["max_abs_diff"] <= 1e-5
     assert on_disk["text_encoder"]["padding_invariant"] is True
+    assert on_disk["transformer"]["compact_context"] is True
+    assert on_disk["components"]["transformer"]["methods"] == ["forward", "forward_compact"]
+    compact = checks["transformer"]["compact_context"]
+    assert compact["usable"] and all(c["max_abs_diff"] <= 1e-5 for c in compact["checks"])
 
 
 def test_reader_rejects_unknown_version_and_bad_hash(exported, tmp_path):
@@ -176,6 +180,28 @@ def test_transformer_roundtrip(pkg, pipe):
             ref = pipe.transformer(hidden_states=x, timestep=t, encoder_hidden_states=ctx, return_dict=False)[0]
             out = pkg.transformer(x, t, ctx)
         assert out.shape == x.shape and (out - ref).abs().max() <= 1e-5
+
+
+def test_transformer_compact_context_matches_zero_padded_512(pkg, pipe):
+    """forward_compact over each prompt's rows + one ln(count)-weighted zero row equals diffusers'
+    transformer over WanPipeline's zero-padded 512 rows; the same rows without the bias do not."""
+    g = torch.Generator().manual_seed(5)
+    for lengths in ([1, 40], [512, 3], [7]):
+        b = len(lengths)
+        x = torch.randn(b, 16, 2, 4, 4, generator=g)
+        t = torch.tensor([999.0, 400.0, 3.0][:b])
+        ctx = torch.randn(b, 512, 32, generator=g)
+        for row, n in enumerate(lengths):
+            ctx[row, n:] = 0
+        compact, bias = ew.compact_context(ctx, lengths)
+        assert compact.size(1) == min(512, max(lengths) + 1)
+        with torch.no_grad():
+            ref = pipe.transformer(hidden_states=x, timestep=t, encoder_hidden_states=ctx, return_dict=False)[0]
+            out = pkg.transformer.forward_compact(x, t, compact, bias)
+            unbiased = pkg.transformer.forward_compact(x, t, compact, torch.zeros_like(bias))
+        assert (out - ref).abs().max() <= 1e-5, lengths
+        if compact.size(1) < 512:  # at 512 rows a zero bias is the full context itself
+            assert (unbiased - ref).abs().max() > 1e-4, lengths
 
 
 def test_vae_decoder_roundtrip_and_streaming(pkg, pipe):
@@ -298,6 +324,8 @@ def test_bfloat16_package_matches_bfloat16_pipeline(exported, tmp_path):
     src = exported[0]
     manifest = ew.export_wan(src, tmp_path / "pkg", dtype="bfloat16", tiny=True)
     assert manifest["dtype"] == "bfloat16" and manifest["components"]["vae_decoder"]["dtype"] == "float32"
+    # A bf16 ln(count) bias rounds past float32's tolerance: the runtime keeps all 512 rows.
+    assert manifest["transformer"]["compact_context"] is False
     vae = AutoencoderKLWan.from_pretrained(src, subfolder="vae", dtype=torch.float32)
     pipe = WanPipeline.from_pretrained(src, vae=vae, dtype=torch.bfloat16)
     pipe.set_progress_bar_config(disable=True)

@@ -58,17 +58,73 @@ class TextEncoderExport(torch.nn.Module):
         return hidden * attention_mask.unsqueeze(-1).to(hidden.dtype)
 
 
+class _KeyBias:
+    """The additive cross-attention key bias of the call being traced (None: no bias)."""
+
+    bias: torch.Tensor | None = None
+
+
+class _KeyBiasProcessor:
+    """Wraps a block's cross-attention (attn2) processor: passes the current key bias, shaped
+    [B,1,1,L] for every head and query, as the attention mask diffusers' processor forwards
+    to scaled_dot_product_attention. With no bias it is the wrapped processor unchanged."""
+
+    def __init__(self, inner, holder: _KeyBias):
+        self.inner, self.holder = inner, holder
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
+        bias = self.holder.bias
+        if bias is not None:
+            attention_mask = bias[:, None, None, :].to(hidden_states.dtype)
+        return self.inner(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)
+
+
 class TransformerExport(torch.nn.Module):
-    """(hidden_states [B,C,F',H',W'], timestep float32 [B], encoder_hidden_states [B,L,D])
-    -> flow prediction [B,C,F',H',W'] (latent tensors in the package dtype)."""
+    """forward(hidden_states [B,C,F',H',W'], timestep float32 [B], encoder_hidden_states [B,L,D])
+    -> flow prediction [B,C,F',H',W'] (latent tensors in the package dtype).
+
+    forward_compact(..., encoder_hidden_states [B,T,D], context_bias float32 [B,T]): the same
+    prediction from a compacted text context. WanPipeline zero-pads every prompt to L rows and
+    the cross-attention attends to all of them; n identical zero rows give n identical keys
+    and values, which weigh exactly like one of them with ln(n) added to its logit. So the
+    runtime passes each prompt's own rows, one zero row with bias ln(L - length), and -inf on
+    any further padding: T is the longest prompt + 1 instead of L (512)."""
 
     def __init__(self, transformer: torch.nn.Module):
         super().__init__()
         self.transformer = transformer
+        self._key_bias = _KeyBias()
+        for block in transformer.blocks:
+            block.attn2.set_processor(_KeyBiasProcessor(block.attn2.processor, self._key_bias))
 
-    def forward(self, hidden_states, timestep, encoder_hidden_states):
+    def _predict(self, hidden_states, timestep, encoder_hidden_states):
         return self.transformer(hidden_states=hidden_states, timestep=timestep,
                                 encoder_hidden_states=encoder_hidden_states, return_dict=False)[0]
+
+    def forward(self, hidden_states, timestep, encoder_hidden_states):
+        return self._predict(hidden_states, timestep, encoder_hidden_states)
+
+    def forward_compact(self, hidden_states, timestep, encoder_hidden_states, context_bias):
+        self._key_bias.bias = context_bias
+        try:
+            return self._predict(hidden_states, timestep, encoder_hidden_states)
+        finally:
+            self._key_bias.bias = None
+
+
+def compact_context(embeds: torch.Tensor, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B,L,D] zero-padded prompt embeddings and each row's true length -> (context [B,T,D],
+    bias float32 [B,T]) for forward_compact (what stages/text_context.cpp builds in C++)."""
+    full = embeds.size(1)
+    t = min(full, max(n + (1 if n < full else 0) for n in lengths))
+    context = embeds[:, :t].clone()
+    bias = torch.zeros(len(lengths), t)
+    for row, n in enumerate(lengths):
+        context[row, n:] = 0
+        if n < full:
+            bias[row, n] = torch.log(torch.tensor(float(full - n), dtype=torch.float64)).item()
+            bias[row, n + 1:] = float("-inf")
+    return context, bias
 
 
 def _two_frames(cache: torch.Tensor) -> torch.Tensor:
@@ -326,8 +382,20 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen) -> 
         ctx = torch.randn(b, max_length, cfg.text_dim, generator=gen).to(dtype)
         return x, t, ctx
 
+    def padded(args, lengths):  # WanPipeline's context: each prompt's rows, then zeros
+        ctx = args[2].clone()
+        for row, n in enumerate(lengths):
+            ctx[row, n:] = 0
+        return args[0], args[1], ctx
+
     trace_shape = (2, 2, 2, 2)
-    traced = _trace(wrapper, inputs(*trace_shape))
+    trace_full = inputs(*trace_shape)
+    trace_ctx, trace_bias = compact_context(padded(trace_full, [3, 4])[2], [3, 4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # as in _trace
+        traced = torch.jit.trace_module(wrapper, {"forward": trace_full,
+                                                  "forward_compact": (*trace_full[:2], trace_ctx, trace_bias)},
+                                        check_trace=False)
     saved = _save(traced, path)
     loaded = torch.jit.load(str(path))
     checks = []
@@ -337,7 +405,24 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen) -> 
         checks.append({"shape": list(args[0].shape), "max_abs_diff": _max_diff(loaded(*args), ref),
                        "tolerance": _tolerance(dtype, ref)})
     b, f, h, w = trace_shape
-    return {"trace_shape": [b, cfg.in_channels, f, h * ph, w * pw], **saved, "checks": checks}
+    return {"trace_shape": [b, cfg.in_channels, f, h * ph, w * pw], **saved, "checks": checks,
+            "compact_context": check_compact_context(loaded, wrapper, inputs, padded, max_length)}
+
+
+def check_compact_context(loaded, wrapper, inputs, padded, max_length: int) -> dict[str, Any]:
+    """Whether forward_compact on the compacted context gives eager diffusers' prediction on the
+    zero-padded one (manifest transformer.compact_context). float32's tolerance in every dtype,
+    as for the text encoder's padding: a half-precision ln(n) bias rounds."""
+    checks = []
+    for shape, lengths in (((2, 2, 3, 3), [1, 9]), ((3, 1, 2, 2), [max_length, 2, min(30, max_length)]),
+                           ((1, 3, 2, 4), [min(7, max_length)])):
+        args = padded(inputs(*shape), lengths)
+        ref = wrapper(*args)
+        ctx, bias = compact_context(args[2], lengths)
+        out = loaded.forward_compact(args[0], args[1], ctx, bias)
+        checks.append({"shape": list(args[0].shape), "lengths": lengths, "context_rows": int(ctx.size(1)),
+                       "max_abs_diff": _max_diff(out, ref), "tolerance": _tolerance(torch.float32, ref)})
+    return {"checks": checks, "usable": not _failed_checks({"checks": checks})}
 
 
 def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
@@ -447,7 +532,7 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
             "text_encoder": mf.component_entry(out_dir, "text_encoder.pt", format="torchscript",
                                                dtype=dtype, methods=["forward"]),
             "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript",
-                                              dtype=dtype, methods=["forward"]),
+                                              dtype=dtype, methods=["forward", "forward_compact"]),
             "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript",
                                               dtype="float32",
                                               methods=["forward", "decode_first", "decode_step"]),
@@ -466,7 +551,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                    "dtype": "float32"},
         "transformer": {"patch_size": patch, "in_channels": int(tcfg["in_channels"]),
                         "out_channels": int(tcfg["out_channels"]), "text_dim": int(tcfg["text_dim"]),
-                        "rope_max_seq_len": rope, "prediction": "flow", "timestep_dtype": "float32"},
+                        "rope_max_seq_len": rope, "prediction": "flow", "timestep_dtype": "float32",
+                        "compact_context": checks["transformer"]["compact_context"]["usable"]},
         "resolution": {"height": side(patch[1]), "width": side(patch[2])},
         "frames": {"rule": "4k+1", "k_multiple": temporal, "min": 1,
                    "max": (frames_max - 1) // temporal * temporal + 1},
