@@ -1,6 +1,7 @@
 #include "stages/job_batcher.hpp"
 
 #include "runtime/errors.hpp"
+#include "stages/text_context.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/asio/co_spawn.hpp>
@@ -19,6 +20,7 @@ struct JobBatcher::Member {
   std::shared_ptr<WanJob> work;  // shared with the job's payload (outlives a cancelled job's)
   std::unique_ptr<Scheduler> scheduler;
   at::Tensor latents;
+  at::Tensor context, bias;  // the job's text rows at the group's row count (stages/text_context.hpp)
   bool dropped = false;
 };
 
@@ -37,7 +39,8 @@ namespace {
 std::string compatibility_key(const WanRuntime& rt, const WanJob& w, const Scheduler& s) {
   std::string k = std::string(s.name()) + "|" + std::to_string(w.spec.steps) + "|" + (w.spec.guidance > 1.0 ? "cfg" : "nocfg");
   for (auto d : w.latents.sizes()) k += "|" + std::to_string(d);
-  for (auto d : w.embeds.sizes()) k += "|" + std::to_string(d);
+  // Text rows of any length share a call: the group pads them to one row count.
+  k += "|" + std::to_string(w.embeds.size(0)) + "x" + std::to_string(w.embeds.size(2));
   return k + "|" + rt.package.id();
 }
 
@@ -45,20 +48,20 @@ std::string compatibility_key(const WanRuntime& rt, const WanJob& w, const Sched
 void step_all(WanRuntime& rt, std::vector<JobBatcher::Member*>& live, int i, const std::string& device) {
   if (rt.options.before_denoise)
     rt.options.before_denoise(live.size(), device, live.front()->job->id(), live.front()->job->snapshot().attempts);
-  auto transformer = wan_module(rt, "transformer", device);
-  const auto dtype = transformer->dtype();
+  const auto dtype = wan_module(rt, "transformer", device)->dtype();
   const bool cfg = live.front()->work->spec.guidance > 1.0;
-  std::vector<at::Tensor> inputs, embeds;
+  std::vector<at::Tensor> inputs, contexts, biases;
   for (auto* m : live) {
     auto input = m->scheduler->scale_model_input(m->latents, i);
     inputs.push_back(input);
     if (cfg) inputs.push_back(input);
-    embeds.push_back(m->work->embeds);  // [2 or 1, L, D]: cond (, uncond)
+    contexts.push_back(m->context);  // [2 or 1, rows, D]: cond (, uncond)
+    if (m->bias.defined()) biases.push_back(m->bias);
   }
-  auto x = (inputs.size() == 1 ? inputs[0] : at::cat(inputs, 0)).to(dtype);
-  auto e = (embeds.size() == 1 ? embeds[0] : at::cat(embeds, 0)).to(dtype);
+  auto cat = [](const std::vector<at::Tensor>& xs) { return xs.empty() ? at::Tensor() : xs.size() == 1 ? xs[0] : at::cat(xs, 0); };
+  auto x = cat(inputs).to(dtype);
   auto t = live.front()->scheduler->timesteps()[i].to(at::kFloat).expand({x.size(0)}).contiguous();  // float32 always
-  auto pred = transformer->forward({x, t, e}).to(at::kCPU);
+  auto pred = predict_flow(rt, device, x, t, cat(contexts), cat(biases)).to(at::kCPU);
   const std::int64_t rows = cfg ? 2 : 1;
   for (std::size_t j = 0; j < live.size(); ++j) {
     auto* m = live[j];
@@ -171,8 +174,16 @@ asio::awaitable<void> JobBatcher::run_group(WanRuntime& rt, std::shared_ptr<Grou
 }
 
 asio::awaitable<void> JobBatcher::run_loop(WanRuntime& rt, Group& group, const Placement& placement) {
+  // One text row count for the whole group: max_length, or with a compact-context package
+  // the group's longest text + 1 (stages/text_context.hpp).
+  const auto& p = rt.package;
+  std::vector<std::int64_t> lengths;
+  for (auto& m : group.members) lengths.insert(lengths.end(), m.work->embed_lengths.begin(), m.work->embed_lengths.end());
+  const auto rows = context_rows(lengths, p.max_length, p.transformer_compact_context);
   for (auto& m : group.members) {
     m.latents = m.work->latents * m.scheduler->init_noise_sigma();
+    m.context = pad_rows(m.work->embeds, rows);
+    if (p.transformer_compact_context) m.bias = context_bias(m.work->embed_lengths, rows, p.max_length);
     m.work->device = placement.device;
   }
   const int steps = static_cast<int>(group.members.front().scheduler->timesteps().size(0));

@@ -3,8 +3,9 @@
 //  - preprocess: any jobs of the package; one text-encoder call for the group's uncached
 //    prompts (each distinct text once), then each job's own noise (prepare_jobs);
 //  - denoise: interchangeable denoising loops (same latent shape, steps, scheduler, package,
-//    guidance on/off); one transformer call per step for all jobs (each job's cond and uncond
-//    rows together), then each job's own guidance scale and scheduler step;
+//    guidance on/off; prompts of any length: the group brings text rows to one count,
+//    stages/text_context.hpp); one transformer call per step for all jobs (each job's cond and
+//    uncond rows together), then each job's own guidance scale and scheduler step;
 //  - decode: same latent shape; one VAE call.
 // A group collects until it holds max_batch jobs or `wait` has passed since its first job,
 // then asks for the device and keeps collecting until the device is granted: under load the

@@ -148,8 +148,15 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   p.pad_id = static_cast<int>(r.integer(tok, "pad_id", "tokenizer."));
   p.eos_id = static_cast<int>(r.integer(tok, "eos_id", "tokenizer."));
   if (const auto* a = tok.if_contains("add_eos"); a && a->is_bool()) p.add_eos = a->get_bool();
-  if (const auto* te = m.if_contains("text_encoder"); te && te->is_object())
-    if (const auto* a = te->get_object().if_contains("padding_invariant"); a && a->is_bool()) p.text_padding_invariant = a->get_bool();
+  // Optional flags (absent in older packages): false unless the manifest says true.
+  auto flag = [&m](const char* section, const char* key) {
+    const auto* s = m.if_contains(section);
+    const auto* a = s && s->is_object() ? s->get_object().if_contains(key) : nullptr;
+    return a && a->is_bool() && a->get_bool();
+  };
+  p.text_padding_invariant = flag("text_encoder", "padding_invariant");
+  p.text_output_masked = flag("text_encoder", "output_masked");
+  p.transformer_compact_context = p.text_output_masked && flag("transformer", "compact_context");
 
   const auto& sch = r.obj(m, "scheduler");
   p.scheduler_type = r.str(sch, "type", "scheduler.");

@@ -38,6 +38,13 @@ struct ModelPackage {
   // text encoder: true when encoding only up to the longest prompt gives the same rows as all
   // max_length tokens (manifest text_encoder.padding_invariant; exporter-measured)
   bool text_padding_invariant = false;
+  // text encoder: true when its rows past a prompt's tokens are exactly zero (manifest
+  // text_encoder.output_masked), so a prompt's embedding can be kept at its own length
+  bool text_output_masked = false;
+  // transformer: true when its forward_compact method takes a compacted text context (the
+  // prompt rows, one zero row weighted by a ln(count) key bias) and the exporter measured it
+  // equal to forward on the zero-padded max_length context (manifest transformer.compact_context)
+  bool transformer_compact_context = false;
   // scheduler
   std::string scheduler_type;
   boost::json::object scheduler_config;

@@ -31,7 +31,8 @@ struct WanRuntime {
 // computes frees nothing the group is using.
 struct WanJob {
   JobSpec spec;
-  at::Tensor embeds;   // [1 or 2, L, D]: cond (and uncond when guidance > 1)
+  at::Tensor embeds;   // [1 or 2, L, D]: cond (and uncond when guidance > 1), zero past each text
+  std::vector<std::int64_t> embed_lengths;  // per row of embeds: its text's rows (stages/text_context.hpp)
   at::Tensor latents;  // [1, C, F', H', W'] float32, on the CPU between stages
   at::Tensor frames;   // [F, H, W, 3] float32 in [0, 1]
   std::filesystem::path output;
@@ -49,6 +50,12 @@ const WanJob* find_wan_job(const Job& job);     // nullptr if none
 // uncached prompts of all jobs in one text-encoder call, each distinct text once, through the
 // TTL cache) and each job's initial noise from its own seed.
 void prepare_jobs(WanRuntime& rt, const std::string& device, const std::vector<WanJob*>& jobs);
+
+// One transformer call on `device`: forward on the zero-padded max_length context (bias
+// undefined), or forward_compact with the compact form's key bias (stages/text_context.hpp).
+// x in the transformer's dtype, t float32; returns the flow prediction on the device.
+at::Tensor predict_flow(WanRuntime& rt, const std::string& device, const at::Tensor& x, const at::Tensor& t,
+                        const at::Tensor& context, const at::Tensor& bias);
 
 // Where a stage's compute runs: a lease from the DevicePool and that device's worker pool.
 struct Placement {

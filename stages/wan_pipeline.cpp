@@ -5,6 +5,7 @@
 #include "runtime/content_key.hpp"
 #include "runtime/errors.hpp"
 #include "stages/model_backend.hpp"
+#include "stages/text_context.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -69,10 +70,11 @@ SchedulerParams to_params(const json::object& config) {
   return p;
 }
 
-// [texts, max_length, D]. A padding-invariant encoder (UMT5) runs only up to the longest
-// prompt, and the rest is zero rows, as its masked output has there: a 12-token prompt costs
-// 12 positions, not 512.
-at::Tensor encode_text(WanRuntime& rt, const std::string& device, const std::vector<std::string>& texts) {
+// The texts' embedding rows, [texts, L, D], and each text's length. A padding-invariant
+// encoder (UMT5) runs only up to the longest prompt (L), as its masked output is zero past each
+// prompt anyway: a 12-token prompt costs 12 positions, not 512. An unmasked output keeps all
+// max_length rows.
+TextRows encode_text(WanRuntime& rt, const std::string& device, const std::vector<std::string>& texts) {
   auto batch = rt.tokenizer->encode_batch(texts);
   auto ids = at::tensor(batch.ids, at::kLong).reshape({batch.batch, batch.length});
   auto mask = at::tensor(batch.mask, at::kLong).reshape({batch.batch, batch.length});
@@ -82,8 +84,9 @@ at::Tensor encode_text(WanRuntime& rt, const std::string& device, const std::vec
   auto out = wan_module(rt, "text_encoder", device)
                  ->forward({ids.narrow(1, 0, run).contiguous(), mask.narrow(1, 0, run).contiguous()})
                  .to(at::kFloat);
-  if (run == batch.length) return out;
-  return at::constant_pad_nd(out, {0, 0, 0, batch.length - run});
+  if (!rt.package.text_output_masked)
+    return {pad_rows(out, batch.length), std::vector<std::int64_t>(texts.size(), batch.length)};
+  return {out, std::vector<std::int64_t>(batch.lengths.begin(), batch.lengths.end())};
 }
 
 ContentKey text_key(const WanRuntime& rt, const std::string& device, const std::string& text) {
@@ -149,8 +152,9 @@ void prepare_jobs(WanRuntime& rt, const std::string& device, const std::vector<W
   if (!misses.empty()) {
     auto encoded = encode_text(rt, device, misses);
     for (std::size_t i = 0; i < misses.size(); ++i) {
-      // A copy of the row, so a cached embedding does not keep the whole batch alive.
-      auto e = misses.size() == 1 ? encoded : encoded.narrow(0, static_cast<std::int64_t>(i), 1).clone();
+      // The text's own rows [1, length, D] (its length is its row count from here on), copied
+      // so that a cached embedding does not keep the whole batch alive.
+      auto e = encoded.embeds.narrow(0, static_cast<std::int64_t>(i), 1).narrow(1, 0, encoded.lengths[i]).clone();
       known[misses[i]] = e;
       if (rt.text_cache) rt.text_cache->put(text_key(rt, device, misses[i]), e, static_cast<std::size_t>(e.numel() * e.element_size()));
     }
@@ -158,9 +162,15 @@ void prepare_jobs(WanRuntime& rt, const std::string& device, const std::vector<W
   const auto& p = rt.package;
   for (std::size_t j = 0; j < jobs.size(); ++j) {
     auto* w = jobs[j];
-    auto embeds = known.at(texts[j].first);
-    if (w->spec.guidance > 1.0) embeds = at::cat({embeds, known.at(texts[j].second)}, 0);
-    w->embeds = embeds;
+    const auto& cond = known.at(texts[j].first);
+    std::vector<TextRows> rows{{cond, {cond.size(1)}}};
+    if (w->spec.guidance > 1.0) {
+      const auto& uncond = known.at(texts[j].second);
+      rows.push_back({uncond, {uncond.size(1)}});
+    }
+    auto stacked = stack_texts(rows);
+    w->embeds = std::move(stacked.embeds);
+    w->embed_lengths = std::move(stacked.lengths);
     // Initial noise from the job's own seed on a CPU generator: the same on every device.
     auto gen = at::make_generator<at::CPUGeneratorImpl>(w->spec.seed);
     w->latents = at::randn({1, p.latent_channels, (w->spec.frames - 1) / p.temporal_scale + 1,
@@ -195,6 +205,14 @@ asio::awaitable<Placement> place(WanRuntime& rt) {
 std::shared_ptr<const Module> wan_module(WanRuntime& rt, const std::string& component, const std::string& device) {
   const auto& c = rt.package.component(component);
   return ModuleCache::instance().get(rt.options.backend, c.file, device, parse_dtype(c.dtype));
+}
+
+at::Tensor predict_flow(WanRuntime& rt, const std::string& device, const at::Tensor& x, const at::Tensor& t,
+                        const at::Tensor& context, const at::Tensor& bias) {
+  auto transformer = wan_module(rt, "transformer", device);
+  auto c = context.to(transformer->dtype());
+  if (!bias.defined()) return transformer->forward({x, t, c});
+  return transformer->call("forward_compact", {x, t, c, bias});  // float32 bias: the graph casts it
 }
 
 JobSpec parse_wan_job(const ModelPackage& package, const json::value& spec) {
@@ -247,10 +265,12 @@ void warm_up(WanRuntime& rt, const std::string& device) {
   auto transformer = wan_module(rt, "transformer", device);
   auto vae = wan_module(rt, "vae_decoder", device);
   for (int call = 0; call < 2; ++call) {
-    auto embeds = encode_text(rt, device, {"warm up", ""});  // cond and uncond rows, as with guidance
+    auto text = encode_text(rt, device, {"warm up", ""});  // cond and uncond rows, as with guidance
+    const auto rows = context_rows(text.lengths, p.max_length, p.transformer_compact_context);
+    auto bias = p.transformer_compact_context ? context_bias(text.lengths, rows, p.max_length) : at::Tensor();
     auto z = at::zeros({2, p.latent_channels, lf, lh, lw}, at::kFloat);
     auto t = at::full({2}, 500.0, at::kFloat);
-    transformer->forward({z.to(transformer->dtype()), t, embeds.to(transformer->dtype())});
+    predict_flow(rt, device, z.to(transformer->dtype()), t, pad_rows(text.embeds, rows), bias);
     vae->forward({z.narrow(0, 0, 1).to(vae->dtype())});
   }
 }

@@ -18,6 +18,7 @@
 #include <boost/asio/this_coro.hpp>
 
 #include "runtime/errors.hpp"
+#include "stages/text_context.hpp"
 #include "stages/wan_job.hpp"
 #include "tests/support/python_reference.hpp"
 
@@ -75,6 +76,7 @@ struct OutDir {
 struct Capture {
   std::mutex m;
   std::map<std::string, at::Tensor> embeds, frames;
+  std::map<std::string, std::vector<std::int64_t>> embed_lengths;
   std::map<std::string, std::vector<at::Tensor>> steps;
   std::map<std::string, std::set<std::string>> devices;  // job -> devices of its stages
 };
@@ -94,7 +96,10 @@ std::vector<StageSpec> capturing(std::vector<StageSpec> stages, Capture& cap) {
       co_await inner(job);
       if (const auto* w = find_wan_job(job)) {
         std::lock_guard l(cap.m);
-        if (name == "preprocess") cap.embeds[job.id()] = w->embeds.clone();
+        if (name == "preprocess") {
+          cap.embeds[job.id()] = w->embeds.clone();
+          cap.embed_lengths[job.id()] = w->embed_lengths;
+        }
         if (name == "decode") cap.frames[job.id()] = w->frames.clone();
         if (!w->device.empty()) cap.devices[job.id()].insert(w->device);
       }
@@ -190,12 +195,18 @@ TEST_CASE("vgen's Wan stages reproduce diffusers' WanPipeline (UniPC and FlowMat
   for (auto& j : jobs) REQUIRE_MESSAGE(j->state() == JobState::done, j->snapshot().error);
 
   // Text embeddings: [cond; uncond] as one batch. The exporter found UMT5 padding-invariant,
-  // so these come from an encoder run over the longest prompt only, zero rows after it;
-  // diffusers encodes all 512 positions.
+  // so these come from an encoder run over the longest prompt only; each text keeps its own
+  // rows (zero after them), where diffusers zero-pads all to 512 positions.
   CHECK(runtime->package.text_padding_invariant);
+  CHECK(runtime->package.transformer_compact_context);  // so the denoise above used forward_compact
   const auto& e = cap.embeds[jobs[0]->id()];
-  CHECK(max_diff(e[0].unsqueeze(0), ref->get("embeds_cond")) <= 1e-5);
-  CHECK(max_diff(e[1].unsqueeze(0), ref->get("embeds_uncond")) <= 1e-5);
+  const auto& lengths = cap.embed_lengths[jobs[0]->id()];
+  REQUIRE(lengths.size() == 2);
+  CHECK(e.size(1) == std::max(lengths[0], lengths[1]));
+  CHECK(e.size(1) < runtime->package.max_length);
+  const auto full = runtime->package.max_length;
+  CHECK(max_diff(pad_rows(e, full)[0].unsqueeze(0), ref->get("embeds_cond")) <= 1e-5);
+  CHECK(max_diff(pad_rows(e, full)[1].unsqueeze(0), ref->get("embeds_uncond")) <= 1e-5);
 
   for (auto [job, name] : {std::pair{jobs[0], std::string("unipc")}, std::pair{jobs[1], std::string("euler")}}) {
     check_against_reference(*ref, cap, *job, name);
@@ -287,6 +298,39 @@ TEST_CASE("cross-job batching (text encoder, denoiser, VAE): each job's result e
     REQUIRE_MESSAGE(rerun[i]->state() == JobState::done, rerun[i]->snapshot().error);
     // The batch shrinks to three: the same up to batch numerics.
     CHECK(max_diff(again.steps[rerun[i]->id()].back(), batched.steps[jobs[i]->id()].back()) <= 1e-4);
+  }
+}
+
+TEST_CASE("the compact text context and the zero-padded 512 rows give the same denoising" * doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  const OutDir out;
+  // The same package with the manifest's compact_context off: forward on all max_length rows.
+  const fs::path pkg = ref->info["package"].get<std::string>();
+  const auto full = out.path / "pkg_full";
+  fs::copy(pkg, full);
+  nlohmann::json manifest;
+  std::ifstream(full / "manifest.json") >> manifest;
+  manifest["transformer"]["compact_context"] = false;
+  std::ofstream(full / "manifest.json") << manifest.dump();
+  // Two prompts of different lengths in one group: their rows are padded to the longer one.
+  std::vector<boost::json::object> specs{case_json(ref->info["case"], 300, ""), case_json(ref->info["case"], 301, "")};
+  specs[1]["prompt"] = "a cat";
+  Capture compact, padded;
+  std::shared_ptr<WanRuntime> rc, rp;
+  auto a = run_jobs(pkg, "cpu", specs, compact, out.path, &rc, 2);
+  auto b = run_jobs(full, "cpu", specs, padded, out.path, &rp, 2);
+  CHECK(rc->package.transformer_compact_context);
+  CHECK_FALSE(rp->package.transformer_compact_context);
+  CHECK(denoise_group_sizes(*rc).count(2) == 1);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    REQUIRE_MESSAGE(a[i]->state() == JobState::done, a[i]->snapshot().error);
+    REQUIRE_MESSAGE(b[i]->state() == JobState::done, b[i]->snapshot().error);
+    const auto& x = compact.steps[a[i]->id()];
+    const auto& y = padded.steps[b[i]->id()];
+    REQUIRE(x.size() == y.size());
+    for (std::size_t k = 0; k < x.size(); ++k) CHECK(max_diff(x[k], y[k]) <= 1e-5);
+    CHECK(max_diff(compact.frames[a[i]->id()], padded.frames[b[i]->id()]) <= 1e-5);
   }
 }
 
