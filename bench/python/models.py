@@ -59,7 +59,7 @@ def main() -> None:
     a = ap.parse_args()
     key = {"preset": a.preset, "seed": a.seed,
            "transformer": MEDIUM_TRANSFORMER if a.preset == "medium" else "tiny_wan.tiny_transformer",
-           "package": "vae.rms_norm_sum_of_squares"}  # bump to re-export after a manifest change
+           "package": "transformer.compact_context"}  # bump to re-export after a manifest change
     key = json.loads(json.dumps(key))
     marker = a.out / "preset.json"
     if (a.out / "pkg" / "manifest.json").exists() and marker.exists() and json.loads(marker.read_text()) == key:
