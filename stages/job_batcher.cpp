@@ -11,6 +11,8 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
+
 namespace vgen {
 
 namespace asio = boost::asio;
@@ -19,7 +21,6 @@ struct JobBatcher::Member {
   std::shared_ptr<Job> job;
   std::shared_ptr<WanJob> work;  // shared with the job's payload (outlives a cancelled job's)
   std::unique_ptr<Scheduler> scheduler;
-  at::Tensor latents;
   at::Tensor context, bias;  // the job's text rows at the group's row count (stages/text_context.hpp)
   bool dropped = false;
 };
@@ -44,34 +45,55 @@ std::string compatibility_key(const WanRuntime& rt, const WanJob& w, const Sched
   return k + "|" + rt.package.id();
 }
 
-// One step for every live member: one transformer call, then each job's guidance and step.
-void step_all(WanRuntime& rt, std::vector<JobBatcher::Member*>& live, int i, const std::string& device) {
+// The guided flow prediction [live, ...] for every live member at step i from their model
+// inputs `x` [live, ...]: one transformer call (each job's cond and uncond rows together),
+// then each job's guidance in the transformer's dtype, as WanPipeline does (so a bf16 package
+// follows diffusers' bf16 numerics too).
+at::Tensor guided_prediction(WanRuntime& rt, const std::vector<JobBatcher::Member*>& live, const at::Tensor& x, int i,
+                             const std::string& device) {
   if (rt.options.before_denoise)
     rt.options.before_denoise(live.size(), device, live.front()->job->id(), live.front()->job->snapshot().attempts);
   const auto dtype = wan_module(rt, "transformer", device)->dtype();
   const bool cfg = live.front()->work->spec.guidance > 1.0;
-  std::vector<at::Tensor> inputs, contexts, biases;
+  std::vector<at::Tensor> contexts, biases;
   for (auto* m : live) {
-    auto input = m->scheduler->scale_model_input(m->latents, i);
-    inputs.push_back(input);
-    if (cfg) inputs.push_back(input);
     contexts.push_back(m->context);  // [2 or 1, rows, D]: cond (, uncond)
     if (m->bias.defined()) biases.push_back(m->bias);
   }
   auto cat = [](const std::vector<at::Tensor>& xs) { return xs.empty() ? at::Tensor() : xs.size() == 1 ? xs[0] : at::cat(xs, 0); };
-  auto x = cat(inputs).to(dtype);
-  auto t = live.front()->scheduler->timesteps()[i].to(at::kFloat).expand({x.size(0)}).contiguous();  // float32 always
-  auto pred = predict_flow(rt, device, x, t, cat(contexts), cat(biases)).to(at::kCPU);
-  const std::int64_t rows = cfg ? 2 : 1;
+  auto input = (cfg ? x.repeat_interleave(2, 0) : x).to(dtype);  // job j's rows 2j (cond), 2j+1 (uncond)
+  auto t = live.front()->scheduler->timesteps()[i].to(at::kFloat).expand({input.size(0)}).contiguous();  // float32 always
+  auto pred = predict_flow(rt, device, input, t, cat(contexts), cat(biases)).to(at::kCPU);
+  if (!cfg) return pred;
+  auto cond = pred.slice(0, 0, pred.size(0), 2), uncond = pred.slice(0, 1, pred.size(0), 2);
+  const double g = live.front()->work->spec.guidance;
+  if (std::all_of(live.begin(), live.end(), [g](auto* m) { return m->work->spec.guidance == g; }))
+    return uncond + g * (cond - uncond);
+  std::vector<at::Tensor> rows;
   for (std::size_t j = 0; j < live.size(); ++j) {
-    auto* m = live[j];
-    auto p = pred.narrow(0, static_cast<std::int64_t>(j) * rows, rows);
-    // Guidance in the transformer's dtype and the scheduler step on that output, as
-    // WanPipeline does (so a bf16 package follows diffusers' bf16 numerics too).
-    if (cfg) p = p[1].unsqueeze(0) + m->work->spec.guidance * (p[0].unsqueeze(0) - p[1].unsqueeze(0));
-    m->latents = m->scheduler->step(p, i, m->latents);
-    if (m->work->on_step) m->work->on_step(i, m->latents);
+    const auto r = static_cast<std::int64_t>(j);
+    rows.push_back(uncond.narrow(0, r, 1) + live[j]->work->spec.guidance * (cond.narrow(0, r, 1) - uncond.narrow(0, r, 1)));
   }
+  return at::cat(rows, 0);
+}
+
+// One step of a group: the members' latents are one batch [N, ...] stepped by one scheduler
+// (steps are row-wise, stages/scheduler.hpp), so its coefficient math runs once per step
+// instead of once per job. Dropped members keep their rows, fed a zero prediction, which
+// touches no other row. A scheduler that draws noise (DDIM eta > 0, stochastic_sampling)
+// draws it for the batch from the default generator, as WanPipeline's step() does per call.
+void step_together(WanRuntime& rt, std::vector<JobBatcher::Member>& members, const std::vector<JobBatcher::Member*>& live,
+                   Scheduler& scheduler, at::Tensor& latents, int i, const std::string& device) {
+  auto x = scheduler.scale_model_input(latents, i);
+  std::vector<std::int64_t> rows;
+  for (auto* m : live) rows.push_back(m - members.data());
+  const bool all = live.size() == members.size();
+  const auto index = at::tensor(rows, at::kLong);
+  auto pred = guided_prediction(rt, live, all ? x : x.index_select(0, index), i, device);
+  if (!all) pred = at::zeros(x.sizes(), pred.options()).index_copy_(0, index, pred);
+  latents = scheduler.step(pred, i, latents);
+  for (std::size_t j = 0; j < live.size(); ++j)
+    if (live[j]->work->on_step) live[j]->work->on_step(i, latents.narrow(0, rows[j], 1));
 }
 
 // Members whose jobs are not cancelled (the others are marked dropped), for a one-call group.
@@ -181,12 +203,17 @@ asio::awaitable<void> JobBatcher::run_loop(WanRuntime& rt, Group& group, const P
   for (auto& m : group.members) lengths.insert(lengths.end(), m.work->embed_lengths.begin(), m.work->embed_lengths.end());
   const auto rows = context_rows(lengths, p.max_length, p.transformer_compact_context);
   for (auto& m : group.members) {
-    m.latents = m.work->latents * m.scheduler->init_noise_sigma();
     m.context = pad_rows(m.work->embeds, rows);
     if (p.transformer_compact_context) m.bias = context_bias(m.work->embed_lengths, rows, p.max_length);
     m.work->device = placement.device;
   }
-  const int steps = static_cast<int>(group.members.front().scheduler->timesteps().size(0));
+  // Members share the scheduler's configuration and steps (compatibility_key): one instance
+  // steps them all.
+  Scheduler& scheduler = *group.members.front().scheduler;
+  std::vector<at::Tensor> all;
+  for (auto& m : group.members) all.push_back(m.work->latents * scheduler.init_noise_sigma());
+  at::Tensor latents = all.size() == 1 ? all[0] : at::cat(all, 0);
+  const int steps = static_cast<int>(scheduler.timesteps().size(0));
   for (int i = 0; i < steps; ++i) {
     std::vector<Member*> live;
     for (auto& m : group.members) {
@@ -194,15 +221,15 @@ asio::awaitable<void> JobBatcher::run_loop(WanRuntime& rt, Group& group, const P
       if (!m.dropped) live.push_back(&m);
     }
     if (live.empty()) co_return;
-    auto step = [&rt, &live, i, device = placement.device] {
-      step_all(rt, live, i, device);
+    auto step = [&, i, device = placement.device] {
+      step_together(rt, group.members, live, scheduler, latents, i, device);
       return 0;
     };
     co_await placement.pool->run(step);
     for (auto* m : live) m->job->report_progress(i + 1, steps);
   }
-  for (auto& m : group.members)
-    if (!m.dropped) m.work->latents = m.latents;
+  for (std::size_t j = 0; j < group.members.size(); ++j)
+    if (!group.members[j].dropped) group.members[j].work->latents = latents.narrow(0, static_cast<std::int64_t>(j), 1).clone();
 }
 
 std::map<std::size_t, std::uint64_t> JobBatcher::group_sizes(BatchKind kind) const {

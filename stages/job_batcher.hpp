@@ -5,7 +5,8 @@
 //  - denoise: interchangeable denoising loops (same latent shape, steps, scheduler, package,
 //    guidance on/off; prompts of any length: the group brings text rows to one count,
 //    stages/text_context.hpp); one transformer call per step for all jobs (each job's cond and
-//    uncond rows together), then each job's own guidance scale and scheduler step;
+//    uncond rows together), each job's own guidance scale, then one scheduler step for the
+//    group's latents as a batch (steps are row-wise);
 //  - decode: same latent shape; one VAE call.
 // A group collects until it holds max_batch jobs or `wait` has passed since its first job,
 // then asks for the device and keeps collecting until the device is granted: under load the

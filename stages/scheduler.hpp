@@ -64,6 +64,9 @@ class Scheduler {
   }
 
   // One denoising step from step i to i+1; returns the new sample in the model output's dtype.
+  // Row-wise: a batch of samples [N, ...] stepped together gives each row what stepping it
+  // alone gives (up to noise drawn by stochastic variants), so JobBatcher steps a denoise
+  // group with one instance.
   // Steps must run in order 0..N-1 for multistep schedulers (else Error(invalid_argument)).
   // `gen` is used only by stochastic variants (DDIM eta > 0, stochastic_sampling); nullptr
   // means the default generator.
