@@ -4,7 +4,7 @@
 //
 //   bench_jobs --model PKG --out DIR [--jobs N] [--width W --height H --frames F --steps S]
 //              [--guidance G] [--negative-prompt P] [--max-batch B] [--batch-wait-ms MS]
-//              [--threads-per-device T] [--codec-threads C] [--mode serial|concurrent|both]
+//              [--threads-per-device T] [--codec-threads C] [--spin-us US] [--mode serial|concurrent|both]
 //              [--intra-op-threads N] [--jit-optimize 0|1] [--devices cpu|cpu,cpu]
 //              [--warmup-jobs W]
 //
@@ -107,6 +107,7 @@ int main(int argc, char** argv) {
     else if (k == "--batch-wait-ms") c.batch_wait = std::chrono::milliseconds(std::stoi(v));
     else if (k == "--threads-per-device") c.threads_per_device = std::stoul(v);
     else if (k == "--codec-threads") c.codec_threads = std::stoul(v);
+    else if (k == "--spin-us") c.spin_us = std::stoul(v);
     else if (k == "--mode") mode = v;
     else if (k == "--warmup-jobs") warmup_jobs = std::max(1, std::stoi(v));
     else if (k == "--devices") c.devices = v;
@@ -119,7 +120,7 @@ int main(int argc, char** argv) {
   }
   vgen::Runtime rt(c);
   json::object out{{"jobs", jobs}, {"spec", base}, {"max_batch", c.max_batch},
-                   {"threads_per_device", c.threads_per_device}, {"codec_threads", c.codec_threads}, {"devices", c.devices},
+                   {"threads_per_device", c.threads_per_device}, {"codec_threads", c.codec_threads}, {"devices", c.devices}, {"spin_us", c.spin_us},
                    {"intra_op_threads", at::get_num_threads()},
                    {"jit_optimize", torch::jit::getGraphExecutorOptimize()}};
 
