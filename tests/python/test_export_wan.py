@@ -290,14 +290,23 @@ def test_end_to_end_matches_wan_pipeline(pkg, pipe, tmp_path):
     assert (tmp_path / "dump" / "prompt_embeds.npy").is_file()
 
 
-def test_end_to_end_without_guidance_and_other_shape(pkg, pipe):
+@pytest.mark.parametrize("compact", [False, True], ids=["full_context", "compact_context"])
+def test_end_to_end_without_guidance_and_other_shape(pkg, pipe, compact):
     case = {**CASE, "guidance_scale": 1.0, "height": 48, "width": 32, "num_frames": 9,
             "num_inference_steps": 2}
     expected = run_pipe(pipe, case, 11)
-    rec = rl.run_reference(pkg, **case, seed=11)
+    rec = rl.run_reference(pkg, **case, seed=11, compact=compact)
     assert rec["frames"].shape == (1, 9, 3, 48, 32)
     assert rec["prompt_embeds"].shape[0] == 1  # no negative branch
     assert_matches(rec, expected)
+
+
+def test_end_to_end_compact_context_matches_wan_pipeline(pkg, pipe):
+    """The runtime's path for a compact_context package (forward_compact on each prompt's rows
+    + one ln(count)-weighted zero row), with guidance: same latents and frames as WanPipeline."""
+    assert pkg.manifest["transformer"]["compact_context"]
+    expected = run_pipe(pipe, CASE, 7)
+    assert_matches(rl.run_reference(pkg, **CASE, seed=7, compact=True), expected)
 
 
 def test_end_to_end_flow_match_euler(pkg, pipe):

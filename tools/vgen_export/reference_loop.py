@@ -145,10 +145,12 @@ def run_reference(pkg: WanPackage | Path | str, prompt: str, negative_prompt: st
                   height: int | None = None, width: int | None = None, num_frames: int | None = None,
                   num_inference_steps: int | None = None, guidance_scale: float | None = None,
                   seed: int = 0, dump_dir: Path | str | None = None,
-                  scheduler=None) -> dict[str, Any]:
+                  scheduler=None, compact: bool = False) -> dict[str, Any]:
     """Generate with the exported components. ``None`` arguments take the manifest defaults,
     except ``negative_prompt`` which, as in WanPipeline, is "" when None. ``scheduler`` (a
-    diffusers scheduler) replaces the manifest's, e.g. to check FlowMatchEuler.
+    diffusers scheduler) replaces the manifest's, e.g. to check FlowMatchEuler. ``compact``:
+    call ``transformer.forward_compact`` on the compacted text context, as the runtime does
+    for a package with ``transformer.compact_context`` (docs/MODEL_PACKAGE.md).
     Returns a dict: "frames" [1,F,3,H,W] float32 in [0,1] (== WanPipeline output_type="pt"),
     "video" [1,3,F,H,W] in [-1,1], "timesteps", "sigmas", and per-step tensors."""
     if not isinstance(pkg, WanPackage):
@@ -166,6 +168,13 @@ def run_reference(pkg: WanPackage | Path | str, prompt: str, negative_prompt: st
     prompts = [prompt] + ([negative_prompt or ""] if cfg else [])
     rec.update(encode_prompts(pkg, prompts))
     embeds = rec["prompt_embeds"].to(pkg.dtype)
+    denoise = pkg.transformer
+    if compact:
+        from .export_wan import compact_context
+
+        lengths = [int(n) for n in rec["attention_mask"].sum(1)]
+        embeds, bias = compact_context(embeds, lengths)
+        denoise = lambda x, t, e: pkg.transformer.forward_compact(x, t, e, bias)  # noqa: E731
 
     scheduler = scheduler or pkg.make_scheduler()
     scheduler.set_timesteps(steps)
@@ -179,7 +188,7 @@ def run_reference(pkg: WanPackage | Path | str, prompt: str, negative_prompt: st
             x = latents.to(pkg.dtype)
             batch = torch.cat([x, x]) if cfg else x
             timestep = t.to(torch.float32).expand(batch.shape[0]).contiguous()
-            pred = pkg.transformer(batch, timestep, embeds)
+            pred = denoise(batch, timestep, embeds)
             if cfg:
                 cond, uncond = pred.chunk(2)
                 pred = uncond + g * (cond - uncond)
