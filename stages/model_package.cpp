@@ -156,7 +156,12 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   };
   p.text_padding_invariant = flag("text_encoder", "padding_invariant");
   p.text_output_masked = flag("text_encoder", "output_masked");
-  p.transformer_compact_context = p.text_output_masked && flag("transformer", "compact_context");
+  // The compact path also needs the method itself in the manifest's list for the transformer.
+  bool has_compact_method = false;
+  if (const auto* t = comps.if_contains("transformer"); t && t->is_object())
+    if (const auto* methods = t->get_object().if_contains("methods"); methods && methods->is_array())
+      for (const auto& name : methods->get_array()) has_compact_method |= name.is_string() && name.get_string() == "forward_compact";
+  p.transformer_compact_context = p.text_output_masked && has_compact_method && flag("transformer", "compact_context");
 
   const auto& sch = r.obj(m, "scheduler");
   p.scheduler_type = r.str(sch, "type", "scheduler.");

@@ -43,7 +43,8 @@ struct ModelPackage {
   bool text_output_masked = false;
   // transformer: true when its forward_compact method takes a compacted text context (the
   // prompt rows, one zero row weighted by a ln(count) key bias) and the exporter measured it
-  // equal to forward on the zero-padded max_length context (manifest transformer.compact_context)
+  // equal to forward on the zero-padded max_length context (manifest transformer.compact_context,
+  // and forward_compact listed in components.transformer.methods)
   bool transformer_compact_context = false;
   // scheduler
   std::string scheduler_type;

@@ -70,10 +70,10 @@ SchedulerParams to_params(const json::object& config) {
   return p;
 }
 
-// The texts' embedding rows, [texts, L, D], and each text's length. A padding-invariant
-// encoder (UMT5) runs only up to the longest prompt (L), as its masked output is zero past each
-// prompt anyway: a 12-token prompt costs 12 positions, not 512. An unmasked output keeps all
-// max_length rows.
+// The texts' embedding rows, [texts, L, D] with L the longest prompt, and each text's length.
+// A padding-invariant encoder (UMT5) runs only up to the longest prompt, as its masked output
+// is zero past each prompt anyway: a 12-token prompt costs 12 positions, not 512. An unmasked
+// output keeps all max_length rows.
 TextRows encode_text(WanRuntime& rt, const std::string& device, const std::vector<std::string>& texts) {
   auto batch = rt.tokenizer->encode_batch(texts);
   auto ids = at::tensor(batch.ids, at::kLong).reshape({batch.batch, batch.length});
@@ -86,7 +86,11 @@ TextRows encode_text(WanRuntime& rt, const std::string& device, const std::vecto
                  .to(at::kFloat);
   if (!rt.package.text_output_masked)
     return {pad_rows(out, batch.length), std::vector<std::int64_t>(texts.size(), batch.length)};
-  return {out, std::vector<std::int64_t>(batch.lengths.begin(), batch.lengths.end())};
+  // Rows past the longest prompt are zero: drop them (an encoder that is not padding-invariant
+  // ran on all max_length tokens).
+  std::vector<std::int64_t> lengths(batch.lengths.begin(), batch.lengths.end());
+  const std::int64_t longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  return {out.narrow(1, 0, std::min(out.size(1), longest)), std::move(lengths)};
 }
 
 ContentKey text_key(const WanRuntime& rt, const std::string& device, const std::string& text) {

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <fstream>
+#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -305,32 +306,58 @@ TEST_CASE("the compact text context and the zero-padded 512 rows give the same d
   auto* ref = reference_or_skip();
   if (!ref) return;
   const OutDir out;
-  // The same package with the manifest's compact_context off: forward on all max_length rows.
   const fs::path pkg = ref->info["package"].get<std::string>();
-  const auto full = out.path / "pkg_full";
-  fs::copy(pkg, full);
-  nlohmann::json manifest;
-  std::ifstream(full / "manifest.json") >> manifest;
-  manifest["transformer"]["compact_context"] = false;
-  std::ofstream(full / "manifest.json") << manifest.dump();
+  // Copies of the package with manifest edits.
+  auto variant = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    const auto dir = out.path / name;
+    fs::copy(pkg, dir);
+    nlohmann::json manifest;
+    std::ifstream(dir / "manifest.json") >> manifest;
+    edit(manifest);
+    std::ofstream(dir / "manifest.json") << manifest.dump();
+    return dir;
+  };
+  // forward on all max_length rows: the flag off, or the method not listed.
+  const auto full = variant("pkg_full", [](nlohmann::json& m) { m["transformer"]["compact_context"] = false; });
+  const auto unlisted = variant("pkg_unlisted", [](nlohmann::json& m) { m["components"]["transformer"]["methods"] = {"forward"}; });
+  // compact, with an encoder run on all max_length tokens (not padding-invariant)
+  const auto whole_text = variant("pkg_whole_text", [](nlohmann::json& m) { m["text_encoder"]["padding_invariant"] = false; });
+
   // Two prompts of different lengths in one group: their rows are padded to the longer one.
   std::vector<boost::json::object> specs{case_json(ref->info["case"], 300, ""), case_json(ref->info["case"], 301, "")};
   specs[1]["prompt"] = "a cat";
-  Capture compact, padded;
-  std::shared_ptr<WanRuntime> rc, rp;
+  Capture compact, padded, unlisted_cap, whole_cap;
+  std::shared_ptr<WanRuntime> rc, rp, ru, rw;
   auto a = run_jobs(pkg, "cpu", specs, compact, out.path, &rc, 2);
   auto b = run_jobs(full, "cpu", specs, padded, out.path, &rp, 2);
+  run_jobs(unlisted, "cpu", specs, unlisted_cap, out.path, &ru, 2);
+  auto w = run_jobs(whole_text, "cpu", specs, whole_cap, out.path, &rw, 2);
   CHECK(rc->package.transformer_compact_context);
   CHECK_FALSE(rp->package.transformer_compact_context);
+  CHECK_FALSE(ru->package.transformer_compact_context);
+  CHECK(rw->package.transformer_compact_context);
+  CHECK_FALSE(rw->package.text_padding_invariant);
   CHECK(denoise_group_sizes(*rc).count(2) == 1);
+  CHECK_NOTHROW(warm_up(*rw, "cpu"));  // its text rows come back at the longest prompt, not 512
   for (std::size_t i = 0; i < specs.size(); ++i) {
     REQUIRE_MESSAGE(a[i]->state() == JobState::done, a[i]->snapshot().error);
     REQUIRE_MESSAGE(b[i]->state() == JobState::done, b[i]->snapshot().error);
+    REQUIRE_MESSAGE(w[i]->state() == JobState::done, w[i]->snapshot().error);
     const auto& x = compact.steps[a[i]->id()];
     const auto& y = padded.steps[b[i]->id()];
+    const auto& z = whole_cap.steps[w[i]->id()];
     REQUIRE(x.size() == y.size());
-    for (std::size_t k = 0; k < x.size(); ++k) CHECK(max_diff(x[k], y[k]) <= 1e-5);
+    REQUIRE(x.size() == z.size());
+    for (std::size_t k = 0; k < x.size(); ++k) {
+      CHECK(max_diff(x[k], y[k]) <= 1e-5);
+      CHECK(max_diff(x[k], z[k]) <= 1e-4);
+    }
     CHECK(max_diff(compact.frames[a[i]->id()], padded.frames[b[i]->id()]) <= 1e-5);
+    // The pair shares one guidance scale, so the group applied it as one batch: the same as
+    // the job alone.
+    Capture alone;
+    auto single = run_jobs(pkg, "cpu", {specs[i]}, alone, out.path);
+    CHECK(max_diff(alone.steps[single[0]->id()].back(), x.back()) <= 1e-4);
   }
 }
 
