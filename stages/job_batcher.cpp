@@ -21,7 +21,7 @@ struct JobBatcher::Member {
   std::shared_ptr<Job> job;
   std::shared_ptr<WanJob> work;  // shared with the job's payload (outlives a cancelled job's)
   std::unique_ptr<Scheduler> scheduler;
-  at::Tensor context, bias;  // the job's text rows at the group's row count (stages/text_context.hpp)
+  TextContext text;  // the job's text rows at the group's row count (stages/text_context.hpp)
   bool dropped = false;
 };
 
@@ -45,24 +45,23 @@ std::string compatibility_key(const WanRuntime& rt, const WanJob& w, const Sched
   return k + "|" + rt.package.id();
 }
 
-// The guided flow prediction [live, ...] for every live member at step i from their model
-// inputs `x` [live, ...]: one transformer call (each job's cond and uncond rows together),
+// The guided flow prediction [live, ...] for every live member from their model inputs `x`
+// [live, ...] at `timestep`: one transformer call (each job's cond and uncond rows together),
 // then each job's guidance in the transformer's dtype, as WanPipeline does (so a bf16 package
 // follows diffusers' bf16 numerics too).
-at::Tensor guided_prediction(WanRuntime& rt, const std::vector<JobBatcher::Member*>& live, const at::Tensor& x, int i,
-                             const std::string& device) {
+at::Tensor guided_prediction(WanRuntime& rt, const std::vector<JobBatcher::Member*>& live, const at::Tensor& x,
+                             const at::Tensor& timestep, const std::string& device) {
   if (rt.options.before_denoise)
     rt.options.before_denoise(live.size(), device, live.front()->job->id(), live.front()->job->snapshot().attempts);
-  const auto dtype = wan_module(rt, "transformer", device)->dtype();
   const bool cfg = live.front()->work->spec.guidance > 1.0;
   std::vector<at::Tensor> contexts, biases;
   for (auto* m : live) {
-    contexts.push_back(m->context);  // [2 or 1, rows, D]: cond (, uncond)
-    if (m->bias.defined()) biases.push_back(m->bias);
+    contexts.push_back(m->text.context);  // [2 or 1, rows, D]: cond (, uncond)
+    if (m->text.bias.defined()) biases.push_back(m->text.bias);
   }
   auto cat = [](const std::vector<at::Tensor>& xs) { return xs.empty() ? at::Tensor() : xs.size() == 1 ? xs[0] : at::cat(xs, 0); };
-  auto input = (cfg ? x.repeat_interleave(2, 0) : x).to(dtype);  // job j's rows 2j (cond), 2j+1 (uncond)
-  auto t = live.front()->scheduler->timesteps()[i].to(at::kFloat).expand({input.size(0)}).contiguous();  // float32 always
+  auto input = cfg ? x.repeat_interleave(2, 0) : x;  // job j's rows 2j (cond), 2j+1 (uncond)
+  auto t = timestep.to(at::kFloat).expand({input.size(0)}).contiguous();  // float32 always
   auto pred = predict_flow(rt, device, input, t, cat(contexts), cat(biases)).to(at::kCPU);
   if (!cfg) return pred;
   auto cond = pred.slice(0, 0, pred.size(0), 2), uncond = pred.slice(0, 1, pred.size(0), 2);
@@ -89,7 +88,7 @@ void step_together(WanRuntime& rt, std::vector<JobBatcher::Member>& members, con
   for (auto* m : live) rows.push_back(m - members.data());
   const bool all = live.size() == members.size();
   const auto index = at::tensor(rows, at::kLong);
-  auto pred = guided_prediction(rt, live, all ? x : x.index_select(0, index), i, device);
+  auto pred = guided_prediction(rt, live, all ? x : x.index_select(0, index), scheduler.timesteps()[i], device);
   if (!all) pred = at::zeros(x.sizes(), pred.options()).index_copy_(0, index, pred);
   latents = scheduler.step(pred, i, latents);
   for (std::size_t j = 0; j < live.size(); ++j)
@@ -203,8 +202,7 @@ asio::awaitable<void> JobBatcher::run_loop(WanRuntime& rt, Group& group, const P
   for (auto& m : group.members) lengths.insert(lengths.end(), m.work->embed_lengths.begin(), m.work->embed_lengths.end());
   const auto rows = context_rows(lengths, p.max_length, p.transformer_compact_context);
   for (auto& m : group.members) {
-    m.context = pad_rows(m.work->embeds, rows);
-    if (p.transformer_compact_context) m.bias = context_bias(m.work->embed_lengths, rows, p.max_length);
+    m.text = make_context({m.work->embeds, m.work->embed_lengths}, rows, p.max_length, p.transformer_compact_context);
     m.work->device = placement.device;
   }
   // Members share the scheduler's configuration and steps (compatibility_key): one instance

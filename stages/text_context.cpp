@@ -55,4 +55,8 @@ at::Tensor context_bias(std::span<const std::int64_t> lengths, std::int64_t rows
   return bias;
 }
 
+TextContext make_context(const TextRows& text, std::int64_t rows, std::int64_t max_length, bool compact) {
+  return {pad_rows(text.embeds, rows), compact ? context_bias(text.lengths, rows, max_length) : at::Tensor()};
+}
+
 }  // namespace vgen

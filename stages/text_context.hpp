@@ -41,4 +41,11 @@ TextRows stack_texts(const std::vector<TextRows>& texts);
 // The compact form's key bias, float32 [R, rows] (see the header comment).
 at::Tensor context_bias(std::span<const std::int64_t> lengths, std::int64_t rows, std::int64_t max_length);
 
+// The transformer's text inputs for `text` at the group's `rows`: the context [R, rows, D],
+// and with `compact` its key bias (undefined otherwise: the full form).
+struct TextContext {
+  at::Tensor context, bias;
+};
+TextContext make_context(const TextRows& text, std::int64_t rows, std::int64_t max_length, bool compact);
+
 }  // namespace vgen

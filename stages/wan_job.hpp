@@ -53,7 +53,7 @@ void prepare_jobs(WanRuntime& rt, const std::string& device, const std::vector<W
 
 // One transformer call on `device`: forward on the zero-padded max_length context (bias
 // undefined), or forward_compact with the compact form's key bias (stages/text_context.hpp).
-// x in the transformer's dtype, t float32; returns the flow prediction on the device.
+// x is cast to the transformer's dtype, t is float32; returns the flow prediction on the device.
 at::Tensor predict_flow(WanRuntime& rt, const std::string& device, const at::Tensor& x, const at::Tensor& t,
                         const at::Tensor& context, const at::Tensor& bias);
 

@@ -214,9 +214,10 @@ std::shared_ptr<const Module> wan_module(WanRuntime& rt, const std::string& comp
 at::Tensor predict_flow(WanRuntime& rt, const std::string& device, const at::Tensor& x, const at::Tensor& t,
                         const at::Tensor& context, const at::Tensor& bias) {
   auto transformer = wan_module(rt, "transformer", device);
+  auto in = x.to(transformer->dtype());
   auto c = context.to(transformer->dtype());
-  if (!bias.defined()) return transformer->forward({x, t, c});
-  return transformer->call("forward_compact", {x, t, c, bias});  // float32 bias: the graph casts it
+  if (!bias.defined()) return transformer->forward({in, t, c});
+  return transformer->call("forward_compact", {in, t, c, bias});  // float32 bias: the graph casts it
 }
 
 JobSpec parse_wan_job(const ModelPackage& package, const json::value& spec) {
@@ -266,15 +267,14 @@ void warm_up(WanRuntime& rt, const std::string& device) {
   const int side = std::max(lim.size_multiple, (lim.min_size + lim.size_multiple - 1) / lim.size_multiple * lim.size_multiple);
   const int frames = std::clamp(lim.frames_step + 1, lim.min_frames, lim.max_frames);  // two latent frames: first + step chunks
   const std::int64_t lf = (frames - 1) / p.temporal_scale + 1, lh = side / p.spatial_scale, lw = side / p.spatial_scale;
-  auto transformer = wan_module(rt, "transformer", device);
   auto vae = wan_module(rt, "vae_decoder", device);
   for (int call = 0; call < 2; ++call) {
     auto text = encode_text(rt, device, {"warm up", ""});  // cond and uncond rows, as with guidance
     const auto rows = context_rows(text.lengths, p.max_length, p.transformer_compact_context);
-    auto bias = p.transformer_compact_context ? context_bias(text.lengths, rows, p.max_length) : at::Tensor();
+    const auto inputs = make_context(text, rows, p.max_length, p.transformer_compact_context);
     auto z = at::zeros({2, p.latent_channels, lf, lh, lw}, at::kFloat);
     auto t = at::full({2}, 500.0, at::kFloat);
-    predict_flow(rt, device, z.to(transformer->dtype()), t, pad_rows(text.embeds, rows), bias);
+    predict_flow(rt, device, z, t, inputs.context, inputs.bias);
     vae->forward({z.narrow(0, 0, 1).to(vae->dtype())});
   }
 }

@@ -75,6 +75,17 @@ TEST_CASE("the key bias: 0 on the text, ln(count) on one zero row, -inf after it
   CHECK_THROWS_AS(context_bias(std::vector<std::int64_t>{5}, 5, 512), Error);  // no row left for the padding
 }
 
+TEST_CASE("make_context: the padded rows, and a key bias only in the compact form") {
+  const std::vector<std::int64_t> lengths{3, 1};
+  const TextRows text{texts(lengths, 3, 4), lengths};
+  auto compact = make_context(text, 4, 512, true);
+  CHECK(compact.context.sizes() == at::IntArrayRef({2, 4, 4}));
+  CHECK(at::equal(compact.bias, context_bias(lengths, 4, 512)));  // -inf entries: no subtraction
+  auto full = make_context(text, 512, 512, false);
+  CHECK(full.context.sizes() == at::IntArrayRef({2, 512, 4}));
+  CHECK_FALSE(full.bias.defined());
+}
+
 TEST_CASE("cross-attention over the compact context equals it over the zero-padded max_length") {
   at::manual_seed(7);
   const std::int64_t L = 512, D = 16, queries = 6;
