@@ -1,9 +1,12 @@
 #include "api/config.hpp"
 
+#include "runtime/device_pool.hpp"
 #include "runtime/errors.hpp"
+#include "stages/job_spec.hpp"
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -112,11 +115,28 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
   const json::value top(root);
   r.object(top, "", {
       {"model", [&](const json::value& v, const std::string& p) { c.model = v.is_null() ? fs::path() : r.path(v, p); }},
+      {"models", [&](const json::value& v, const std::string& p) {
+         if (!v.is_object()) r.fail(p, "must be an object of model name -> package directory");
+         c.models.clear();
+         for (const auto& kv : v.get_object()) {
+           const std::string name(kv.key()), at = p + "." + name;
+           try {
+             checked_output_name(name, "model name");
+           } catch (const Error& e) {
+             r.fail(at, e.what());
+           }
+           c.models.emplace_back(name, r.path(kv.value(), at));
+         }
+       }},
       {"devices", [&](const json::value& v, const std::string& p) { c.devices = r.string(v, p); }},
       {"device_policy", [&](const json::value& v, const std::string& p) {
          c.device_policy = r.string(v, p);
-         if (c.device_policy != "least_loaded" && c.device_policy != "round_robin")
-           r.fail(p, "must be least_loaded or round_robin (got '" + c.device_policy + "')");
+         const auto known = placement_policy_names();  // the registry decides, not a list here
+         if (std::find(known.begin(), known.end(), c.device_policy) == known.end()) {
+           std::string names;
+           for (const auto& n : known) names += (names.empty() ? "" : ", ") + n;
+           r.fail(p, "must be one of " + names + " (got '" + c.device_policy + "')");
+         }
        }},
       {"output_dir", [&](const json::value& v, const std::string& p) { c.output_dir = r.path(v, p); }},
       {"warmup", [&](const json::value& v, const std::string& p) { c.warmup = r.boolean(v, p); }},
@@ -203,6 +223,11 @@ json::object to_json(const RuntimeConfig& c) {
   auto stage = [](const StageConfig& s) { return json::object{{"workers", s.workers}, {"queue", s.queue}}; };
   return json::object{
       {"model", c.model.string()},
+      {"models", [&] {
+         json::object o;
+         for (const auto& [n, dir] : c.models) o[n] = dir.string();
+         return o;
+       }()},
       {"devices", c.devices},
       {"device_policy", c.device_policy},
       {"output_dir", c.output_dir.string()},

@@ -20,6 +20,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace vgen {
 
@@ -30,6 +32,9 @@ struct StageConfig {
 
 struct RuntimeConfig {
   std::filesystem::path model;  // empty: the bundled default model (default_model_dir())
+  // More models served beside it, by name: a job picks one with its "model" field (the
+  // default model answers to its directory's name or no "model" at all). Any family each.
+  std::vector<std::pair<std::string, std::filesystem::path>> models;
   std::string devices = "cpu";  // parse_device_list syntax: cpu | cpu,cpu | cuda:0,cuda:1 | auto
   std::string device_policy = "least_loaded";
   std::filesystem::path output_dir = ".";
@@ -71,6 +76,7 @@ struct RuntimeConfig {
   // default to <output_dir>/.vgen-journal.db. With resume_journal a new Runtime resubmits the
   // jobs a crashed one left unfinished; without, it marks them interrupted.
   std::filesystem::path journal;
+  std::string job_store = "sqlite";  // the job store kind for `journal` (runtime/job_store.hpp job_stores())
   bool resume_journal = true;
 
   // Fault injection (off by default; runtime/fault_injector.hpp). $VGEN_FAULTS (JSON) replaces it.

@@ -3,15 +3,18 @@
 #include "api/job_entry.hpp"
 
 #include "api/journal.hpp"
+#include "api/result_cache.hpp"
 #include "runtime/content_key.hpp"
 #include "runtime/device_pool.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/fault_injector.hpp"
+#include "runtime/job_id.hpp"
+#include "runtime/job_store.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/pipeline.hpp"
 #include "stages/encode.hpp"
 #include "stages/torch_devices.hpp"
-#include "stages/wan_pipeline.hpp"
+#include "stages/model_set.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -34,39 +37,9 @@ namespace json = boost::json;
 
 namespace detail {
 
-// What the result cache remembers about a finished job's output.
-struct CachedOutput {
-  fs::path path;
-  std::uintmax_t bytes = 0;
-  fs::file_time_type mtime;
-};
-
 namespace {
 
 std::string content_type_of(const std::string& format) { return format == "png" ? "inode/directory" : content_type_for(format); }
-
-// Copies a finished output to `to` atomically (temp + rename), files and png directories alike.
-void copy_output(const fs::path& from, const fs::path& to) {
-  if (fs::equivalent(from, to)) return;
-  std::random_device rd;
-  const auto tmp = to.parent_path() / ("." + to.filename().string() + ".tmp-" + std::to_string(rd()));
-  try {
-    if (fs::is_directory(from)) fs::copy(from, tmp, fs::copy_options::recursive);
-    else fs::copy_file(from, tmp);
-    if (fs::is_directory(to)) fs::remove_all(to);
-    fs::rename(tmp, to);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw;
-  }
-}
-
-bool still_valid(const CachedOutput& c) {
-  std::error_code ec;
-  if (fs::is_directory(c.path, ec)) return true;
-  return fs::is_regular_file(c.path, ec) && fs::file_size(c.path, ec) == c.bytes && fs::last_write_time(c.path, ec) == c.mtime;
-}
 
 }  // namespace
 
@@ -76,8 +49,7 @@ class RuntimeImpl {
       : config_(std::move(config)),
         executor_(Executor::Options{.io_threads = config_.io_threads,
                                     .spin = std::chrono::microseconds(config_.spin_us)}),
-        result_cache_(TtlCacheOptions{.max_entries = std::max<std::size_t>(config_.result_cache_entries, 1),
-                                      .default_ttl = config_.result_cache_ttl}) {
+        result_cache_(config_.result_cache_entries, config_.result_cache_ttl) {
     if (config_.model.empty()) config_.model = default_model_dir();
     std::error_code ec;
     fs::create_directories(config_.output_dir, ec);
@@ -92,7 +64,7 @@ class RuntimeImpl {
     add_device_pools(executor_, devices, config_.threads_per_device, config_.codec_threads,
                      [intra](std::size_t) { set_intra_op_threads(static_cast<int>(intra)); });
     devices_ = std::make_unique<DevicePool>(devices, DevicePoolOptions{.policy = config_.device_policy, .metrics = &metrics_});
-    WanRuntimeOptions wo;
+    ModelSetOptions wo;
     wo.out_dir = config_.output_dir;
     wo.encode = EncodeOptions{.crf = config_.encoder_crf, .preset = config_.encoder_preset, .threads = config_.encoder_threads};
     wo.text_cache_entries = config_.text_cache_entries;
@@ -118,25 +90,38 @@ class RuntimeImpl {
     wo.max_batch = config_.max_batch;
     wo.metrics = &metrics_;
     wo.batch_wait = config_.batch_wait;
-    wan_ = make_wan_runtime(config_.model, executor_, *devices_, wo);
+    models_ = std::make_unique<ModelSet>(model_list(), executor_, *devices_, wo);
     if (config_.warmup) warm_up_devices(devices);
     PipelineOptions po;
     po.metrics = &metrics_;
     po.on_event = [this](const JobEvent& e) {
       if (auto entry = lookup(e.job_id)) entry->emit(e);
     };
+    // The job store opens before any worker starts: a store that cannot be opened fails the
+    // constructor with nothing running (it used to open after the workers had started, which
+    // then ran on a freed pipeline).
+    open_store();
     pipeline_ = std::make_unique<Pipeline>(executor_.get_executor(), make_stages(), po);
     pipeline_->start();
-    if (!config_.journal.empty()) open_journal();
+    resume_unfinished();
+  }
+
+  // The default model under its directory's name, then the config's further models.
+  std::vector<std::pair<std::string, fs::path>> model_list() const {
+    auto name = config_.model.lexically_normal().filename().string();
+    if (name.empty()) name = config_.model.lexically_normal().parent_path().filename().string();
+    std::vector<std::pair<std::string, fs::path>> list{{name.empty() ? "default" : name, config_.model}};
+    list.insert(list.end(), config_.models.begin(), config_.models.end());  // a name given twice is refused
+    return list;
   }
 
   // config.warmup: each device's compute thread calls every module twice before any job
-  // (stages/wan_pipeline.hpp warm_up); the constructor returns once all are warm.
+  // (ModelSet::warm_up); the constructor returns once all are warm.
   void warm_up_devices(const std::vector<DeviceSpec>& devices) {
     for (const auto& d : devices) {
       const auto t0 = std::chrono::steady_clock::now();
       auto task = [this, id = d.id] {
-        warm_up(*wan_, id);
+        models_->warm_up(id);
         return 0;
       };
       executor_.pool(device_pool_name(d.id)).run(std::move(task), asio::use_future).get();
@@ -179,7 +164,7 @@ class RuntimeImpl {
     co_return admitted(entry, std::move(job));
   }
 
-  JobSpec validate(const json::value& spec) const { return parse_wan_job(package_of(*wan_), spec); }
+  JobSpec validate(const json::value& spec) const { return models_->validate(spec); }
 
   std::optional<JobHandle> find(const std::string& id) {
     expire_finished();
@@ -188,7 +173,10 @@ class RuntimeImpl {
     return std::nullopt;
   }
 
-  bool cancel(const std::string& id, std::string reason) { return pipeline_->cancel(id, std::move(reason)); }
+  bool cancel(const std::string& id, std::string reason) {
+    if (auto e = lookup(id)) e->cancelled_by_request = true;
+    return pipeline_->cancel(id, std::move(reason));
+  }
 
   void drain() {
     if (drained_.exchange(true)) return;
@@ -197,6 +185,7 @@ class RuntimeImpl {
   }
 
   void shutdown() {
+    stopping_ = true;  // jobs cancelled from here on stay unfinished in the store: they resume
     if (!drained_.exchange(true)) {
       executor_.run_sync(pipeline_->shutdown());
       executor_.run_sync(wait_watchers());
@@ -207,21 +196,21 @@ class RuntimeImpl {
   RuntimeStats stats() const {
     const auto c = pipeline_->counts();
     RuntimeStats s{c.submitted, c.rejected, c.done, c.failed, c.cancelled, c.in_flight, pipeline_->queue_depth(0),
-                   config_.preprocess.queue, result_hits_.load(), text_cache_stats(*wan_), result_cache_.stats()};
+                   config_.preprocess.queue, result_hits_.load(), models_->text_cache_stats(), result_cache_.stats()};
     return s;
   }
 
   std::string metrics_text() {
     {
       std::lock_guard lock(publish_mutex_);
-      publish_cache_stats(metrics_, "text", text_cache_stats(*wan_), last_text_);
+      publish_cache_stats(metrics_, "text", models_->text_cache_stats(), last_text_);
       publish_cache_stats(metrics_, "results", result_cache_.stats(), last_results_);
     }
     return metrics_.render_prometheus();
   }
 
   const RuntimeConfig& config() const { return config_; }
-  const ModelPackage& package() const { return package_of(*wan_); }
+  const ModelPackage& package() const { return models_->package(); }
   asio::any_io_executor executor() { return executor_.get_executor(); }
 
  private:
@@ -239,12 +228,9 @@ class RuntimeImpl {
   std::shared_ptr<JobEntry> register_entry(const SubmitOptions& o) {
     auto entry = std::make_shared<JobEntry>();
     std::lock_guard lock(mutex_);
-    entry->id = o.id.empty() ? "job-" + std::to_string(++next_id_) : o.id;
-    if (o.id.empty()) {
-      while (entries_.count(entry->id)) entry->id = "job-" + std::to_string(++next_id_);
-    } else if (entries_.count(entry->id)) {
-      throw_error(ErrorKind::invalid_argument, "id: a job with id '" + o.id + "' already exists");
-    }
+    entry->id = o.id.empty() ? new_job_id() : o.id;  // time-ordered and unique across processes
+    if (entries_.count(entry->id) || (!o.id.empty() && !o.resuming && store_->find(o.id)))
+      throw_error(ErrorKind::already_exists, "id: a job with id '" + entry->id + "' already exists");
     if (o.on_progress) entry->listeners.emplace(entry->next_listener++, o.on_progress);
     entries_.emplace(entry->id, entry);
     return entry;
@@ -255,18 +241,19 @@ class RuntimeImpl {
       std::lock_guard lock(mutex_);
       entries_.erase(id);
     }
-    if (journal_) journal_->forget(id);  // never acknowledged
+    store_->forget(id);  // never acknowledged
   }
 
-  // ---- journal ----
+  // ---- job store ----
 
   void journal_submitted(const JobEntry& entry, const JobSpec& spec, const json::value& raw) {
-    if (journal_) journal_->record_submitted(entry.id, job_content_key(package().id(), spec).hex(), raw.as_object());
+    store_->record_accepted(entry.id, job_content_key(models_->model_id(spec), spec).hex(), raw.as_object());
   }
 
-  void journal_finished(const JobResult& r) {
-    if (!journal_) return;
-    JournalRecord rec;
+  void journal_finished(const JobEntry& entry, const JobResult& r) {
+    // A job cancelled by a graceful stop (not by its client) stays unfinished: it resumes.
+    if (stopping_ && r.state == JobState::cancelled && !entry.cancelled_by_request) return;
+    JobRecord rec;
     rec.id = r.id;
     rec.status = std::string(to_string(r.state));
     rec.output = r.output.string();
@@ -279,51 +266,56 @@ class RuntimeImpl {
     rec.retries = r.retries;
     rec.cache_hit = r.cache_hit;
     try {
-      journal_->record_finished(rec);
+      store_->record_finished(rec);
     } catch (const std::exception& e) {
-      spdlog::error("journal: could not record the end of {}: {}", r.id, e.what());
+      spdlog::error("job store {}: could not record the end of {}: {}", store_->location(), r.id, e.what());
     }
   }
 
-  void open_journal() {
-    journal_ = std::make_unique<Journal>(config_.journal);
-    {
-      std::lock_guard lock(mutex_);
-      next_id_ = std::max<std::uint64_t>(next_id_, journal_->max_job_number("job-"));
-    }
+  // The configured store: the SQLite journal when a file is given, else memory.
+  void open_store() {
+    register_builtin_job_stores();
+    store_ = config_.journal.empty() ? job_stores().get("memory")({}) : job_stores().get(config_.job_store)(config_.journal);
+  }
+
+  void resume_unfinished() {
     if (!config_.resume_journal) {
-      journal_->mark_unfinished_interrupted();
+      store_->mark_unfinished_interrupted();
       return;
     }
-    auto records = journal_->unfinished();
+    auto records = store_->unfinished();
     if (records.empty()) return;
-    spdlog::info("journal {}: resuming {} unfinished job(s)", config_.journal.string(), records.size());
+    spdlog::info("job store {}: resuming {} unfinished job(s)", store_->location(), records.size());
     asio::co_spawn(executor_.get_executor(), resume(std::move(records)), asio::detached);
   }
 
   // Resubmits a crashed runtime's unfinished jobs under their ids (waiting for queue room).
-  asio::awaitable<void> resume(std::vector<JournalRecord> records) {
+  asio::awaitable<void> resume(std::vector<JobRecord> records) {
     for (auto& rec : records) {
       try {
         // Named locals: GCC 12 mishandles class temporaries inside a co_await expression.
         SubmitOptions options;
         options.id = rec.id;
+        options.resuming = true;
         json::value spec(rec.spec);
         co_await async_submit(std::move(spec), std::move(options));
       } catch (const std::exception& e) {
         rec.status = "failed";
-        rec.error_kind = "invalid_argument";
+        rec.error_kind = std::string(to_string(ErrorKind::invalid_argument));
         rec.error = std::string("could not resume: ") + e.what();
-        journal_->record_finished(rec);
+        try {
+          store_->record_finished(rec);
+        } catch (const std::exception& again) {
+          spdlog::error("job store {}: {}", store_->location(), again.what());
+        }
       }
     }
   }
 
-  // A job finished before a restart, as recorded in the journal.
+  // A job finished before a restart, as recorded in the store.
   std::shared_ptr<JobEntry> from_journal(const std::string& id) {
-    if (!journal_) return nullptr;
-    auto rec = journal_->find(id);
-    if (!rec || rec->status == "queued") return nullptr;
+    auto rec = store_->find(id);
+    if (!rec || rec->status == "queued" || rec->status == "running") return nullptr;
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     if (now - rec->finished_unix > static_cast<double>(config_.job_ttl.count())) return nullptr;  // kept as long as in memory
     auto entry = std::make_shared<JobEntry>();
@@ -337,7 +329,7 @@ class RuntimeImpl {
     r.retries = rec->retries;
     r.seconds = rec->seconds;
     r.error = rec->error.empty() && rec->status == "interrupted" ? "interrupted by a restart" : rec->error;
-    if (r.state != JobState::done) r.error_kind = rec->error_kind == "internal" || rec->error_kind.empty() ? ErrorKind::internal : ErrorKind::cancelled;
+    if (r.state != JobState::done) r.error_kind = error_kind_of(*rec).value_or(rec->status == "interrupted" ? ErrorKind::cancelled : ErrorKind::internal);
     try {
       r.spec = validate(json::value(rec->spec));
     } catch (...) {
@@ -365,36 +357,27 @@ class RuntimeImpl {
     co_await job->finished_event().wait();
     finalize(*entry, *job);
     job->payload.reset();  // the result is copied out: free the job's tensors (frames, latents) now
-    watchers_.fetch_sub(1);
+    if (watchers_.fetch_sub(1) == 1 && waiting_watchers_.load()) no_watchers_.set();
   }
 
-  // Every watcher has published its job's result (they run right after the jobs end).
+  // Every watcher has published its job's result (they run right after the jobs end). Called
+  // once intake has stopped, so no new watcher starts; the last one to end wakes this.
   asio::awaitable<void> wait_watchers() {
-    asio::steady_timer timer(co_await asio::this_coro::executor);
-    while (watchers_.load() > 0) {
-      timer.expires_after(std::chrono::milliseconds(2));
-      co_await timer.async_wait(asio::use_awaitable);
-    }
+    waiting_watchers_ = true;
+    if (watchers_.load() == 0) co_return;
+    co_await no_watchers_.wait();
   }
 
   void finalize(JobEntry& entry, const Job& job) {
     JobResult r = result_of(entry, job);
-    if (r.state == JobState::done && !r.cache_hit && entry.key && config_.result_cache_entries > 0) {
-      std::error_code ec;
-      CachedOutput c{r.output, fs::is_regular_file(r.output, ec) ? fs::file_size(r.output, ec) : 0,
-                     fs::last_write_time(r.output, ec)};
-      if (!ec) result_cache_.put(*entry.key, c);
-    }
-    if (entry.leader) {
-      std::lock_guard lock(mutex_);
-      if (auto it = inflight_.find(*entry.key); it != inflight_.end() && it->second.get() == &entry) inflight_.erase(it);
-    }
+    if (r.state == JobState::done && !r.cache_hit && entry.key) result_cache_.put(*entry.key, r.output);
+    if (entry.leader) result_cache_.release(*entry.key, &entry);
     {
       std::lock_guard lock(entry.mutex);
       entry.final_result = r;
       entry.ended_at = std::chrono::steady_clock::now();
     }
-    journal_finished(r);  // before the result is visible: a client that saw it, the journal has it
+    journal_finished(entry, r);  // before the result is visible: a client that saw it, the journal has it
     entry.promise.set_value(r);
     entry.ended.set();
   }
@@ -420,7 +403,7 @@ class RuntimeImpl {
       if (r.cache_hit) {
         r.output = entry.cached_output;
       } else {
-        const auto w = wan_job_result(job);
+        const auto w = models_->result(job);
         r.output = w.output;
         r.device = w.device;
         r.text_cache_hit = w.text_cache_hit;
@@ -447,17 +430,12 @@ class RuntimeImpl {
   // The first stage: serve the job from the result cache or from an identical job in flight.
   asio::awaitable<void> lookup_stage(Job& job) {
     auto entry = lookup(job.id());
-    if (!entry || config_.result_cache_entries == 0) co_return;
+    if (!entry || !result_cache_.enabled()) co_return;
     const auto spec = validate(job.spec());
-    entry->key = job_content_key(package().id(), spec);
+    entry->key = job_content_key(models_->model_id(spec), spec);
     const auto out = config_.output_dir / ((spec.name.empty() ? job.id() : spec.name) + extension_for(spec.format));
     for (;;) {
-      auto hit = result_cache_.get(*entry->key);
-      if (hit && !still_valid(*hit)) {  // the file changed or went away: render again
-        result_cache_.erase(*entry->key);
-        hit.reset();
-      }
-      if (hit) {
+      if (auto hit = result_cache_.get(*entry->key)) {
         auto copy = [from = hit->path, out] { copy_output(from, out); };
         co_await executor_.pool("codec").run(copy);
         entry->cached_output = out;
@@ -465,25 +443,25 @@ class RuntimeImpl {
         result_hits_.fetch_add(1);
         co_return;
       }
-      std::shared_ptr<JobEntry> leader;
-      {
-        std::lock_guard lock(mutex_);
-        auto [it, inserted] = inflight_.emplace(*entry->key, entry);
-        if (inserted) entry->leader = true;
-        else leader = it->second;
+      auto leader = result_cache_.lead(*entry->key, entry);
+      if (!leader) {
+        entry->leader = true;
+        co_return;  // render it
       }
-      if (!leader) co_return;  // render it
       co_await leader->ended.wait();  // then the cache has its output, or it failed and we lead
     }
   }
 
-  static asio::awaitable<void> unless_cached(RuntimeImpl* self, std::shared_ptr<StageFn> inner, Job& job) {
+  // A job served from the result cache skips the rendering stages; the first of them claims
+  // the job in the store (status running, one more attempt) before its compute starts.
+  static asio::awaitable<void> unless_cached(RuntimeImpl* self, std::shared_ptr<StageFn> inner, bool claims, Job& job) {
     if (auto e = self->lookup(job.id()); e && e->cache_hit) co_return;
+    if (claims && job.snapshot().attempts == 0) self->store_->claim(job.id());
     co_await (*inner)(job);
   }
 
   std::vector<StageSpec> make_stages() {
-    auto stages = make_wan_stages(wan_);
+    auto stages = models_->stages();
     RetryPolicy retry{.max_attempts = config_.retry_attempts, .base_delay = config_.retry_initial_backoff,
                       .multiplier = config_.retry_multiplier, .max_delay = config_.retry_max_backoff};
     const StageConfig* cfg[] = {&config_.preprocess, &config_.denoise, &config_.decode, &config_.encode};
@@ -493,7 +471,9 @@ class RuntimeImpl {
       if (config_.retry_attempts > 1) s.retry = retry;
       if (faults_) s = faults_->wrap(std::move(s));
       // A job served from the result cache skips the rendering stages.
-      s.fn = [this, inner = std::make_shared<StageFn>(std::move(s.fn))](Job& job) { return unless_cached(this, inner, job); };
+      s.fn = [this, inner = std::make_shared<StageFn>(std::move(s.fn)), claims = i == 0](Job& job) {
+        return unless_cached(this, inner, claims, job);
+      };
     }
     if (config_.result_cache_entries == 0) return stages;  // no cache: nothing to look up
     StageSpec first{"lookup", JobState::queued, 4, config_.preprocess.queue,
@@ -505,18 +485,18 @@ class RuntimeImpl {
   RuntimeConfig config_;
   MetricsRegistry metrics_;
   Executor executor_;
-  std::unique_ptr<FaultInjector> faults_;  // before devices_/wan_: stages refer to it
+  std::unique_ptr<FaultInjector> faults_;  // before devices_/models_: stages refer to it
   std::unique_ptr<DevicePool> devices_;
-  std::shared_ptr<WanRuntime> wan_;
+  std::unique_ptr<ModelSet> models_;
   std::unique_ptr<Pipeline> pipeline_;
-  std::unique_ptr<Journal> journal_;
-  TtlCache<CachedOutput> result_cache_;
+  std::unique_ptr<JobStore> store_;
+  ResultCache result_cache_;
   std::atomic<std::uint64_t> result_hits_{0};
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<JobEntry>> entries_;
-  std::map<ContentKey, std::shared_ptr<JobEntry>> inflight_;
-  std::uint64_t next_id_ = 0;
   std::atomic<std::size_t> watchers_{0};
+  std::atomic<bool> waiting_watchers_{false}, stopping_{false};
+  AsyncEvent no_watchers_;
   std::atomic<bool> drained_{false};
   std::mutex publish_mutex_;
   CacheStats last_text_, last_results_;

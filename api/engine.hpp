@@ -90,9 +90,10 @@ class JobHandle {
 };
 
 struct SubmitOptions {
-  std::string id;                            // empty: generated ("job-<n>")
+  std::string id;                            // empty: generated (a UUIDv7, runtime/job_id.hpp)
   JobEventHandler on_progress;               // this job's events, from submission on
   std::optional<std::chrono::milliseconds> deadline;
+  bool resuming = false;                     // the store's own unfinished job, resubmitted under its id
 };
 
 class Runtime {

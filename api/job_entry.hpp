@@ -23,6 +23,7 @@ struct JobEntry {
   std::string id;
   std::shared_ptr<Job> job;
   std::atomic<bool> cache_hit{false};
+  std::atomic<bool> cancelled_by_request{false};  // by its client (Runtime::cancel, JobHandle::cancel)
   std::optional<ContentKey> key;
   bool leader = false;     // registered in the in-flight map under `key`
   std::filesystem::path cached_output;  // the copy made for a cache hit

@@ -36,6 +36,7 @@ bool JobHandle::cancel(std::string reason) {
     std::lock_guard lock(entry_->mutex);
     job = entry_->job;
   }
+  entry_->cancelled_by_request = true;
   return job && job->request_cancel(ErrorKind::cancelled, std::move(reason));
 }
 

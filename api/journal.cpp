@@ -5,6 +5,9 @@
 #include <boost/json.hpp>
 #include <sqlite3.h>
 
+#include <mutex>
+#include <set>
+
 namespace vgen {
 
 namespace json = boost::json;
@@ -54,7 +57,7 @@ class Statement {
 
 constexpr const char* kColumns =
     "id, key, spec, status, output, output_bytes, content_type, error_kind, error, seconds, retries, cache_hit, "
-    "COALESCE((julianday(finished_at) - 2440587.5) * 86400.0, 0)";
+    "COALESCE((julianday(finished_at) - 2440587.5) * 86400.0, 0), attempts, step, total";
 
 JournalRecord read_row(const Statement& s) {
   JournalRecord r;
@@ -73,6 +76,9 @@ JournalRecord read_row(const Statement& s) {
   r.retries = static_cast<int>(s.integer(10));
   r.cache_hit = s.integer(11) != 0;
   r.finished_unix = s.real(12);
+  r.attempts = static_cast<int>(s.integer(13));
+  r.step = static_cast<int>(s.integer(14));
+  r.total = static_cast<int>(s.integer(15));
   return r;
 }
 
@@ -92,6 +98,8 @@ Journal::Journal(const std::filesystem::path& file) : file_(file) {
          "spec TEXT, status TEXT NOT NULL, output TEXT DEFAULT '', output_bytes INTEGER DEFAULT 0, content_type TEXT DEFAULT '', "
          "error_kind TEXT DEFAULT '', error TEXT DEFAULT '', seconds REAL DEFAULT 0, retries INTEGER DEFAULT 0, "
          "cache_hit INTEGER DEFAULT 0, submitted_at TEXT DEFAULT CURRENT_TIMESTAMP, finished_at TEXT)");
+    add_missing_columns();
+    exec("CREATE INDEX IF NOT EXISTS jobs_by_key ON jobs (key, status)");
   } catch (const Error& e) {
     sqlite3_close(db_);
     throw_error(ErrorKind::invalid_argument, "journal " + file.string() + ": " + e.what());
@@ -109,10 +117,45 @@ void Journal::exec(const char* sql) const {
   }
 }
 
-void Journal::record_submitted(const std::string& id, const std::string& key, const json::object& spec) {
+// Columns added after the first release: a journal written by an earlier vgen gains them.
+void Journal::add_missing_columns() {
+  std::set<std::string> have;
+  {
+    Statement s(db_, "PRAGMA table_info(jobs)");
+    while (s.step()) have.insert(s.text(1));
+  }
+  for (const char* column : {"attempts", "step", "total"})
+    if (!have.count(column)) exec((std::string("ALTER TABLE jobs ADD COLUMN ") + column + " INTEGER DEFAULT 0").c_str());
+}
+
+void Journal::record_accepted(const std::string& id, const std::string& key, const json::object& spec) {
   std::lock_guard lock(mutex_);
   Statement s(db_, "INSERT OR REPLACE INTO jobs (id, key, spec, status) VALUES (?, ?, ?, 'queued')");
   s.bind(1, id).bind(2, key).bind(3, json::serialize(spec)).step();
+}
+
+int Journal::claim(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "UPDATE jobs SET status='running', attempts=attempts+1 WHERE id=? AND status IN ('queued', 'running')")
+      .bind(1, id)
+      .step();
+  Statement s(db_, "SELECT attempts FROM jobs WHERE id=?");
+  s.bind(1, id);
+  return s.step() ? static_cast<int>(s.integer(0)) : 0;
+}
+
+void Journal::record_progress(const std::string& id, int step, int total) {
+  std::lock_guard lock(mutex_);
+  Statement s(db_, "UPDATE jobs SET step=?, total=? WHERE id=?");
+  s.bind(1, static_cast<std::int64_t>(step)).bind(2, static_cast<std::int64_t>(total)).bind(3, id).step();
+}
+
+std::optional<JobRecord> Journal::find_done(const std::string& key) const {
+  std::lock_guard lock(mutex_);
+  Statement s(db_, (std::string("SELECT ") + kColumns + " FROM jobs WHERE key=? AND status='done' ORDER BY seq DESC LIMIT 1").c_str());
+  s.bind(1, key);
+  if (!s.step()) return std::nullopt;
+  return read_row(s);
 }
 
 void Journal::record_finished(const JournalRecord& r) {
@@ -139,7 +182,7 @@ std::optional<JournalRecord> Journal::find(const std::string& id) const {
 
 std::vector<JournalRecord> Journal::unfinished() const {
   std::lock_guard lock(mutex_);
-  Statement s(db_, (std::string("SELECT ") + kColumns + " FROM jobs WHERE status='queued' ORDER BY seq").c_str());
+  Statement s(db_, (std::string("SELECT ") + kColumns + " FROM jobs WHERE status IN ('queued', 'running') ORDER BY seq").c_str());
   std::vector<JournalRecord> out;
   while (s.step()) out.push_back(read_row(s));
   return out;
@@ -147,7 +190,7 @@ std::vector<JournalRecord> Journal::unfinished() const {
 
 void Journal::mark_unfinished_interrupted() {
   std::lock_guard lock(mutex_);
-  exec("UPDATE jobs SET status='interrupted', finished_at=strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE status='queued'");
+  exec("UPDATE jobs SET status='interrupted', finished_at=strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE status IN ('queued', 'running')");
 }
 
 std::uint64_t Journal::max_job_number(const std::string& prefix) const {
@@ -165,6 +208,13 @@ std::uint64_t Journal::max_job_number(const std::string& prefix) const {
     }
   }
   return best;
+}
+
+void register_builtin_job_stores() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    job_stores().add("sqlite", [](const std::filesystem::path& file) { return std::make_unique<Journal>(file); });
+  });
 }
 
 }  // namespace vgen

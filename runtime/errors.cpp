@@ -10,6 +10,7 @@ std::string_view to_string(ErrorKind kind) noexcept {
   switch (kind) {
     case ErrorKind::invalid_argument: return "invalid_argument";
     case ErrorKind::not_found: return "not_found";
+    case ErrorKind::already_exists: return "already_exists";
     case ErrorKind::overloaded: return "overloaded";
     case ErrorKind::cancelled: return "cancelled";
     case ErrorKind::deadline_exceeded: return "deadline_exceeded";
@@ -62,7 +63,8 @@ std::string describe(const std::exception_ptr& error) {
 int exit_code_for(ErrorKind kind) noexcept {
   switch (kind) {
     case ErrorKind::invalid_argument:
-    case ErrorKind::not_found: return 2;
+    case ErrorKind::not_found:
+    case ErrorKind::already_exists: return 2;
     case ErrorKind::cancelled: return 130;
     default: return 1;
   }
@@ -72,6 +74,7 @@ int http_status_for(ErrorKind kind) noexcept {
   switch (kind) {
     case ErrorKind::invalid_argument: return 400;
     case ErrorKind::not_found: return 404;
+    case ErrorKind::already_exists: return 409;
     case ErrorKind::overloaded: return 429;
     case ErrorKind::cancelled: return 409;
     case ErrorKind::deadline_exceeded: return 504;

@@ -15,6 +15,7 @@ namespace vgen {
 enum class ErrorKind {
   invalid_argument,   // the caller's input is wrong (a field, a file, a flag): never retried
   not_found,          // a named thing (job id, model file) does not exist
+  already_exists,     // a name the caller chose (job id, output name) is taken
   overloaded,         // queue full / shutting down: try again later
   cancelled,          // the job or operation was cancelled
   deadline_exceeded,  // the job's deadline passed

@@ -98,13 +98,15 @@ void validate_job_spec(const JobSpec& s, const SpecLimits& l) {
       std::find(l.schedulers.begin(), l.schedulers.end(), s.scheduler) == l.schedulers.end())
     bad("scheduler", "unknown '" + s.scheduler + "'");
   if (!s.name.empty()) checked_output_name(s.name);
+  if (!s.model.empty()) checked_output_name(s.model, "model");
 }
 
 JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const SpecLimits& limits) {
   const auto* obj = value.if_object();
   if (!obj) bad("job", "must be a JSON object (got " + shown(value) + ")");
   static const std::set<std::string, std::less<>> known = {"prompt", "negative_prompt", "width", "height", "frames",
-                                                          "steps", "guidance", "seed", "fps", "format", "scheduler", "name"};
+                                                          "steps", "guidance", "seed", "fps", "format", "scheduler", "name",
+                                                          "model"};
   for (const auto& kv : *obj)
     if (!known.count(kv.key())) bad(std::string(kv.key()), "unknown field");
   JobSpec s = defaults;
@@ -122,6 +124,7 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
     else if (k == "format") s.format = as_text(v, k);
     else if (k == "scheduler") s.scheduler = as_text(v, k);
     else if (k == "name") s.name = as_text(v, k);
+    else if (k == "model") s.model = as_text(v, k);
     else if (k == "seed") {
       const auto i = as_integer(v, k);
       if (i < 0) bad("seed", "must be between 0 and " + std::to_string(limits.max_seed) + " (got " + shown(v) + ")");
@@ -133,15 +136,18 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
 }
 
 json::object to_json(const JobSpec& s) {
-  return {{"prompt", s.prompt},     {"negative_prompt", s.negative_prompt}, {"width", s.width},
+  json::object o{{"prompt", s.prompt},     {"negative_prompt", s.negative_prompt}, {"width", s.width},
           {"height", s.height},     {"frames", s.frames},                   {"steps", s.steps},
           {"guidance", s.guidance}, {"seed", s.seed},                       {"fps", s.fps},
           {"format", s.format},     {"scheduler", s.scheduler},             {"name", s.name}};
+  if (!s.model.empty()) o["model"] = s.model;  // absent for the default model: keys stay as they were
+  return o;
 }
 
 ContentKey job_content_key(const std::string& model_id, const JobSpec& spec) {
   auto fields = to_json(spec);
   fields.erase("name");
+  fields.erase("model");  // the model is identified by model_id (the package's content)
   return content_key("vgen-job", boost::json::object{{"model", model_id}, {"spec", std::move(fields)}});
 }
 

@@ -29,6 +29,7 @@ struct JobSpec {
   std::string format = "mp4";
   std::string scheduler;            // empty: the package's scheduler
   std::string name;                 // output file stem; empty: derived from the job id
+  std::string model;                // which of the runtime's models; empty: its default one
 };
 
 struct SpecLimits {

@@ -118,7 +118,6 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   ModelPackage p;
   p.dir = r.dir;
   p.family = r.str(m, "family");
-  if (p.family != "wan2.1-t2v") r.fail("unknown model family '" + p.family + "'");
   p.dtype = r.str(m, "dtype");
 
   const auto& comps = r.obj(m, "components");

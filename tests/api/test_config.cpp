@@ -109,7 +109,7 @@ TEST_CASE("unknown keys and bad values name the key path") {
       {R"({"cache": {"text": {"ttl_s": "long"}}})", "cache.text.ttl_s: must be an integer"},
       {R"({"retry": {"multiplier": 0.5}})", "retry.multiplier: must be between"},
       {R"({"retry": {"initial_backoff_ms": 500, "max_backoff_ms": 100}})", "retry.max_backoff_ms: must be >= initial_backoff_ms"},
-      {R"({"device_policy": "random"})", "device_policy: must be least_loaded or round_robin"},
+      {R"({"device_policy": "random"})", "device_policy: must be one of least_loaded, round_robin"},
       {R"({"service": {"listen": "localhost"}})", "service.listen: must be HOST:PORT"},
       {R"({"devices": ""})", "devices: must not be empty"},
       {R"({"threads": 4})", "threads: must be an object"},

@@ -5,6 +5,7 @@
 #include "runtime/fault_injector.hpp"
 #include "runtime/errors.hpp"
 #include "stages/model_backend.hpp"
+#include "tests/support/fake_family.hpp"
 #include "tests/support/python_reference.hpp"
 
 #include <doctest/doctest.h>
@@ -14,6 +15,9 @@
 #include <fstream>
 #include <iterator>
 #include <set>
+
+#undef CHECK  // LibTorch's glog-style CHECK (via ATen in fake_family.hpp): use doctest's
+#define CHECK DOCTEST_CHECK
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
@@ -277,4 +281,153 @@ TEST_CASE("warmup loads and calls every module before the first job, which rende
   REQUIRE_MESSAGE(r.state == JobState::done, r.error);
   CHECK(modules.loads() == before + 3);  // the job ran on the warmed modules
   CHECK(bytes_of(r.output) == cold);     // warm-up changes no job state
+}
+
+namespace {
+
+// The tiny package's files under another family's name (so another model identity).
+fs::path fake_package_dir(const fs::path& pkg, const fs::path& dir) {
+  fs::copy(pkg, dir, fs::copy_options::recursive);
+  std::ifstream in(dir / "manifest.json");
+  auto manifest = json::parse(std::string(std::istreambuf_iterator<char>(in), {})).as_object();
+  manifest["family"] = "fake-sum";
+  std::ofstream(dir / "manifest.json", std::ios::trunc) << json::serialize(manifest);
+  return dir;
+}
+
+std::shared_ptr<test::FakeFamily> last_fake;  // the fake family of the last Runtime made
+
+void register_fake_family() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    families().add("fake-sum", [](ModelPackage p, const FamilyOptions&) {
+      auto f = std::make_shared<test::FakeFamily>(std::move(p), "fake-sum");
+      f->expect_model = "fake";
+      last_fake = f;
+      return std::shared_ptr<Family>(f);
+    });
+  });
+}
+
+}  // namespace
+
+TEST_CASE("two families at once: every job ends once, groups never mix, the fake's results are its own" *
+          doctest::timeout(600)) {
+  const auto pkg = package_or_skip();
+  if (pkg.empty()) return;
+  register_fake_family();
+  TempDir out;
+  const auto fake_dir = fake_package_dir(pkg, out.path / "fake-pkg");
+  auto config = small_config(pkg, out.path / "mixed");
+  config.models = {{"fake", fake_dir}};
+  config.max_batch = 4;
+  config.batch_wait = std::chrono::milliseconds(200);
+  std::map<std::string, std::string> outputs;  // fake jobs' names -> bytes
+  {
+    Runtime rt(config);
+    auto fake = last_fake;
+    REQUIRE(fake);
+    std::mutex m;
+    std::map<std::string, int> ends;  // terminal events per job
+    std::vector<JobHandle> handles;
+    for (int i = 0; i < 20; ++i) {
+      auto s = spec("job " + std::to_string(i), "j" + std::to_string(i), i);
+      if (i % 2) s["model"] = "fake";
+      SubmitOptions o;
+      o.on_progress = [&m, &ends](const JobEvent& e) {
+        if (e.state == JobState::done || e.state == JobState::failed || e.state == JobState::cancelled) {
+          std::lock_guard l(m);
+          ++ends[e.job_id];
+        }
+      };
+      handles.push_back(rt.submit(s, o));
+    }
+    for (auto& h : handles) {
+      const auto r = h.wait();
+      CHECK(r.state == JobState::done);
+      if (r.spec.model == "fake") outputs[r.spec.name] = bytes_of(r.output);
+    }
+    rt.drain();
+    std::lock_guard l(m);
+    CHECK(ends.size() == 20);
+    for (const auto& [id, n] : ends) CHECK(n == 1);
+    // Every fake job went through the fake family's calls at each of its 2 steps, and no
+    // Wan job ever did: the families' groups never mixed.
+    CHECK(fake->foreign_rows() == 0);
+    for (int i = 1; i < 20; i += 2) CHECK(fake->predicted("j" + std::to_string(i)) == 2);
+    CHECK(fake->max_rows_after(0) > 1);  // and the fake jobs did batch among themselves
+  }
+  // Each fake job alone (its own Runtime, no batching) writes the same bytes.
+  auto alone = small_config(fake_dir, out.path / "alone");
+  Runtime rt(alone);
+  for (int i = 1; i < 20; i += 2) {
+    const auto r = rt.submit(spec("job " + std::to_string(i), "j" + std::to_string(i), i)).wait();
+    REQUIRE(r.state == JobState::done);
+    CHECK(bytes_of(r.output) == outputs.at("j" + std::to_string(i)));
+  }
+}
+
+TEST_CASE("a journal that cannot be opened fails the constructor cleanly, every time" * doctest::timeout(300)) {
+  const auto pkg = package_or_skip();
+  if (pkg.empty()) return;
+  TempDir out;
+  std::ofstream(out.path / "garbage.db") << std::string(8192, 'g');
+  fs::create_directories(out.path / "dir.db");
+  // The store used to open after the pipeline's workers had started, which then ran on a
+  // freed pipeline: SIGSEGV in 30-80 % of runs. Several runs, so a race would show.
+  for (int i = 0; i < 6; ++i) {
+    auto c = small_config(pkg, out.path / "o");
+    c.journal = out.path / (i % 2 ? "garbage.db" : "dir.db");
+    try {
+      Runtime rt(c);
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::invalid_argument);
+      CHECK(std::string(e.what()).find(c.journal.string()) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("ids are UUIDv7, unique across Runtimes on one journal; a finished job's error kind survives a restart" *
+          doctest::timeout(300)) {
+  const auto pkg = package_or_skip();
+  if (pkg.empty()) return;
+  TempDir out;
+  auto c = small_config(pkg, out.path);
+  c.journal = out.path / "j.db";
+  std::string first, failed;
+  {
+    Runtime rt(c);
+    first = rt.submit(spec("a red circle", "one")).id();
+    CHECK(first.size() == 36);
+    CHECK(first[14] == '7');
+    // A job that fails with a kind other than internal: a deadline that has passed.
+    SubmitOptions o;
+    o.deadline = std::chrono::milliseconds(0);
+    auto h = rt.submit(spec("a blue square", "late", 7), o);
+    failed = h.id();
+    const auto r = h.wait();
+    REQUIRE(r.error_kind);
+    CHECK(*r.error_kind == ErrorKind::deadline_exceeded);
+    rt.drain();
+  }
+  Runtime rt(c);
+  const auto second = rt.submit(spec("a red circle", "two")).id();
+  CHECK(second != first);
+  CHECK(second > first);  // time-ordered
+  const auto again = rt.find(failed);
+  REQUIRE(again);
+  const auto r = again->result();
+  REQUIRE(r.error_kind);
+  CHECK(*r.error_kind == ErrorKind::deadline_exceeded);  // came back as cancelled before
+  // A client's id that a finished job already holds is refused.
+  SubmitOptions o;
+  o.id = first;
+  CHECK_THROWS_AS(rt.submit(spec("x", "x"), o), Error);
+  try {
+    rt.submit(spec("x", "x"), o);
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::already_exists);
+  }
+  rt.drain();
 }

@@ -2,11 +2,15 @@
 // submission order or marked interrupted, finished ones keep their result, ids are counted.
 #include "api/journal.hpp"
 #include "runtime/errors.hpp"
+#include "tests/support/job_store_contract.hpp"
 #include "tests/support/python_reference.hpp"
 
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
+#include <sqlite3.h>
+
+#include <fstream>
 
 namespace fs = std::filesystem;
 using namespace vgen;
@@ -65,4 +69,63 @@ TEST_CASE("an unusable journal file is named") {
     CHECK(e.kind() == ErrorKind::invalid_argument);
     CHECK(std::string(e.what()).find("/nonexistent-dir/x/j.db") != std::string::npos);
   }
+}
+
+TEST_CASE("the SQLite journal keeps the job store contract across reopening") {
+  const auto dir = test::temp_dir("vgen-journal-");
+  std::unique_ptr<Journal> j;
+  test::check_job_store_contract([&](bool reopen) -> JobStore& {
+    if (reopen || !j) {
+      j.reset();  // closed as a killed process leaves it, then opened again
+      j = std::make_unique<Journal>(dir / "j.db");
+    }
+    return *j;
+  });
+  register_builtin_job_stores();
+  auto again = job_stores().get("sqlite")(dir / "j.db");
+  CHECK(again->location() == (dir / "j.db").string());
+  CHECK(again->find("c"));
+  j.reset();
+  again.reset();
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a journal from before the attempts column gains it and keeps its rows") {
+  const auto dir = test::temp_dir("vgen-journal-old-");
+  const auto file = dir / "old.db";
+  {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
+    const char* sql =
+        "CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, key TEXT, "
+        "spec TEXT, status TEXT NOT NULL, output TEXT DEFAULT '', output_bytes INTEGER DEFAULT 0, content_type TEXT DEFAULT '', "
+        "error_kind TEXT DEFAULT '', error TEXT DEFAULT '', seconds REAL DEFAULT 0, retries INTEGER DEFAULT 0, "
+        "cache_hit INTEGER DEFAULT 0, submitted_at TEXT DEFAULT CURRENT_TIMESTAMP, finished_at TEXT);"
+        "INSERT INTO jobs (id, key, spec, status) VALUES ('job-1', 'k', '{\"prompt\":\"a\"}', 'queued');";
+    REQUIRE(sqlite3_exec(db, sql, nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+  }
+  Journal j(file);
+  const auto r = j.find("job-1");
+  REQUIRE(r);
+  CHECK(r->attempts == 0);
+  CHECK(j.claim("job-1") == 1);
+  CHECK(j.unfinished().size() == 1);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a garbage, truncated or directory journal is refused as invalid_argument, not a crash") {
+  const auto dir = test::temp_dir("vgen-journal-bad-");
+  std::ofstream(dir / "garbage.db") << std::string(5000, 'x');
+  fs::create_directories(dir / "adir.db");
+  for (const auto& f : {dir / "garbage.db", dir / "adir.db"}) {
+    try {
+      Journal j(f);
+      FAIL("no error for " << f);
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::invalid_argument);
+      CHECK(std::string(e.what()).find(f.string()) != std::string::npos);
+    }
+  }
+  fs::remove_all(dir);
 }

@@ -1,4 +1,4 @@
-#include "stages/wan_pipeline.hpp"
+#include "stages/wan/wan_family.hpp"
 
 #include <doctest/doctest.h>
 
@@ -20,7 +20,7 @@
 
 #include "runtime/errors.hpp"
 #include "stages/text_context.hpp"
-#include "stages/wan_job.hpp"
+#include "stages/model_set.hpp"
 #include "tests/support/python_reference.hpp"
 
 // LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; this file's CHECKs
@@ -88,14 +88,14 @@ std::vector<StageSpec> capturing(std::vector<StageSpec> stages, Capture& cap) {
     const auto name = s.name;
     s.fn = [inner, name, &cap](Job& job) -> asio::awaitable<void> {
       if (name == "denoise") {
-        auto& w = wan_job(job);
+        auto& w = *family_job(job);
         w.on_step = [&cap, id = job.id()](int, const at::Tensor& latents) {
           std::lock_guard l(cap.m);
           cap.steps[id].push_back(latents.clone());
         };
       }
       co_await inner(job);
-      if (const auto* w = find_wan_job(job)) {
+      if (const auto* w = dynamic_cast<const WanJob*>(find_family_job(job))) {
         std::lock_guard l(cap.m);
         if (name == "preprocess") {
           cap.embeds[job.id()] = w->embeds.clone();
@@ -117,21 +117,21 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) {
 // Runs `jobs` through the real stages on `devices`; returns the finished jobs.
 std::vector<std::shared_ptr<Job>> run_jobs(const fs::path& package, const std::string& devices,
                                           const std::vector<boost::json::object>& jobs, Capture& cap,
-                                          const fs::path& out_dir, std::shared_ptr<WanRuntime>* keep = nullptr,
+                                          const fs::path& out_dir, std::shared_ptr<ModelSet>* keep = nullptr,
                                           std::size_t max_batch = 1, const std::string& cancel_id = {}) {
   const auto specs = parse_device_list(devices);
   Executor executor({.io_threads = 1});
   add_device_pools(executor, specs);
   DevicePool pool(specs);
-  WanRuntimeOptions options;
+  ModelSetOptions options;
   options.out_dir = out_dir;
   options.denoise_workers = specs.size();
   options.preprocess_workers = specs.size();
   options.max_batch = max_batch;
   options.batch_wait = std::chrono::seconds(20);  // every job joins (they arrive well within it)
-  auto runtime = make_wan_runtime(package, executor, pool, options);
+  auto runtime = std::make_shared<ModelSet>(std::vector<std::pair<std::string, fs::path>>{{"m", package}}, executor, pool, options);
   if (keep) *keep = runtime;
-  Pipeline pipeline(executor.get_executor(), capturing(make_wan_stages(runtime), cap));
+  Pipeline pipeline(executor.get_executor(), capturing(runtime->stages(), cap));
   pipeline.start();
   auto submit_all = [&]() -> asio::awaitable<std::vector<std::shared_ptr<Job>>> {
     std::vector<std::shared_ptr<Job>> out;
@@ -188,7 +188,7 @@ TEST_CASE("vgen's Wan stages reproduce diffusers' WanPipeline (UniPC and FlowMat
   const OutDir out;
   const auto seed = ref->info["seed"].get<std::uint64_t>();
   Capture cap;
-  std::shared_ptr<WanRuntime> runtime;
+  std::shared_ptr<ModelSet> runtime;
   auto jobs = run_jobs(ref->info["package"].get<std::string>(), "cpu",
                        {case_json(ref->info["case"], seed, ""), case_json(ref->info["case"], seed, "FlowMatchEulerDiscreteScheduler")},
                        cap, out.path, &runtime);
@@ -198,20 +198,20 @@ TEST_CASE("vgen's Wan stages reproduce diffusers' WanPipeline (UniPC and FlowMat
   // Text embeddings: [cond; uncond] as one batch. The exporter found UMT5 padding-invariant,
   // so these come from an encoder run over the longest prompt only; each text keeps its own
   // rows (zero after them), where diffusers zero-pads all to 512 positions.
-  CHECK(runtime->package.text_padding_invariant);
-  CHECK(runtime->package.transformer_compact_context);  // so the denoise above used forward_compact
+  CHECK(runtime->package().text_padding_invariant);
+  CHECK(runtime->package().transformer_compact_context);  // so the denoise above used forward_compact
   const auto& e = cap.embeds[jobs[0]->id()];
   const auto& lengths = cap.embed_lengths[jobs[0]->id()];
   REQUIRE(lengths.size() == 2);
   CHECK(e.size(1) == std::max(lengths[0], lengths[1]));
-  CHECK(e.size(1) < runtime->package.max_length);
-  const auto full = runtime->package.max_length;
+  CHECK(e.size(1) < runtime->package().max_length);
+  const auto full = runtime->package().max_length;
   CHECK(max_diff(pad_rows(e, full)[0].unsqueeze(0), ref->get("embeds_cond")) <= 1e-5);
   CHECK(max_diff(pad_rows(e, full)[1].unsqueeze(0), ref->get("embeds_uncond")) <= 1e-5);
 
   for (auto [job, name] : {std::pair{jobs[0], std::string("unipc")}, std::pair{jobs[1], std::string("euler")}}) {
     check_against_reference(*ref, cap, *job, name);
-    CHECK(fs::is_regular_file(wan_job_result(*job).output));
+    CHECK(fs::is_regular_file(runtime->result(*job).output));
   }
 }
 
@@ -233,7 +233,7 @@ TEST_CASE("two CPU replicas both work on a multi-job run; identical prompts are 
   std::vector<boost::json::object> specs;
   for (int i = 0; i < 6; ++i) specs.push_back(case_json(ref->info["case"], 100 + i, ""));
   Capture cap;
-  std::shared_ptr<WanRuntime> runtime;
+  std::shared_ptr<ModelSet> runtime;
   auto jobs = run_jobs(ref->info["package"].get<std::string>(), "cpu,cpu", specs, cap, out.path, &runtime);
   std::set<std::string> used;
   for (auto& j : jobs) {
@@ -243,7 +243,7 @@ TEST_CASE("two CPU replicas both work on a multi-job run; identical prompts are 
   const std::set<std::string> both{"cpu:0", "cpu:1"};
   CHECK(used == both);
   // Same prompt and negative prompt in every job: encoded once per device at most.
-  const auto stats = text_cache_stats(*runtime);
+  const auto stats = runtime->text_cache_stats();
   CHECK(stats.misses <= 4);
   CHECK(stats.hits >= 8);
   // A job's result does not depend on its neighbours: same seed, same latents.
@@ -266,17 +266,17 @@ TEST_CASE("cross-job batching (text encoder, denoiser, VAE): each job's result e
     specs.push_back(s);
   }
   Capture batched;
-  std::shared_ptr<WanRuntime> runtime;
+  std::shared_ptr<ModelSet> runtime;
   auto jobs = run_jobs(pkg, "cpu", specs, batched, out.path, &runtime, 4);
-  const auto groups = denoise_group_sizes(*runtime);
+  const auto groups = runtime->group_sizes("denoise");
   CHECK(groups.size() == 1);
   CHECK(groups.count(4) == 1);  // one transformer batch of four jobs
-  const auto decodes = decode_group_sizes(*runtime);  // decoded together too (same latent shape)
+  const auto decodes = runtime->group_sizes("decode");  // decoded together too (same latent shape)
   std::uint64_t decoded = 0;
   for (const auto& [size, n] : decodes) decoded += size * n;
   CHECK(decoded == 4);
   CHECK(decodes.rbegin()->first >= 2);
-  const auto encodes = preprocess_group_sizes(*runtime);  // four prompts through one text-encoder call
+  const auto encodes = runtime->group_sizes("preprocess");  // four prompts through one text-encoder call
   CHECK(encodes.size() == 1);
   CHECK(encodes.count(4) == 1);
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -327,18 +327,18 @@ TEST_CASE("the compact text context and the zero-padded 512 rows give the same d
   std::vector<boost::json::object> specs{case_json(ref->info["case"], 300, ""), case_json(ref->info["case"], 301, "")};
   specs[1]["prompt"] = "a cat";
   Capture compact, padded, unlisted_cap, whole_cap;
-  std::shared_ptr<WanRuntime> rc, rp, ru, rw;
+  std::shared_ptr<ModelSet> rc, rp, ru, rw;
   auto a = run_jobs(pkg, "cpu", specs, compact, out.path, &rc, 2);
   auto b = run_jobs(full, "cpu", specs, padded, out.path, &rp, 2);
   run_jobs(unlisted, "cpu", specs, unlisted_cap, out.path, &ru, 2);
   auto w = run_jobs(whole_text, "cpu", specs, whole_cap, out.path, &rw, 2);
-  CHECK(rc->package.transformer_compact_context);
-  CHECK_FALSE(rp->package.transformer_compact_context);
-  CHECK_FALSE(ru->package.transformer_compact_context);
-  CHECK(rw->package.transformer_compact_context);
-  CHECK_FALSE(rw->package.text_padding_invariant);
-  CHECK(denoise_group_sizes(*rc).count(2) == 1);
-  CHECK_NOTHROW(warm_up(*rw, "cpu"));  // its text rows come back at the longest prompt, not 512
+  CHECK(rc->package().transformer_compact_context);
+  CHECK_FALSE(rp->package().transformer_compact_context);
+  CHECK_FALSE(ru->package().transformer_compact_context);
+  CHECK(rw->package().transformer_compact_context);
+  CHECK_FALSE(rw->package().text_padding_invariant);
+  CHECK(rc->group_sizes("denoise").count(2) == 1);
+  CHECK_NOTHROW(rw->warm_up("cpu"));  // its text rows come back at the longest prompt, not 512
   for (std::size_t i = 0; i < specs.size(); ++i) {
     REQUIRE_MESSAGE(a[i]->state() == JobState::done, a[i]->snapshot().error);
     REQUIRE_MESSAGE(b[i]->state() == JobState::done, b[i]->snapshot().error);
@@ -364,5 +364,5 @@ TEST_CASE("the compact text context and the zero-padded 512 rows give the same d
 TEST_CASE("a missing or damaged package is reported by name") {
   Executor executor;
   DevicePool pool(parse_device_list("cpu"));
-  CHECK_THROWS_AS(make_wan_runtime("/nonexistent/pkg", executor, pool, {}), Error);
+  CHECK_THROWS_AS(ModelSet({{"m", "/nonexistent/pkg"}}, executor, pool, {}), Error);
 }

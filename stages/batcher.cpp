@@ -1,0 +1,174 @@
+#include "stages/batcher.hpp"
+
+#include "runtime/errors.hpp"
+#include "stages/denoise_loop.hpp"
+
+#include <ATen/ATen.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+
+namespace vgen {
+
+namespace asio = boost::asio;
+
+Batcher::Batcher(BatcherOptions options) : options_(std::move(options)) {
+  if (!options_.executor || !options_.devices) throw_error(ErrorKind::internal, "Batcher needs an executor and a device pool");
+}
+
+std::vector<Batcher::Member*> live_members(Batcher::Group& group) {
+  std::vector<Batcher::Member*> live;
+  for (auto& m : group.members) {
+    m.dropped = m.job->cancel_requested();
+    if (!m.dropped) live.push_back(&m);
+  }
+  return live;
+}
+
+asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, BatchKind kind) {
+  Member self;
+  self.job = job.shared_from_this();
+  self.work = family_job(job);
+  std::string key = std::string(to_string(kind)) + "|";
+  if (kind == BatchKind::denoise) {
+    self.scheduler = family->make_scheduler(*self.work);
+    key += family->denoise_key(*self.work, *self.scheduler);
+  } else if (kind == BatchKind::decode) {
+    key += family->decode_key(*self.work);
+  } else {
+    key += family->prepare_key(*self.work);
+  }
+
+  std::shared_ptr<Group> group;
+  bool first = false;
+  {
+    std::lock_guard lock(mutex_);
+    // After an out-of-memory error this key's groups are capped (halved each time, down to 1).
+    const auto cap = caps_.count(key) ? caps_[key] : options_.max_batch;
+    auto& slot = open_[key];
+    if (!slot) {
+      slot = std::make_shared<Group>();
+      slot->key = key;
+      slot->kind = kind;
+      slot->family = std::move(family);
+      first = true;
+    }
+    group = slot;
+    group->members.push_back(std::move(self));
+    if (group->members.size() >= std::max<std::size_t>(cap, 1)) {
+      group->closed = true;
+      open_.erase(key);
+      group->full.set();
+    }
+  }
+  if (first) asio::co_spawn(co_await asio::this_coro::executor, run_group(group), asio::detached);
+  co_await group->done.wait();  // cancellable: the pipeline stops waiting, the group goes on
+  if (group->error) std::rethrow_exception(group->error);
+  job.throw_if_cancelled();
+}
+
+void Batcher::close(Group& group) {
+  std::lock_guard lock(mutex_);
+  if (group.closed) return;
+  group.closed = true;
+  if (auto it = open_.find(group.key); it != open_.end() && it->second.get() == &group) open_.erase(it);
+}
+
+// Until the group is full (the joiner that fills it sets `full`) or `wait` has passed.
+asio::awaitable<void> Batcher::collect(Group& group) {
+  using namespace asio::experimental::awaitable_operators;
+  if (group.full.is_set() || options_.wait.count() <= 0) co_return;
+  asio::steady_timer timer(co_await asio::this_coro::executor, options_.wait);
+  auto token = asio::as_tuple(asio::use_awaitable);
+  co_await (group.full.wait(token) || timer.async_wait(token));
+}
+
+asio::awaitable<Placement> Batcher::place(const Group& group) {
+  PlacementRequest req;
+  req.model = group.family->package().id();
+  Placement p;
+  p.lease = co_await options_.devices->acquire(req, asio::use_awaitable);
+  p.device = p.lease.device().id;
+  p.pool = &options_.executor->pool(device_pool_name(p.device));
+  co_return p;
+}
+
+void Batcher::record_size(const Group& group) {
+  {
+    std::lock_guard lock(mutex_);
+    ++sizes_[{group.kind, group.members.size()}];
+    log_.emplace_back(group.key, group.members.size());
+  }
+  if (options_.metrics)
+    options_.metrics
+        ->histogram("vgen_batch_size", "Jobs per cross-job batched call group", {{"stage", std::string(to_string(group.kind))}},
+                    {1, 2, 4, 8, 16, 32, 64, 128, 256})
+        .observe(static_cast<double>(group.members.size()));
+}
+
+asio::awaitable<void> Batcher::run_group(std::shared_ptr<Group> group) {
+  try {
+    co_await collect(*group);
+    // Then take the device, still collecting: while the device is busy with other work,
+    // jobs that arrive join this group instead of queueing behind it in groups of their own
+    // (as a dynamic batcher forms its batch when a model instance frees up). A free device
+    // is granted at once, so this adds no wait.
+    auto placement = co_await place(*group);
+    close(*group);
+    record_size(*group);
+    if (group->kind == BatchKind::denoise) co_await run_denoise_loop(*group, placement, options_);
+    else co_await run_once(*group, placement);
+  } catch (...) {
+    close(*group);  // a group that failed before it closed takes no more jobs
+    group->error = std::current_exception();
+    if (classify(group->error) == ErrorKind::out_of_memory && group->members.size() > 1) {
+      std::lock_guard lock(mutex_);
+      caps_[group->key] = std::max<std::size_t>(1, group->members.size() / 2);  // the retry runs smaller
+    }
+  }
+  group->done.set();
+}
+
+// Preprocess or decode: one family call for every live member.
+asio::awaitable<void> Batcher::run_once(Group& group, const Placement& placement) {
+  std::vector<FamilyJob*> live;
+  for (auto* m : live_members(group)) live.push_back(m->work.get());
+  if (live.empty()) co_return;
+  auto run = [&group, &live, device = placement.device] {
+    if (group.kind == BatchKind::decode) group.family->decode(device, live);
+    else group.family->prepare(device, live);
+    return 0;
+  };
+  co_await placement.pool->run(run);
+  for (auto* w : live) w->device = placement.device;
+}
+
+std::map<std::size_t, std::uint64_t> Batcher::group_sizes(BatchKind kind) const {
+  std::lock_guard lock(mutex_);
+  std::map<std::size_t, std::uint64_t> out;
+  for (const auto& [k, n] : sizes_)
+    if (k.first == kind) out[k.second] = n;
+  return out;
+}
+
+std::vector<std::pair<std::string, std::size_t>> Batcher::group_log() const {
+  std::lock_guard lock(mutex_);
+  return log_;
+}
+
+std::string_view to_string(BatchKind kind) {
+  switch (kind) {
+    case BatchKind::preprocess: return "preprocess";
+    case BatchKind::denoise: return "denoise";
+    case BatchKind::decode: return "decode";
+  }
+  return "?";
+}
+
+}  // namespace vgen

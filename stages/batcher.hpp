@@ -1,0 +1,112 @@
+// Batcher: cross-job batching for the preprocess, denoise and decode stages, generic over the
+// model-family interface (stages/family.hpp). Jobs that may share a model call join one group:
+//  - preprocess: jobs with the same Family::prepare_key (one prepare() call, e.g. one
+//    text-encoder call for the group's uncached prompts);
+//  - denoise: jobs with the same Family::denoise_key (interchangeable loops: shape, steps,
+//    scheduler, guidance on/off); the group runs the step loop (stages/denoise_loop.hpp);
+//  - decode: jobs with the same Family::decode_key; one decode() call.
+// Every key starts with the family name and package id, so jobs of different families never
+// share a group.
+// A group collects until it holds max_batch jobs (the joiner that fills it wakes it: no
+// polling) or `wait` has passed since its first job, then asks for the device and keeps
+// collecting until the device is granted: under load the group grows while earlier work
+// runs, on an idle device it starts at once. max_batch 1 runs each job alone at once.
+//
+// Ownership and cancellation: a group runs in its own coroutine on the runtime's executor,
+// not in any job's stage, so cancelling one job (its stage stops waiting) never stops the
+// others; the group drops a cancelled job between calls. Results are written into the jobs'
+// FamilyJob state only when the group's work completes, so a failed group leaves its jobs as
+// they were (a retry starts clean). Out of memory: a group that fails with
+// Error(out_of_memory) fails its jobs (the stage's retry policy retries them) and halves the
+// batch size for jobs of its key, down to one.
+// Thread-safety: join() may be called from any thread. The Batcher must outlive its groups
+// (the stages hold it by shared_ptr).
+#pragma once
+
+#include "runtime/device_pool.hpp"
+#include "runtime/event.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/metrics.hpp"
+#include "stages/family.hpp"
+
+#include <boost/asio/awaitable.hpp>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace vgen {
+
+enum class BatchKind { preprocess, denoise, decode };
+std::string_view to_string(BatchKind kind);
+
+// Where a group's compute runs: a lease from the DevicePool and that device's worker pool.
+struct Placement {
+  DeviceLease lease;
+  WorkerPool* pool = nullptr;
+  std::string device;
+};
+
+struct BatcherOptions {
+  std::size_t max_batch = 1;
+  std::chrono::milliseconds wait{20};
+  Executor* executor = nullptr;  // holds a "device:<id>" pool per device
+  DevicePool* devices = nullptr;
+  MetricsRegistry* metrics = nullptr;  // optional: histogram vgen_batch_size{stage}
+  // Called on the compute thread before every denoiser call (fault injection's simulated
+  // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
+  std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
+};
+
+class Batcher {
+ public:
+  explicit Batcher(BatcherOptions options);
+
+  // Runs `kind` for `job` (its FamilyJob payload, of `family`) in some group; returns when
+  // the job's part is done. Throws the group's error, or Error(cancelled) for a cancelled job.
+  boost::asio::awaitable<void> join(std::shared_ptr<Family> family, Job& job, BatchKind kind);
+
+  std::size_t max_batch() const noexcept { return options_.max_batch; }
+  // How many groups ran with each size (observability and tests).
+  std::map<std::size_t, std::uint64_t> group_sizes(BatchKind kind) const;
+  // The keys of the groups run so far, with their sizes, in order (tests).
+  std::vector<std::pair<std::string, std::size_t>> group_log() const;
+
+  struct Member {
+    std::shared_ptr<Job> job;
+    std::shared_ptr<FamilyJob> work;  // shared with the job's payload
+    std::unique_ptr<Scheduler> scheduler;  // denoise only
+    bool dropped = false;
+  };
+  struct Group {
+    BatchKind kind = BatchKind::denoise;
+    std::string key;
+    std::shared_ptr<Family> family;
+    std::vector<Member> members;
+    bool closed = false;  // no more joins (full, timed out, or running)
+    AsyncEvent full;      // set by the joiner that fills the group
+    AsyncEvent done;      // set when the group's work has ended (results or error)
+    std::exception_ptr error;
+  };
+
+ private:
+  boost::asio::awaitable<void> run_group(std::shared_ptr<Group> group);
+  boost::asio::awaitable<void> collect(Group& group);
+  boost::asio::awaitable<Placement> place(const Group& group);
+  boost::asio::awaitable<void> run_once(Group& group, const Placement& placement);
+  void record_size(const Group& group);
+  void close(Group& group);
+  const BatcherOptions options_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Group>> open_;  // collecting groups by key
+  std::map<std::pair<BatchKind, std::size_t>, std::uint64_t> sizes_;
+  std::vector<std::pair<std::string, std::size_t>> log_;
+  std::map<std::string, std::size_t> caps_;  // batch size limits learnt from out-of-memory errors
+};
+
+// Members whose jobs are not cancelled (the others are marked dropped).
+std::vector<Batcher::Member*> live_members(Batcher::Group& group);
+
+}  // namespace vgen

@@ -1,0 +1,18 @@
+// The model families vgen ships, by the manifest's `family` name: the one place a new family
+// is registered (its code lives in its own folder, stages/<family>/). Programs and tests may
+// add more at run time with families().add(name, factory).
+#include "stages/family.hpp"
+#include "stages/wan/wan_family.hpp"
+
+#include <mutex>
+
+namespace vgen {
+
+void register_builtin_families() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    families().add("wan2.1-t2v", &make_wan_family);
+  });
+}
+
+}  // namespace vgen

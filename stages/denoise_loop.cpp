@@ -1,0 +1,93 @@
+#include "stages/denoise_loop.hpp"
+
+#include <ATen/ATen.h>
+
+namespace vgen {
+
+namespace asio = boost::asio;
+
+namespace {
+
+using Member = Batcher::Member;
+
+std::vector<Member*> still_live(std::vector<Member>& members) {
+  std::vector<Member*> live;
+  for (auto& m : members) {
+    if (!m.dropped && m.job->cancel_requested()) m.dropped = true;
+    if (!m.dropped) live.push_back(&m);
+  }
+  return live;
+}
+
+// One step of a group on the compute thread: the live rows' prediction in one family call,
+// then one scheduler step for all rows (a dropped row is fed zero, which touches no other row).
+// A scheduler that draws noise (DDIM eta > 0, stochastic_sampling) draws it for the batch
+// from the default generator, as WanPipeline's step() does per call.
+void step_once(Batcher::Group& group, const std::vector<Member*>& live, Scheduler& scheduler, at::Tensor& latents, int i,
+               const std::string& device, const BatcherOptions& options) {
+  if (options.before_denoise)
+    options.before_denoise(live.size(), device, live.front()->job->id(), live.front()->job->snapshot().attempts);
+  auto x = scheduler.scale_model_input(latents, i);
+  std::vector<std::int64_t> rows;
+  std::vector<FamilyJob*> jobs;
+  for (auto* m : live) {
+    rows.push_back(m - group.members.data());
+    jobs.push_back(m->work.get());
+  }
+  const bool all = live.size() == group.members.size();
+  const auto index = at::tensor(rows, at::kLong);
+  const auto input = all ? x : x.index_select(0, index);
+  const auto timestep = scheduler.timesteps()[i];
+  auto pred = group.family->predict(PredictCall{jobs, input, timestep, device});
+  if (!all) pred = at::zeros(x.sizes(), pred.options()).index_copy_(0, index, pred);
+  latents = scheduler.step(pred, i, latents);
+  for (std::size_t j = 0; j < live.size(); ++j) {
+    auto& state = live[j]->work->state;
+    state.step = i + 1;
+    state.latents = latents.narrow(0, rows[j], 1);  // a view: the final rows are cloned at the end
+    if (live[j]->work->on_step) live[j]->work->on_step(i, state.latents);
+  }
+}
+
+asio::awaitable<void> run_steps(Batcher::Group& group, const Placement& placement, const BatcherOptions& options) {
+  std::vector<FamilyJob*> all_jobs;
+  for (auto& m : group.members) all_jobs.push_back(m.work.get());
+  group.family->begin_denoise(all_jobs, placement.device);
+  // Members share the scheduler's configuration and steps (denoise_key): one instance steps them all.
+  Scheduler& scheduler = *group.members.front().scheduler;
+  std::vector<at::Tensor> noise;
+  for (auto& m : group.members) noise.push_back(m.work->state.latents * scheduler.init_noise_sigma());
+  at::Tensor latents = noise.size() == 1 ? noise[0] : at::cat(noise, 0);
+  const int steps = static_cast<int>(scheduler.timesteps().size(0));
+  for (int i = 0; i < steps; ++i) {
+    auto live = still_live(group.members);
+    if (live.empty()) co_return;
+    auto step = [&, i, device = placement.device] {
+      step_once(group, live, scheduler, latents, i, device, options);
+      return 0;
+    };
+    co_await placement.pool->run(step);
+    for (auto* m : live) m->job->report_progress(i + 1, steps);
+  }
+  for (std::size_t j = 0; j < group.members.size(); ++j)
+    if (!group.members[j].dropped)
+      group.members[j].work->state.latents = latents.narrow(0, static_cast<std::int64_t>(j), 1).clone();
+}
+
+}  // namespace
+
+asio::awaitable<void> run_denoise_loop(Batcher::Group& group, const Placement& placement, const BatcherOptions& options) {
+  std::vector<StepState> start;  // restored if the group fails, so that a retry starts clean
+  for (auto& m : group.members) {
+    start.push_back(m.work->state);
+    m.work->device = placement.device;
+  }
+  try {
+    co_await run_steps(group, placement, options);
+  } catch (...) {
+    for (std::size_t j = 0; j < group.members.size(); ++j) group.members[j].work->state = start[j];
+    throw;
+  }
+}
+
+}  // namespace vgen

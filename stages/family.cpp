@@ -1,0 +1,45 @@
+#include "stages/family.hpp"
+
+#include "runtime/errors.hpp"
+
+#include <any>
+
+namespace vgen {
+
+std::string Family::key_prefix() const { return package().family + "|" + package().id(); }
+
+std::string Family::prepare_key(const FamilyJob&) const { return key_prefix(); }
+
+void Family::begin_denoise(const std::vector<FamilyJob*>&, const std::string&) {}
+
+std::string Family::decode_key(const FamilyJob& job) const {
+  std::string k = key_prefix();
+  for (auto d : job.state.latents.sizes()) k += "|" + std::to_string(d);
+  return k;
+}
+
+Registry<FamilyFactory>& families() {
+  static Registry<FamilyFactory> registry("model family");
+  return registry;
+}
+
+std::shared_ptr<Family> load_family(const std::filesystem::path& package_dir, const FamilyOptions& options) {
+  auto package = load_model_package(package_dir);
+  auto make = families().get(package.family);  // an unknown family names the known ones
+  auto family = make(std::move(package), options);
+  if (!family) throw_error(ErrorKind::internal, "the model family factory returned nothing");
+  return family;
+}
+
+const FamilyJob* find_family_job(const Job& job) {
+  const auto* w = std::any_cast<std::shared_ptr<FamilyJob>>(&job.payload);
+  return w ? w->get() : nullptr;
+}
+
+std::shared_ptr<FamilyJob> family_job(Job& job) {
+  auto* w = std::any_cast<std::shared_ptr<FamilyJob>>(&job.payload);
+  if (!w || !*w) throw_error(ErrorKind::internal, "job " + job.id() + " has no model-family state");
+  return *w;
+}
+
+}  // namespace vgen

@@ -1,0 +1,162 @@
+#include "stages/model_set.hpp"
+
+#include "runtime/errors.hpp"
+#include "stages/batcher.hpp"
+#include "stages/family.hpp"
+
+#include <ATen/ATen.h>
+#include <boost/json.hpp>
+
+#include <cstring>
+
+namespace vgen {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+struct ModelSet::State {
+  std::vector<std::pair<std::string, std::shared_ptr<Family>>> models;  // the first is the default
+  Executor* executor = nullptr;
+  ModelSetOptions options;
+  std::shared_ptr<Batcher> batcher;
+
+  const std::shared_ptr<Family>& family(const std::string& name) const {
+    if (name.empty()) return models.front().second;
+    for (const auto& [n, f] : models)
+      if (n == name) return f;
+    std::string known;
+    for (const auto& [n, f] : models) known += (known.empty() ? "" : ", ") + n;
+    throw_error(ErrorKind::invalid_argument, "model: unknown '" + name + "' (known: " + known + ")");
+  }
+};
+
+namespace {
+
+using State = ModelSet::State;
+
+std::string model_field(const json::value& spec) {
+  if (const auto* o = spec.if_object())
+    if (const auto* m = o->if_contains("model"); m && m->is_string()) return std::string(m->get_string());
+  return {};
+}
+
+asio::awaitable<void> preprocess(State& st, Job& job) {
+  const auto& family = st.family(model_field(job.spec()));
+  job.payload = family->create_job(family->validate(job.spec()));
+  co_await st.batcher->join(family, job, BatchKind::preprocess);
+}
+
+asio::awaitable<void> denoise(State& st, Job& job) {
+  co_await st.batcher->join(st.family(family_job(job)->spec.model), job, BatchKind::denoise);
+}
+
+asio::awaitable<void> decode(State& st, Job& job) {
+  co_await st.batcher->join(st.family(family_job(job)->spec.model), job, BatchKind::decode);
+}
+
+VideoFrames to_video_frames(const at::Tensor& frames, double fps) {
+  auto bytes = (frames * 255.0).round().clamp(0, 255).to(at::kByte).contiguous();
+  VideoFrames v = VideoFrames::allocate(static_cast<int>(frames.size(2)), static_cast<int>(frames.size(1)),
+                                        static_cast<int>(frames.size(0)), fps);
+  std::memcpy(v.rgb.data(), bytes.data_ptr<std::uint8_t>(), v.rgb.size());
+  return v;
+}
+
+asio::awaitable<void> encode(State& st, Job& job) {
+  auto w = family_job(job);
+  const auto& family = st.family(w->spec.model);
+  auto options = st.options.encode;
+  options.format = w->spec.format;
+  options.comment = "vgen:" + job_content_key(family->package().id(), w->spec).hex();
+  const std::string stem = w->spec.name.empty() ? job.id() : w->spec.name;
+  w->output = st.options.out_dir / (stem + extension_for(options.format));
+  auto write = [w, options] { encode_to_file(to_video_frames(w->frames, w->spec.fps), w->output, options); };
+  co_await st.executor->pool("codec").run(write);
+}
+
+}  // namespace
+
+ModelSet::ModelSet(std::vector<std::pair<std::string, std::filesystem::path>> models, Executor& executor, DevicePool& devices,
+                   ModelSetOptions options)
+    : state_(std::make_shared<State>()) {
+  if (models.empty()) throw_error(ErrorKind::invalid_argument, "no model to serve");
+  register_builtin_families();
+  FamilyOptions fo{.backend = options.backend, .text_cache_entries = options.text_cache_entries,
+                   .text_cache_ttl = options.text_cache_ttl};
+  for (auto& [name, dir] : models) {
+    for (const auto& [n, f] : state_->models)
+      if (n == name) throw_error(ErrorKind::invalid_argument, "model '" + name + "' is given twice");
+    state_->models.emplace_back(name, load_family(dir, fo));
+  }
+  state_->executor = &executor;
+  state_->batcher = std::make_shared<Batcher>(BatcherOptions{.max_batch = std::max<std::size_t>(options.max_batch, 1),
+                                                             .wait = options.batch_wait,
+                                                             .executor = &executor,
+                                                             .devices = &devices,
+                                                             .metrics = options.metrics,
+                                                             .before_denoise = options.before_denoise});
+  state_->options = std::move(options);
+}
+
+ModelSet::~ModelSet() = default;
+
+std::vector<std::string> ModelSet::model_names() const {
+  std::vector<std::string> out;
+  for (const auto& [n, f] : state_->models) out.push_back(n);
+  return out;
+}
+
+const ModelPackage& ModelSet::package(const std::string& name) const { return state_->family(name)->package(); }
+
+JobSpec ModelSet::validate(const json::value& spec) const { return state_->family(model_field(spec))->validate(spec); }
+
+std::string ModelSet::model_id(const JobSpec& spec) const { return state_->family(spec.model)->package().id(); }
+
+std::vector<StageSpec> ModelSet::stages() const {
+  auto st = state_;
+  auto bind = [st](asio::awaitable<void> (*fn)(State&, Job&)) { return StageFn([st, fn](Job& job) { return fn(*st, job); }); };
+  const auto& o = st->options;
+  const auto batch = std::max<std::size_t>(o.max_batch, 1);
+  return {
+      // Each job waiting in a forming group holds a worker: at least max_batch of them.
+      {"preprocess", JobState::preprocess, std::max(o.preprocess_workers, batch), 16, bind(preprocess)},
+      {"denoise", JobState::denoise, std::max(o.denoise_workers, batch), 4, bind(denoise)},
+      {"decode", JobState::decode, std::max(o.decode_workers, batch), 4, bind(decode)},
+      {"encode", JobState::encode, o.encode_workers, 4, bind(encode)},
+  };
+}
+
+void ModelSet::warm_up(const std::string& device) const {
+  for (const auto& [n, f] : state_->models) f->warm_up(device);
+}
+
+RenderOutput ModelSet::result(const Job& job) const {
+  const auto* w = find_family_job(job);
+  if (!w) throw_error(ErrorKind::internal, "job " + job.id() + " has no render result");
+  return {w->spec, w->output, w->text_cache_hit, w->device};
+}
+
+CacheStats ModelSet::text_cache_stats() const {
+  CacheStats sum;
+  for (const auto& [n, f] : state_->models) {
+    const auto s = f->text_cache_stats();
+    sum.hits += s.hits;
+    sum.misses += s.misses;
+    sum.insertions += s.insertions;
+    sum.evictions += s.evictions;
+    sum.expirations += s.expirations;
+    sum.entries += s.entries;
+    sum.cost += s.cost;
+  }
+  return sum;
+}
+
+std::map<std::size_t, std::uint64_t> ModelSet::group_sizes(std::string_view stage) const {
+  for (auto k : {BatchKind::preprocess, BatchKind::denoise, BatchKind::decode})
+    if (to_string(k) == stage) return state_->batcher->group_sizes(k);
+  throw_error(ErrorKind::invalid_argument, "group_sizes: unknown stage '" + std::string(stage) + "'");
+}
+
+std::vector<std::pair<std::string, std::size_t>> ModelSet::group_log() const { return state_->batcher->group_log(); }
+
+}  // namespace vgen

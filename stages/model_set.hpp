@@ -1,0 +1,102 @@
+// ModelSet: the model packages one Runtime serves, each run by the family its manifest names
+// (stages/family.hpp), and the generic render stages over them:
+//
+//  preprocess  validate the job against its model; Family::prepare in a batched group
+//  denoise     the step loop of a batched group (stages/denoise_loop.hpp)
+//  decode      Family::decode in a batched group
+//  encode      FFmpeg into <out_dir>/<name or id>.<ext>, atomically (stages/encode.hpp)
+// Groups never mix families or packages (stages/batcher.hpp). A job picks its model by the
+// spec's "model" field (a name given in the constructor); without one, the first model.
+// Compute runs on the worker pool of the device the DevicePool leases ("device:<id>"), so
+// `--devices cpu,cpu` runs two replicas with their own threads.
+//
+// This header does not include LibTorch (api/ includes it next to spdlog; the torch wheel's
+// bundled fmt must not meet Debian's).
+// Ownership: the stages hold the ModelSet's state by shared_ptr; the executor and the device
+// pool must outlive the pipeline running them. Thread-safety: every const member may be
+// called from any thread; warm_up runs on the device's compute thread.
+#pragma once
+
+#include "runtime/device_pool.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/metrics.hpp"
+#include "runtime/pipeline.hpp"
+#include "runtime/ttl_cache.hpp"
+#include "stages/encode.hpp"
+#include "stages/job_spec.hpp"
+#include "stages/model_package.hpp"
+
+#include <boost/json/value.hpp>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace vgen {
+
+struct ModelSetOptions {
+  std::filesystem::path out_dir;
+  std::string backend = "torchscript";
+  EncodeOptions encode;  // format is taken from each job
+  std::size_t text_cache_entries = 256;
+  std::chrono::steady_clock::duration text_cache_ttl = std::chrono::minutes(30);
+  std::size_t preprocess_workers = 1, denoise_workers = 1, decode_workers = 1, encode_workers = 1;
+  // Cross-job batching: up to max_batch compatible jobs per model call, waiting at most
+  // batch_wait for a group to fill. 1: no batching.
+  std::size_t max_batch = 1;
+  std::chrono::milliseconds batch_wait{20};
+  // Called on the compute thread before every denoiser call (fault injection's simulated
+  // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
+  std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
+  MetricsRegistry* metrics = nullptr;  // optional (outlives the set): batch-size histograms
+};
+
+// What a finished job produced (valid once the job is done).
+struct RenderOutput {
+  JobSpec spec;
+  std::filesystem::path output;
+  bool text_cache_hit = false;
+  std::string device;
+};
+
+class ModelSet {
+ public:
+  // `models`: (name, package directory) pairs, the first the default. Loads each package and
+  // its family (Error(invalid_argument / not_found) naming what is wrong). The executor must
+  // hold a "device:<id>" pool per device and a "codec" pool.
+  ModelSet(std::vector<std::pair<std::string, std::filesystem::path>> models, Executor& executor, DevicePool& devices,
+           ModelSetOptions options);
+  ~ModelSet();
+  ModelSet(const ModelSet&) = delete;
+  ModelSet& operator=(const ModelSet&) = delete;
+
+  std::vector<std::string> model_names() const;
+  // The package of model `name` (empty: the default); Error(invalid_argument) if unknown.
+  const ModelPackage& package(const std::string& name = {}) const;
+  // Parses a job spec against its model's defaults and limits (Error(invalid_argument)).
+  JobSpec validate(const boost::json::value& spec) const;
+  // The identity of the model a parsed spec runs on (ModelPackage::id), for content keys.
+  std::string model_id(const JobSpec& spec) const;
+
+  std::vector<StageSpec> stages() const;  // preprocess, denoise, decode, encode
+  // Calls every model's modules on `device` twice before jobs arrive (Family::warm_up).
+  void warm_up(const std::string& device) const;
+
+  RenderOutput result(const Job& job) const;  // Error(internal) if the job never prepared
+  CacheStats text_cache_stats() const;        // summed over the models
+  // Groups run so far by size, for "preprocess", "denoise" or "decode".
+  std::map<std::size_t, std::uint64_t> group_sizes(std::string_view stage) const;
+  // Every group run so far: its key (stage|family|package|...) and size, in order (tests).
+  std::vector<std::pair<std::string, std::size_t>> group_log() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace vgen

@@ -1,0 +1,309 @@
+#include "stages/wan/wan_family.hpp"
+
+#include "runtime/content_key.hpp"
+#include "runtime/errors.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <regex>
+
+namespace vgen {
+
+namespace json = boost::json;
+
+namespace {
+
+std::string html_unescape(const std::string& s) {
+  static const std::pair<const char*, const char*> named[] = {
+      {"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&#39;", "'"}, {"&apos;", "'"}, {"&nbsp;", "\xc2\xa0"}};
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    bool done = false;
+    if (s[i] == '&') {
+      for (auto [from, to] : named)
+        if (s.compare(i, std::strlen(from), from) == 0) {
+          out += to;
+          i += std::strlen(from);
+          done = true;
+          break;
+        }
+    }
+    if (!done) out += s[i++];
+  }
+  return out;
+}
+
+SchedulerParams to_params(const json::object& config) {
+  SchedulerParams p;
+  for (const auto& kv : config) {
+    const auto& v = kv.value();
+    SchedulerParam x;
+    if (v.is_bool()) x = v.get_bool();
+    else if (v.is_number()) x = v.to_number<double>();
+    else if (v.is_string()) x = std::string(v.get_string());
+    else if (v.is_array()) {
+      std::vector<double> xs;
+      for (const auto& e : v.get_array())
+        if (e.is_number()) xs.push_back(e.to_number<double>());
+      x = std::move(xs);
+    }
+    p.emplace(std::string(kv.key()), std::move(x));
+  }
+  return p;
+}
+
+WanJob& wan(FamilyJob& job) { return static_cast<WanJob&>(job); }
+const WanJob& wan(const FamilyJob& job) { return static_cast<const WanJob&>(job); }
+
+}  // namespace
+
+std::string wan_prompt_clean(const std::string& text) {
+  static const std::regex spaces("\\s+");
+  auto s = std::regex_replace(html_unescape(html_unescape(text)), spaces, " ");
+  const auto b = s.find_first_not_of(' ');
+  const auto e = s.find_last_not_of(' ');
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+std::unique_ptr<Scheduler> make_wan_scheduler(const ModelPackage& package, const std::string& override_type) {
+  if (override_type.empty() || override_type == package.scheduler_type)
+    return make_scheduler(package.scheduler_type, to_params(package.scheduler_config));
+  // Another scheduler: carry over the training steps and the flow shift, nothing else.
+  json::object carried;
+  const auto& c = package.scheduler_config;
+  if (const auto* n = c.if_contains("num_train_timesteps")) carried["num_train_timesteps"] = *n;
+  const json::value* shift = c.if_contains("flow_shift");
+  if (!shift) shift = c.if_contains("shift");
+  if (shift && override_type == "FlowMatchEulerDiscreteScheduler") carried["shift"] = *shift;
+  if (shift && override_type == "UniPCMultistepScheduler") {
+    carried["flow_shift"] = *shift;
+    carried["use_flow_sigmas"] = true;
+    carried["prediction_type"] = "flow_prediction";
+  }
+  return make_scheduler(override_type, to_params(carried));
+}
+
+WanFamily::WanFamily(ModelPackage package, const FamilyOptions& options) : package_(std::move(package)), backend_(options.backend) {
+  const auto& p = package_;
+  for (const char* name : {"tokenizer", "text_encoder", "transformer", "vae_decoder"}) p.component(name);  // named if missing
+  tokenizer_ = Tokenizer::load(p.component("tokenizer").file,
+                               {.max_length = p.max_length, .pad_id = p.pad_id, .eos_id = p.eos_id, .add_eos = p.add_eos});
+  if (options.text_cache_entries > 0)
+    text_cache_ = std::make_shared<TtlCache<at::Tensor>>(TtlCacheOptions{
+        .max_entries = options.text_cache_entries, .max_cost = 1ull << 30, .default_ttl = options.text_cache_ttl});
+}
+
+std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOptions& options) {
+  return std::make_shared<WanFamily>(std::move(package), options);
+}
+
+JobSpec WanFamily::validate(const json::value& spec) const {
+  auto limits = package_.limits;
+  limits.schedulers = scheduler_names();
+  return parse_job_spec(spec, package_.defaults, limits);
+}
+
+std::shared_ptr<FamilyJob> WanFamily::create_job(JobSpec spec) const {
+  auto w = std::make_shared<WanJob>();
+  w->spec = std::move(spec);
+  return w;
+}
+
+std::shared_ptr<const Module> WanFamily::module(const std::string& component, const std::string& device) const {
+  const auto& c = package_.component(component);
+  return ModuleCache::instance().get(backend_, c.file, device, parse_dtype(c.dtype));
+}
+
+// The texts' embedding rows, [texts, L, D] with L the longest prompt, and each text's length.
+// A padding-invariant encoder (UMT5) runs only up to the longest prompt, as its masked output
+// is zero past each prompt anyway: a 12-token prompt costs 12 positions, not 512. An unmasked
+// output keeps all max_length rows.
+TextRows WanFamily::encode_text(const std::string& device, const std::vector<std::string>& texts) {
+  auto batch = tokenizer_->encode_batch(texts);
+  auto ids = at::tensor(batch.ids, at::kLong).reshape({batch.batch, batch.length});
+  auto mask = at::tensor(batch.mask, at::kLong).reshape({batch.batch, batch.length});
+  std::int64_t run = batch.length;
+  if (package_.text_padding_invariant && !batch.lengths.empty())
+    run = std::clamp<std::int64_t>(*std::max_element(batch.lengths.begin(), batch.lengths.end()), 1, batch.length);
+  auto out = module("text_encoder", device)
+                 ->forward({ids.narrow(1, 0, run).contiguous(), mask.narrow(1, 0, run).contiguous()})
+                 .to(at::kFloat);
+  if (!package_.text_output_masked)
+    return {pad_rows(out, batch.length), std::vector<std::int64_t>(texts.size(), batch.length)};
+  // Rows past the longest prompt are zero: drop them (an encoder that is not padding-invariant
+  // ran on all max_length tokens).
+  std::vector<std::int64_t> lengths(batch.lengths.begin(), batch.lengths.end());
+  const std::int64_t longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  return {out.narrow(1, 0, std::min(out.size(1), longest)), std::move(lengths)};
+}
+
+ContentKey WanFamily::text_key(const std::string& device, const std::string& text) const {
+  return content_key("text_embedding", json::object{{"package", package_.id()}, {"device", device}, {"text", text}});
+}
+
+void WanFamily::prepare(const std::string& device, const std::vector<FamilyJob*>& jobs) {
+  // Each distinct text once: from the cache, from an earlier job of this group (counted as a
+  // hit: it was not encoded for this job), or encoded with the group's other misses.
+  std::map<std::string, at::Tensor> known;
+  std::vector<std::string> misses;
+  auto want = [&](const std::string& text) {
+    if (known.count(text)) return true;
+    if (text_cache_)
+      if (auto found = text_cache_->get(text_key(device, text))) {
+        known.emplace(text, *found);
+        return true;
+      }
+    known.emplace(text, at::Tensor());
+    misses.push_back(text);
+    return false;
+  };
+  std::vector<std::pair<std::string, std::string>> texts;  // per job: cleaned prompt, negative ("" without CFG)
+  for (auto* w : jobs) {
+    const bool cfg = w->spec.guidance > 1.0;
+    texts.emplace_back(wan_prompt_clean(w->spec.prompt), cfg ? wan_prompt_clean(w->spec.negative_prompt) : std::string());
+    const bool hit_cond = want(texts.back().first);
+    const bool hit_uncond = !cfg || want(texts.back().second);
+    w->text_cache_hit = hit_cond && hit_uncond;
+  }
+  if (!misses.empty()) {
+    auto encoded = encode_text(device, misses);
+    for (std::size_t i = 0; i < misses.size(); ++i) {
+      // The text's own rows [1, length, D] (its length is its row count from here on), copied
+      // so that a cached embedding does not keep the whole batch alive.
+      auto e = encoded.embeds.narrow(0, static_cast<std::int64_t>(i), 1).narrow(1, 0, encoded.lengths[i]).clone();
+      known[misses[i]] = e;
+      if (text_cache_) text_cache_->put(text_key(device, misses[i]), e, static_cast<std::size_t>(e.numel() * e.element_size()));
+    }
+  }
+  const auto& p = package_;
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    auto& w = wan(*jobs[j]);
+    const auto& cond = known.at(texts[j].first);
+    std::vector<TextRows> rows{{cond, {cond.size(1)}}};
+    if (w.spec.guidance > 1.0) {
+      const auto& uncond = known.at(texts[j].second);
+      rows.push_back({uncond, {uncond.size(1)}});
+    }
+    auto stacked = stack_texts(rows);
+    w.embeds = std::move(stacked.embeds);
+    w.embed_lengths = std::move(stacked.lengths);
+    // Initial noise from the job's own seed on a CPU generator: the same on every device.
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(w.spec.seed);
+    w.state.step = 0;
+    w.state.latents = at::randn({1, p.latent_channels, (w.spec.frames - 1) / p.temporal_scale + 1,
+                                 w.spec.height / p.spatial_scale, w.spec.width / p.spatial_scale},
+                                gen, at::TensorOptions().dtype(at::kFloat));
+  }
+}
+
+std::unique_ptr<Scheduler> WanFamily::make_scheduler(const FamilyJob& job) const {
+  auto s = make_wan_scheduler(package_, job.spec.scheduler);
+  s->set_timesteps(job.spec.steps);
+  return s;
+}
+
+std::string WanFamily::denoise_key(const FamilyJob& job, const Scheduler& s) const {
+  const auto& w = wan(job);
+  std::string k = key_prefix() + "|" + std::string(s.name()) + "|" + std::to_string(w.spec.steps) + "|" +
+                  (w.spec.guidance > 1.0 ? "cfg" : "nocfg");
+  for (auto d : w.state.latents.sizes()) k += "|" + std::to_string(d);
+  // Text rows of any length share a call: the group pads them to one row count.
+  return k + "|" + std::to_string(w.embeds.size(0)) + "x" + std::to_string(w.embeds.size(2));
+}
+
+// One text row count for the whole group: max_length, or with a compact-context package the
+// group's longest text + 1 (stages/text_context.hpp).
+void WanFamily::begin_denoise(const std::vector<FamilyJob*>& group, const std::string&) {
+  const auto& p = package_;
+  std::vector<std::int64_t> lengths;
+  for (auto* j : group) lengths.insert(lengths.end(), wan(*j).embed_lengths.begin(), wan(*j).embed_lengths.end());
+  const auto rows = context_rows(lengths, p.max_length, p.transformer_compact_context);
+  for (auto* j : group) {
+    auto& w = wan(*j);
+    w.text = make_context({w.embeds, w.embed_lengths}, rows, p.max_length, p.transformer_compact_context);
+  }
+}
+
+at::Tensor WanFamily::predict_flow(const std::string& device, const at::Tensor& x, const at::Tensor& t,
+                                   const at::Tensor& context, const at::Tensor& bias) {
+  auto transformer = module("transformer", device);
+  auto in = x.to(transformer->dtype());
+  auto c = context.to(transformer->dtype());
+  if (!bias.defined()) return transformer->forward({in, t, c});
+  return transformer->call("forward_compact", {in, t, c, bias});  // float32 bias: the graph casts it
+}
+
+// One transformer call (each job's cond and uncond rows together), then each job's guidance
+// in the transformer's dtype, as WanPipeline does (so a bf16 package follows diffusers' bf16
+// numerics too).
+at::Tensor WanFamily::predict(const PredictCall& call) {
+  const auto& live = call.jobs;
+  const bool cfg = live.front()->spec.guidance > 1.0;
+  std::vector<at::Tensor> contexts, biases;
+  for (auto* j : live) {
+    contexts.push_back(wan(*j).text.context);  // [2 or 1, rows, D]: cond (, uncond)
+    if (wan(*j).text.bias.defined()) biases.push_back(wan(*j).text.bias);
+  }
+  auto cat = [](const std::vector<at::Tensor>& xs) { return xs.empty() ? at::Tensor() : xs.size() == 1 ? xs[0] : at::cat(xs, 0); };
+  auto input = cfg ? call.x.repeat_interleave(2, 0) : call.x;  // job j's rows 2j (cond), 2j+1 (uncond)
+  auto t = call.timestep.to(at::kFloat).expand({input.size(0)}).contiguous();  // float32 always
+  auto pred = predict_flow(call.device, input, t, cat(contexts), cat(biases)).to(at::kCPU);
+  if (!cfg) return pred;
+  auto cond = pred.slice(0, 0, pred.size(0), 2), uncond = pred.slice(0, 1, pred.size(0), 2);
+  const double g = live.front()->spec.guidance;
+  if (std::all_of(live.begin(), live.end(), [g](auto* j) { return j->spec.guidance == g; }))
+    return uncond + g * (cond - uncond);
+  std::vector<at::Tensor> rows;
+  for (std::size_t j = 0; j < live.size(); ++j) {
+    const auto r = static_cast<std::int64_t>(j);
+    rows.push_back(uncond.narrow(0, r, 1) + live[j]->spec.guidance * (cond.narrow(0, r, 1) - uncond.narrow(0, r, 1)));
+  }
+  return at::cat(rows, 0);
+}
+
+// One VAE call: un-normalise each job's latents, decode them as one batch, split the frames
+// back ([F, H, W, 3] in [0, 1] per job).
+void WanFamily::decode(const std::string& device, const std::vector<FamilyJob*>& jobs) {
+  const auto& p = package_;
+  const auto c = p.latent_channels;
+  auto mean = at::tensor(p.latents_mean, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+  auto std = at::tensor(p.latents_std, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+  std::vector<at::Tensor> zs;
+  for (auto* j : jobs) zs.push_back(j->state.latents);
+  auto z = (zs.size() == 1 ? zs[0] : at::cat(zs, 0)) / (1.0 / std) + mean;  // exactly diffusers' un-normalisation
+  auto vae = module("vae_decoder", device);
+  auto video = vae->forward({z.to(vae->dtype())}).to(at::kCPU).to(at::kFloat);  // [N,3,F,H,W]
+  for (std::size_t j = 0; j < jobs.size(); ++j)
+    jobs[j]->frames = (video[static_cast<std::int64_t>(j)] / 2 + 0.5).clamp(0, 1).permute({1, 2, 3, 0}).contiguous();
+}
+
+// Calls the text encoder, transformer and VAE twice at the package's smallest size, discarding
+// the outputs: LibTorch's profiling executor profiles a method's first call and optimises its
+// graph on the second, and both are slow (docs/PERFORMANCE.md). Bypasses the text cache.
+void WanFamily::warm_up(const std::string& device) {
+  const auto& p = package_;
+  const auto& lim = p.limits;
+  const int side = std::max(lim.size_multiple, (lim.min_size + lim.size_multiple - 1) / lim.size_multiple * lim.size_multiple);
+  const int frames = std::clamp(lim.frames_step + 1, lim.min_frames, lim.max_frames);  // two latent frames: first + step chunks
+  const std::int64_t lf = (frames - 1) / p.temporal_scale + 1, lh = side / p.spatial_scale, lw = side / p.spatial_scale;
+  auto vae = module("vae_decoder", device);
+  for (int call = 0; call < 2; ++call) {
+    auto text = encode_text(device, {"warm up", ""});  // cond and uncond rows, as with guidance
+    const auto rows = context_rows(text.lengths, p.max_length, p.transformer_compact_context);
+    const auto inputs = make_context(text, rows, p.max_length, p.transformer_compact_context);
+    auto z = at::zeros({2, p.latent_channels, lf, lh, lw}, at::kFloat);
+    auto t = at::full({2}, 500.0, at::kFloat);
+    predict_flow(device, z, t, inputs.context, inputs.bias);
+    vae->forward({z.narrow(0, 0, 1).to(vae->dtype())});
+  }
+}
+
+CacheStats WanFamily::text_cache_stats() const { return text_cache_ ? text_cache_->stats() : CacheStats{}; }
+
+}  // namespace vgen

@@ -1,0 +1,183 @@
+#include "stages/batcher.hpp"
+
+#include <doctest/doctest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+
+#include "runtime/errors.hpp"
+#include "tests/support/async_test.hpp"
+#include "tests/support/fake_family.hpp"
+
+#undef CHECK
+#define CHECK DOCTEST_CHECK
+
+using namespace vgen;
+namespace asio = boost::asio;
+
+namespace {
+
+struct Bench {
+  Executor executor{{.io_threads = 1}};
+  std::vector<DeviceSpec> specs = parse_device_list("cpu");
+  DevicePool pool{specs};
+  std::shared_ptr<Batcher> batcher;
+  Bench(std::size_t max_batch, std::chrono::milliseconds wait) {
+    add_device_pools(executor, specs);
+    batcher = std::make_shared<Batcher>(BatcherOptions{.max_batch = max_batch, .wait = wait, .executor = &executor, .devices = &pool});
+  }
+};
+
+std::shared_ptr<Job> make_job(const std::shared_ptr<Family>& family, std::uint64_t seed, int steps = 4) {
+  boost::json::object spec{{"prompt", "p" + std::to_string(seed)}, {"seed", seed}, {"steps", steps}};
+  auto job = std::make_shared<Job>("job-" + std::to_string(seed), spec);
+  job->payload = family->create_job(family->validate(spec));
+  return job;
+}
+
+// Prepare, denoise and return the final latents of each job, through the batcher.
+asio::awaitable<std::exception_ptr> render(Batcher& b, std::shared_ptr<Family> family, std::shared_ptr<Job> job,
+                                           bool prepare = true) {
+  try {
+    if (prepare) co_await b.join(family, *job, BatchKind::preprocess);
+    co_await b.join(family, *job, BatchKind::denoise);
+  } catch (...) {
+    co_return std::current_exception();
+  }
+  co_return nullptr;
+}
+
+// The latents of `seed` denoised alone (max_batch 1).
+at::Tensor alone(std::uint64_t seed, int steps = 4) {
+  Bench b(1, std::chrono::milliseconds(0));
+  auto family = test::make_fake_family("fake-a");
+  auto job = make_job(family, seed, steps);
+  auto run = [&]() -> asio::awaitable<void> {
+    auto e = co_await render(*b.batcher, family, job);
+    if (e) std::rethrow_exception(e);
+  };
+  b.executor.run_sync(run());
+  return family_job(*job)->state.latents.clone();
+}
+
+}  // namespace
+
+TEST_CASE("jobs joining while a group collects are included; the filling joiner starts it" * doctest::timeout(60)) {
+  // A long wait: the group may only start early because the third job fills it.
+  Bench b(3, std::chrono::seconds(30));
+  auto family = test::make_fake_family("fake-a");
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (std::uint64_t s : {1, 2, 3}) jobs.push_back(make_job(family, s));
+  auto run = [&]() -> asio::awaitable<void> {
+    // The first job opens the group; the others join while it collects.
+    std::vector<std::future<std::exception_ptr>> done;
+    for (auto& j : jobs) done.push_back(asio::co_spawn(b.executor.get_executor(), render(*b.batcher, family, j), asio::use_future));
+    for (auto& d : done) {
+      while (d.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) co_await test::sleep_for(std::chrono::milliseconds(2));
+      CHECK(d.get() == nullptr);
+    }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  b.executor.run_sync(run());
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(25));  // did not wait out the 30 s
+  CHECK(b.batcher->group_sizes(BatchKind::denoise) == std::map<std::size_t, std::uint64_t>{{3, 1}});
+  CHECK(b.batcher->group_sizes(BatchKind::preprocess) == std::map<std::size_t, std::uint64_t>{{3, 1}});
+  for (std::uint64_t s : {1, 2, 3}) CHECK(at::equal(family_job(*jobs[s - 1])->state.latents, alone(s)));
+  for (auto& j : jobs) CHECK(family_job(*j)->state.step == 4);
+}
+
+TEST_CASE("a job cancelled mid-group stops; the others finish as they would alone" * doctest::timeout(60)) {
+  Bench b(3, std::chrono::seconds(30));
+  auto family = test::make_fake_family("fake-a");
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (std::uint64_t s : {11, 12, 13}) jobs.push_back(make_job(family, s, 6));
+  // Cancel the middle job during the third denoiser call of the group.
+  test::fake(*family).on_predict = [&](std::size_t call, std::size_t rows) {
+    if (call == 3) {
+      CHECK(rows == 3);
+      jobs[1]->request_cancel();
+    }
+  };
+  std::vector<std::exception_ptr> errors(3);
+  auto run = [&]() -> asio::awaitable<void> {
+    std::vector<std::future<std::exception_ptr>> done;
+    for (auto& j : jobs) done.push_back(asio::co_spawn(b.executor.get_executor(), render(*b.batcher, family, j), asio::use_future));
+    for (std::size_t i = 0; i < done.size(); ++i) {
+      while (done[i].wait_for(std::chrono::milliseconds(0)) != std::future_status::ready)
+        co_await test::sleep_for(std::chrono::milliseconds(2));
+      errors[i] = done[i].get();
+    }
+  };
+  b.executor.run_sync(run());
+  CHECK(errors[0] == nullptr);
+  CHECK(errors[2] == nullptr);
+  REQUIRE(errors[1] != nullptr);
+  CHECK(classify(errors[1]) == ErrorKind::cancelled);
+  CHECK(test::fake(*family).max_rows_after(3) == 2);  // later calls carried only the two live jobs
+  CHECK(at::equal(family_job(*jobs[0])->state.latents, alone(11, 6)));
+  CHECK(at::equal(family_job(*jobs[2])->state.latents, alone(13, 6)));
+}
+
+TEST_CASE("out of memory fails the group, halves the batch for its key, and the retry runs smaller" * doctest::timeout(60)) {
+  Bench b(4, std::chrono::seconds(30));
+  auto family = test::make_fake_family("fake-a");
+  test::fake(*family).oom_above_rows = 2;  // a call of more than 2 jobs runs out of memory...
+  test::fake(*family).oom_from_step = 2;   // ...at its third step, after two have run
+  auto round = [&](std::vector<std::shared_ptr<Job>> jobs, bool prepare) {
+    std::vector<std::exception_ptr> errors(jobs.size());
+    auto run = [&]() -> asio::awaitable<void> {
+      std::vector<std::future<std::exception_ptr>> done;
+      for (auto& j : jobs) done.push_back(asio::co_spawn(b.executor.get_executor(), render(*b.batcher, family, j, prepare), asio::use_future));
+      for (std::size_t i = 0; i < done.size(); ++i) {
+        while (done[i].wait_for(std::chrono::milliseconds(0)) != std::future_status::ready)
+          co_await test::sleep_for(std::chrono::milliseconds(2));
+        errors[i] = done[i].get();
+      }
+    };
+    b.executor.run_sync(run());
+    return errors;
+  };
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (std::uint64_t s : {21, 22, 23, 24}) jobs.push_back(make_job(family, s));
+  for (auto& e : round(jobs, true)) {
+    REQUIRE(e != nullptr);
+    CHECK(classify(e) == ErrorKind::out_of_memory);
+  }
+  // A failed group leaves its jobs as they were (two steps had run): the retry starts clean.
+  CHECK(test::fake(*family).max_rows_after(0) == 4);
+  for (auto& j : jobs) CHECK(family_job(*j)->state.step == 0);
+  // The retry (as the stage's retry policy would run it): groups of at most 2 now.
+  for (auto& e : round(jobs, false)) CHECK(e == nullptr);
+  const auto sizes = b.batcher->group_sizes(BatchKind::denoise);
+  CHECK(sizes.at(4) == 1);
+  CHECK(sizes.at(2) == 2);
+  for (std::uint64_t s : {21, 22, 23, 24}) CHECK(at::equal(family_job(*jobs[s - 21])->state.latents, alone(s)));
+}
+
+TEST_CASE("jobs of different families never share a group" * doctest::timeout(60)) {
+  Bench b(8, std::chrono::milliseconds(200));
+  auto fa = test::make_fake_family("fake-a");
+  auto fb = test::make_fake_family("fake-b");
+  std::vector<std::pair<std::shared_ptr<Family>, std::shared_ptr<Job>>> jobs;
+  for (std::uint64_t s = 30; s < 36; ++s) jobs.emplace_back(s % 2 ? fa : fb, make_job(s % 2 ? fa : fb, s));
+  auto run = [&]() -> asio::awaitable<void> {
+    std::vector<std::future<std::exception_ptr>> done;
+    for (auto& [f, j] : jobs) done.push_back(asio::co_spawn(b.executor.get_executor(), render(*b.batcher, f, j), asio::use_future));
+    for (auto& d : done) {
+      while (d.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) co_await test::sleep_for(std::chrono::milliseconds(2));
+      CHECK(d.get() == nullptr);
+    }
+  };
+  b.executor.run_sync(run());
+  for (const auto& [key, size] : b.batcher->group_log()) {
+    const bool a = key.find("fake-a|") != std::string::npos, bb = key.find("fake-b|") != std::string::npos;
+    CHECK(a != bb);  // exactly one family in every key
+  }
+  CHECK(test::fake(*fa).max_rows_after(0) <= 3);
+  CHECK(test::fake(*fb).max_rows_after(0) <= 3);
+  // fake-b computes differently from fake-a: its results are its own.
+  CHECK_FALSE(at::equal(family_job(*jobs[0].second)->state.latents, alone(30)));
+}
