@@ -85,4 +85,13 @@ int http_status_for(ErrorKind kind) noexcept {
   return 500;
 }
 
+std::string truncate_utf8(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  std::size_t end = max_bytes;
+  // text[end] is the first byte cut off: while it continues a character (10xxxxxx), that
+  // character started before the cut, so cut before its lead byte instead.
+  for (int back = 0; back < 3 && end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80; ++back) --end;
+  return std::string(text.substr(0, end));
+}
+
 }  // namespace vgen

@@ -54,4 +54,10 @@ int exit_code_for(ErrorKind kind) noexcept;
 // The single mapping to HTTP status codes.
 int http_status_for(ErrorKind kind) noexcept;
 
+// `text` cut to at most `max_bytes` bytes without splitting a UTF-8 character: the cut backs up
+// to the start of the character it would have split, so a cut message stays valid UTF-8 (and a
+// JSON error body or journal record built from it stays valid JSON). Backs up at most 3 bytes,
+// so bytes that are not UTF-8 are cut like any other. Use it for every shortened message or text.
+std::string truncate_utf8(std::string_view text, std::size_t max_bytes);
+
 }  // namespace vgen

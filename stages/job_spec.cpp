@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 namespace vgen {
@@ -21,7 +22,14 @@ namespace {
 
 std::string shown(const json::value& v) {
   auto s = json::serialize(v);
-  return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+  return s.size() > 40 ? truncate_utf8(s, 40) + "..." : s;
+}
+
+// A number as a person writes it: 16, 23.976, 1e-09 (not Boost.JSON's 1.6E1).
+std::string number_text(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
+  return buf;
 }
 
 std::int64_t as_integer(const json::value& v, std::string_view field) {
@@ -60,14 +68,21 @@ int as_int(const json::value& v, std::string_view field) {
 
 std::string checked_output_name(const std::string& name, const char* field) {
   if (name.empty() || name == "." || name == ".." || name.size() > 100 || name.front() == '.')
-    bad(field, "must be 1-100 characters of [A-Za-z0-9._-], not starting with '.' (got '" + name.substr(0, 40) + "')");
-  for (char c : name)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
-      bad(field, "must not contain '" + std::string(1, c) + "' (only [A-Za-z0-9._-]; no paths)");
+    bad(field, "must be 1-100 characters of [A-Za-z0-9._-], not starting with '.' (got '" + truncate_utf8(name, 40) + "')");
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') continue;
+    // Show the whole character, not its first byte (the message must stay UTF-8).
+    std::size_t n = 1;
+    while (n < 4 && i + n < name.size() && (static_cast<unsigned char>(name[i + n]) & 0xC0) == 0x80) ++n;
+    bad(field, "must not contain '" + name.substr(i, n) + "' (only [A-Za-z0-9._-]; no paths)");
+  }
   return name;
 }
 
 void validate_job_spec(const JobSpec& s, const SpecLimits& l) {
+  if (l.size_multiple < 1 || l.frames_step < 1)
+    throw_error(ErrorKind::internal, "SpecLimits: size_multiple and frames_step must be >= 1");
   if (s.prompt.empty() || std::all_of(s.prompt.begin(), s.prompt.end(), [](unsigned char c) { return std::isspace(c); }))
     bad("prompt", "must not be empty");
   if (s.prompt.size() > l.max_prompt_bytes)
@@ -86,8 +101,10 @@ void validate_job_spec(const JobSpec& s, const SpecLimits& l) {
   if (s.steps < 1 || s.steps > l.max_steps)
     bad("steps", "must be between 1 and " + std::to_string(l.max_steps) + " (got " + std::to_string(s.steps) + ")");
   if (!(s.guidance >= 0.0 && s.guidance <= l.max_guidance))
-    bad("guidance", "must be between 0 and " + std::to_string(static_cast<int>(l.max_guidance)));
-  if (!(s.fps > 0.0 && s.fps <= l.max_fps)) bad("fps", "must be in (0, " + std::to_string(static_cast<int>(l.max_fps)) + "]");
+    bad("guidance", "must be between 0 and " + number_text(l.max_guidance) + " (got " + number_text(s.guidance) + ")");
+  if (!(s.fps >= l.min_fps && s.fps <= l.max_fps))  // also NaN
+    bad("fps", "must be between " + number_text(l.min_fps) + " and " + number_text(l.max_fps) + " (got " +
+                   number_text(s.fps) + ")");
   if (s.seed > l.max_seed) bad("seed", "must be between 0 and " + std::to_string(l.max_seed));
   if (std::find(l.formats.begin(), l.formats.end(), s.format) == l.formats.end()) {
     std::string known;

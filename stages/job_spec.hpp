@@ -39,7 +39,9 @@ struct SpecLimits {
   int min_frames = 1, max_frames = 257;
   int max_steps = 1000;
   double max_guidance = 50.0;
-  double max_fps = 240.0;
+  // Below 1 fps an encoder's time base (1/fps as a rational, stages/encode.cpp) degenerates
+  // and a frame would last minutes; 240 is what VideoFrames accepts.
+  double min_fps = 1.0, max_fps = 240.0;
   std::size_t max_prompt_bytes = 4096;
   std::uint64_t max_seed = (std::uint64_t{1} << 63) - 1;
   std::vector<std::string> formats = {"mp4", "webm", "gif", "png"};
@@ -49,7 +51,9 @@ struct SpecLimits {
 // Fields absent from `json` keep the value they have in `defaults`. Unknown fields, wrong
 // types and out-of-range values are rejected, naming the field.
 JobSpec parse_job_spec(const boost::json::value& json, const JobSpec& defaults, const SpecLimits& limits);
-// Checks the whole spec against the limits (parse_job_spec calls it).
+// Checks the whole spec against the limits (parse_job_spec calls it). Limits that would make a
+// check meaningless (a multiple or frame step below 1) are Error(internal): they come from
+// code or from a manifest that load_model_package already checked.
 void validate_job_spec(const JobSpec& spec, const SpecLimits& limits);
 // Every field, in a fixed form: the input of the job's content key.
 boost::json::object to_json(const JobSpec& spec);

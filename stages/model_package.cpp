@@ -5,10 +5,13 @@
 #include <boost/json.hpp>
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <system_error>
 
 namespace vgen {
 
@@ -43,6 +46,21 @@ struct Reader {
     if (v.is_uint64()) return static_cast<std::int64_t>(v.get_uint64());
     fail("manifest field '" + std::string(where) + std::string(key) + "' must be an integer");
   }
+  // An integer in [lo, hi], checked before any narrowing: a zero divisor or a huge size is
+  // refused here, naming the field and the range, instead of failing at the first job
+  // (SIGFPE on a division, bad_alloc on a buffer).
+  std::int64_t integer_in(const json::object& o, std::string_view key, std::string_view where, std::int64_t lo,
+                          std::int64_t hi) const {
+    const auto& v = at(o, key, where);
+    // Boost.JSON keeps every integer that fits in int64 as int64; a uint64 is above any bound.
+    if (!(v.is_int64() && v.get_int64() >= lo && v.get_int64() <= hi))
+      fail("manifest field '" + std::string(where) + std::string(key) + "' must be an integer in [" + std::to_string(lo) +
+           ", " + std::to_string(hi) + "] (got " + truncate_utf8(json::serialize(v), 40) + ")");
+    return v.get_int64();
+  }
+  int int_in(const json::object& o, std::string_view key, std::string_view where, int lo, int hi) const {
+    return static_cast<int>(integer_in(o, key, where, lo, hi));
+  }
   double number(const json::object& o, std::string_view key, std::string_view where = "") const {
     const auto& v = at(o, key, where);
     if (v.is_number()) return v.to_number<double>();
@@ -53,7 +71,8 @@ struct Reader {
     if (!v.is_array()) fail("manifest field '" + std::string(where) + std::string(key) + "' must be an array");
     std::vector<double> out;
     for (const auto& x : v.get_array()) {
-      if (!x.is_number()) fail("manifest field '" + std::string(where) + std::string(key) + "' must hold numbers");
+      if (!x.is_number() || !std::isfinite(x.to_number<double>()))
+        fail("manifest field '" + std::string(where) + std::string(key) + "' must hold finite numbers");
       out.push_back(x.to_number<double>());
     }
     return out;
@@ -73,6 +92,37 @@ json::object read_manifest(const Reader& r) {
   if (!v.is_object()) r.fail("manifest.json must hold a JSON object");
   return std::move(v.get_object());
 }
+
+// Bounds of the manifest's integers: generous for any real model, small enough that no
+// product of them overflows an int or asks for an absurd allocation.
+constexpr int kMaxTextLength = 65536;   // tokenizer.max_length (Wan: 512)
+constexpr int kMaxTokenId = (1 << 24);  // pad_id / eos_id (the tokenizer checks them against its vocabulary)
+constexpr int kMaxChannels = 4096;      // latent.channels (Wan: 16)
+constexpr int kMaxScale = 64;           // latent.*_scale, resolution.*.multiple_of, frames.k_multiple (Wan: 4, 8, 16, 4)
+constexpr int kMaxSide = 16384;         // resolution.*.min/max (pixels)
+constexpr int kMaxFrames = 16384;       // frames.min/max
+constexpr int kMaxSteps = 1000;         // defaults.steps (SpecLimits::max_steps)
+constexpr std::int64_t kMaxComponentBytes = std::int64_t{1} << 46;  // 64 TiB: any real file
+
+bool is_dtype(std::string_view name) { return name == "float32" || name == "float16" || name == "bfloat16"; }
+
+// Whether `file` lies strictly inside `root`, both with every symlink resolved, compared by
+// whole path components: "pkg-evil/x" is not inside "pkg" although the string starts the same,
+// and a symlink inside the package that points elsewhere is outside.
+bool inside(const fs::path& root, const fs::path& file, fs::path& resolved) {
+  std::error_code ec;
+  const auto r = fs::weakly_canonical(root, ec);
+  if (ec) return false;
+  resolved = fs::weakly_canonical(file, ec);
+  if (ec) return false;
+  auto [ri, fi] = std::mismatch(r.begin(), r.end(), resolved.begin(), resolved.end());
+  // A trailing empty element ("dir/") is no component of its own.
+  const bool root_consumed = ri == r.end() || (std::next(ri) == r.end() && ri->empty());
+  return root_consumed && fi != resolved.end() && !fi->empty();
+}
+
+// The smallest multiple of `step` that is >= `value` (value, step >= 1; no overflow: both bounded).
+int round_up(int value, int step) { return (value + step - 1) / step * step; }
 
 }  // namespace
 
@@ -119,6 +169,7 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   p.dir = r.dir;
   p.family = r.str(m, "family");
   p.dtype = r.str(m, "dtype");
+  if (!is_dtype(p.dtype)) r.fail("manifest field 'dtype' must be float32, float16 or bfloat16 (got '" + truncate_utf8(p.dtype, 40) + "')");
 
   const auto& comps = r.obj(m, "components");
   for (const char* name : {"tokenizer", "text_encoder", "transformer", "vae_decoder"}) {
@@ -127,12 +178,15 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
     const auto& e = entry->get_object();
     const std::string where = std::string("components.") + name + ".";
     ModelComponent c;
-    c.file = r.dir / r.str(e, "file", where);
+    const auto file = r.str(e, "file", where);
     c.sha256 = r.str(e, "sha256", where);
-    c.bytes = static_cast<std::uint64_t>(r.integer(e, "bytes", where));
+    c.bytes = static_cast<std::uint64_t>(r.integer_in(e, "bytes", where, 0, kMaxComponentBytes));
     c.format = r.str(e, "format", where);
     c.dtype = e.if_contains("dtype") ? r.str(e, "dtype", where) : p.dtype;
-    if (c.file.lexically_normal().string().rfind(r.dir.string(), 0) != 0) r.fail(where + "file escapes the package");
+    if (!is_dtype(c.dtype)) r.fail("manifest field '" + where + "dtype' must be float32, float16 or bfloat16");
+    // Keep the resolved path: the file checked here is the file the backend loads.
+    if (!inside(r.dir, r.dir / file, c.file))
+      r.fail(where + "file '" + truncate_utf8(file, 200) + "' escapes the package (symlinks resolved)");
     if (!fs::is_regular_file(c.file)) r.fail(std::string("component '") + name + "' file " + c.file.filename().string() + " is missing");
     if (fs::file_size(c.file) != c.bytes)
       r.fail(std::string("component '") + name + "' file " + c.file.filename().string() + " has " +
@@ -143,9 +197,9 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   }
 
   const auto& tok = r.obj(m, "tokenizer");
-  p.max_length = static_cast<int>(r.integer(tok, "max_length", "tokenizer."));
-  p.pad_id = static_cast<int>(r.integer(tok, "pad_id", "tokenizer."));
-  p.eos_id = static_cast<int>(r.integer(tok, "eos_id", "tokenizer."));
+  p.max_length = r.int_in(tok, "max_length", "tokenizer.", 2, kMaxTextLength);  // a token and EOS at least
+  p.pad_id = r.int_in(tok, "pad_id", "tokenizer.", 0, kMaxTokenId);
+  p.eos_id = r.int_in(tok, "eos_id", "tokenizer.", 0, kMaxTokenId);
   if (const auto* a = tok.if_contains("add_eos"); a && a->is_bool()) p.add_eos = a->get_bool();
   // Optional flags (absent in older packages): false unless the manifest says true.
   auto flag = [&m](const char* section, const char* key) {
@@ -167,33 +221,60 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   p.scheduler_config = r.obj(sch, "config");
 
   const auto& lat = r.obj(m, "latent");
-  p.latent_channels = static_cast<int>(r.integer(lat, "channels", "latent."));
-  p.temporal_scale = static_cast<int>(r.integer(lat, "temporal_scale", "latent."));
-  p.spatial_scale = static_cast<int>(r.integer(lat, "spatial_scale", "latent."));
+  p.latent_channels = r.int_in(lat, "channels", "latent.", 1, kMaxChannels);
+  p.temporal_scale = r.int_in(lat, "temporal_scale", "latent.", 1, kMaxScale);
+  p.spatial_scale = r.int_in(lat, "spatial_scale", "latent.", 1, kMaxScale);
   p.latents_mean = r.numbers(lat, "latents_mean", "latent.");
   p.latents_std = r.numbers(lat, "latents_std", "latent.");
   if (static_cast<int>(p.latents_mean.size()) != p.latent_channels || static_cast<int>(p.latents_std.size()) != p.latent_channels)
     r.fail("latent.latents_mean/std must have one value per latent channel");
+  for (double s : p.latents_std)
+    if (!(s > 0.0)) r.fail("latent.latents_std must be positive");
 
   const auto& res = r.obj(m, "resolution");
   const auto& h = r.obj(res, "height");
   const auto& w = r.obj(res, "width");
-  p.limits.size_multiple = static_cast<int>(r.integer(h, "multiple_of", "resolution.height."));
-  p.limits.min_size = static_cast<int>(std::max(r.integer(h, "min", "resolution.height."), r.integer(w, "min", "resolution.width.")));
-  p.limits.max_size = static_cast<int>(std::min(r.integer(h, "max", "resolution.height."), r.integer(w, "max", "resolution.width.")));
+  const int multiple = r.int_in(h, "multiple_of", "resolution.height.", 1, kMaxScale * kMaxScale);
+  if (r.int_in(w, "multiple_of", "resolution.width.", 1, kMaxScale * kMaxScale) != multiple)
+    r.fail("resolution.width.multiple_of must equal resolution.height.multiple_of (vgen has one size multiple)");
+  if (multiple % p.spatial_scale != 0)
+    r.fail("resolution.*.multiple_of (" + std::to_string(multiple) + ") must be a multiple of latent.spatial_scale (" +
+           std::to_string(p.spatial_scale) + ")");
+  p.limits.size_multiple = multiple;
+  p.limits.min_size = std::max(r.int_in(h, "min", "resolution.height.", 1, kMaxSide), r.int_in(w, "min", "resolution.width.", 1, kMaxSide));
+  p.limits.max_size = std::min(r.int_in(h, "max", "resolution.height.", 1, kMaxSide), r.int_in(w, "max", "resolution.width.", 1, kMaxSide));
+  if (round_up(p.limits.min_size, multiple) > p.limits.max_size)
+    r.fail("resolution allows no size: no multiple of " + std::to_string(multiple) + " between " +
+           std::to_string(p.limits.min_size) + " and " + std::to_string(p.limits.max_size));
+
   const auto& fr = r.obj(m, "frames");
-  p.limits.frames_step = static_cast<int>(r.integer(fr, "k_multiple", "frames."));
-  p.limits.min_frames = static_cast<int>(r.integer(fr, "min", "frames."));
-  p.limits.max_frames = static_cast<int>(r.integer(fr, "max", "frames."));
+  p.limits.frames_step = r.int_in(fr, "k_multiple", "frames.", 1, kMaxScale);
+  if (p.limits.frames_step % p.temporal_scale != 0)
+    r.fail("frames.k_multiple (" + std::to_string(p.limits.frames_step) + ") must be a multiple of latent.temporal_scale (" +
+           std::to_string(p.temporal_scale) + ")");
+  p.limits.min_frames = r.int_in(fr, "min", "frames.", 1, kMaxFrames);
+  p.limits.max_frames = r.int_in(fr, "max", "frames.", 1, kMaxFrames);
+  if (round_up(p.limits.min_frames - 1, p.limits.frames_step) + 1 > p.limits.max_frames)
+    r.fail("frames allows no count: no " + std::to_string(p.limits.frames_step) + "k+1 between " +
+           std::to_string(p.limits.min_frames) + " and " + std::to_string(p.limits.max_frames));
 
   const auto& d = r.obj(m, "defaults");
-  p.defaults.steps = static_cast<int>(r.integer(d, "steps", "defaults."));
+  p.defaults.steps = r.int_in(d, "steps", "defaults.", 1, kMaxSteps);
   p.defaults.guidance = r.number(d, "guidance_scale", "defaults.");
-  p.defaults.height = static_cast<int>(r.integer(d, "height", "defaults."));
-  p.defaults.width = static_cast<int>(r.integer(d, "width", "defaults."));
-  p.defaults.frames = static_cast<int>(r.integer(d, "frames", "defaults."));
+  p.defaults.height = r.int_in(d, "height", "defaults.", 1, kMaxSide);
+  p.defaults.width = r.int_in(d, "width", "defaults.", 1, kMaxSide);
+  p.defaults.frames = r.int_in(d, "frames", "defaults.", 1, kMaxFrames);
   p.defaults.fps = r.number(d, "fps", "defaults.");
   p.defaults.negative_prompt = r.str(d, "negative_prompt", "defaults.");
+  // A job that omits a field takes the default: a default outside the package's own limits
+  // would reject that job for a field it never sent.
+  JobSpec probe = p.defaults;
+  probe.prompt = "x";
+  try {
+    validate_job_spec(probe, p.limits);
+  } catch (const Error& e) {
+    r.fail(std::string("manifest defaults: ") + e.what());
+  }
   return p;
 }
 

@@ -20,7 +20,7 @@ namespace vgen {
 inline constexpr int kModelPackageFormatVersion = 1;
 
 struct ModelComponent {
-  std::filesystem::path file;  // absolute
+  std::filesystem::path file;  // absolute, symlinks resolved: the file that was checked (inside the package)
   std::string sha256;
   std::uint64_t bytes = 0;
   std::string format;          // "torchscript", "sentencepiece"
@@ -64,7 +64,11 @@ struct PackageLoadOptions {
   std::uint64_t verify_limit = 256ull << 20;  // sha256-check components up to this size
 };
 
-// Throws Error(invalid_argument) naming the package and the problem.
+// Throws Error(invalid_argument) naming the package and the problem: a missing or wrongly typed
+// field, an integer outside its range (every divisor is at least 1, every size and count has a
+// generous upper bound, e.g. tokenizer.max_length in [2, 65536]), limits that allow no size or
+// frame count, defaults outside the limits, or a component file that is not inside the package
+// once symlinks are resolved.
 ModelPackage load_model_package(const std::filesystem::path& dir, const PackageLoadOptions& options = {});
 
 // Streaming SHA-256 of a file, lowercase hex.

@@ -5,6 +5,11 @@
 #include <boost/json.hpp>
 
 #include "runtime/errors.hpp"
+#include "stages/tokenizer.hpp"  // is_valid_utf8
+
+#include <cmath>
+#include <limits>
+#include <vector>
 
 using namespace vgen;
 namespace json = boost::json;
@@ -15,6 +20,17 @@ namespace {
 std::string error_of(const std::string& text) {
   try {
     parse_job_spec(json::parse(text), JobSpec{}, SpecLimits{});
+    return "";
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);
+    return e.what();
+  }
+}
+
+// The message of the invalid_argument error validate_job_spec raises for `spec` ("" if none).
+std::string validation_error_of(const JobSpec& spec) {
+  try {
+    validate_job_spec(spec, SpecLimits{});
     return "";
   } catch (const Error& e) {
     CHECK(e.kind() == ErrorKind::invalid_argument);
@@ -71,4 +87,71 @@ TEST_CASE("invalid UTF-8 in a prompt is rejected") {
   } catch (const Error& e) {
     CHECK(std::string(e.what()) == "prompt: not valid UTF-8");
   }
+}
+
+TEST_CASE("fps must be a playable rate: at least 1, at most 240") {
+  // 1e-9 used to pass and fail later inside the encoder (a degenerate time base) as internal.
+  CHECK(error_of(R"({"prompt":"x","fps":1e-9})") == "fps: must be between 1 and 240 (got 1e-09)");
+  CHECK(error_of(R"({"prompt":"x","fps":0.5})").rfind("fps: must be between 1 and 240", 0) == 0);
+  CHECK(error_of(R"({"prompt":"x","fps":240.5})").rfind("fps:", 0) == 0);
+  CHECK(error_of(R"({"prompt":"x","fps":-16})").rfind("fps:", 0) == 0);
+  CHECK(error_of(R"({"prompt":"x","fps":1})") == "");
+  CHECK(error_of(R"({"prompt":"x","fps":23.976})") == "");
+  CHECK(error_of(R"({"prompt":"x","fps":240})") == "");
+}
+
+TEST_CASE("non-finite numbers never pass, from JSON or from code") {
+  CHECK(error_of(R"({"prompt":"x","guidance":1e999})").rfind("guidance: must be a number", 0) == 0);
+  CHECK(error_of(R"({"prompt":"x","fps":-1e999})").rfind("fps: must be a number", 0) == 0);
+  CHECK(error_of(R"({"prompt":"x","steps":1e999})").rfind("steps: must be an integer", 0) == 0);
+  CHECK(error_of(R"({"prompt":"x","seed":1e999})").rfind("seed: must be an integer", 0) == 0);
+  CHECK(error_of(R"({"prompt":"x","width":2.5})").rfind("width: must be an integer", 0) == 0);
+  CHECK(error_of(R"({"prompt":"x","frames":-2147483648})").rfind("frames:", 0) == 0);
+  CHECK(error_of(R"({"prompt":"x","height":4294967312})").rfind("height: out of range", 0) == 0);
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (double g : {nan, inf, -inf}) {
+    JobSpec s;
+    s.prompt = "x";
+    s.guidance = g;
+    CHECK(validation_error_of(s).rfind("guidance:", 0) == 0);
+  }
+  for (double fps : {nan, inf, -inf, 1e-9}) {
+    JobSpec s;
+    s.prompt = "x";
+    s.fps = fps;
+    CHECK(validation_error_of(s).rfind("fps:", 0) == 0);
+  }
+}
+
+TEST_CASE("limits that would divide by zero are an internal error, not SIGFPE") {
+  JobSpec s;
+  s.prompt = "x";
+  SpecLimits l;
+  l.size_multiple = 0;
+  CHECK_THROWS_AS(validate_job_spec(s, l), Error);
+  l = SpecLimits{};
+  l.frames_step = 0;
+  try {
+    validate_job_spec(s, l);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::internal);
+  }
+}
+
+TEST_CASE("messages that quote a long value cut it on a character boundary") {
+  std::string accents;
+  for (int i = 0; i < 60; ++i) accents += "\xC3\xA9";  // é, two bytes in UTF-8
+  const std::vector<std::string> texts = {
+      R"({"prompt":"x","width":")" + accents + R"("})",  // "width: must be an integer (got <40 bytes>...)"
+      R"({"prompt":"x","name":"a)" + accents + R"("})",  // too long: the name is shown cut to 40 bytes
+      R"({"prompt":"x","name":"clip-\u00e9"})"};         // the character it must not contain
+  for (const auto& text : texts) {
+    const auto message = error_of(text);
+    CAPTURE(message);
+    CHECK(!message.empty());
+    CHECK(is_valid_utf8(message));
+  }
+  CHECK(error_of(R"({"prompt":"x","name":"clip-\u00e9"})") ==
+        "name: must not contain '\xC3\xA9' (only [A-Za-z0-9._-]; no paths)");
 }

@@ -22,8 +22,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tools"))
 import clips  # noqa: E402
-from model import PixelDecoder  # noqa: E402
-from train import build_models  # noqa: E402
+from model import PixelDecoder, build_models  # noqa: E402
 from vgen_export import manifest as mf  # noqa: E402
 from vgen_export.export_wan import _save  # noqa: E402
 from vgen_export.reference_loop import check_tokenizer, spm_tokenize  # noqa: E402

@@ -229,3 +229,9 @@ class PixelDecoder(nn.Module):
         x = F.interpolate(x, size=(hh * self.scale, ww * self.scale), mode="bilinear", align_corners=False)
         x = x.clamp(-1.0, 1.0)
         return x.reshape(b, frames, ch, hh * self.scale, ww * self.scale).permute(0, 2, 1, 3, 4)
+
+
+def build_models(cfg: dict, vocab: int) -> tuple[TextEncoder, Denoiser]:
+    te = TextEncoder(vocab, cfg["text_dim"], max_len=cfg["max_length"], layers=cfg["text_layers"])
+    den = Denoiser(cfg["text_dim"], tuple(cfg["chans"]), cfg["cond"], cfg["max_length"])
+    return te, den

@@ -30,7 +30,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tools"))
 import clips  # noqa: E402
-from model import Denoiser, TextEncoder  # noqa: E402
+from model import Denoiser, TextEncoder, build_models  # noqa: E402
 from vgen_export.reference_loop import spm_tokenize  # noqa: E402
 
 CONFIG = {"max_length": 16, "text_dim": 64, "text_layers": 0, "chans": [16, 32, 64, 128], "cond": 128,
@@ -55,12 +55,6 @@ def train_tokenizer(out_file: Path, seed: int, vocab_size: int) -> Path:
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_bytes(buf.getvalue())
     return out_file
-
-
-def build_models(cfg: dict, vocab: int) -> tuple[TextEncoder, Denoiser]:
-    te = TextEncoder(vocab, cfg["text_dim"], max_len=cfg["max_length"], layers=cfg["text_layers"])
-    den = Denoiser(cfg["text_dim"], tuple(cfg["chans"]), cfg["cond"], cfg["max_length"])
-    return te, den
 
 
 def sample_sigma(n: int, shift: float, gen: torch.Generator) -> torch.Tensor:

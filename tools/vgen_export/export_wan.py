@@ -26,7 +26,7 @@ from typing import Any, List, Tuple
 import torch
 
 from . import manifest as mf
-from .reference_loop import check_tokenizer
+from .reference_loop import check_tokenizer, compact_context
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 WAN_NEGATIVE_PROMPT = (
@@ -110,21 +110,6 @@ class TransformerExport(torch.nn.Module):
             return self._predict(hidden_states, timestep, encoder_hidden_states)
         finally:
             self._key_bias.bias = None
-
-
-def compact_context(embeds: torch.Tensor, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B,L,D] zero-padded prompt embeddings and each row's true length -> (context [B,T,D],
-    bias float32 [B,T]) for forward_compact (what stages/text_context.cpp builds in C++)."""
-    full = embeds.size(1)
-    t = min(full, max(n + (1 if n < full else 0) for n in lengths))
-    context = embeds[:, :t].clone()
-    bias = torch.zeros(len(lengths), t)
-    for row, n in enumerate(lengths):
-        context[row, n:] = 0
-        if n < full:
-            bias[row, n] = torch.log(torch.tensor(float(full - n), dtype=torch.float64)).item()
-            bias[row, n + 1:] = float("-inf")
-    return context, bias
 
 
 def _two_frames(cache: torch.Tensor) -> torch.Tensor:

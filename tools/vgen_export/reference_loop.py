@@ -141,6 +141,21 @@ def unnormalise(manifest: dict[str, Any], latents: torch.Tensor) -> torch.Tensor
     return latents.float() / inv_std + mean  # exactly diffusers' expression (float32)
 
 
+def compact_context(embeds: torch.Tensor, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B,L,D] zero-padded prompt embeddings and each row's true length -> (context [B,T,D],
+    bias float32 [B,T]) for forward_compact (what stages/text_context.cpp builds in C++)."""
+    full = embeds.size(1)
+    t = min(full, max(n + (1 if n < full else 0) for n in lengths))
+    context = embeds[:, :t].clone()
+    bias = torch.zeros(len(lengths), t)
+    for row, n in enumerate(lengths):
+        context[row, n:] = 0
+        if n < full:
+            bias[row, n] = torch.log(torch.tensor(float(full - n), dtype=torch.float64)).item()
+            bias[row, n + 1:] = float("-inf")
+    return context, bias
+
+
 def run_reference(pkg: WanPackage | Path | str, prompt: str, negative_prompt: str | None = None,
                   height: int | None = None, width: int | None = None, num_frames: int | None = None,
                   num_inference_steps: int | None = None, guidance_scale: float | None = None,
@@ -170,8 +185,6 @@ def run_reference(pkg: WanPackage | Path | str, prompt: str, negative_prompt: st
     embeds = rec["prompt_embeds"].to(pkg.dtype)
     denoise = pkg.transformer
     if compact:
-        from .export_wan import compact_context
-
         lengths = [int(n) for n in rec["attention_mask"].sum(1)]
         embeds, bias = compact_context(embeds, lengths)
         denoise = lambda x, t, e: pkg.transformer.forward_compact(x, t, e, bias)  # noqa: E731

@@ -1,0 +1,257 @@
+#include "stages/model_package.hpp"
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <tuple>
+
+#include "runtime/errors.hpp"
+
+using namespace vgen;
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+namespace {
+
+// A fresh directory under the system temp dir, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device random;
+    path_ = fs::temp_directory_path() / ("vgen-test-package-" + std::to_string(random()) + "-" + std::to_string(random()));
+    fs::create_directories(path_);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+void write_file(const fs::path& file, const std::string& bytes) {
+  std::ofstream out(file, std::ios::binary);
+  out << bytes;
+  REQUIRE(out.good());
+}
+
+// The component entry for `file` as it is on disk (loading checks size and sha256; the bytes
+// are not TorchScript: nothing here loads them).
+json::object component_entry(const fs::path& file, const std::string& name, const char* format) {
+  return {{"file", name}, {"sha256", sha256_file(file)}, {"bytes", fs::file_size(file)}, {"format", format}};
+}
+
+// A small valid package in `dir` (the layout of models/vgen-shapes; docs/MODEL_PACKAGE.md),
+// its manifest changed by `edit` before it is written.
+void write_package(const fs::path& dir, const std::function<void(json::object&)>& edit = {}) {
+  fs::create_directories(dir);
+  json::object components;
+  for (const auto& [name, file, format] : {std::tuple{"tokenizer", "tokenizer.model", "sentencepiece"},
+                                           std::tuple{"text_encoder", "text_encoder.pt", "torchscript"},
+                                           std::tuple{"transformer", "transformer.pt", "torchscript"},
+                                           std::tuple{"vae_decoder", "vae_decoder.pt", "torchscript"}}) {
+    if (!fs::exists(dir / file)) write_file(dir / file, std::string("bytes of ") + name);
+    components[name] = component_entry(dir / file, file, format);
+  }
+  auto manifest = json::parse(R"({
+    "format": "vgen-model-package", "format_version": 1, "family": "wan2.1-t2v", "dtype": "float32",
+    "tokenizer": {"max_length": 16, "pad_id": 0, "eos_id": 1, "add_eos": true},
+    "text_encoder": {"output_dim": 64, "output_masked": true},
+    "scheduler": {"type": "FlowMatchEulerDiscreteScheduler", "config": {"num_train_timesteps": 1000, "shift": 2.0}},
+    "latent": {"channels": 3, "temporal_scale": 1, "spatial_scale": 8,
+               "latents_mean": [0.0, 0.0, 0.0], "latents_std": [1.0, 1.0, 1.0]},
+    "resolution": {"height": {"multiple_of": 32, "min": 128, "max": 512},
+                   "width": {"multiple_of": 32, "min": 128, "max": 512}},
+    "frames": {"rule": "any", "k_multiple": 1, "min": 8, "max": 32},
+    "defaults": {"steps": 16, "guidance_scale": 2.0, "height": 256, "width": 256, "frames": 16, "fps": 8,
+                 "negative_prompt": ""}
+  })").as_object();
+  manifest["components"] = std::move(components);
+  if (edit) edit(manifest);
+  write_file(dir / "manifest.json", json::serialize(manifest));
+}
+
+// Sets the value at a dotted path ("frames.k_multiple") of the manifest.
+std::function<void(json::object&)> set(const std::string& path, json::value value) {
+  return [path, value](json::object& m) {
+    json::object* o = &m;
+    std::size_t start = 0;
+    for (auto dot = path.find('.'); dot != std::string::npos; start = dot + 1, dot = path.find('.', start))
+      o = &(*o)[path.substr(start, dot - start)].as_object();
+    (*o)[path.substr(start)] = value;
+  };
+}
+
+// The message of the invalid_argument error loading `dir` raises ("" if it loads).
+std::string load_error(const fs::path& dir) {
+  try {
+    load_model_package(dir);
+    return "";
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);
+    return e.what();
+  }
+}
+
+// The error of a package whose manifest is the valid one with `path` set to `value`.
+std::string error_with(const std::string& path, json::value value) {
+  TempDir tmp;
+  write_package(tmp.path() / "pkg", set(path, std::move(value)));
+  return load_error(tmp.path() / "pkg");
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("a valid package loads with its limits and defaults") {
+  TempDir tmp;
+  write_package(tmp.path() / "pkg");
+  const auto p = load_model_package(tmp.path() / "pkg");
+  CHECK(p.max_length == 16);
+  CHECK(p.spatial_scale == 8);
+  CHECK(p.temporal_scale == 1);
+  CHECK(p.limits.size_multiple == 32);
+  CHECK(p.limits.frames_step == 1);
+  CHECK(p.limits.min_frames == 8);
+  CHECK(p.limits.max_frames == 32);
+  CHECK(p.defaults.steps == 16);
+  CHECK(p.defaults.fps == 8.0);
+  CHECK(p.component("transformer").file == fs::canonical(tmp.path() / "pkg" / "transformer.pt"));
+}
+
+TEST_CASE("the bundled model package loads") {
+  const auto dir = fs::path(VGEN_TEST_SOURCE_DIR) / "models" / "vgen-shapes";
+  if (!fs::exists(dir / "manifest.json")) return;  // a checkout without the model
+  const auto p = load_model_package(dir, {.verify_limit = 0});
+  CHECK(p.limits.size_multiple == 32);
+  CHECK(p.defaults.frames == 16);
+}
+
+TEST_CASE("a zero divisor is refused at load, naming the field and its range") {
+  // Each of these used to load and divide by zero (SIGFPE) in the first job or the warm-up.
+  for (const char* field : {"frames.k_multiple", "resolution.height.multiple_of", "resolution.width.multiple_of",
+                            "latent.spatial_scale", "latent.temporal_scale"}) {
+    CAPTURE(field);
+    const auto message = error_with(field, 0);
+    CHECK(contains(message, std::string("manifest field '") + field + "' must be an integer in [1, "));
+    CHECK(contains(message, "(got 0)"));
+    CHECK(contains(error_with(field, -4), std::string("manifest field '") + field + "'"));
+  }
+}
+
+TEST_CASE("tokenizer.max_length is bounded instead of allocating 2^31 tokens per prompt") {
+  CHECK(contains(error_with("tokenizer.max_length", 2147483647),
+                 "manifest field 'tokenizer.max_length' must be an integer in [2, 65536] (got 2147483647)"));
+  CHECK(contains(error_with("tokenizer.max_length", 1), "tokenizer.max_length"));
+  CHECK(error_with("tokenizer.max_length", 65536) == "");
+  CHECK(contains(error_with("tokenizer.eos_id", -1), "tokenizer.eos_id"));
+}
+
+TEST_CASE("every other integer of the manifest is bounded before it is narrowed to int") {
+  // 2^32 + 16 used to be cast to int (16) and accepted.
+  CHECK(contains(error_with("frames.max", std::int64_t{4294967312}), "manifest field 'frames.max' must be an integer in [1, "));
+  CHECK(contains(error_with("resolution.width.max", std::int64_t{4294967808}), "resolution.width.max"));
+  CHECK(contains(error_with("latent.channels", 0), "latent.channels"));
+  CHECK(contains(error_with("latent.channels", 1000000000), "latent.channels"));
+  CHECK(contains(error_with("defaults.steps", 0), "defaults.steps"));
+  CHECK(contains(error_with("defaults.frames", std::int64_t{1} << 40), "defaults.frames"));
+  CHECK(contains(error_with("frames.k_multiple", 1.5), "frames.k_multiple"));
+  CHECK(contains(error_with("frames.k_multiple", "4"), "frames.k_multiple"));
+  CHECK(contains(error_with("resolution.height.min", json::value(18446744073709551615ull)), "resolution.height.min"));
+}
+
+TEST_CASE("limits that allow nothing, or disagree with the latent layout, are refused") {
+  CHECK(contains(error_with("resolution.height.multiple_of", 20), "multiple_of must equal"));
+  TempDir tmp;
+  write_package(tmp.path() / "a", [](json::object& m) {
+    set("resolution.height.multiple_of", 12)(m);
+    set("resolution.width.multiple_of", 12)(m);
+  });
+  CHECK(contains(load_error(tmp.path() / "a"), "must be a multiple of latent.spatial_scale (8)"));
+  CHECK(contains(error_with("latent.temporal_scale", 4), "frames.k_multiple (1) must be a multiple of latent.temporal_scale (4)"));
+  CHECK(contains(error_with("resolution.height.min", 600), "resolution allows no size"));
+  write_package(tmp.path() / "b", [](json::object& m) {
+    set("resolution.height.min", 130)(m);
+    set("resolution.width.max", 150)(m);  // no multiple of 32 in [130, 150]
+  });
+  CHECK(contains(load_error(tmp.path() / "b"), "resolution allows no size"));
+  write_package(tmp.path() / "c", [](json::object& m) {
+    set("frames.k_multiple", 8)(m);
+    set("frames.min", 10)(m);
+    set("frames.max", 16)(m);  // 8k+1 in [10, 16]: none
+  });
+  CHECK(contains(load_error(tmp.path() / "c"), "frames allows no count"));
+  CHECK(contains(error_with("latent.latents_std", json::array{1.0, 0.0, 1.0}), "latents_std must be positive"));
+  CHECK(contains(error_with("dtype", "float64"), "manifest field 'dtype'"));
+}
+
+TEST_CASE("defaults outside the package's own limits are refused at load") {
+  CHECK(contains(error_with("defaults.fps", 1e-9), "manifest defaults: fps:"));
+  CHECK(contains(error_with("defaults.frames", 33), "manifest defaults: frames:"));
+  CHECK(contains(error_with("defaults.width", 100), "manifest defaults: width:"));
+  CHECK(contains(error_with("defaults.guidance_scale", 1e300), "manifest defaults: guidance:"));
+}
+
+TEST_CASE("a component file must lie inside the package, compared by path components") {
+  TempDir tmp;
+  // The evil sibling: "<tmp>/pkg-evil/..." starts with the string "<tmp>/pkg".
+  fs::create_directories(tmp.path() / "pkg-evil");
+  write_file(tmp.path() / "pkg-evil" / "transformer.pt", "evil weights");
+  write_package(tmp.path() / "pkg", [&](json::object& m) {
+    m["components"].as_object()["transformer"] =
+        component_entry(tmp.path() / "pkg-evil" / "transformer.pt", "../pkg-evil/transformer.pt", "torchscript");
+  });
+  CHECK(contains(load_error(tmp.path() / "pkg"), "components.transformer.file '../pkg-evil/transformer.pt' escapes the package"));
+
+  // An absolute path, and a path that leaves and comes back in (allowed: it is inside).
+  write_package(tmp.path() / "abs", [&](json::object& m) {
+    m["components"].as_object()["transformer"] = component_entry(
+        tmp.path() / "pkg-evil" / "transformer.pt", (tmp.path() / "pkg-evil" / "transformer.pt").string(), "torchscript");
+  });
+  CHECK(contains(load_error(tmp.path() / "abs"), "escapes the package"));
+  write_package(tmp.path() / "back", set("components.transformer.file", "../back/transformer.pt"));
+  CHECK(load_error(tmp.path() / "back") == "");
+  write_package(tmp.path() / "self", set("components.transformer.file", "."));
+  CHECK(contains(load_error(tmp.path() / "self"), "escapes the package"));
+}
+
+TEST_CASE("a symlink that leaves the package is refused; one that stays inside loads") {
+  TempDir tmp;
+  write_file(tmp.path() / "outside.pt", "weights from elsewhere");
+  fs::create_directories(tmp.path() / "pkg");
+  fs::create_symlink(tmp.path() / "outside.pt", tmp.path() / "pkg" / "transformer.pt");
+  write_package(tmp.path() / "pkg");  // the entry's sha256 and size are those of the link's target
+  CHECK(contains(load_error(tmp.path() / "pkg"), "components.transformer.file 'transformer.pt' escapes the package"));
+
+  // A symlinked directory inside the package that points out of it.
+  fs::create_directories(tmp.path() / "elsewhere");
+  write_file(tmp.path() / "elsewhere" / "vae_decoder.pt", "decoder");
+  fs::create_directories(tmp.path() / "pkg2");
+  fs::create_directory_symlink(tmp.path() / "elsewhere", tmp.path() / "pkg2" / "parts");
+  write_package(tmp.path() / "pkg2", [&](json::object& m) {
+    m["components"].as_object()["vae_decoder"] =
+        component_entry(tmp.path() / "elsewhere" / "vae_decoder.pt", "parts/vae_decoder.pt", "torchscript");
+  });
+  CHECK(contains(load_error(tmp.path() / "pkg2"), "escapes the package"));
+
+  // Inside links are fine, and so is a package reached through a symlink of its own.
+  fs::create_directories(tmp.path() / "pkg3" / "blobs");
+  write_file(tmp.path() / "pkg3" / "blobs" / "t", "transformer weights");
+  fs::create_symlink("blobs/t", tmp.path() / "pkg3" / "transformer.pt");
+  write_package(tmp.path() / "pkg3");
+  CHECK(load_error(tmp.path() / "pkg3") == "");
+  fs::create_directory_symlink(tmp.path() / "pkg3", tmp.path() / "current");
+  const auto p = load_model_package(tmp.path() / "current");
+  CHECK(p.component("transformer").file == fs::canonical(tmp.path() / "pkg3" / "blobs" / "t"));  // what is loaded
+}
