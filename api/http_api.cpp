@@ -1,5 +1,6 @@
 #include "api/http_api.hpp"
 
+#include "api/http_auth.hpp"
 #include "runtime/channel.hpp"
 
 #include <boost/beast/core/string.hpp>
@@ -86,14 +87,6 @@ http::StringResponse json_body(unsigned status, const json::object& o) {
   return http::json_response(status, json::serialize(o));
 }
 
-// Constant time for equal lengths, so the token cannot be guessed byte by byte.
-bool same_secret(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 json::value parse_body(const std::string& body) {
   json::stream_parser parser;
   boost::system::error_code ec;
@@ -147,10 +140,7 @@ std::vector<HttpApi::Route> HttpApi::routes() {
 asio::awaitable<http::Response> HttpApi::handle(http::Request request) { co_return dispatch(request); }
 
 bool HttpApi::authorized(const http::Request& request) const {
-  const auto& token = runtime_.config().service.token;
-  if (token.empty()) return true;
-  const auto it = request.find(bhttp::field::authorization);
-  return it != request.end() && same_secret(it->value(), "Bearer " + token);
+  return http::bearer_authorized(request, runtime_.config().service.token);
 }
 
 http::Response HttpApi::dispatch(const http::Request& request) {

@@ -15,7 +15,8 @@
 // http_status_for): invalid_argument 400, not_found 404, overloaded 429 with Retry-After, ...
 // Protocol errors (401, 405 with Allow, 409, 415) use the same JSON error body.
 // Auth: when config().service.token is set, every route but /healthz needs
-// "Authorization: Bearer <token>" (401 otherwise), checked before routing.
+// "Authorization: Bearer <token>" (401 otherwise), checked before routing by
+// http::bearer_authorized (api/http_auth: the scheme in any letter case, constant-time compare).
 // Threads: handle() never blocks (submission uses Runtime::try_submit); it keeps no mutable
 // state, so concurrent calls from different connections are safe. Job events arrive on worker
 // threads and reach the event stream through a BoundedChannel; a client too slow to take

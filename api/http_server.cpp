@@ -1,5 +1,6 @@
 #include "api/http_server.hpp"
 
+#include "runtime/errors.hpp"
 #include "runtime/event.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -16,22 +17,15 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/beast/core/buffers_range.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/chunk_encode.hpp>
-#include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
-#include <boost/json/serialize.hpp>
-#include <boost/json/value.hpp>
 #include <spdlog/spdlog.h>
 
 #include <array>
 #include <atomic>
-#include <charconv>
 #include <map>
 #include <mutex>
 
@@ -52,50 +46,6 @@ struct Connection {
   asio::cancellation_signal cancel;
 };
 
-bool is_parse_error(const beast::error_code& ec) {
-  return &ec.category() == &bhttp::make_error_code(bhttp::error::bad_method).category() &&
-         ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message;
-}
-
-template <class Message>
-void finish_message(Message& m, unsigned version, bool keep_alive, const std::string& server) {
-  m.version(version);
-  m.keep_alive(keep_alive);
-  if (m.find(bhttp::field::server) == m.end()) m.set(bhttp::field::server, server);
-  m.prepare_payload();
-}
-
-using RequestParser = bhttp::request_parser<bhttp::string_body>;
-
-void apply_limits(RequestParser& parser, const ServerOptions& options) {
-  parser.header_limit(static_cast<std::uint32_t>(options.max_header_bytes));
-  parser.body_limit(options.max_body_bytes);
-}
-
-// The response to a failed read: 413, 431 or 400; nullopt for the errors that just end the
-// connection (eof, timeout, reset, cancelled).
-std::optional<StringResponse> read_error_response(const beast::error_code& ec, const ServerOptions& options) {
-  if (ec == bhttp::error::body_limit)
-    return error_response(413, "invalid_argument",
-                          "request body exceeds " + std::to_string(options.max_body_bytes) + " bytes");
-  if (ec == bhttp::error::header_limit)
-    return error_response(431, "invalid_argument",
-                          "request header exceeds " + std::to_string(options.max_header_bytes) + " bytes");
-  if (is_parse_error(ec)) return error_response(400, "invalid_argument", "malformed HTTP request: " + ec.message());
-  return std::nullopt;
-}
-
-// An exception escaping the handler becomes its JSON error response.
-asio::awaitable<Response> handle_safely(RequestHandler& handler, Request request) {
-  try {
-    co_return co_await handler.handle(std::move(request));
-  } catch (...) {
-    co_return error_response(std::current_exception());
-  }
-}
-
-constexpr std::string_view continue_response = "HTTP/1.1 100 Continue\r\n\r\n";
-
 // Half-close, then read and discard what the client still sends for a moment: closing with
 // unread input makes the kernel send RST, and the client may lose our error response.
 asio::awaitable<void> close_after_error(beast::tcp_stream& stream) {
@@ -113,35 +63,6 @@ asio::awaitable<void> close_after_error(beast::tcp_stream& stream) {
 }
 
 }  // namespace
-
-// ---- FileRange -------------------------------------------------------------------------
-
-void FileRange::set_range(std::uint64_t offset, std::uint64_t length, beast::error_code& ec) {
-  offset_ = offset;
-  length_ = length;
-  file_.seek(offset, ec);
-}
-
-std::uint64_t FileRange::pos(beast::error_code& ec) const {
-  const auto p = file_.pos(ec);
-  return p >= offset_ ? p - offset_ : 0;
-}
-
-std::size_t FileRange::write(void const*, std::size_t, beast::error_code& ec) {
-  ec = std::make_error_code(std::errc::bad_file_descriptor);
-  return 0;
-}
-
-// ---- StreamWriter ----------------------------------------------------------------------
-
-asio::awaitable<bool> StreamWriter::write(std::string_view data) {
-  if (!ok_ || data.empty()) co_return ok_;
-  stream_.expires_after(write_timeout_);
-  auto [ec, n] = co_await asio::async_write(stream_, bhttp::make_chunk(asio::buffer(data.data(), data.size())),
-                                            tuple_awaitable);
-  if (ec) ok_ = false;
-  co_return ok_;
-}
 
 // ---- server state ----------------------------------------------------------------------
 
@@ -241,7 +162,7 @@ asio::awaitable<void> HttpServer::State::serve(std::shared_ptr<Connection> c) {
       // curl sends "Expect: 100-continue" for larger bodies and waits a second for it. Written
       // raw: under ThreadSanitizer, Beast's serializer writing this header-only message left
       // the following body read failing with operation_aborted (not seen without TSan).
-      if (beast::iequals(parser.get()[bhttp::field::expect], "100-continue")) {
+      if (expects_continue(parser)) {
         std::tie(ec, std::ignore) =
             co_await asio::async_write(c->stream, asio::buffer(continue_response), tuple_awaitable);
       }
@@ -296,10 +217,7 @@ asio::awaitable<void> HttpServer::State::serve(std::shared_ptr<Connection> c) {
 }
 
 asio::awaitable<void> HttpServer::State::run_stream(Connection& c, StreamResponse& s, unsigned version) {
-  s.head.version(version);
-  s.head.keep_alive(false);
-  s.head.chunked(true);
-  if (s.head.find(bhttp::field::server) == s.head.end()) s.head.set(bhttp::field::server, options.server_name);
+  finish_stream_head(s.head, version, options.server_name);
   bhttp::response_serializer<bhttp::empty_body> serializer(s.head);
   c.stream.expires_after(options.write_timeout);
   auto [ec, n] = co_await bhttp::async_write_header(c.stream, serializer, tuple_awaitable);
@@ -371,12 +289,8 @@ tcp::endpoint HttpServer::listen() {
   auto& st = *state_;
   std::lock_guard lock(st.mutex);
   if (st.listening) return st.endpoint;
-  const auto [host, port] = parse_listen_address(st.options.listen);
+  const tcp::endpoint wanted = listen_endpoint(st.options.listen);
   boost::system::error_code ec;
-  auto address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
-  if (ec) throw_error(ErrorKind::invalid_argument, "listen address '" + st.options.listen + "': '" + host +
-                                                       "' is not an IP address");
-  const tcp::endpoint wanted(address, port);
   auto fail = [&](const char* what) {
     throw_error(ErrorKind::transient, "cannot listen on " + st.options.listen + ": " + what + ": " + ec.message());
   };
@@ -451,235 +365,6 @@ asio::awaitable<void> HttpServer::async_join() { co_await state_->stopped.wait(u
 std::size_t HttpServer::connection_count() const {
   std::lock_guard lock(state_->mutex);
   return state_->connections.size();
-}
-
-// ---- serve_bytes -----------------------------------------------------------------------
-
-namespace {
-
-// A SyncWriteStream that appends to a string.
-struct StringSink {
-  std::string& out;
-  template <class Buffers>
-  std::size_t write_some(const Buffers& buffers) {
-    beast::error_code ec;
-    return write_some(buffers, ec);
-  }
-  template <class Buffers>
-  std::size_t write_some(const Buffers& buffers, beast::error_code& ec) {
-    ec = {};
-    std::size_t n = 0;
-    for (const auto b : beast::buffers_range_ref(buffers)) {
-      out.append(static_cast<const char*>(b.data()), b.size());
-      n += b.size();
-    }
-    return n;
-  }
-};
-
-// Feeds the parser from `buffer` as Beast's read_header (whole == false) or read does: when
-// the parser needs more than the buffer holds, the client has closed its side.
-beast::error_code parse_from(beast::flat_buffer& buffer, RequestParser& parser, bool whole) {
-  beast::error_code ec;
-  parser.eager(whole);
-  while (!(whole ? parser.is_done() : parser.is_header_done())) {
-    const auto n = buffer.size() == 0 ? 0 : parser.put(buffer.data(), ec);
-    buffer.consume(n);
-    if (ec && ec != bhttp::error::need_more) return ec;
-    if (n > 0 && !ec) continue;
-    ec = {};
-    if (!parser.got_some()) return bhttp::error::end_of_stream;
-    parser.put_eof(ec);
-    return ec;
-  }
-  return ec;
-}
-
-}  // namespace
-
-std::string serve_bytes(RequestHandler& handler, const ServerOptions& options, std::string_view raw) {
-  std::string out;
-  StringSink sink{out};
-  beast::flat_buffer buffer;
-  buffer.commit(asio::buffer_copy(buffer.prepare(raw.size()), asio::buffer(raw.data(), raw.size())));
-  asio::io_context io;
-  for (;;) {
-    RequestParser parser;
-    apply_limits(parser, options);
-    auto ec = parse_from(buffer, parser, false);
-    if (!ec && !parser.is_done()) {
-      if (beast::iequals(parser.get()[bhttp::field::expect], "100-continue")) out += continue_response;
-      ec = parse_from(buffer, parser, true);
-    }
-    if (ec) {
-      if (auto res = read_error_response(ec, options)) {
-        finish_message(*res, 11, false, options.server_name);
-        bhttp::write(sink, *res, ec);
-      }
-      break;
-    }
-
-    Request request = parser.release();
-    const unsigned version = request.version();
-    const bool keep_alive = request.keep_alive();
-    std::optional<Response> response;
-    asio::co_spawn(io, handle_safely(handler, std::move(request)), [&](std::exception_ptr e, Response r) {
-      response = e ? Response(error_response(e)) : std::move(r);
-    });
-    io.restart();
-    io.run();
-    if (!response) break;  // the handler left no work behind and never completed
-    if (auto* s = std::get_if<StreamResponse>(&*response)) {  // the head only, as run_stream sends it
-      s->head.version(version);
-      s->head.keep_alive(false);
-      s->head.chunked(true);
-      if (s->head.find(bhttp::field::server) == s->head.end()) s->head.set(bhttp::field::server, options.server_name);
-      bhttp::response_serializer<bhttp::empty_body> serializer(s->head);
-      bhttp::write_header(sink, serializer, ec);
-      break;
-    }
-    if (auto* s = std::get_if<StringResponse>(&*response)) {
-      finish_message(*s, version, keep_alive, options.server_name);
-      bhttp::write(sink, *s, ec);
-    } else if (auto* f = std::get_if<FileResponse>(&*response)) {
-      finish_message(*f, version, keep_alive, options.server_name);
-      bhttp::write(sink, *f, ec);
-    }
-    if (ec || !keep_alive) break;
-  }
-  return out;
-}
-
-// ---- helpers ---------------------------------------------------------------------------
-
-std::pair<std::string, std::uint16_t> parse_listen_address(const std::string& listen) {
-  auto bad = [&](const std::string& why) -> std::pair<std::string, std::uint16_t> {
-    throw_error(ErrorKind::invalid_argument, "listen address '" + listen + "': " + why);
-  };
-  std::string host, port;
-  if (!listen.empty() && listen.front() == '[') {
-    const auto close = listen.find(']');
-    if (close == std::string::npos || close + 1 >= listen.size() || listen[close + 1] != ':')
-      return bad("expected [IPV6]:PORT");
-    host = listen.substr(1, close - 1);
-    port = listen.substr(close + 2);
-  } else {
-    const auto colon = listen.rfind(':');
-    if (colon == std::string::npos) return bad("expected HOST:PORT");
-    host = listen.substr(0, colon);
-    port = listen.substr(colon + 1);
-    if (host.find(':') != std::string::npos) return bad("write an IPv6 host as [HOST]:PORT");
-  }
-  if (host.empty()) host = "127.0.0.1";
-  unsigned value = 0;
-  const auto [end, err] = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (port.empty() || err != std::errc() || end != port.data() + port.size() || value > 65535)
-    return bad("port must be a number from 0 to 65535");
-  return {host, static_cast<std::uint16_t>(value)};
-}
-
-StringResponse json_response(unsigned status, std::string body) {
-  StringResponse res{static_cast<bhttp::status>(status), 11};
-  res.set(bhttp::field::content_type, "application/json");
-  res.body() = std::move(body);
-  return res;
-}
-
-StringResponse error_response(unsigned status, std::string_view kind, std::string_view message) {
-  boost::json::object error{{"kind", kind}, {"message", message}};
-  auto res = json_response(status, boost::json::serialize(boost::json::object{{"error", std::move(error)}}));
-  if (status == 429 || status == 503) res.set(bhttp::field::retry_after, "1");
-  return res;
-}
-
-StringResponse error_response(ErrorKind kind, std::string_view message) {
-  return error_response(static_cast<unsigned>(http_status_for(kind)), to_string(kind), message);
-}
-
-StringResponse error_response(const std::exception_ptr& error) {
-  return error_response(classify(error), describe(error));
-}
-
-std::optional<ByteRange> parse_range(std::string_view header, std::uint64_t size) {
-  auto trim = [](std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-    return s;
-  };
-  header = trim(header);
-  if (!header.starts_with("bytes=")) return std::nullopt;
-  auto spec = trim(header.substr(6));
-  if (spec.find(',') != std::string_view::npos) return std::nullopt;
-  const auto dash = spec.find('-');
-  if (dash == std::string_view::npos) return std::nullopt;
-  auto number = [](std::string_view s) -> std::optional<std::uint64_t> {
-    std::uint64_t v = 0;
-    const auto [end, err] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (s.empty() || err != std::errc() || end != s.data() + s.size()) return std::nullopt;
-    return v;
-  };
-  const auto first_text = trim(spec.substr(0, dash)), last_text = trim(spec.substr(dash + 1));
-  if (first_text.empty()) {  // suffix: the last N bytes
-    const auto n = number(last_text);
-    if (!n) return std::nullopt;
-    if (*n == 0 || size == 0) return ByteRange{0, 0, false};
-    return ByteRange{size - std::min(*n, size), size - 1, true};
-  }
-  const auto first = number(first_text);
-  if (!first) return std::nullopt;
-  std::uint64_t last = size == 0 ? 0 : size - 1;
-  if (!last_text.empty()) {
-    const auto l = number(last_text);
-    if (!l || *l < *first) return std::nullopt;
-    last = std::min(*l, last);
-  }
-  if (*first >= size) return ByteRange{0, 0, false};
-  return ByteRange{*first, last, true};
-}
-
-Response file_response(const Request& request, const std::filesystem::path& path, std::string_view content_type) {
-  FileRange file;
-  beast::error_code ec;
-  file.open(path.c_str(), beast::file_mode::scan, ec);
-  if (ec) throw_error(ErrorKind::not_found, "file '" + path.filename().string() + "': " + ec.message());
-  const auto size = file.file_size(ec);
-  if (ec) throw_error(ErrorKind::internal, "file '" + path.filename().string() + "': " + ec.message());
-
-  std::optional<ByteRange> range;
-  if (auto it = request.find(bhttp::field::range); it != request.end()) range = parse_range(it->value(), size);
-  if (range && !range->satisfiable) {
-    auto res = error_response(416, "invalid_argument", "range not satisfiable for " + std::to_string(size) + " bytes");
-    res.set(bhttp::field::content_range, "bytes */" + std::to_string(size));
-    res.set(bhttp::field::accept_ranges, "bytes");
-    return res;
-  }
-  const std::uint64_t first = range ? range->first : 0;
-  const std::uint64_t length = range ? range->last - range->first + 1 : size;
-  file.set_range(first, length, ec);
-  if (ec) throw_error(ErrorKind::internal, "file '" + path.filename().string() + "': " + ec.message());
-
-  FileResponse res{range ? bhttp::status::partial_content : bhttp::status::ok, 11};
-  res.set(bhttp::field::content_type, content_type);
-  res.set(bhttp::field::accept_ranges, "bytes");
-  if (range)
-    res.set(bhttp::field::content_range, "bytes " + std::to_string(range->first) + "-" +
-                                             std::to_string(range->last) + "/" + std::to_string(size));
-  res.body().reset(std::move(file), ec);
-  if (ec) throw_error(ErrorKind::internal, "file '" + path.filename().string() + "': " + ec.message());
-  return res;
-}
-
-std::string sse_event(std::string_view event, std::string_view data) {
-  std::string out = "event: ";
-  out.append(event).append("\n");
-  for (;;) {
-    const auto nl = data.find('\n');
-    out.append("data: ").append(data.substr(0, nl)).append("\n");
-    if (nl == std::string_view::npos) break;
-    data.remove_prefix(nl + 1);
-  }
-  out.append("\n");
-  return out;
 }
 
 }  // namespace vgen::http

@@ -158,49 +158,32 @@ void with_server(Body body, http::ServerOptions options = small_options(), int t
 
 }  // namespace
 
-TEST_CASE("parse_listen_address") {
-  CHECK(http::parse_listen_address("127.0.0.1:8080") == std::pair<std::string, std::uint16_t>{"127.0.0.1", 8080});
-  CHECK(http::parse_listen_address(":0").first == "127.0.0.1");
-  CHECK(http::parse_listen_address("[::1]:9").first == "::1");
-  CHECK_THROWS_WITH(http::parse_listen_address("localhost"), doctest::Contains("HOST:PORT"));
-  CHECK_THROWS_WITH(http::parse_listen_address("1.2.3.4:99999"), doctest::Contains("port"));
-  CHECK_THROWS_WITH(http::parse_listen_address("1.2.3.4:x"), doctest::Contains("port"));
+TEST_CASE("listen: a host that is not an IP address is invalid_argument, a port in use transient") {
+  asio::io_context io;
+  auto handler = std::make_shared<FakeHandler>();
+  auto options = small_options();
+  options.listen = "example.com:0";
+  http::HttpServer named(io.get_executor(), handler, options);
+  try {
+    named.listen();
+    FAIL("listened on a name");
+  } catch (const vgen::Error& e) {
+    CHECK(e.kind() == vgen::ErrorKind::invalid_argument);
+  }
+  http::HttpServer first(io.get_executor(), handler, small_options());
+  options.listen = "127.0.0.1:" + std::to_string(first.listen().port());
+  CHECK(first.listen() == first.local_endpoint());  // listening twice keeps the endpoint
+  http::HttpServer second(io.get_executor(), handler, options);
+  try {
+    second.listen();
+    FAIL("two servers listened on one port");
+  } catch (const vgen::Error& e) {
+    CHECK(e.kind() == vgen::ErrorKind::transient);
+    CHECK(std::string(e.what()).find("cannot listen on " + options.listen) != std::string::npos);
+  }
 }
 
-TEST_CASE("parse_range") {
-  auto r = http::parse_range("bytes=0-9", 100);
-  REQUIRE(r);
-  CHECK((r->first == 0 && r->last == 9 && r->satisfiable));
-  r = http::parse_range("bytes=90-", 100);
-  CHECK((r && r->first == 90 && r->last == 99));
-  r = http::parse_range("bytes=-10", 100);
-  CHECK((r && r->first == 90 && r->last == 99));
-  r = http::parse_range("bytes=-1000", 100);
-  CHECK((r && r->first == 0 && r->last == 99));
-  r = http::parse_range("bytes=50-1000", 100);
-  CHECK((r && r->last == 99));
-  CHECK_FALSE(http::parse_range("bytes=100-", 100)->satisfiable);
-  CHECK_FALSE(http::parse_range("bytes=-0", 100)->satisfiable);
-  CHECK_FALSE(http::parse_range("bytes=9-3", 100));    // invalid: ignored
-  CHECK_FALSE(http::parse_range("bytes=0-1,5-6", 100));  // several ranges: ignored
-  CHECK_FALSE(http::parse_range("items=0-1", 100));
-  CHECK_FALSE(http::parse_range("bytes=a-b", 100));
-}
-
-TEST_CASE("sse_event prefixes every data line") {
-  CHECK(http::sse_event("progress", "{\"a\":1}") == "event: progress\ndata: {\"a\":1}\n\n");
-  CHECK(http::sse_event("x", "a\nb") == "event: x\ndata: a\ndata: b\n\n");
-}
-
-TEST_CASE("error_response: JSON body, status from the one mapping, Retry-After on 429") {
-  auto r = http::error_response(vgen::ErrorKind::overloaded, "queue full");
-  CHECK(r.result_int() == 429);
-  CHECK(r[bhttp::field::retry_after] == "1");
-  CHECK(r.body() == R"({"error":{"kind":"overloaded","message":"queue full"}})");
-  CHECK(http::error_response(vgen::ErrorKind::invalid_argument, "x").result_int() == 400);
-}
-
-TEST_CASE("requests on a keep-alive connection; handler errors become JSON") {
+TEST_CASE("requests on a keep-alive connection; handler errors become JSON" * doctest::timeout(60)) {
   for (int threads : {1, 2}) {
     CAPTURE(threads);
     with_server([](http::HttpServer& server, http::tcp::endpoint ep, FakeHandler&) -> asio::awaitable<void> {
@@ -226,7 +209,7 @@ TEST_CASE("requests on a keep-alive connection; handler errors become JSON") {
   }
 }
 
-TEST_CASE("size limits: 413 for the body, 431 for the header, 400 for garbage") {
+TEST_CASE("size limits: 413 for the body, 431 for the header, 400 for garbage" * doctest::timeout(60)) {
   with_server([](http::HttpServer&, http::tcp::endpoint ep, FakeHandler& h) -> asio::awaitable<void> {
     auto res = co_await raw_roundtrip(ep, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" +
                                               std::string(5000, 'a'));
@@ -245,78 +228,7 @@ TEST_CASE("size limits: 413 for the body, 431 for the header, 400 for garbage") 
   });
 }
 
-namespace {
-
-// The responses in `bytes`, in order (a trailing incomplete one is left out).
-std::vector<http::StringResponse> parse_responses(const std::string& bytes) {
-  std::vector<http::StringResponse> out;
-  beast::flat_buffer buffer;
-  buffer.commit(asio::buffer_copy(buffer.prepare(bytes.size()), asio::buffer(bytes)));
-  while (buffer.size() > 0) {
-    bhttp::response_parser<bhttp::string_body> parser;
-    parser.eager(true);
-    beast::error_code ec;
-    while (!parser.is_done() && buffer.size() > 0) {
-      const auto n = parser.put(buffer.data(), ec);
-      buffer.consume(n);
-      if (ec || n == 0) break;
-    }
-    if (!parser.is_done()) break;
-    out.push_back(parser.release());
-  }
-  return out;
-}
-
-}  // namespace
-
-TEST_CASE("serve_bytes: a connection's requests without a socket, with the same limits and errors") {
-  FakeHandler h;
-  const auto o = small_options();
-  // Pipelined requests on one connection; nothing is served after "Connection: close".
-  auto out = http::serve_bytes(h, o,
-                               "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
-                               "GET /throw HTTP/1.1\r\nHost: x\r\n\r\n"
-                               "GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-                               "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
-  auto res = parse_responses(out);
-  REQUIRE(res.size() == 3);
-  CHECK(res[0].result_int() == 200);
-  CHECK(res[0].body() == "echo:abc");
-  CHECK(res[0].keep_alive());
-  CHECK(res[0][bhttp::field::server] == "vgen");
-  CHECK(res[1].result_int() == 404);
-  CHECK(res[1].body() == R"({"error":{"kind":"not_found","message":"no such thing"}})");
-  CHECK_FALSE(res[2].keep_alive());
-  CHECK(h.handled == 3);
-
-  res = parse_responses(http::serve_bytes(h, o, "POST /echo HTTP/1.1\r\nContent-Length: 5000\r\n\r\n"));
-  REQUIRE(res.size() == 1);
-  CHECK(res[0].result_int() == 413);
-  CHECK_FALSE(res[0].keep_alive());
-  res = parse_responses(http::serve_bytes(h, o, "GET / HTTP/1.1\r\nX-Big: " + std::string(4000, 'b') + "\r\n\r\n"));
-  REQUIRE(res.size() == 1);
-  CHECK(res[0].result_int() == 431);
-  res = parse_responses(http::serve_bytes(h, o, "NOT A REQUEST\r\n\r\n"));
-  REQUIRE(res.size() == 1);
-  CHECK(res[0].result_int() == 400);
-  // A client that closes before a whole request gets nothing, as on a socket.
-  CHECK(http::serve_bytes(h, o, "").empty());
-  CHECK(http::serve_bytes(h, o, "POST /echo HTTP/1.1\r\nContent-Length: 9\r\n\r\nabc").empty());
-
-  // The interim 100 Continue, then the response; a stream sends its chunked head only.
-  res = parse_responses(http::serve_bytes(
-      h, o, "POST /echo HTTP/1.1\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\nabc"));
-  REQUIRE(res.size() == 2);
-  CHECK(res[0].result() == bhttp::status::continue_);
-  CHECK(res[1].body() == "echo:abc");
-  out = http::serve_bytes(h, o, "GET /stream HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\n");
-  CHECK(out.find("HTTP/1.1 200 OK\r\n") == 0);
-  CHECK(out.find("Transfer-Encoding: chunked\r\n") != std::string::npos);
-  CHECK(out.find("echo:") == std::string::npos);
-  CHECK(h.producers_ended == 0);
-}
-
-TEST_CASE("Expect: 100-continue gets the interim response before the client sends the body") {
+TEST_CASE("Expect: 100-continue gets the interim response before the client sends the body" * doctest::timeout(60)) {
   with_server([](http::HttpServer&, http::tcp::endpoint ep, FakeHandler&) -> asio::awaitable<void> {
     auto s = co_await connect(ep);
     const std::string head = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n";
@@ -333,7 +245,7 @@ TEST_CASE("Expect: 100-continue gets the interim response before the client send
   });
 }
 
-TEST_CASE("file responses: whole file, ranges, 416") {
+TEST_CASE("file responses: whole file, ranges, 416" * doctest::timeout(60)) {
   auto handler = std::make_shared<FakeHandler>();
   handler->file = std::filesystem::temp_directory_path() / ("vgen_http_file_" + std::to_string(::getpid()));
   std::string content;
@@ -373,7 +285,7 @@ TEST_CASE("file responses: whole file, ranges, 416") {
   std::filesystem::remove(std::filesystem::path(handler->file).replace_extension());
 }
 
-TEST_CASE("a stream sends its events as chunks and ends the connection") {
+TEST_CASE("a stream sends its events as chunks and ends the connection" * doctest::timeout(60)) {
   for (int threads : {1, 2}) {
     CAPTURE(threads);
     with_server([](http::HttpServer&, http::tcp::endpoint ep, FakeHandler& h) -> asio::awaitable<void> {
@@ -391,7 +303,7 @@ TEST_CASE("a stream sends its events as chunks and ends the connection") {
   }
 }
 
-TEST_CASE("a client that disconnects mid-stream cancels the producer") {
+TEST_CASE("a client that disconnects mid-stream cancels the producer" * doctest::timeout(60)) {
   with_server([](http::HttpServer& server, http::tcp::endpoint ep, FakeHandler& h) -> asio::awaitable<void> {
     auto s = co_await connect(ep);
     auto req = get("/forever");
@@ -407,7 +319,7 @@ TEST_CASE("a client that disconnects mid-stream cancels the producer") {
   });
 }
 
-TEST_CASE("max_connections: the connection over the limit gets 503") {
+TEST_CASE("max_connections: the connection over the limit gets 503" * doctest::timeout(60)) {
   auto options = small_options();
   options.max_connections = 1;
   with_server([](http::HttpServer& server, http::tcp::endpoint ep, FakeHandler&) -> asio::awaitable<void> {
@@ -420,7 +332,7 @@ TEST_CASE("max_connections: the connection over the limit gets 503") {
   }, options);
 }
 
-TEST_CASE("an idle keep-alive connection is closed after the read timeout") {
+TEST_CASE("an idle keep-alive connection is closed after the read timeout" * doctest::timeout(60)) {
   auto options = small_options();
   options.read_timeout = 200ms;
   with_server([](http::HttpServer& server, http::tcp::endpoint ep, FakeHandler&) -> asio::awaitable<void> {
@@ -431,7 +343,7 @@ TEST_CASE("an idle keep-alive connection is closed after the read timeout") {
   }, options);
 }
 
-TEST_CASE("stop: idle and streaming connections end, a request in flight completes") {
+TEST_CASE("stop: idle and streaming connections end, a request in flight completes" * doctest::timeout(60)) {
   for (int threads : {1, 2}) {
     CAPTURE(threads);
     with_server([](http::HttpServer& server, http::tcp::endpoint ep, FakeHandler& h) -> asio::awaitable<void> {
@@ -468,7 +380,7 @@ TEST_CASE("stop: idle and streaming connections end, a request in flight complet
   }
 }
 
-TEST_CASE("stop: the grace period cuts a handler that does not finish") {
+TEST_CASE("stop: the grace period cuts a handler that does not finish" * doctest::timeout(60)) {
   auto options = small_options();
   options.shutdown_grace = 50ms;
   auto handler = std::make_shared<FakeHandler>();
