@@ -3,9 +3,10 @@
 // that removes only what dead writers left.
 #include "runtime/atomic_file.hpp"
 
+#include "tests/support/tmpfs.hpp"
+
 #include <doctest/doctest.h>
 
-#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -89,30 +90,6 @@ long dead_pid() {
   ::waitpid(child, &status, 0);
   return static_cast<long>(child);
 }
-
-// A tmpfs of `bytes` mounted on a fresh directory, unmounted at the end; mounted() is false
-// where mounting is not permitted (not root, or no CAP_SYS_ADMIN in a container).
-class TinyTmpfs {
- public:
-  explicit TinyTmpfs(std::size_t bytes) {
-    const std::string options = "size=" + std::to_string(bytes);
-    if (::mount("tmpfs", dir_.path().c_str(), "tmpfs", 0, options.c_str()) == 0) mounted_ = true;
-    else reason_ = std::strerror(errno);
-  }
-  TinyTmpfs(const TinyTmpfs&) = delete;
-  TinyTmpfs& operator=(const TinyTmpfs&) = delete;
-  ~TinyTmpfs() {
-    if (mounted_) ::umount2(dir_.path().c_str(), MNT_DETACH);
-  }
-  bool mounted() const { return mounted_; }
-  const std::string& reason() const { return reason_; }
-  const fs::path& path() const { return dir_.path(); }
-
- private:
-  TempDir dir_;
-  bool mounted_ = false;
-  std::string reason_;
-};
 
 }  // namespace
 
@@ -290,7 +267,7 @@ TEST_CASE("concurrent writers of one target: readers see a whole version, never 
 }
 
 TEST_CASE("a full disk is a transient error that leaves no partial file and no temporary") {
-  TinyTmpfs disk(64 * 1024);
+  vgen::test::TinyTmpfs disk(64 * 1024);
   if (!disk.mounted()) {
     MESSAGE("skipped: cannot mount a tmpfs here (" << disk.reason() << "); run as root to test ENOSPC");
     return;
