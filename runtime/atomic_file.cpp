@@ -181,8 +181,14 @@ class Temporary {
     if (ec) return;
     fs::rename(path_, target_, ec);
     std::error_code ignored;
-    if (ec) fs::rename(old, target_, ignored);  // put the previous output back
-    else fs::remove_all(old, ignored);
+    if (!ec) {
+      fs::remove_all(old, ignored);
+      return;
+    }
+    std::error_code put_back;
+    fs::rename(old, target_, put_back);  // the previous output returns...
+    // ...unless a concurrent writer published the target meanwhile: then it is superseded.
+    if (put_back && fs::exists(fs::symlink_status(target_, ignored))) fs::remove_all(old, ignored);
   }
 
   fs::path target_;

@@ -11,7 +11,9 @@
 // and removed once the new one is in place (put back if that rename fails).
 //
 // Errors: on any failure the temporary is removed and the target is left as it was, then
-// vgen::Error is thrown naming the target (and the step) and the system's reason. Its kind is
+// vgen::Error is thrown naming the target (and the step) and the system's reason. (If only
+// the last step, syncing the folder, fails, the new output is already in place but may not
+// survive a power cut; the error is thrown all the same.) Its kind is
 // io_error_kind(errno): transient for failures a retry may fix (disk full, quota, I/O error,
 // too many open files, ...), internal otherwise (a path whose parent is a file, permissions,
 // a name too long, replacing a non-empty directory by a file).
@@ -19,7 +21,8 @@
 //
 // Blocking: every function blocks the calling thread on file I/O and fsync (run it on a worker
 // thread, never on an io_context thread). Thread-safety: independent calls may run
-// concurrently, also on the same target (the last rename wins; neither sees a partial file).
+// concurrently, also on the same target: the last rename wins and no reader sees a partial
+// output (two directory replacements racing on one target may fail one of them).
 // Cancellation: none; a call runs to completion or failure.
 #pragma once
 

@@ -266,6 +266,35 @@ TEST_CASE("concurrent writers of one target: readers see a whole version, never 
   }
 }
 
+TEST_CASE("racing directory replacements leave one whole version and no litter"
+          * doctest::timeout(120)) {
+  TempDir dir;
+  const fs::path target = dir / "frames";
+  for (int writers : {2, 4}) {
+    CAPTURE(writers);
+    std::vector<std::thread> threads;
+    for (int w = 0; w < writers; ++w)
+      threads.emplace_back([&, w] {
+        for (int i = 0; i < 10; ++i) {
+          try {
+            vgen::write_atomically(target, [&](const fs::path& tmp) {
+              fs::create_directory(tmp);
+              for (int f = 0; f < 3; ++f) touch(tmp / ("frame_" + std::to_string(f)), std::to_string(w));
+            });
+          } catch (const Error&) {
+            // A writer that lost a race may fail; the check below is what matters.
+          }
+        }
+      });
+    for (auto& t : threads) t.join();
+    const auto files = listing(target);
+    REQUIRE(files.size() == 3);
+    const std::string winner = read(target / files[0]);
+    for (const auto& f : files) CHECK(read(target / f) == winner);
+    CHECK(listing(dir.path()) == std::vector<std::string>{"frames"});
+  }
+}
+
 TEST_CASE("a full disk is a transient error that leaves no partial file and no temporary") {
   vgen::test::TinyTmpfs disk(64 * 1024);
   if (!disk.mounted()) {
