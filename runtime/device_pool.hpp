@@ -2,8 +2,10 @@
 // hands out DeviceLeases that bound how much runs on each device at once.
 //
 // The pool owns no threads and does no compute: it is bookkeeping behind an awaitable acquire.
-// Real CUDA discovery (through LibTorch) lives elsewhere and reaches parse_device_list as a
-// CudaDiscovery callback, so everything here runs with simulated devices in tests.
+// Its devices are plain DeviceSpecs (runtime/device_list.hpp, which also parses `--devices`),
+// and which admitting device wins is a PlacementPolicy's choice (runtime/placement_policy.hpp);
+// both headers are included here, so users of the pool need only this one. Everything runs
+// with simulated devices in tests.
 //
 // Contract
 //  - A device admits a request when it has a free slot (active < max_concurrency) and the
@@ -43,7 +45,9 @@
 // emit cancellation on the awaiting coroutine's executor.
 #pragma once
 
+#include "runtime/device_list.hpp"  // DeviceSpec, parse_device_list: users of the pool get them here
 #include "runtime/metrics.hpp"
+#include "runtime/placement_policy.hpp"  // PlacementRequest, DeviceStatus, the policy registry
 #include "runtime/wait_list.hpp"
 
 #include <boost/asio/append.hpp>
@@ -64,80 +68,6 @@
 #include <vector>
 
 namespace vgen {
-
-enum class DeviceKind { cpu, cuda };
-std::string_view to_string(DeviceKind kind) noexcept;
-
-struct DeviceSpec {
-  std::string id;                   // "cpu:0", "cuda:1": unique within a pool
-  DeviceKind kind = DeviceKind::cpu;
-  std::size_t memory_bytes = 0;     // budget; 0 = unlimited
-  std::size_t max_concurrency = 1;  // leases held at once
-};
-
-struct CudaDeviceInfo {
-  int index = 0;
-  std::size_t total_memory = 0;  // 0 = unknown: the budget is then unlimited
-};
-using CudaDiscovery = std::function<std::vector<CudaDeviceInfo>()>;
-
-// Parses a comma-separated device list (case and spaces around entries are ignored):
-//   cpu      the next CPU replica: ids "cpu:0", "cpu:1", ... (the lowest index not yet taken)
-//   cpu:N    CPU replica N
-//   cuda:N   CUDA device N, which discovery must report
-//   cuda     every CUDA device discovery reports (at least one)
-//   auto     every CUDA device if there is one, else one CPU replica
-// CPU devices get an unlimited memory budget and cpu_concurrency slots; CUDA devices one slot
-// and total_memory * memory_fraction bytes. `cuda` is called at most once, and only when the
-// list names cuda or auto; no callback means no CUDA devices. Throws
-// vgen::Error(invalid_argument) naming the offending entry for an empty list or entry, an
-// unknown entry, a CUDA index discovery did not report, a device listed twice,
-// memory_fraction outside (0, 1] or cpu_concurrency 0.
-std::vector<DeviceSpec> parse_device_list(std::string_view list, const CudaDiscovery& cuda = {},
-                                          double memory_fraction = 0.9,
-                                          std::size_t cpu_concurrency = 1);
-
-struct PlacementRequest {
-  std::string model;            // what must be resident; empty = nothing to keep resident
-  std::size_t model_bytes = 0;  // memory the model takes while resident
-  std::size_t work_bytes = 0;   // memory the work takes while the lease is held
-};
-
-struct DeviceStatus {
-  std::string id;
-  std::size_t active = 0;
-  std::size_t max_concurrency = 0;
-  std::size_t memory_used = 0;
-  std::size_t memory_bytes = 0;               // 0 = unlimited
-  std::vector<std::string> resident_models;  // least recently used first
-  std::uint64_t leases_granted = 0;
-  std::uint64_t evictions = 0;               // models evicted to make room
-};
-
-// Chooses among the devices that can admit a request. One instance per pool, always called
-// under the pool's mutex, so an implementation may keep state without locking; it must not
-// call into the pool. A choice outside `candidates` (or an exception) falls back to
-// candidates.front(), so a faulty policy cannot wedge the pool.
-struct PlacementPolicy {
-  virtual ~PlacementPolicy() = default;
-  // devices: every device, by index. candidates: indices (ascending, never empty) of the
-  // devices that can admit the request now. Returns the chosen index into `devices`.
-  virtual std::size_t choose(const std::vector<DeviceStatus>& devices,
-                             const std::vector<std::size_t>& candidates,
-                             const PlacementRequest& request) = 0;
-};
-using PlacementPolicyFactory = std::function<std::unique_ptr<PlacementPolicy>()>;
-
-// Built in: "least_loaded" (sticky first: candidates where the model is resident win; then
-// lowest active/max_concurrency; ties go to the fewest leases_granted, then the lowest index)
-// and "round_robin" (the next candidate after the previous choice, cyclically).
-// register_placement_policy throws vgen::Error(invalid_argument) for an empty name, an empty
-// factory or a name already registered. make_placement_policy throws
-// vgen::Error(invalid_argument) listing the known names when `name` is unknown.
-// Thread-safe (the registry has its own mutex).
-void register_placement_policy(std::string name, PlacementPolicyFactory factory);
-std::unique_ptr<PlacementPolicy> make_placement_policy(std::string_view name);
-std::vector<std::string> placement_policy_names();  // sorted
 
 struct DevicePoolOptions {
   std::string policy = "least_loaded";

@@ -1,15 +1,12 @@
 #include "stages/encode.hpp"
 
+#include "stages/libav.hpp"
+
 extern "C" {
-#include <libavcodec/avcodec.h>
-#include <libavformat/avformat.h>
-#include <libavformat/avio.h>
 #include <libavutil/avutil.h>
-#include <libavutil/error.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/mem.h>
 #include <libavutil/opt.h>
-#include <libswscale/swscale.h>
 }
 
 #include <spdlog/spdlog.h>
@@ -23,75 +20,19 @@ extern "C" {
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <random>
 
+#include "runtime/atomic_file.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/registry.hpp"
 
 namespace vgen {
 namespace {
 
 namespace fs = std::filesystem;
 
-// ---- libav plumbing: error checks and RAII owners ----
-
-std::string av_error_text(int code) {
-  char text[AV_ERROR_MAX_STRING_SIZE] = {};
-  av_strerror(code, text, sizeof text);
-  return text;
-}
-
-int check_av(int ret, std::string_view what) {
-  if (ret < 0) throw Error(ErrorKind::internal, std::string(what) + ": " + av_error_text(ret));
-  return ret;
-}
-
-template <typename T>
-T* check_alloc(T* p, std::string_view what) {
-  if (p == nullptr) check_av(AVERROR(ENOMEM), what);
-  return p;
-}
-
 [[noreturn]] void reject(const std::string& message) {
   throw Error(ErrorKind::invalid_argument, message);
 }
-
-struct FormatContextFree {  // never closes pb
-  void operator()(AVFormatContext* c) const { avformat_free_context(c); }
-};
-struct CodecContextFree { void operator()(AVCodecContext* c) const { avcodec_free_context(&c); } };
-struct FrameFree { void operator()(AVFrame* f) const { av_frame_free(&f); } };
-struct PacketFree { void operator()(AVPacket* p) const { av_packet_free(&p); } };
-struct SwsFree { void operator()(SwsContext* c) const { sws_freeContext(c); } };
-struct FileIoClose { void operator()(AVIOContext* c) const { avio_closep(&c); } };
-struct CustomIoFree {  // the buffer may have been reallocated by libav: free the current one
-  void operator()(AVIOContext* c) const {
-    av_freep(&c->buffer);
-    avio_context_free(&c);
-  }
-};
-using FormatContextPtr = std::unique_ptr<AVFormatContext, FormatContextFree>;
-using CodecContextPtr = std::unique_ptr<AVCodecContext, CodecContextFree>;
-using FramePtr = std::unique_ptr<AVFrame, FrameFree>;
-using PacketPtr = std::unique_ptr<AVPacket, PacketFree>;
-using SwsPtr = std::unique_ptr<SwsContext, SwsFree>;
-using FileIoPtr = std::unique_ptr<AVIOContext, FileIoClose>;
-using CustomIoPtr = std::unique_ptr<AVIOContext, CustomIoFree>;
-
-// Muxer options; AVDictionary is used through AVDictionary**, which unique_ptr cannot give.
-class Dictionary {
- public:
-  Dictionary() = default;
-  Dictionary(const Dictionary&) = delete;
-  Dictionary& operator=(const Dictionary&) = delete;
-  ~Dictionary() { av_dict_free(&dict_); }
-  void set(const char* key, const char* value) {
-    check_av(av_dict_set(&dict_, key, value, 0), std::string("setting muxer option ") + key);
-  }
-  AVDictionary** address() { return &dict_; }
-
- private:
-  AVDictionary* dict_ = nullptr;
-};
 
 // libav logs from encoder threads too; spdlog's default logger is thread-safe.
 void forward_av_log(void* object, int level, const char* format, va_list args) {
@@ -137,7 +78,7 @@ class YuvFiller final : public FrameFiller {
  public:
   YuvFiller(int width, int height)
       : width_(width), height_(height), padded_(std::size_t(width) * height * 3 + padding, 0) {
-    sws_.reset(check_alloc(sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height,
+    sws_.reset(av::check_alloc(sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height,
                                           AV_PIX_FMT_YUV420P, SWS_BILINEAR | SWS_ACCURATE_RND,
                                           nullptr, nullptr, nullptr),
                            "creating the RGB to YUV converter"));
@@ -152,14 +93,14 @@ class YuvFiller final : public FrameFiller {
     const int strides[1] = {width_ * 3};
     const int rows =
         sws_scale(sws_.get(), planes, strides, 0, height_, frame->data, frame->linesize);
-    if (rows <= 0) check_av(rows < 0 ? rows : AVERROR_UNKNOWN, "converting RGB to YUV");
+    if (rows <= 0) av::check(rows < 0 ? rows : AVERROR_UNKNOWN, "converting RGB to YUV");
   }
 
  private:
   static constexpr std::size_t padding = 64;
   int width_, height_;
   std::vector<std::uint8_t> padded_;
-  SwsPtr sws_;
+  av::SwsPtr sws_;
 };
 
 // Index 255 stays transparent: the gif encoder uses it for pixels unchanged since the
@@ -189,23 +130,23 @@ class PaletteFiller final : public FrameFiller {
 
 // ---- the encode loop ----
 
-FramePtr make_frame(const AVCodecContext* codec) {
-  FramePtr frame(check_alloc(av_frame_alloc(), "allocating a frame"));
+av::FramePtr make_frame(const AVCodecContext* codec) {
+  av::FramePtr frame(av::check_alloc(av_frame_alloc(), "allocating a frame"));
   frame->format = codec->pix_fmt;
   frame->width = codec->width;
   frame->height = codec->height;
-  check_av(av_frame_get_buffer(frame.get(), 0), "allocating frame buffers");
+  av::check(av_frame_get_buffer(frame.get(), 0), "allocating frame buffers");
   return frame;
 }
 
 // Sends one frame (nullptr flushes) and hands each packet the encoder has ready to `sink`.
 template <typename Sink>
 void encode_frame(AVCodecContext* codec, const AVFrame* frame, AVPacket* packet, Sink&& sink) {
-  check_av(avcodec_send_frame(codec, frame), "sending a frame to the encoder");
+  av::check(avcodec_send_frame(codec, frame), "sending a frame to the encoder");
   while (true) {
     const int ret = avcodec_receive_packet(codec, packet);
     if (ret == AVERROR(EAGAIN) || ret == AVERROR_EOF) return;
-    check_av(ret, "receiving a packet from the encoder");
+    av::check(ret, "receiving a packet from the encoder");
     sink(packet);
     av_packet_unref(packet);
   }
@@ -246,87 +187,81 @@ struct MemorySink {
   }
 };
 
-struct FormatSpec {
-  std::string_view name, content_type, extension;
+// What a libav format is made of, besides its public Info.
+struct CodecSpec {
   const char* muxer;
   const char* codec;
   AVPixelFormat pixel_format;
 };
 
-// One output format: a codec in a container. All formats share the encode/mux loop and differ
-// in their spec and the hooks below. Implementations hold no state: everything lives in a call.
-class FormatEncoder {
+// A codec in a container. The built-in formats share this encode/mux loop and differ in their
+// spec and the hooks below. Implementations hold no state: everything lives in a call.
+class LibavEncoder : public FormatEncoder {
  public:
-  explicit FormatEncoder(FormatSpec spec) : spec_(spec) {}
-  virtual ~FormatEncoder() = default;
-  const FormatSpec& spec() const { return spec_; }
+  LibavEncoder(Info info, CodecSpec spec) : FormatEncoder(std::move(info)), spec_(spec) {}
 
-  // Throws invalid_argument for valid frames/options this format cannot take.
-  virtual void check(const VideoFrames& /*frames*/, const EncodeOptions& /*options*/) const {}
-
-  // Writes the whole output at `path` (a file, or a directory for png), which does not exist.
-  virtual void write_file(const VideoFrames& frames, const fs::path& path,
-                          const EncodeOptions& options) const {
+  void write_file(const VideoFrames& frames, const fs::path& path,
+                  const EncodeOptions& options) const override {
     mux_to_file(frames, path.string(), options);
   }
 
-  virtual std::vector<std::uint8_t> write_memory(const VideoFrames& frames,
-                                                 const EncodeOptions& options) const {
+  std::vector<std::uint8_t> write_memory(const VideoFrames& frames,
+                                         const EncodeOptions& options) const override {
     constexpr int buffer_size = 64 * 1024;
     MemorySink sink;
-    auto* buffer = static_cast<std::uint8_t*>(check_alloc(av_malloc(buffer_size), "AVIO buffer"));
+    auto* buffer = static_cast<std::uint8_t*>(av::check_alloc(av_malloc(buffer_size), "AVIO buffer"));
     AVIOContext* raw = avio_alloc_context(buffer, buffer_size, 1, &sink, nullptr,
                                           &MemorySink::write, &MemorySink::seek);
     if (raw == nullptr) av_free(buffer);
-    CustomIoPtr io(check_alloc(raw, "allocating AVIO"));
-    FormatContextPtr fmt = alloc_muxer(nullptr);  // destroyed before io
+    av::CustomIoPtr io(av::check_alloc(raw, "allocating AVIO"));
+    av::OutputFormatPtr fmt = alloc_muxer(nullptr);  // destroyed before io
     fmt->pb = io.get();
     fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
     mux(frames, fmt.get(), options, true);
     avio_flush(io.get());
-    check_av(io->error, "writing the output to memory");
+    av::check(io->error, "writing the output to memory");
     return std::move(sink.bytes);
   }
 
  protected:
   void mux_to_file(const VideoFrames& frames, const std::string& url,
                    const EncodeOptions& options) const {
-    FileIoPtr io;                                     // declared first: outlives fmt
-    FormatContextPtr fmt = alloc_muxer(url.c_str());  // url is kept: faststart reopens it
+    av::FileIoPtr io;                                     // declared first: outlives fmt
+    av::OutputFormatPtr fmt = alloc_muxer(url.c_str());  // url is kept: faststart reopens it
     if (!(fmt->oformat->flags & AVFMT_NOFILE)) {  // image2 opens one file per frame itself
       AVIOContext* pb = nullptr;
-      check_av(avio_open(&pb, url.c_str(), AVIO_FLAG_WRITE), "opening " + url);
+      av::check(avio_open(&pb, url.c_str(), AVIO_FLAG_WRITE), "opening " + url);
       io.reset(pb);
       fmt->pb = io.get();
     }
     mux(frames, fmt.get(), options, false);
     fmt.reset();
-    if (AVIOContext* pb = io.release()) check_av(avio_closep(&pb), "closing " + url);
+    if (AVIOContext* pb = io.release()) av::check(avio_closep(&pb), "closing " + url);
   }
 
   virtual void configure(AVCodecContext* /*codec*/, const EncodeOptions& /*options*/) const {}
-  virtual void muxer_options(Dictionary& /*options*/, bool /*in_memory*/) const {}
+  virtual void muxer_options(av::Dictionary& /*options*/, bool /*in_memory*/) const {}
   virtual std::unique_ptr<FrameFiller> make_filler(const VideoFrames& frames) const {
     return std::make_unique<YuvFiller>(frames.width, frames.height);
   }
 
  private:
-  FormatSpec spec_;
+  CodecSpec spec_;
 
-  FormatContextPtr alloc_muxer(const char* url) const {
+  av::OutputFormatPtr alloc_muxer(const char* url) const {
     AVFormatContext* raw = nullptr;
-    check_av(avformat_alloc_output_context2(&raw, nullptr, spec_.muxer, url),
+    av::check(avformat_alloc_output_context2(&raw, nullptr, spec_.muxer, url),
              std::string("creating the ") + spec_.muxer + " muxer");
-    return FormatContextPtr(raw);
+    return av::OutputFormatPtr(raw);
   }
 
-  CodecContextPtr open_encoder(const VideoFrames& frames, const EncodeOptions& options,
+  av::CodecContextPtr open_encoder(const VideoFrames& frames, const EncodeOptions& options,
                                bool global_header) const {
     const AVCodec* codec = avcodec_find_encoder_by_name(spec_.codec);
     if (codec == nullptr) {
       throw Error(ErrorKind::internal, std::string("FFmpeg has no encoder ") + spec_.codec);
     }
-    CodecContextPtr ctx(check_alloc(avcodec_alloc_context3(codec), "allocating the encoder"));
+    av::CodecContextPtr ctx(av::check_alloc(avcodec_alloc_context3(codec), "allocating the encoder"));
     const AVRational rate = av_d2q(frames.fps, 100000);
     ctx->width = frames.width;
     ctx->height = frames.height;
@@ -336,43 +271,43 @@ class FormatEncoder {
     ctx->thread_count = options.threads;
     if (global_header) ctx->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
     configure(ctx.get(), options);
-    check_av(avcodec_open2(ctx.get(), codec, nullptr), std::string("opening ") + spec_.codec);
+    av::check(avcodec_open2(ctx.get(), codec, nullptr), std::string("opening ") + spec_.codec);
     return ctx;
   }
 
   void mux(const VideoFrames& frames, AVFormatContext* fmt, const EncodeOptions& options,
            bool in_memory) const {
     std::unique_ptr<FrameFiller> filler = make_filler(frames);
-    AVStream* stream = check_alloc(avformat_new_stream(fmt, nullptr), "creating the video stream");
-    CodecContextPtr ctx = open_encoder(frames, options, fmt->oformat->flags & AVFMT_GLOBALHEADER);
-    check_av(avcodec_parameters_from_context(stream->codecpar, ctx.get()),
+    AVStream* stream = av::check_alloc(avformat_new_stream(fmt, nullptr), "creating the video stream");
+    av::CodecContextPtr ctx = open_encoder(frames, options, fmt->oformat->flags & AVFMT_GLOBALHEADER);
+    av::check(avcodec_parameters_from_context(stream->codecpar, ctx.get()),
              "copying codec parameters");
     stream->time_base = ctx->time_base;  // a hint: the muxer picks the final one in write_header
     stream->avg_frame_rate = ctx->framerate;
     stream->r_frame_rate = ctx->framerate;
     if (!options.comment.empty())
-      check_av(av_dict_set(&fmt->metadata, "comment", options.comment.c_str(), 0), "setting the comment tag");
-    Dictionary mux_options;
+      av::check(av_dict_set(&fmt->metadata, "comment", options.comment.c_str(), 0), "setting the comment tag");
+    av::Dictionary mux_options;
     muxer_options(mux_options, in_memory);
-    check_av(avformat_write_header(fmt, mux_options.address()),
+    av::check(avformat_write_header(fmt, mux_options.address()),
              std::string("writing the ") + spec_.muxer + " header");
 
-    FramePtr frame = make_frame(ctx.get());
-    PacketPtr packet(check_alloc(av_packet_alloc(), "allocating a packet"));
+    av::FramePtr frame = make_frame(ctx.get());
+    av::PacketPtr packet(av::check_alloc(av_packet_alloc(), "allocating a packet"));
     auto write_packet = [&](AVPacket* p) {
       if (p->duration == 0) p->duration = 1;  // constant frame rate: one tick of 1/fps
       av_packet_rescale_ts(p, ctx->time_base, stream->time_base);
       p->stream_index = stream->index;
-      check_av(av_interleaved_write_frame(fmt, p), "writing a packet");
+      av::check(av_interleaved_write_frame(fmt, p), "writing a packet");
     };
     for (int i = 0; i < frames.count; ++i) {
-      check_av(av_frame_make_writable(frame.get()), "making the frame writable");
+      av::check(av_frame_make_writable(frame.get()), "making the frame writable");
       filler->fill(frames.frame(i), frame.get());
       frame->pts = i;
       encode_frame(ctx.get(), frame.get(), packet.get(), write_packet);
     }
     encode_frame(ctx.get(), nullptr, packet.get(), write_packet);
-    check_av(av_write_trailer(fmt), std::string("finishing the ") + spec_.muxer + " output");
+    av::check(av_write_trailer(fmt), std::string("finishing the ") + spec_.muxer + " output");
   }
 };
 
@@ -403,13 +338,13 @@ int two_second_gop(const AVCodecContext* c) {
 }
 
 void set_private(AVCodecContext* c, const char* key, const std::string& value) {
-  check_av(av_opt_set(c->priv_data, key, value.c_str(), 0),
+  av::check(av_opt_set(c->priv_data, key, value.c_str(), 0),
            std::string("setting encoder option ") + key);
 }
 
-struct Mp4Encoder final : FormatEncoder {
+struct Mp4Encoder final : LibavEncoder {
   Mp4Encoder()
-      : FormatEncoder({"mp4", "video/mp4", ".mp4", "mp4", "libx264", AV_PIX_FMT_YUV420P}) {}
+      : LibavEncoder({"mp4", "video/mp4", ".mp4"}, {"mp4", "libx264", AV_PIX_FMT_YUV420P}) {}
   void check(const VideoFrames& frames, const EncodeOptions& options) const override {
     require_even(frames, "mp4");
     require_crf(options.crf, 51, "mp4");
@@ -425,15 +360,15 @@ struct Mp4Encoder final : FormatEncoder {
     set_private(c, "preset", options.preset);
     set_private(c, "crf", std::to_string(options.crf));
   }
-  void muxer_options(Dictionary& options, bool in_memory) const override {
+  void muxer_options(av::Dictionary& options, bool in_memory) const override {
     options.set("movflags",
                 in_memory ? "frag_keyframe+empty_moov+default_base_moof" : "+faststart");
   }
 };
 
-struct WebmEncoder final : FormatEncoder {
+struct WebmEncoder final : LibavEncoder {
   WebmEncoder()
-      : FormatEncoder({"webm", "video/webm", ".webm", "webm", "libvpx-vp9", AV_PIX_FMT_YUV420P}) {}
+      : LibavEncoder({"webm", "video/webm", ".webm"}, {"webm", "libvpx-vp9", AV_PIX_FMT_YUV420P}) {}
   void check(const VideoFrames& frames, const EncodeOptions& options) const override {
     require_even(frames, "webm");
     require_crf(options.crf, 63, "webm");
@@ -449,20 +384,21 @@ struct WebmEncoder final : FormatEncoder {
   }
 };
 
-struct GifEncoder final : FormatEncoder {
-  GifEncoder() : FormatEncoder({"gif", "image/gif", ".gif", "gif", "gif", AV_PIX_FMT_PAL8}) {}
+struct GifEncoder final : LibavEncoder {
+  GifEncoder() : LibavEncoder({"gif", "image/gif", ".gif"}, {"gif", "gif", AV_PIX_FMT_PAL8}) {}
   std::unique_ptr<FrameFiller> make_filler(const VideoFrames& frames) const override {
     return std::make_unique<PaletteFiller>(frames);
   }
 };
 
-struct PngEncoder final : FormatEncoder {
-  PngEncoder() : FormatEncoder({"png", "image/png", "", "image2", "png", AV_PIX_FMT_RGB24}) {}
+struct PngEncoder final : LibavEncoder {
+  PngEncoder() : LibavEncoder({"png", "image/png", ""}, {"image2", "png", AV_PIX_FMT_RGB24}) {}
   void write_file(const VideoFrames& frames, const fs::path& dir,
                   const EncodeOptions& options) const override {
     std::error_code ec;
     if (!fs::create_directory(dir, ec)) {
-      throw Error(ErrorKind::internal, "creating " + dir.string() + ": " + ec.message());
+      throw Error(ec ? io_error_kind(ec.value()) : ErrorKind::internal,
+                  "creating " + dir.string() + ": " + (ec ? ec.message() : "it exists"));
     }
     std::string pattern;  // image2 expands %d: a '%' in the directory must read as itself
     for (char c : (dir / "frame_%05d.png").string()) pattern += c == '%' ? "%%" : std::string(1, c);
@@ -472,7 +408,7 @@ struct PngEncoder final : FormatEncoder {
   std::vector<std::uint8_t> write_memory(const VideoFrames&, const EncodeOptions&) const override {
     reject("format png writes a directory of files and cannot be encoded to memory");
   }
-  void muxer_options(Dictionary& options, bool) const override {
+  void muxer_options(av::Dictionary& options, bool) const override {
     options.set("start_number", "0");
   }
   std::unique_ptr<FrameFiller> make_filler(const VideoFrames&) const override {
@@ -480,122 +416,64 @@ struct PngEncoder final : FormatEncoder {
   }
 };
 
-// ---- registry and atomic output ----
+// ---- the registry ----
 
-const std::vector<std::unique_ptr<FormatEncoder>>& registry() {
-  static const auto encoders = [] {
-    init_av_logging();
-    std::vector<std::unique_ptr<FormatEncoder>> list;
-    list.push_back(std::make_unique<Mp4Encoder>());
-    list.push_back(std::make_unique<WebmEncoder>());
-    list.push_back(std::make_unique<GifEncoder>());
-    list.push_back(std::make_unique<PngEncoder>());
-    return list;
-  }();
-  return encoders;
+Registry<std::shared_ptr<const FormatEncoder>>& encoders() {
+  static Registry<std::shared_ptr<const FormatEncoder>> registry(
+      "output format", {{"mp4", std::make_shared<Mp4Encoder>()},
+                        {"webm", std::make_shared<WebmEncoder>()},
+                        {"gif", std::make_shared<GifEncoder>()},
+                        {"png", std::make_shared<PngEncoder>()}});
+  return registry;
 }
 
-const FormatEncoder& find_encoder(std::string_view format) {
-  std::string known;
-  for (const auto& encoder : registry()) {
-    if (encoder->spec().name == format) return *encoder;
-    known += (known.empty() ? "" : ", ") + std::string(encoder->spec().name);
-  }
-  reject("unknown output format '" + std::string(format) + "' (known: " + known + ")");
+std::shared_ptr<const FormatEncoder> find_encoder(std::string_view format) {
+  init_av_logging();
+  return encoders().get(format);
 }
 
 // Validates everything before any file is touched.
-const FormatEncoder& checked_encoder(const VideoFrames& frames, const EncodeOptions& options) {
-  const FormatEncoder& encoder = find_encoder(options.format);
+std::shared_ptr<const FormatEncoder> checked_encoder(const VideoFrames& frames,
+                                                     const EncodeOptions& options) {
+  auto encoder = find_encoder(options.format);
   frames.validate();
   require(options.threads >= 1 && options.threads <= 64,
           "threads must be in [1, 64], got " + std::to_string(options.threads));
-  encoder.check(frames, options);
+  encoder->check(frames, options);
   return encoder;
 }
 
-// "<dir>/.<name>.<tag>-<12 hex digits>": hidden, and unique across threads and processes.
-fs::path sibling_path(const fs::path& out, std::string_view tag) {
-  thread_local std::mt19937_64 random{std::random_device{}()};
-  char suffix[16];
-  std::snprintf(suffix, sizeof suffix, "%012llx",
-                static_cast<unsigned long long>(random() & 0xffffffffffffULL));
-  const std::string name = "." + out.filename().string() + "." + std::string(tag) + "-" + suffix;
-  return out.parent_path() / name;
-}
-
-// Owns a temporary output until commit(); removes it (file or directory) otherwise.
-class PendingOutput {
- public:
-  explicit PendingOutput(fs::path path) : path_(std::move(path)) {}
-  PendingOutput(const PendingOutput&) = delete;
-  PendingOutput& operator=(const PendingOutput&) = delete;
-  ~PendingOutput() {
-    if (path_.empty()) return;
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
-  // Renames onto `out`. rename(2) replaces a file but not a non-empty directory, so an old
-  // png directory is first moved aside and removed once the new one is in place.
-  void commit(const fs::path& out) {
-    std::error_code ec;
-    fs::rename(path_, out, ec);
-    std::error_code probe;
-    if (ec && fs::is_directory(path_, probe) && fs::is_directory(out, probe)) {
-      const fs::path old = sibling_path(out, "old");
-      fs::rename(out, old, ec);
-      if (!ec) {
-        fs::rename(path_, out, ec);
-        std::error_code ignored;
-        if (ec) fs::rename(old, out, ignored);  // put the previous output back
-        if (!ec) fs::remove_all(old, ignored);
-      }
-    }
-    if (ec) {
-      throw Error(ErrorKind::internal, "moving output to " + out.string() + ": " + ec.message());
-    }
-    path_.clear();
-  }
-
- private:
-  fs::path path_;
-};
-
 }  // namespace
 
-std::vector<std::string> encoder_formats() {
-  std::vector<std::string> names;
-  for (const auto& encoder : registry()) names.emplace_back(encoder->spec().name);
-  return names;
+void register_encoder(std::shared_ptr<const FormatEncoder> encoder) {
+  if (!encoder) reject("register_encoder needs an encoder");
+  std::string name = encoder->info().name;
+  encoders().add(std::move(name), std::move(encoder));
 }
+
+std::vector<std::string> encoder_formats() { return encoders().names(); }
 
 std::string content_type_for(std::string_view format) {
-  return std::string(find_encoder(format).spec().content_type);
+  return find_encoder(format)->info().content_type;
 }
 
-std::string extension_for(std::string_view format) {
-  return std::string(find_encoder(format).spec().extension);
-}
+std::string extension_for(std::string_view format) { return find_encoder(format)->info().extension; }
 
 void encode_to_file(const VideoFrames& frames, const std::filesystem::path& out,
                     const EncodeOptions& options) {
-  const FormatEncoder& encoder = checked_encoder(frames, options);
+  const auto encoder = checked_encoder(frames, options);
   if (out.filename().empty()) reject("output path names no file: '" + out.string() + "'");
   const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) reject("output directory does not exist: " + dir.string());
-  PendingOutput pending(sibling_path(out, "tmp"));
-  encoder.write_file(frames, pending.path(), options);
-  pending.commit(out);
+  write_atomically(out, [&](const fs::path& temporary) { encoder->write_file(frames, temporary, options); });
   spdlog::debug("encoded {} frames {}x{} as {} to {}", frames.count, frames.width, frames.height,
                 options.format, out.string());
 }
 
 std::vector<std::uint8_t> encode_to_memory(const VideoFrames& frames,
                                            const EncodeOptions& options) {
-  return checked_encoder(frames, options).write_memory(frames, options);
+  return checked_encoder(frames, options)->write_memory(frames, options);
 }
 
 }  // namespace vgen

@@ -1,6 +1,8 @@
 // Encoding VideoFrames into a container with FFmpeg 5.1 (libavcodec/libavformat/libswscale).
 //
-// Formats are plug-ins chosen by name from a registry (one struct per format in encode.cpp):
+// Formats are plug-ins chosen by name from a Registry (runtime/registry.hpp): each is a
+// FormatEncoder, and register_encoder adds more. Built in (one struct each in encode.cpp, over
+// a shared libav encode/mux loop):
 //   "mp4"  H.264 (libx264), yuv420p, BT.709 tags; files get +faststart (moov before mdat),
 //          memory output is fragmented MP4 (frag_keyframe+empty_moov+default_base_moof).
 //   "webm" VP9 (libvpx-vp9), yuv420p, BT.709 tags, constant-quality mode from crf.
@@ -18,14 +20,18 @@
 //
 // Errors: Error(invalid_argument) for bad frames, an unknown format, bad options (odd sizes
 // for mp4/webm, crf out of range, unknown x264 preset, threads < 1) or a missing output
-// directory; Error(internal, "<what failed>: <av error>") for any libav or filesystem failure.
+// directory; Error(transient, "<what failed>: <reason>") for a failure a retry may fix (disk
+// full, I/O error: see runtime/atomic_file.hpp's io_error_kind) and Error(internal, ...) for
+// any other libav or filesystem failure.
 // On first use, libav logging is set (process-wide) to AV_LOG_ERROR and forwarded to spdlog.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "stages/frames.hpp"
@@ -40,22 +46,60 @@ struct EncodeOptions {
   std::string comment;              // container "comment" tag (mp4, webm); vgen writes the job key
 };
 
-// Registered format names, in registry order: mp4, webm, gif, png.
+// One output format. Registered once and then shared: implementations hold no mutable state
+// (everything lives in a call), and every member may be called from many threads at once.
+class FormatEncoder {
+ public:
+  struct Info {
+    std::string name;          // EncodeOptions::format: "mp4"
+    std::string content_type;  // "video/mp4"
+    std::string extension;     // with the dot: ".mp4"; "" for output that is a directory
+  };
+  explicit FormatEncoder(Info info) : info_(std::move(info)) {}
+  virtual ~FormatEncoder() = default;
+  const Info& info() const noexcept { return info_; }
+
+  // Throws Error(invalid_argument) for valid frames and options this format cannot take.
+  // Runs before anything is written.
+  virtual void check(const VideoFrames& /*frames*/, const EncodeOptions& /*options*/) const {}
+
+  // Writes the whole output at `path` (a file, or a directory of files), which does not
+  // exist yet. encode_to_file passes a temporary and puts it in place atomically afterwards,
+  // so a failure may leave `path` half written.
+  virtual void write_file(const VideoFrames& frames, const std::filesystem::path& path,
+                          const EncodeOptions& options) const = 0;
+
+  // The output as one body; Error(invalid_argument) for a format that has none.
+  virtual std::vector<std::uint8_t> write_memory(const VideoFrames& frames,
+                                                 const EncodeOptions& options) const = 0;
+
+ private:
+  Info info_;
+};
+
+// Adds a format under encoder->info().name. Error(invalid_argument) for a null encoder, an
+// empty name or a name already registered ("output format 'mp4' is already registered").
+// Thread-safe.
+void register_encoder(std::shared_ptr<const FormatEncoder> encoder);
+
+// Registered format names, sorted: gif, mp4, png, webm and those registered since.
 std::vector<std::string> encoder_formats();
 
 // MIME type of encode output: "video/mp4", "video/webm", "image/gif"; "image/png" for png,
 // which is the type of each frame file (png output is a directory, never a single body).
-// Throws Error(invalid_argument) listing the known formats for an unknown name.
+// Throws Error(invalid_argument) listing the known formats for an unknown name
+// ("unknown output format 'avi' (known: gif, mp4, png, webm)").
 std::string content_type_for(std::string_view format);
 
 // File name extension including the dot: ".mp4", ".webm", ".gif"; "" for png (a directory).
 // Throws like content_type_for.
 std::string extension_for(std::string_view format);
 
-// Encodes to `out` atomically: the output is built at a temporary path in the same directory
-// (".<name>.tmp-<random>") and renamed onto `out` only after a complete, successful encode,
-// replacing an existing file (or, for png, an existing directory). On any failure the
-// temporary is removed and `out` is left as it was. The parent directory must exist.
+// Encodes to `out` atomically (runtime/atomic_file.hpp's write_atomically): the output is
+// built at a temporary path in the same directory (".<name>.tmp-<pid>-<random>"), synced and
+// renamed onto `out` only after a complete, successful encode, replacing an existing file
+// (or, for png, an existing directory). On any failure the temporary is removed and `out` is
+// left as it was. The parent directory must exist.
 void encode_to_file(const VideoFrames& frames, const std::filesystem::path& out,
                     const EncodeOptions& options);
 

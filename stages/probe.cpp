@@ -1,14 +1,9 @@
 #include "stages/probe.hpp"
 
 #include "runtime/errors.hpp"
+#include "stages/libav.hpp"
 
-extern "C" {
-#include <libavcodec/avcodec.h>
-#include <libavformat/avformat.h>
-#include <libavutil/dict.h>
-}
-
-#include <memory>
+#include <cstdio>
 #include <vector>
 
 namespace vgen {
@@ -17,38 +12,19 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct InputCloser {
-  void operator()(AVFormatContext* f) const { avformat_close_input(&f); }
-};
-struct CodecFree {
-  void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
-};
-struct PacketFree {
-  void operator()(AVPacket* p) const { av_packet_free(&p); }
-};
-struct FrameFree {
-  void operator()(AVFrame* f) const { av_frame_free(&f); }
-};
-
 [[noreturn]] void bad(const fs::path& p, const std::string& what) {
   throw_error(ErrorKind::invalid_argument, p.string() + ": " + what);
 }
 
-std::string av_text(int err) {
-  char buf[AV_ERROR_MAX_STRING_SIZE] = {};
-  av_strerror(err, buf, sizeof buf);
-  return buf;
-}
-
 VideoInfo probe_file(const fs::path& path) {
   AVFormatContext* raw = nullptr;
-  if (int e = avformat_open_input(&raw, path.c_str(), nullptr, nullptr); e < 0) bad(path, "cannot be opened (" + av_text(e) + ")");
-  std::unique_ptr<AVFormatContext, InputCloser> fmt(raw);
-  if (int e = avformat_find_stream_info(fmt.get(), nullptr); e < 0) bad(path, "no stream information (" + av_text(e) + ")");
+  if (int e = avformat_open_input(&raw, path.c_str(), nullptr, nullptr); e < 0) bad(path, "cannot be opened (" + av::error_text(e) + ")");
+  av::InputFormatPtr fmt(raw);
+  if (int e = avformat_find_stream_info(fmt.get(), nullptr); e < 0) bad(path, "no stream information (" + av::error_text(e) + ")");
   const AVCodec* codec = nullptr;
   const int index = av_find_best_stream(fmt.get(), AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
   if (index < 0 || codec == nullptr) bad(path, "no decodable video stream");
-  std::unique_ptr<AVCodecContext, CodecFree> ctx(avcodec_alloc_context3(codec));
+  av::CodecContextPtr ctx(avcodec_alloc_context3(codec));
   if (!ctx || avcodec_parameters_to_context(ctx.get(), fmt->streams[index]->codecpar) < 0 ||
       avcodec_open2(ctx.get(), codec, nullptr) < 0)
     bad(path, std::string("cannot open the ") + codec->name + " decoder");
@@ -60,13 +36,13 @@ VideoInfo probe_file(const fs::path& path) {
   info.height = ctx->height;
   if (const auto* tag = av_dict_get(fmt->metadata, "comment", nullptr, 0)) info.comment = tag->value;
 
-  std::unique_ptr<AVPacket, PacketFree> packet(av_packet_alloc());
-  std::unique_ptr<AVFrame, FrameFree> frame(av_frame_alloc());
+  const av::PacketPtr packet = av::alloc_packet();
+  const av::FramePtr frame = av::alloc_frame();
   auto drain = [&] {
     for (;;) {
       const int e = avcodec_receive_frame(ctx.get(), frame.get());
       if (e == AVERROR(EAGAIN) || e == AVERROR_EOF) return;
-      if (e < 0) bad(path, "corrupt frame (" + av_text(e) + ")");
+      if (e < 0) bad(path, "corrupt frame (" + av::error_text(e) + ")");
       ++info.frames;
       av_frame_unref(frame.get());
     }
@@ -74,11 +50,11 @@ VideoInfo probe_file(const fs::path& path) {
   for (;;) {
     const int e = av_read_frame(fmt.get(), packet.get());
     if (e == AVERROR_EOF) break;
-    if (e < 0) bad(path, "truncated or unreadable (" + av_text(e) + ")");
+    if (e < 0) bad(path, "truncated or unreadable (" + av::error_text(e) + ")");
     if (packet->stream_index == index) {
       const int s = avcodec_send_packet(ctx.get(), packet.get());
       av_packet_unref(packet.get());
-      if (s < 0 && s != AVERROR(EAGAIN)) bad(path, "corrupt packet (" + av_text(s) + ")");
+      if (s < 0 && s != AVERROR(EAGAIN)) bad(path, "corrupt packet (" + av::error_text(s) + ")");
       drain();
     } else {
       av_packet_unref(packet.get());

@@ -17,6 +17,7 @@
 
 #include "runtime/errors.hpp"
 #include "stages/frames.hpp"
+#include "tests/support/tmpfs.hpp"
 
 namespace {
 
@@ -180,7 +181,10 @@ const VideoFrames& clip() {
 }  // namespace
 
 TEST_CASE("the registry names formats, content types and extensions") {
-  CHECK(vgen::encoder_formats() == std::vector<std::string>{"mp4", "webm", "gif", "png"});
+  const auto formats = vgen::encoder_formats();
+  for (const char* name : {"gif", "mp4", "png", "webm"})
+    CHECK(std::find(formats.begin(), formats.end(), name) != formats.end());
+  CHECK(std::is_sorted(formats.begin(), formats.end()));
   CHECK(vgen::content_type_for("mp4") == "video/mp4");
   CHECK(vgen::content_type_for("webm") == "video/webm");
   CHECK(vgen::content_type_for("gif") == "image/gif");
@@ -193,7 +197,8 @@ TEST_CASE("the registry names formats, content types and extensions") {
 
 TEST_CASE("an unknown format is rejected with the known ones listed, and writes nothing") {
   TempDir dir;
-  const std::vector<std::string> words{"avi", "mp4, webm, gif, png"};
+  // The Registry's wording (runtime/registry.hpp), as for every by-name variant.
+  const std::vector<std::string> words{"unknown output format 'avi' (known: ", "gif, mp4, png, webm"};
   check_error([] { vgen::content_type_for("avi"); }, ErrorKind::invalid_argument, words);
   check_error([] { vgen::extension_for("avi"); }, ErrorKind::invalid_argument, words);
   check_error([&] { vgen::encode_to_file(clip(), dir / "x.avi", options_for("avi")); },
@@ -201,6 +206,62 @@ TEST_CASE("an unknown format is rejected with the known ones listed, and writes 
   check_error([] { vgen::encode_to_memory(clip(), options_for("avi")); },
               ErrorKind::invalid_argument, words);
   CHECK(listing(dir.path()).empty());
+}
+
+namespace {
+
+// A registered format outside encode.cpp: the raw RGB bytes, optionally failing half-way.
+struct RawEncoder final : vgen::FormatEncoder {
+  RawEncoder(std::string name, bool fail_halfway)
+      : FormatEncoder({std::move(name), "application/octet-stream", ".rgb"}), fail_halfway_(fail_halfway) {}
+  void check(const VideoFrames& frames, const EncodeOptions&) const override {
+    if (frames.count > 100) throw vgen::Error(ErrorKind::invalid_argument, "raw takes at most 100 frames");
+  }
+  void write_file(const VideoFrames& frames, const fs::path& path, const EncodeOptions&) const override {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(frames.rgb.data()), static_cast<std::streamsize>(frames.rgb.size() / 2));
+    out.flush();
+    if (fail_halfway_) throw vgen::Error(ErrorKind::internal, "raw encoder gave up");
+    out.write(reinterpret_cast<const char*>(frames.rgb.data() + frames.rgb.size() / 2),
+              static_cast<std::streamsize>(frames.rgb.size() - frames.rgb.size() / 2));
+  }
+  std::vector<std::uint8_t> write_memory(const VideoFrames& frames, const EncodeOptions&) const override {
+    return frames.rgb;
+  }
+  bool fail_halfway_;
+};
+
+}  // namespace
+
+TEST_CASE("a registered encoder is chosen by name like the built-ins, and writes atomically") {
+  vgen::register_encoder(std::make_shared<RawEncoder>("test_raw", false));
+  vgen::register_encoder(std::make_shared<RawEncoder>("test_raw_failing", true));
+  const auto formats = vgen::encoder_formats();
+  CHECK(std::find(formats.begin(), formats.end(), "test_raw") != formats.end());
+  CHECK(vgen::content_type_for("test_raw") == "application/octet-stream");
+  CHECK(vgen::extension_for("test_raw") == ".rgb");
+  CHECK(vgen::encode_to_memory(clip(), options_for("test_raw")) == clip().rgb);
+  TempDir dir;
+  vgen::encode_to_file(clip(), dir / "clip.rgb", options_for("test_raw"));
+  CHECK(read_bytes(dir / "clip.rgb") == clip().rgb);
+  // A failure half-way leaves the previous output whole and no temporary.
+  check_error([&] { vgen::encode_to_file(vgen::make_test_pattern(64, 48, 3, 16.0, 2), dir / "clip.rgb",
+                                         options_for("test_raw_failing")); },
+              ErrorKind::internal, {"gave up"});
+  CHECK(read_bytes(dir / "clip.rgb") == clip().rgb);
+  CHECK(listing(dir.path()) == std::vector<std::string>{"clip.rgb"});
+  // Its check() runs like the built-ins' (before anything is written).
+  check_error([&] { vgen::encode_to_file(vgen::make_test_pattern(8, 8, 101, 16.0, 2), dir / "long.rgb",
+                                         options_for("test_raw")); },
+              ErrorKind::invalid_argument, {"at most 100"});
+  CHECK(listing(dir.path()) == std::vector<std::string>{"clip.rgb"});
+
+  check_error([] { vgen::register_encoder(std::make_shared<RawEncoder>("mp4", false)); },
+              ErrorKind::invalid_argument, {"output format 'mp4' is already registered"});
+  check_error([] { vgen::register_encoder(nullptr); }, ErrorKind::invalid_argument, {"encoder"});
+  check_error([] { vgen::register_encoder(std::make_shared<RawEncoder>("", false)); },
+              ErrorKind::invalid_argument, {"needs a name"});
+  CHECK(vgen::content_type_for("mp4") == "video/mp4");  // the built-in stays
 }
 
 TEST_CASE("mp4 file: h264 yuv420p, BT.709, 17 frames at 16 fps, moov before mdat") {
@@ -460,6 +521,28 @@ TEST_CASE("a libav failure is internal, names the step and leaves nothing") {
   check_error([&] { vgen::encode_to_file(clip(), dir / name, options_for("png")); },
               ErrorKind::internal, {"creating", "too long"});
   CHECK(listing(dir.path()).empty());
+}
+
+TEST_CASE("a full disk is transient and leaves neither a partial output nor a temporary") {
+  vgen::test::TinyTmpfs disk(64 * 1024);
+  if (!disk.mounted()) {
+    MESSAGE("skipped: cannot mount a tmpfs here (" << disk.reason() << "); run as root to test ENOSPC");
+    return;
+  }
+  // 33 frames of 256x256 noise-like pattern: far more than 64 KiB in every format.
+  const VideoFrames big = vgen::make_test_pattern(256, 256, 33, 16.0, 5);
+  for (const std::string format : {"mp4", "gif", "png"}) {
+    CAPTURE(format);
+    EncodeOptions options = options_for(format);
+    options.crf = 0;
+    const fs::path out = disk.path() / ("clip" + vgen::extension_for(format));
+    check_error([&] { vgen::encode_to_file(big, out, options); }, ErrorKind::transient,
+                {"No space left on device"});
+    CHECK(listing(disk.path()).empty());
+  }
+  // The space came back: a small encode fits.
+  vgen::encode_to_file(vgen::make_test_pattern(32, 32, 2, 16.0, 5), disk.path() / "small.gif", options_for("gif"));
+  CHECK(listing(disk.path()) == std::vector<std::string>{"small.gif"});
 }
 
 TEST_CASE("concurrent encodes are independent and deterministic" * doctest::timeout(300)) {
