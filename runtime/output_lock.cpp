@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace vgen {
@@ -39,21 +40,33 @@ OutputLock OutputLock::for_file(const fs::path& file) {
 }
 
 OutputLock::OutputLock(fs::path lock_file, const std::string& what) : path_(std::move(lock_file)) {
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0)
-    throw_error(ErrorKind::invalid_argument, "cannot create the lock file '" + path_.string() + "' for " + what + ": " +
-                                                 std::strerror(errno));
-  int rc;
-  do rc = ::flock(fd_, LOCK_EX | LOCK_NB);
-  while (rc != 0 && errno == EINTR);
-  if (rc != 0) {
-    const int err = errno;
-    const auto pid = err == EWOULDBLOCK ? owner_pid(fd_) : std::string();
-    release();
-    if (err == EWOULDBLOCK)
-      throw_error(ErrorKind::overloaded, what + " is in use by another vgen process" + (pid.empty() ? "" : " (pid " + pid + ")") +
-                                             ": one batch or service at a time may own it (lock file '" + path_.string() + "')");
-    throw_error(ErrorKind::internal, "cannot lock '" + path_.string() + "': " + std::strerror(err));
+  // An owner removes the file as it lets go, so the file we locked may be gone already (or
+  // replaced by a newer owner's): only a lock on the file the path still names counts.
+  for (int attempt = 0;; ++attempt) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      throw_error(ErrorKind::invalid_argument, "cannot create the lock file '" + path_.string() + "' for " + what + ": " +
+                                                   std::strerror(errno));
+    int rc;
+    do rc = ::flock(fd_, LOCK_EX | LOCK_NB);
+    while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+      const int err = errno;
+      const auto pid = err == EWOULDBLOCK ? owner_pid(fd_) : std::string();
+      ::close(fd_);
+      fd_ = -1;
+      if (err == EWOULDBLOCK)
+        throw_error(ErrorKind::overloaded, what + " is in use by another vgen process" + (pid.empty() ? "" : " (pid " + pid + ")") +
+                                               ": one batch or service at a time may own it (lock file '" + path_.string() + "')");
+      throw_error(ErrorKind::internal, "cannot lock '" + path_.string() + "': " + std::strerror(err));
+    }
+    struct stat held {}, named {};
+    if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+        held.st_ino == named.st_ino)
+      break;
+    ::close(fd_);
+    fd_ = -1;
+    if (attempt == 100) throw_error(ErrorKind::internal, "cannot lock '" + path_.string() + "': it keeps being replaced");
   }
   // Ours now: record the pid for a refused second owner's message (best effort).
   const auto pid = std::to_string(::getpid()) + "\n";
@@ -74,7 +87,9 @@ OutputLock& OutputLock::operator=(OutputLock&& other) noexcept {
 OutputLock::~OutputLock() { release(); }
 
 void OutputLock::release() noexcept {
-  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor drops the flock
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());  // while still held, so that no one locks the removed file for good
+  ::close(fd_);             // closing the last descriptor drops the flock
   fd_ = -1;
 }
 

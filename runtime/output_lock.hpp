@@ -6,8 +6,10 @@
 //
 // The lock file holds the owner's pid (for the refusal message only; the lock is the flock).
 // The kernel releases the lock when the last descriptor of the open file goes away: on
-// destruction, on exit, and after kill -9 as well, so a crash never leaves a stale lock. The
-// file itself stays (removing it would race with a new owner opening it). The descriptor is
+// destruction, on exit, and after kill -9 as well, so a crash never leaves a stale lock (the
+// file stays then, unlocked, and the next owner takes it). A clean release removes the file
+// while still holding it; an acquirer checks that the file it locked is still the one the path
+// names (else it retries), so the removal cannot let two owners in. The descriptor is
 // close-on-exec. Locks are per open file: a second OutputLock on the same file conflicts even
 // within one process.
 //

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,7 +60,9 @@ TEST_CASE("a second owner of the same directory is refused until the first lets 
     auto moved = std::move(first);  // ownership moves, the lock stays held
     CHECK(refusal(dir));
   }
-  CHECK_FALSE(refusal(dir));  // released with the last owner
+  CHECK_FALSE(fs::exists(dir / ".vgen.lock"));  // removed as it was released
+  CHECK_FALSE(refusal(dir));                     // and free to take
+  CHECK_FALSE(fs::exists(dir / ".vgen.lock"));
   fs::remove_all(dir);
 }
 
@@ -110,6 +113,38 @@ TEST_CASE("the lock of a process killed with SIGKILL is released" * doctest::tim
   int status = 0;
   REQUIRE(::waitpid(child, &status, 0) == child);
   CHECK(WIFSIGNALED(status));
-  CHECK_FALSE(refusal(dir));  // the kernel dropped the dead owner's lock
+  CHECK(fs::exists(dir / ".vgen.lock"));  // a dead owner leaves its file behind...
+  CHECK_FALSE(refusal(dir));              // ...but the kernel dropped its lock
+  fs::remove_all(dir);
+}
+
+TEST_CASE("owners coming and going never overlap, removal of the file included" * doctest::timeout(120)) {
+  // Two processes take and release the lock in a loop; each checks, while it holds the lock,
+  // that the other does not (a marker file created exclusively while held).
+  const auto dir = fresh_dir("churn");
+  const auto marker = dir / "held";
+  auto churn = [&] {
+    for (int i = 0; i < 5000; ++i) {
+      try {
+        auto lock = OutputLock::for_directory(dir);
+        const int fd = ::open(marker.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+        if (fd < 0) return 1;  // the other process holds the lock as well
+        ::close(fd);
+        ::unlink(marker.c_str());
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::overloaded) return 2;
+      }
+    }
+    return 0;
+  };
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(churn());
+  const int mine = churn();
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(mine == 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
   fs::remove_all(dir);
 }
