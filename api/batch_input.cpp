@@ -110,6 +110,20 @@ bool BatchReader::read_line() {
 }
 
 std::optional<BatchItem> BatchReader::next() {
+  if (peeked_) {
+    auto item = std::move(*peeked_);
+    peeked_.reset();
+    return item;
+  }
+  return read_item();
+}
+
+const BatchItem* BatchReader::peek() {
+  if (!peeked_) peeked_ = read_item();
+  return *peeked_ ? &**peeked_ : nullptr;
+}
+
+std::optional<BatchItem> BatchReader::read_item() {
   while (read_line()) {
     const auto t = trim(line_);
     if (t.empty() || t[0] == '#') continue;

@@ -55,9 +55,13 @@ class BatchReader {
   // the input is not text (a NUL byte; the message names the line), or it ended without any
   // job ("<origin> holds no prompt").
   std::optional<BatchItem> next();
+  // The item next() returns next, read now but not consumed (nullptr at the end); errors as
+  // next(). A caller peeks to refuse an empty or binary file before any expensive start-up.
+  const BatchItem* peek();
   const std::string& origin() const noexcept { return origin_; }
 
  private:
+  std::optional<BatchItem> read_item();
   bool read_line();  // false at the end of the input
   void check_output_name(BatchItem& item);
 
@@ -71,6 +75,7 @@ class BatchReader {
   bool too_long_ = false;
   int line_number_ = 0;
   std::size_t items_ = 0;
+  std::optional<std::optional<BatchItem>> peeked_;  // set by peek(): the next item, or the end
   struct OutputOwner {
     int line = 0;               // the line writing it
     std::size_t name_size = 0;  // its name's length (the output is name + extension)

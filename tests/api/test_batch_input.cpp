@@ -153,3 +153,17 @@ TEST_CASE("output names: reserved names and outputs that collide across formats 
   const auto by_default = parse_batch_text("{\"prompt\": \"a\", \"name\": \"batch-summary.json\"}\n", {{"format", "png"}});
   CHECK(by_default[0].error.find("is reserved") != std::string::npos);
 }
+
+TEST_CASE("peek reads ahead without consuming; an empty input fails at the peek") {
+  BatchReader reader(std::make_unique<std::istringstream>("# c\nfirst\nsecond\n"));
+  const auto* p = reader.peek();
+  REQUIRE(p);
+  CHECK(p->line == 2);
+  CHECK(reader.peek() == p);
+  CHECK(reader.next()->line == 2);
+  CHECK(reader.next()->line == 3);
+  CHECK(reader.peek() == nullptr);
+  CHECK_FALSE(reader.next());
+  BatchReader empty(std::make_unique<std::istringstream>("\n# nothing\n"), {}, false, "prompt file 'e'");
+  CHECK_THROWS_WITH_AS(empty.peek(), "prompt file 'e' holds no prompt", Error);
+}
