@@ -133,28 +133,37 @@ class BatchRun {
     }
   }
 
-  // Records finished jobs and forgets their handles; with `wait`, every job in flight.
+  // Records finished jobs and forgets their handles; with `wait`, until none is left. A job
+  // stays in in_flight_ until it has ended, so that a stop request can still cancel it.
   void collect(bool wait) {
-    std::vector<InFlight> ended;
-    {
-      std::lock_guard lock(mutex_);
-      auto keep = std::stable_partition(in_flight_.begin(), in_flight_.end(),
-                                        [wait](const InFlight& f) { return !wait && !f.handle.finished(); });
-      std::move(keep, in_flight_.end(), std::back_inserter(ended));
-      in_flight_.erase(keep, in_flight_.end());
-    }
-    for (auto& f : ended) {
-      const auto res = f.handle.wait();
-      auto& r = summary_.items[f.index];
-      r.seconds = res.seconds;
-      r.retries = res.retries;
-      r.cache_hit = res.cache_hit;
-      if (res.state == JobState::done) {
-        r.output = res.output;
-        end_item(f.index, "done");
-      } else {
-        end_item(f.index, std::string(to_string(res.state)), res.error_kind.value_or(ErrorKind::internal), res.error);
+    for (;;) {
+      std::vector<InFlight> ended;
+      JobHandle oldest;
+      {
+        std::lock_guard lock(mutex_);
+        auto keep = std::stable_partition(in_flight_.begin(), in_flight_.end(),
+                                          [](const InFlight& f) { return !f.handle.finished(); });
+        std::move(keep, in_flight_.end(), std::back_inserter(ended));
+        in_flight_.erase(keep, in_flight_.end());
+        if (wait && !in_flight_.empty()) oldest = in_flight_.front().handle;
       }
+      for (auto& f : ended) record(f);
+      if (!oldest) return;
+      oldest.wait();
+    }
+  }
+
+  void record(const InFlight& f) {
+    const auto res = f.handle.result();  // final: the job has ended
+    auto& r = summary_.items[f.index];
+    r.seconds = res.seconds;
+    r.retries = res.retries;
+    r.cache_hit = res.cache_hit;
+    if (res.state == JobState::done) {
+      r.output = res.output;
+      end_item(f.index, "done");
+    } else {
+      end_item(f.index, std::string(to_string(res.state)), res.error_kind.value_or(ErrorKind::internal), res.error);
     }
   }
 

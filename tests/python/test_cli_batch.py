@@ -221,6 +221,25 @@ def test_a_signal_cancels_a_long_batch_and_still_writes_the_summary(package, tmp
     assert not (out / ".vgen.lock").exists()  # released with the process
 
 
+def test_a_signal_after_the_whole_file_was_read_cancels_the_running_jobs(package, tmp_path):
+    """All lines fit in the queues, so the batch is only waiting for its jobs when the signal
+    comes: those must be cancelled too, not run to their end."""
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"stages": {"preprocess": {"queue": 16}}}))
+    out = tmp_path / "out"
+    proc = start_batch(package, long_jsonl(tmp_path / "jobs.jsonl", 6, steps=80), out, "--json", "--config", str(config))
+    try:
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]
+    summary = json.loads(stdout)
+    assert summary["interrupted"] is True and summary["total"] == 6
+    assert summary["counts"]["cancelled"] >= 3, summary["counts"]  # before the fix: every job ran to "done"
+    assert all("batch interrupted" in j["error"] for j in summary["jobs"] if j["status"] == "cancelled")
+
+
 def test_a_second_signal_exits_at_once(package, tmp_path):
     out = tmp_path / "out"
     proc = start_batch(package, long_jsonl(tmp_path / "jobs.jsonl", 400, steps=40), out)
