@@ -7,12 +7,16 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <map>
+#include <iterator>
+#include <mutex>
 #include <random>
 #include <sstream>
+#include <unordered_map>
+#include <vector>
 
 namespace vgen {
 
@@ -21,33 +25,30 @@ namespace json = boost::json;
 
 namespace {
 
-void write_atomically(const fs::path& file, const std::string& text) {
+void write_atomically(const fs::path& file, const std::function<void(std::ostream&)>& write) {
   const auto tmp = file.parent_path() / ("." + file.filename().string() + ".tmp-" + std::to_string(std::random_device{}()));
   {
     std::ofstream out(tmp, std::ios::binary);
-    out << text;
+    write(out);
     if (!out.flush()) throw_error(ErrorKind::internal, "cannot write " + tmp.string());
   }
   fs::rename(tmp, file);
 }
 
-// Temporaries an interrupted encode left for this output (".<name>.tmp-*").
-void remove_stale_temporaries(const fs::path& output) {
-  const auto prefix = "." + output.filename().string() + ".tmp-";
+// Temporaries an interrupted encode left in `dir` (".<output name>.tmp-*"), by output name.
+// One scan per run: a scan per item would make a long batch quadratic in the directory's size.
+std::unordered_map<std::string, std::vector<fs::path>> stale_temporaries(const fs::path& dir) {
+  std::unordered_map<std::string, std::vector<fs::path>> found;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(output.parent_path(), ec))
-    if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove_all(e.path(), ec);
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const auto name = e.path().filename().string();
+    const auto tag = name.rfind(".tmp-");
+    if (name[0] == '.' && tag != std::string::npos && tag > 1) found[name.substr(1, tag - 1)].push_back(e.path());
+  }
+  return found;
 }
 
 }  // namespace
-
-std::vector<BatchItem> read_batch_file(const fs::path& file, const json::object& defaults) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in || fs::is_directory(file)) throw_error(ErrorKind::invalid_argument, "prompt file '" + file.string() + "' cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_batch_text(text.str(), defaults, file.extension() == ".jsonl", "prompt file '" + file.string() + "'");
-}
 
 bool output_is_complete(const Runtime& runtime, const JobSpec& spec, const fs::path& path) {
   std::error_code ec;
@@ -64,61 +65,147 @@ bool output_is_complete(const Runtime& runtime, const JobSpec& spec, const fs::p
   }
 }
 
-BatchSummary run_batch(Runtime& runtime, const std::vector<BatchItem>& items, const BatchOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  const auto& out_dir = runtime.config().output_dir;
-  BatchSummary summary;
-  summary.items.resize(items.size());
-  std::vector<JobHandle> handles(items.size());
-  std::size_t finished = 0;
-  auto end_item = [&](std::size_t i) {
-    if (options.on_item_end) options.on_item_end(summary.items[i], ++finished, items.size());
+namespace {
+
+// One run_batch call: the rows so far and the jobs in flight. A stop request may come from any
+// thread; it cancels what is in flight under mutex_, and the submitting thread cancels what it
+// submits after it.
+class BatchRun {
+ public:
+  BatchRun(Runtime& runtime, const BatchOptions& options)
+      : runtime_(runtime), options_(options), stale_(stale_temporaries(runtime.config().output_dir)) {}
+
+  BatchSummary run(BatchReader& input) {
+    const auto start = std::chrono::steady_clock::now();
+    std::stop_callback on_stop(options_.stop, [this] { cancel_in_flight(); });
+    std::exception_ptr error;  // e.g. the input refused as a whole (not text)
+    try {
+      while (!options_.stop.stop_requested()) {
+        auto item = input.next();
+        if (!item) break;
+        start_item(std::move(*item));
+        collect(/*wait=*/false);
+      }
+      input_done_ = !options_.stop.stop_requested();
+    } catch (...) {
+      error = std::current_exception();
+      cancel_in_flight();
+    }
+    collect(/*wait=*/true);  // no job outlives the run (their event handlers point here)
+    summary_.interrupted = options_.stop.stop_requested();
+    summary_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!error || !summary_.items.empty()) write_summary();
+    if (error) std::rethrow_exception(error);
+    return std::move(summary_);
+  }
+
+ private:
+  struct InFlight {
+    std::size_t index;
+    JobHandle handle;
   };
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    const auto& item = items[i];
-    auto& r = summary.items[i];
+
+  void start_item(BatchItem item) {
+    const auto i = summary_.items.size();
+    auto& r = summary_.items.emplace_back();
     r.line = item.line;
     r.name = item.name;
-    if (!item.error.empty()) {
-      r.status = "invalid";
-      r.error = "line " + std::to_string(item.line) + ": " + item.error;
-      end_item(i);
-      continue;
-    }
+    if (!item.error.empty()) return end_item(i, "invalid", ErrorKind::invalid_argument, item.error);
     try {
-      const auto spec = runtime.validate(item.spec);
-      r.output = out_dir / (item.name + extension_for(spec.format));
-      remove_stale_temporaries(r.output);
-      if (!options.force && output_is_complete(runtime, spec, r.output)) {
-        r.status = "skipped";
-        end_item(i);
-        continue;
+      const auto spec = runtime_.validate(item.spec);
+      r.output = runtime_.config().output_dir / (item.name + extension_for(spec.format));
+      if (const auto t = stale_.find(r.output.filename().string()); t != stale_.end()) {
+        std::error_code ec;
+        for (const auto& p : t->second) fs::remove_all(p, ec);
+        stale_.erase(t);
       }
+      if (!options_.force && output_is_complete(runtime_, spec, r.output)) return end_item(i, "skipped");
       SubmitOptions so;
-      if (options.on_event) so.on_progress = [&options, &item](const JobEvent& e) { options.on_event(item, e); };
-      handles[i] = runtime.submit(item.spec, so);
+      if (options_.on_event) so.on_progress = [this, name = item.name](const JobEvent& e) { options_.on_event(name, e); };
+      auto handle = runtime_.submit(std::move(item.spec), so);
+      std::lock_guard lock(mutex_);
+      in_flight_.push_back({i, handle});
+      if (options_.stop.stop_requested()) handle.cancel(interrupted_reason);  // the callback ran before the push
     } catch (const Error& e) {
-      r.status = e.kind() == ErrorKind::invalid_argument ? "invalid" : e.kind() == ErrorKind::overloaded ? "cancelled" : "failed";
-      r.error = "line " + std::to_string(item.line) + ": " + e.what();
-      end_item(i);
+      const auto kind = e.kind();
+      end_item(i, kind == ErrorKind::invalid_argument ? "invalid" : kind == ErrorKind::overloaded ? "cancelled" : "failed", kind,
+               e.what());
     }
   }
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (!handles[i]) continue;
-    const auto res = handles[i].wait();
-    auto& r = summary.items[i];
-    r.status = std::string(to_string(res.state));
+
+  // Records finished jobs and forgets their handles; with `wait`, until none is left. A job
+  // stays in in_flight_ until it has ended, so that a stop request can still cancel it.
+  void collect(bool wait) {
+    for (;;) {
+      std::vector<InFlight> ended;
+      JobHandle oldest;
+      {
+        std::lock_guard lock(mutex_);
+        auto keep = std::stable_partition(in_flight_.begin(), in_flight_.end(),
+                                          [](const InFlight& f) { return !f.handle.finished(); });
+        std::move(keep, in_flight_.end(), std::back_inserter(ended));
+        in_flight_.erase(keep, in_flight_.end());
+        if (wait && !in_flight_.empty()) oldest = in_flight_.front().handle;
+      }
+      for (auto& f : ended) record(f);
+      if (!oldest) return;
+      oldest.wait();
+    }
+  }
+
+  void record(const InFlight& f) {
+    const auto res = f.handle.result();  // final: the job has ended
+    auto& r = summary_.items[f.index];
     r.seconds = res.seconds;
     r.retries = res.retries;
     r.cache_hit = res.cache_hit;
-    if (res.state == JobState::done) r.output = res.output;
-    else r.error = "line " + std::to_string(r.line) + ": " + res.error;
-    end_item(i);
+    if (res.state == JobState::done) {
+      r.output = res.output;
+      end_item(f.index, "done");
+    } else {
+      end_item(f.index, std::string(to_string(res.state)), res.error_kind.value_or(ErrorKind::internal), res.error);
+    }
   }
-  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const auto file = options.summary_file.empty() ? out_dir / "batch-summary.json" : options.summary_file;
-  write_atomically(file, json::serialize(summary.to_json()) + "\n");
-  return summary;
+
+  void end_item(std::size_t i, std::string status, std::optional<ErrorKind> kind = std::nullopt, const std::string& error = {}) {
+    auto& r = summary_.items[i];
+    r.status = std::move(status);
+    if (kind) {
+      r.error_kind = kind;
+      r.error = "line " + std::to_string(r.line) + ": " + error;
+    }
+    if (r.status != "done" && r.status != "skipped") r.output.clear();  // only the summary's fields stay
+    if (options_.on_item_end) options_.on_item_end(r, ++finished_, input_done_ ? summary_.items.size() : 0);
+  }
+
+  void cancel_in_flight() {
+    std::lock_guard lock(mutex_);
+    for (auto& f : in_flight_) f.handle.cancel(interrupted_reason);
+  }
+
+  void write_summary() const {
+    const auto file = options_.summary_file.empty() ? runtime_.config().output_dir / batch_summary_name : options_.summary_file;
+    write_atomically(file, [this](std::ostream& out) {
+      summary_.write_json(out);
+      out << "\n";
+    });
+  }
+
+  static constexpr const char* interrupted_reason = "batch interrupted";
+  Runtime& runtime_;
+  const BatchOptions& options_;
+  BatchSummary summary_;
+  std::unordered_map<std::string, std::vector<fs::path>> stale_;  // output name -> temporaries
+  std::mutex mutex_;
+  std::vector<InFlight> in_flight_;  // guarded by mutex_
+  std::size_t finished_ = 0;
+  bool input_done_ = false;
+};
+
+}  // namespace
+
+BatchSummary run_batch(Runtime& runtime, BatchReader& input, const BatchOptions& options) {
+  return BatchRun(runtime, options).run(input);
 }
 
 std::size_t BatchSummary::count(const std::string& status) const {
@@ -127,22 +214,43 @@ std::size_t BatchSummary::count(const std::string& status) const {
   return n;
 }
 
+namespace {
+
+json::object row_json(const BatchItemResult& i) {
+  json::object o{{"line", i.line}, {"name", i.name}, {"status", i.status}, {"seconds", i.seconds},
+                 {"retries", i.retries}, {"cache_hit", i.cache_hit}};
+  if (!i.output.empty() && (i.status == "done" || i.status == "skipped")) o["output"] = i.output.string();
+  if (!i.error.empty()) o["error"] = i.error;
+  return o;
+}
+
+}  // namespace
+
 json::object BatchSummary::to_json() const {
-  json::array jobs;
-  for (const auto& i : items) {
-    json::object o{{"line", i.line}, {"name", i.name}, {"status", i.status}, {"seconds", i.seconds},
-                   {"retries", i.retries}, {"cache_hit", i.cache_hit}};
-    if (!i.output.empty() && (i.status == "done" || i.status == "skipped")) o["output"] = i.output.string();
-    if (!i.error.empty()) o["error"] = i.error;
-    jobs.push_back(std::move(o));
-  }
+  std::ostringstream text;
+  write_json(text);
+  return json::parse(text.str()).as_object();
+}
+
+// The same object as a json::object would serialize to, written a row at a time so that a
+// long batch's summary does not exist twice in memory.
+void BatchSummary::write_json(std::ostream& out) const {
+  out << "{\"jobs\":[";
+  for (std::size_t n = 0; n < items.size(); ++n) out << (n ? "," : "") << json::serialize(row_json(items[n]));
   json::object counts;
   for (const char* s : {"done", "skipped", "failed", "cancelled", "invalid"}) counts[s] = count(s);
-  return {{"jobs", std::move(jobs)}, {"counts", std::move(counts)}, {"total", items.size()}, {"seconds", seconds}};
+  out << "],\"counts\":" << json::serialize(counts) << ",\"total\":" << items.size()
+      << ",\"seconds\":" << json::serialize(json::value(seconds)) << ",\"interrupted\":" << (interrupted ? "true" : "false")
+      << "}";
 }
 
 std::string BatchSummary::table() const {
   std::ostringstream t;
+  write_table(t);
+  return t.str();
+}
+
+void BatchSummary::write_table(std::ostream& t) const {
   char row[512];
   std::snprintf(row, sizeof row, "%5s  %-40s  %-9s  %7s  %7s  %5s  %s\n", "line", "name", "status", "seconds", "retries", "cache", "error");
   t << row;
@@ -152,18 +260,25 @@ std::string BatchSummary::table() const {
                   i.seconds, i.retries, i.cache_hit ? "hit" : "-", i.error.c_str());
     t << row;
   }
-  std::snprintf(row, sizeof row, "%zu jobs: %zu done, %zu skipped, %zu cached, %zu failed, %zu cancelled, %zu invalid in %.1f s\n",
+  std::snprintf(row, sizeof row, "%zu jobs: %zu done, %zu skipped, %zu cached, %zu failed, %zu cancelled, %zu invalid in %.1f s%s\n",
                 items.size(), count("done"), count("skipped"),
                 static_cast<std::size_t>(std::count_if(items.begin(), items.end(), [](const auto& i) { return i.cache_hit; })),
-                count("failed"), count("cancelled"), count("invalid"), seconds);
+                count("failed"), count("cancelled"), count("invalid"), seconds,
+                interrupted ? " (interrupted: the lines after the last one listed were not started)" : "");
   t << row;
-  return t.str();
+}
+
+std::optional<ErrorKind> BatchSummary::error_kind() const {
+  if (interrupted) return ErrorKind::cancelled;
+  for (const auto& i : items)
+    if (i.status == "failed" || i.status == "cancelled") return i.error_kind.value_or(ErrorKind::internal);
+  if (count("invalid") > 0) return ErrorKind::invalid_argument;
+  return std::nullopt;
 }
 
 int BatchSummary::exit_code() const {
-  if (count("failed") + count("cancelled") > 0) return 1;
-  if (count("invalid") > 0) return 2;
-  return 0;
+  const auto kind = error_kind();
+  return kind ? exit_code_for(*kind) : 0;
 }
 
 }  // namespace vgen

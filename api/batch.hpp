@@ -1,35 +1,43 @@
 // Batch runs (`vgen batch`): a prompt file becomes jobs, all submitted to one vgen::Runtime
 // (bounded queues: submission waits while they are full), with one summary at the end.
 //
-// Input: a text file (one prompt per line; blank lines and lines starting with '#' are
-// skipped) or JSONL (extension .jsonl, or a first non-blank character '{': one job object per
-// line, fields as in stages/job_spec.hpp), parsed by parse_batch_text (api/batch_input.hpp).
-// Defaults given by the caller (CLI flags) apply under each line's own fields. A bad line (bad
+// Input: a BatchReader (api/batch_input.hpp: text or JSONL, one job per line). Items are
+// submitted as they are read, so memory stays flat in the file's length: the reader holds one
+// line, the Runtime's queues bound the jobs in flight, and a finished job keeps only its
+// summary row (line, name, status, output, timings, error), not its spec. A bad line (bad
 // JSON, invalid UTF-8, an invalid field) is reported with its line number and does not stop
-// the other jobs.
+// the other jobs; an input refused as a whole (a NUL byte: not text) cancels the jobs in
+// flight and is rethrown after the summary is written.
 // Output names: the line's "name", else "NNNN-<prompt slug>" (NNNN = line number).
 // Reruns: an existing output is skipped only when probing it shows a complete video of the
 // expected size and frame count whose comment tag carries this job's key (so a file from
 // another prompt or settings is rendered again); anything else, and leftover temporaries from
 // an interrupted run, is redone. `force` renders everything again.
+// Cancellation: a stop request on BatchOptions::stop (any thread) cancels every submitted
+// job, stops reading, waits for the cancelled jobs to end and still writes the summary
+// (interrupted = true; lines after the last item were not read).
+// Exit code: exit_code_for(error_kind()): cancelled (130) when interrupted, else the kind of
+// the first failed or cancelled job (1 for most kinds), else invalid_argument (2) when a line
+// was invalid, else 0.
 // Thread-safety: run_batch blocks the calling thread (not a Runtime io thread); on_event is
-// called from Runtime threads.
+// called from Runtime threads (and from the thread requesting a stop).
 #pragma once
 
 #include "api/batch_input.hpp"
 #include "api/engine.hpp"
+#include "runtime/errors.hpp"
 
 #include <boost/json/object.hpp>
 
 #include <filesystem>
 #include <functional>
+#include <optional>
+#include <ostream>
+#include <stop_token>
 #include <string>
 #include <vector>
 
 namespace vgen {
-
-// Error(invalid_argument) if the file cannot be read or holds no job at all.
-std::vector<BatchItem> read_batch_file(const std::filesystem::path& file, const boost::json::object& defaults = {});
 
 struct BatchItemResult {
   int line = 0;
@@ -39,28 +47,35 @@ struct BatchItemResult {
   double seconds = 0;
   int retries = 0;
   bool cache_hit = false;
+  std::optional<ErrorKind> error_kind;  // set with error
   std::string error;
 };
 
 struct BatchSummary {
   std::vector<BatchItemResult> items;  // in input order
   double seconds = 0;
+  bool interrupted = false;  // a stop request ended the run early
   std::size_t count(const std::string& status) const;
   boost::json::object to_json() const;
-  std::string table() const;  // a fixed-width table for the terminal
-  int exit_code() const;      // 1 if a job failed, else 2 if a line was invalid, else 0
+  void write_json(std::ostream& out) const;   // to_json() serialized, a row at a time
+  std::string table() const;                  // a fixed-width table for the terminal
+  void write_table(std::ostream& out) const;
+  std::optional<ErrorKind> error_kind() const;  // see the header comment; nullopt: all good
+  int exit_code() const;                        // exit_code_for(error_kind()), 0 without one
 };
 
 struct BatchOptions {
   bool force = false;
-  // Every job event (with the item it belongs to), and each item's end.
-  std::function<void(const BatchItem&, const JobEvent&)> on_event;
+  // Every job event (with the name of the item it belongs to), and each item's end; `total`
+  // is 0 while the input is still being read.
+  std::function<void(const std::string& name, const JobEvent&)> on_event;
   std::function<void(const BatchItemResult&, std::size_t finished, std::size_t total)> on_item_end;
   std::filesystem::path summary_file;  // empty: <output_dir>/batch-summary.json
+  std::stop_token stop;                // a stop request interrupts the run (see above)
 };
 
-// Runs every valid item; writes the summary file atomically; returns the summary.
-BatchSummary run_batch(Runtime& runtime, const std::vector<BatchItem>& items, const BatchOptions& options = {});
+// Runs every valid item as it is read; writes the summary file atomically; returns the summary.
+BatchSummary run_batch(Runtime& runtime, BatchReader& input, const BatchOptions& options = {});
 
 // Whether `path` is a complete output of `spec` on the runtime's model (see above).
 bool output_is_complete(const Runtime& runtime, const JobSpec& spec, const std::filesystem::path& path);

@@ -1,8 +1,11 @@
 // `vgen batch PROMPTS --out DIR [--model DIR] [--config FILE] [job flags] [--force] [--json]`:
 // every line of a prompt file (text or JSONL) as a job through one vgen::Runtime, concurrently
-// with bounded queues. Progress on stderr; a table (or --json, the summary object) on stdout;
-// the summary also goes to DIR/batch-summary.json. Exit code: 0 all done or skipped, 2 some
-// lines invalid, 1 some job failed (api/batch.hpp).
+// with bounded queues, read and submitted a line at a time. Progress on stderr; a table (or
+// --json, the summary object) on stdout; the summary also goes to DIR/batch-summary.json.
+// One batch or service per output directory (runtime/output_lock.hpp): a second is refused.
+// SIGINT/SIGTERM: the first cancels the jobs in flight, stops reading and still writes the
+// summary (exit 130); a second exits at once (130). Exit code: BatchSummary::exit_code, i.e.
+// exit_code_for of the run's error kind (api/batch.hpp).
 #include "api/batch.hpp"
 #include "apps/vgen/commands.hpp"
 #include "apps/vgen/options.hpp"
@@ -12,8 +15,13 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
+#include <stop_token>
 #include <thread>
+
+#include <pthread.h>
+#include <unistd.h>
 
 namespace vgen::cli {
 
@@ -26,53 +34,74 @@ struct BatchFlags {
   bool force = false, json = false;
 };
 
+// Takes SIGINT/SIGTERM on its own thread: the first requests a stop, a second ends the
+// process at once (exit 130) whatever the run is doing. The signals must be blocked in every
+// thread (block_stop_signals before any thread starts) so that only sigwait sees them.
+class StopSignals {
+ public:
+  StopSignals() {
+    sigemptyset(&signals_);
+    sigaddset(&signals_, SIGINT);
+    sigaddset(&signals_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
+    thread_ = std::thread([this] { watch(); });
+  }
+  ~StopSignals() {
+    finished_ = true;
+    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait; finished_ makes it return
+    thread_.join();
+  }
+  std::stop_token token() const { return stop_.get_token(); }
+
+ private:
+  void watch() {
+    for (int received = 0;; ++received) {
+      int sig = 0;
+      sigwait(&signals_, &sig);
+      if (finished_) return;
+      if (received > 0) {
+        static const char msg[] = "\nvgen: second signal: exiting now\n";
+        (void)!::write(2, msg, sizeof msg - 1);
+        std::_Exit(130);
+      }
+      std::cerr << "\nvgen: interrupted: cancelling the jobs in flight and writing the summary (a second signal exits at once)\n";
+      stop_.request_stop();
+    }
+  }
+  sigset_t signals_;
+  std::stop_source stop_;
+  std::atomic<bool> finished_{false};
+  std::thread thread_;
+};
+
 int run_batch_command(const BatchFlags& f) {
-  auto items = read_batch_file(f.prompts, job_fields(f.job));
+  auto input = BatchReader::open_file(f.prompts, job_fields(f.job));
+  input.peek();  // an empty, binary or endless (/dev/zero) file is refused before the model loads
   auto flags = f.runtime;
   if (!f.out.empty()) flags.output_dir = f.out;
-
-  // SIGINT/SIGTERM: cancel what is running and still write the summary. The signals are
-  // blocked before the Runtime starts its threads, so only the watcher receives them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   auto config = make_config(flags);
   default_journal(config, /*resume=*/false);  // a rerun resumes from the prompt file instead
-  Runtime runtime(config);
-  std::atomic<bool> finished{false};
-  std::thread watcher([&runtime, &finished, signals] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    if (finished) return;
-    std::cerr << "\nvgen: interrupted: cancelling the remaining jobs\n";
-    runtime.shutdown();
-  });
-  auto stop_watcher = [&] {
-    finished = true;
-    pthread_kill(watcher.native_handle(), SIGTERM);
-    watcher.join();
-  };
+  const auto locks = lock_outputs(config);    // before the Runtime opens the journal
 
-  Progress progress(items.size());
+  StopSignals signals;  // before the Runtime starts its threads, which inherit the mask
+  Runtime runtime(config);
+  Progress progress(0);
   BatchOptions options;
   options.force = f.force;
-  options.on_event = [&progress](const BatchItem& item, const JobEvent& e) { progress.on_event(item.name, e); };
-  options.on_item_end = [&progress](const BatchItemResult& r, std::size_t, std::size_t) {
+  options.stop = signals.token();
+  options.on_event = [&progress](const std::string& name, const JobEvent& e) { progress.on_event(name, e); };
+  options.on_item_end = [&progress](const BatchItemResult& r, std::size_t, std::size_t total) {
+    if (total) progress.set_total(total);
     progress.on_job_end(r.name, r.status + (r.cache_hit ? " (cache)" : ""), r.seconds);
   };
-  BatchSummary summary;
-  try {
-    summary = run_batch(runtime, items, options);
-  } catch (...) {
-    stop_watcher();
-    throw;
-  }
-  stop_watcher();
+  const auto summary = run_batch(runtime, input, options);
   progress.finish();
-  if (f.json) std::cout << boost::json::serialize(summary.to_json()) << "\n";
-  else std::cout << summary.table();
+  if (f.json) {
+    summary.write_json(std::cout);
+    std::cout << "\n";
+  } else {
+    summary.write_table(std::cout);
+  }
   for (const auto& i : summary.items)
     if (!i.error.empty()) std::cerr << "vgen: " << i.error << "\n";
   return summary.exit_code();

@@ -1,9 +1,7 @@
-// `vgen devices [--devices LIST]`: shows how a device list resolves on this machine.
+// `vgen devices [--devices LIST]`: shows how a device list resolves on this machine
+// (api/devices.hpp).
+#include "api/devices.hpp"
 #include "apps/vgen/commands.hpp"
-#include "runtime/device_pool.hpp"
-#ifdef VGEN_WITH_TORCH
-#include "stages/torch_devices.hpp"
-#endif
 
 #include <iostream>
 
@@ -14,12 +12,9 @@ Run add_devices_command(CLI::App& app) {
   auto list = std::make_shared<std::string>("auto");
   cmd->add_option("--devices", *list, "e.g. auto, cpu, cpu,cpu, cuda:0,cuda:1");
   return [list] {
-    CudaDiscovery discover;
-#ifdef VGEN_WITH_TORCH
-    discover = discover_cuda_devices;
-    std::cout << "libtorch " << torch_version() << "\n";
-#endif
-    for (const auto& d : parse_device_list(*list, discover)) {
+    const auto listing = list_devices(*list);
+    if (!listing.backend.empty()) std::cout << listing.backend << "\n";
+    for (const auto& d : listing.devices) {
       std::cout << d.id << "\tkind=" << (d.kind == DeviceKind::cuda ? "cuda" : "cpu")
                 << "\tmemory=" << (d.memory_bytes ? std::to_string(d.memory_bytes >> 20) + "MiB" : "unlimited")
                 << "\tmax_concurrency=" << d.max_concurrency << "\n";

@@ -4,12 +4,14 @@
 #pragma once
 
 #include "api/config.hpp"
+#include "runtime/output_lock.hpp"
 
 #include <CLI/CLI.hpp>
 #include <boost/json/object.hpp>
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace vgen::cli {
 
@@ -22,6 +24,10 @@ void add_runtime_flags(CLI::App& cmd, RuntimeFlags& f);
 RuntimeConfig make_config(const RuntimeFlags& f);
 // batch and serve keep a journal in their output directory unless the config names one.
 void default_journal(RuntimeConfig& c, bool resume);
+// One owner per output directory and journal (runtime/output_lock.hpp): the locks batch and
+// serve hold for their whole run; Error(overloaded) naming the directory when another
+// process owns it. Taken before the Runtime opens (and resumes) the journal.
+std::vector<OutputLock> lock_outputs(const RuntimeConfig& c);
 
 struct JobFlags {
   std::optional<int> width, height, frames, steps;

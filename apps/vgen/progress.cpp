@@ -17,6 +17,15 @@ std::string bar(int step, int total, int width = 24) {
 
 Progress::Progress(std::size_t total_jobs) : tty_(isatty(2) != 0), total_(total_jobs) {}
 
+void Progress::set_total(std::size_t total_jobs) {
+  std::lock_guard lock(mutex_);
+  total_ = total_jobs;
+}
+
+std::string Progress::count() const {
+  return "[" + std::to_string(ended_) + (total_ ? "/" + std::to_string(total_) : "") + " jobs] ";
+}
+
 void Progress::draw(const std::string& text) {
   std::cerr << "\r\033[2K" << text << std::flush;
   drawn_ = true;
@@ -24,7 +33,7 @@ void Progress::draw(const std::string& text) {
 
 void Progress::on_event(const std::string& label, const JobEvent& e) {
   std::lock_guard lock(mutex_);
-  const std::string overall = total_ > 1 ? "[" + std::to_string(ended_) + "/" + std::to_string(total_) + " jobs] " : "";
+  const std::string overall = total_ != 1 ? count() : "";
   if (tty_) {
     if (is_terminal(e.state)) return;  // on_job_end / the caller reports it
     std::string line = overall + label + " " + std::string(to_string(e.state));
@@ -42,7 +51,7 @@ void Progress::on_job_end(const std::string& label, const std::string& status, d
   ++ended_;
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.2f s", seconds);
-  const std::string line = "[" + std::to_string(ended_) + "/" + std::to_string(total_) + " jobs] " + label + " " + status +
+  const std::string line = count() + label + " " + status +
                            (status == "done" ? std::string(" ") + secs : "");
   if (tty_) {
     std::cerr << "\r\033[2K" << line << "\n";

@@ -12,7 +12,9 @@ namespace vgen::cli {
 
 class Progress {
  public:
+  // total_jobs 0: not known yet (a batch still reading its input); see set_total.
   explicit Progress(std::size_t total_jobs = 1);
+  void set_total(std::size_t total_jobs);
   bool tty() const noexcept { return tty_; }
   // A job's event; `label` names the job in the line.
   void on_event(const std::string& label, const JobEvent& e);
@@ -22,6 +24,7 @@ class Progress {
 
  private:
   void draw(const std::string& text);
+  std::string count() const;  // "[3/40 jobs] ", or "[3 jobs] " while the total is unknown
   std::mutex mutex_;
   const bool tty_;
   std::size_t total_, ended_ = 0;

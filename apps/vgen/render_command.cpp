@@ -10,7 +10,11 @@
 
 #include <boost/json.hpp>
 
+#include <cerrno>
+#include <cstring>
 #include <iostream>
+
+#include <unistd.h>
 
 namespace vgen::cli {
 
@@ -27,6 +31,9 @@ struct RenderFlags {
 };
 
 // Output path -> (directory, stem, format). The format comes from --format or the extension.
+// The path is checked here, before the model loads and the job renders: its directory must
+// exist and be writable, and the output must not be a directory (or, for png frames, a file),
+// since the rename at the end of the job would fail only after all the work.
 void split_output(const RenderFlags& f, fs::path& dir, std::string& stem, std::string& format) {
   fs::path out(f.output);
   format = f.job.format.value_or("");
@@ -38,7 +45,16 @@ void split_output(const RenderFlags& f, fs::path& dir, std::string& stem, std::s
   }
   dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
   stem = (format == "png" || ext.empty()) ? out.filename().string() : out.stem().string();
-  if (!fs::is_directory(dir)) throw_error(ErrorKind::invalid_argument, "output: directory '" + dir.string() + "' does not exist");
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) throw_error(ErrorKind::invalid_argument, "output: directory '" + dir.string() + "' does not exist");
+  if (!fs::is_directory(dir, ec)) throw_error(ErrorKind::invalid_argument, "output: '" + dir.string() + "' is not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw_error(ErrorKind::invalid_argument, "output: directory '" + dir.string() + "' is not writable (" + std::strerror(errno) + ")");
+  const auto target = dir / (stem + extension_for(format));  // what the job writes
+  if (format != "png" && fs::is_directory(target, ec))
+    throw_error(ErrorKind::invalid_argument, "output: '" + target.string() + "' is a directory; name a file");
+  if (format == "png" && fs::exists(target, ec) && !fs::is_directory(target, ec))
+    throw_error(ErrorKind::invalid_argument, "output: '" + target.string() + "' is a file; png frames need a directory");
 }
 
 int run_render(const RenderFlags& f) {

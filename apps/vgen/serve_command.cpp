@@ -4,6 +4,9 @@
 // "listening on http://HOST:PORT" with the real port (port 0 picks a free one). SIGINT or
 // SIGTERM stops it gracefully: the server stops accepting and ends its connections, then the
 // runtime cancels unfinished jobs; a second signal kills the process at once.
+// One batch or service per output directory and journal (runtime/output_lock.hpp): a second
+// is refused at start. A non-loopback address without a token starts with a loud warning
+// (stderr, whatever the log level): the service would be open to the network without auth.
 #include "api/engine.hpp"
 #include "api/http_api.hpp"
 #include "api/http_server.hpp"
@@ -39,6 +42,20 @@ RuntimeConfig serve_config(const ServeFlags& f) {
   return c;
 }
 
+bool is_loopback(const boost::asio::ip::address& a) {
+  if (a.is_v6() && a.to_v6().is_v4_mapped())
+    return boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, a.to_v6()).is_loopback();
+  return a.is_loopback();
+}
+
+void warn_if_open_to_the_network(const http::tcp::endpoint& ep, const std::string& url, const RuntimeConfig& c) {
+  if (!c.service.token.empty() || is_loopback(ep.address())) return;
+  const auto text = "serve: " + url + " is open to the network WITHOUT authentication: anyone who can reach it can " +
+                    "submit, read and cancel jobs. Set --token (or VGEN_TOKEN), or listen on 127.0.0.1.";
+  if (spdlog::should_log(spdlog::level::warn)) spdlog::warn("{}", text);
+  else std::cerr << "vgen: WARNING: " << text << std::endl;  // the log is quieter than warn: say it anyway
+}
+
 std::string url_of(const http::tcp::endpoint& ep) {
   const auto host = ep.address().to_string();
   return "http://" + (ep.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(ep.port());
@@ -51,6 +68,7 @@ int run_serve(const ServeFlags& f) {
   }
   const auto config = serve_config(f);
   http::parse_listen_address(config.service.listen);  // a bad address fails before the model loads
+  const auto locks = lock_outputs(config);            // before the Runtime resumes the journal
 
   // Block the stop signals before any thread starts, so that every thread inherits the mask
   // and this thread alone takes them with sigwait.
@@ -68,6 +86,7 @@ int run_serve(const ServeFlags& f) {
   options.max_connections = config.service.max_connections;
   http::HttpServer server(runtime.executor(), std::make_shared<HttpApi>(runtime), options);
   const auto endpoint = server.listen();
+  warn_if_open_to_the_network(endpoint, url_of(endpoint), config);
   server.start();
   std::cout << "listening on " << url_of(endpoint) << std::endl;
 

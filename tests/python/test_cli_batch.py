@@ -178,3 +178,173 @@ def test_fifty_jobs_under_thirty_percent_transient_faults_all_complete(package, 
     assert summary["counts"]["done"] == 50
     assert sum(j["retries"] for j in summary["jobs"]) > 20  # the faults really happened
     assert "injected transient fault" in r.stderr
+
+
+# --- hostile inputs and signals (issue 23) ------------------------------------------------
+
+def long_jsonl(path, n, steps=12):
+    path.write_text("".join(json.dumps({"prompt": f"a red circle moving left {i}", "seed": i, "steps": steps}) + "\n"
+                            for i in range(n)))
+    return path
+
+
+def start_batch(package, prompts, out, *args):
+    """A `vgen batch` in the background, returned once it has written its first output (so the
+    Runtime is running and more lines than the queues hold are still to be submitted)."""
+    cmd = [str(VGEN), "batch", str(prompts), "--out", str(out), "--model", str(package),
+           "--width", "32", "--height", "32", "--frames", "5", *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not list(out.glob("*.mp4")) and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None and list(out.glob("*.mp4")), "the batch should be running"
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_cancels_a_long_batch_and_still_writes_the_summary(package, tmp_path, sig):
+    out = tmp_path / "out"
+    proc = start_batch(package, long_jsonl(tmp_path / "jobs.jsonl", 400), out, "--json")
+    try:
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=90)  # before the fix: hung for ever
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]  # exit_code_for(cancelled)
+    assert "interrupted" in stderr
+    summary = json.loads(stdout)
+    assert summary == json.loads((out / "batch-summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert summary["counts"]["done"] >= 1 and summary["counts"]["cancelled"] >= 1
+    assert summary["total"] < 400  # the lines after the interruption were not started
+    assert all(j["status"] in ("done", "cancelled") for j in summary["jobs"])
+    assert not (out / ".vgen.lock").exists()  # released with the process
+
+
+def test_a_signal_after_the_whole_file_was_read_cancels_the_running_jobs(package, tmp_path):
+    """All lines fit in the queues, so the batch is only waiting for its jobs when the signal
+    comes: those must be cancelled too, not run to their end."""
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"stages": {"preprocess": {"queue": 16}}}))
+    out = tmp_path / "out"
+    proc = start_batch(package, long_jsonl(tmp_path / "jobs.jsonl", 6, steps=80), out, "--json", "--config", str(config))
+    try:
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]
+    summary = json.loads(stdout)
+    assert summary["interrupted"] is True and summary["total"] == 6
+    assert summary["counts"]["cancelled"] >= 3, summary["counts"]  # before the fix: every job ran to "done"
+    assert all("batch interrupted" in j["error"] for j in summary["jobs"] if j["status"] == "cancelled")
+
+
+def test_a_second_signal_exits_at_once(package, tmp_path):
+    out = tmp_path / "out"
+    proc = start_batch(package, long_jsonl(tmp_path / "jobs.jsonl", 400, steps=40), out)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)  # before the fix the second signal was ignored
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+
+
+def test_dev_zero_is_refused_at_once_as_not_text(package, tmp_path):
+    start = time.monotonic()
+    try:  # before the fix: read without bound (3 GB in 8 s)
+        r = batch(package, "/dev/zero", tmp_path / "out", timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("vgen batch /dev/zero did not end")
+    assert r.returncode == 2
+    assert "prompt file '/dev/zero' is not a text file (a NUL byte on line 1)" in r.stderr
+    assert time.monotonic() - start < 20
+
+
+# Forks the command from a fresh, small interpreter: on Linux a child's peak RSS (ru_maxrss)
+# starts at its parent's RSS at fork time, and pytest with torch loaded would mask the child's.
+_PEAK_RSS = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
+"""
+
+
+def peak_rss_mib(cmd, timeout=300):
+    """Runs `cmd` and returns (exit code, peak resident memory in MiB) of that process alone."""
+    out = subprocess.run([sys.executable, "-c", _PEAK_RSS, *cmd], capture_output=True, text=True, timeout=timeout, check=True)
+    rc, kib = out.stdout.split()
+    return int(rc), int(kib) / 1024
+
+
+def test_memory_stays_flat_in_the_length_of_the_prompt_file(package, tmp_path):
+    """Every line is refused by the runtime (width 250), so the run is fast: what is measured
+    is reading, validating and summarising. Before the fix the whole file became job specs
+    first (200k lines: +220 MB)."""
+    def run(n):
+        prompts = tmp_path / f"p{n}.jsonl"
+        with open(prompts, "w") as f:
+            for i in range(n):
+                f.write('{"prompt": "a red circle moving left and a blue square moving up %d", "width": 250}\n' % i)
+        return peak_rss_mib([str(VGEN), "batch", str(prompts), "--out", str(tmp_path / f"out{n}"), "--model", str(package)])
+
+    rc_small, small = run(1_000)
+    rc_big, big = run(200_000)
+    assert rc_small == rc_big == 2  # every line invalid
+    assert big - small < 100, f"peak RSS {small:.0f} MiB for 1k lines, {big:.0f} MiB for 200k lines"
+
+
+def test_a_byte_order_mark_does_not_turn_jsonl_into_prompts(package, tmp_path):
+    prompts = tmp_path / "jobs.txt"  # .txt: JSONL is detected from the first character
+    prompts.write_bytes(b"\xef\xbb\xbf" + (json.dumps({"prompt": "a red circle moving left", "name": "bom"}) + "\n").encode())
+    r = batch(package, prompts, tmp_path / "out", *SMALL, "--json")
+    assert r.returncode == 0, r.stderr
+    assert [(j["name"], j["status"]) for j in json.loads(r.stdout)["jobs"]] == [("bom", "done")]
+    assert (tmp_path / "out" / "bom.mp4").exists()
+
+
+def test_reserved_and_colliding_output_names_are_invalid_lines(package, tmp_path):
+    prompts = tmp_path / "jobs.jsonl"
+    prompts.write_text("".join(json.dumps(j) + "\n" for j in [
+        {"prompt": "a red circle moving left", "name": "batch-summary.json", "format": "png"},
+        {"prompt": "a red circle moving left", "name": "clip"},
+        {"prompt": "a blue square moving up", "name": "clip.mp4", "format": "png"},
+    ]))
+    out = tmp_path / "out"
+    r = batch(package, prompts, out, *SMALL, "--json")
+    assert r.returncode == 2, r.stderr
+    by_line = {j["line"]: j for j in json.loads(r.stdout)["jobs"]}
+    assert by_line[1]["status"] == "invalid" and "is reserved" in by_line[1]["error"]
+    assert by_line[2]["status"] == "done"
+    assert by_line[3]["status"] == "invalid" and "the output of line 2" in by_line[3]["error"]
+    assert (out / "batch-summary.json").is_file() and (out / "clip.mp4").is_file()
+
+
+def test_one_owner_per_output_directory(package, tmp_path):
+    out = tmp_path / "out"
+    proc = start_batch(package, long_jsonl(tmp_path / "jobs.jsonl", 400), out)
+    try:
+        second = tmp_path / "second.txt"
+        second.write_text("a green triangle moving down\n")
+        r = batch(package, second, out, *SMALL, timeout=120)  # before the fix: both ran the jobs
+        assert r.returncode == 1, r.stderr  # overloaded: the directory is busy, not wrong
+        assert f"output directory '{out}' is in use by another vgen process (pid {proc.pid})" in r.stderr
+        r = subprocess.run([str(VGEN), "serve", "--listen", "127.0.0.1:0", "--model", str(package), "--output-dir", str(out)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and "is in use by another vgen process" in r.stderr
+        assert r.stdout == ""  # refused before it listened
+        proc.kill()  # SIGKILL: the kernel drops its lock
+        proc.wait(timeout=30)
+        r = batch(package, second, out, *SMALL, "--json", timeout=300)
+        assert r.returncode == 0, r.stderr
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,38 @@ def test_render_json_result(package, tmp_path):
     assert result["spec"]["seed"] == 5 and result["spec"]["steps"] == 2
     assert set(result["stage_seconds"]) == {"preprocess", "denoise", "decode", "encode"}
     assert result["device"] == "cpu:0"
+
+
+@pytest.mark.parametrize("case", ["existing_directory", "png_onto_a_file", "parent_is_a_file", "missing_parent", "read_only_parent"])
+def test_unusable_output_path_exits_2_before_rendering(package, tmp_path, case):
+    """The output path is checked before the model loads: before the fix an existing directory
+    named like the video (or a file where png frames go) failed with exit 1 after the render."""
+    args = []
+    if case == "existing_directory":
+        out = tmp_path / "clip.mp4"
+        out.mkdir()
+        needle = f"output: '{out}' is a directory"
+    elif case == "png_onto_a_file":
+        out = tmp_path / "frames"
+        out.write_bytes(b"not a directory")
+        args = ["--format", "png"]
+        needle = f"output: '{out}' is a file"
+    elif case == "parent_is_a_file":
+        (tmp_path / "file").write_bytes(b"")
+        out = tmp_path / "file" / "clip.mp4"
+        needle = "is not a directory"
+    elif case == "missing_parent":
+        out = tmp_path / "missing" / "clip.mp4"
+        needle = "does not exist"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes to read-only directories")
+        (tmp_path / "ro").mkdir(mode=0o555)
+        out = tmp_path / "ro" / "clip.mp4"
+        needle = "is not writable"
+    start = time.monotonic()
+    r = render(package, out, "--steps", "40", *args)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr
+    assert "denoise" not in r.stderr  # nothing ran
+    assert time.monotonic() - start < 60

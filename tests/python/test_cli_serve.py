@@ -257,8 +257,11 @@ def test_bad_requests(server):
         assert err["kind"] == "not_found"
     err, hdrs = error(405, "PUT", "/v1/jobs/x")
     assert hdrs["allow"] == "GET, DELETE"
-    assert [p for p in server.out_dir.iterdir() if not p.name.startswith(".vgen-journal.db")] == []
+    # The journal, and the lock the service holds on its directory while it runs.
+    assert [p for p in server.out_dir.iterdir() if not p.name.startswith((".vgen-journal.db", ".vgen.lock"))] == []
+    assert (server.out_dir / ".vgen.lock").read_text() == f"{server.proc.pid}\n"
     assert server.stop() == 0
+    assert not (server.out_dir / ".vgen.lock").exists()  # removed on a clean exit
 
 
 def test_full_queue_answers_429(package, tmp_path):
@@ -341,3 +344,26 @@ def test_bad_listen_address_exits_2(package, tmp_path):
     r = subprocess.run([str(VGEN), "serve", "--listen", "nonsense", "--model", str(package)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "listen" in r.stderr
+
+
+@pytest.mark.parametrize("listen,args,warned", [
+    ("0.0.0.0:0", [], True),
+    ("0.0.0.0:0", ["--log-level", "off"], True),  # said even when the log is off
+    ("0.0.0.0:0", ["--token", "s3cret"], False),
+    ("127.0.0.1:0", [], False),
+])
+def test_listening_beyond_loopback_without_a_token_warns(package, tmp_path, listen, args, warned):
+    pre = [a for a in args if a != "--token" and a != "s3cret"]
+    post = [a for a in args if a in ("--token", "s3cret")]
+    cmd = [str(VGEN), *pre, "serve", "--listen", listen, "--model", str(package), "--output-dir", str(tmp_path / "out"), *post]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={k: v for k, v in os.environ.items() if k != "VGEN_TOKEN"})
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        line = proc.stdout.readline() if ready else ""
+        assert line.startswith("listening on http://"), line
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert ("open to the network WITHOUT authentication" in stderr) == warned, stderr
