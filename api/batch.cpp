@@ -1,5 +1,7 @@
 #include "api/batch.hpp"
 
+#include "runtime/atomic_file.hpp"
+
 #include "runtime/errors.hpp"
 #include "stages/encode.hpp"
 #include "stages/probe.hpp"
@@ -25,29 +27,6 @@ namespace json = boost::json;
 
 namespace {
 
-void write_atomically(const fs::path& file, const std::function<void(std::ostream&)>& write) {
-  const auto tmp = file.parent_path() / ("." + file.filename().string() + ".tmp-" + std::to_string(std::random_device{}()));
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    write(out);
-    if (!out.flush()) throw_error(ErrorKind::internal, "cannot write " + tmp.string());
-  }
-  fs::rename(tmp, file);
-}
-
-// Temporaries an interrupted encode left in `dir` (".<output name>.tmp-*"), by output name.
-// One scan per run: a scan per item would make a long batch quadratic in the directory's size.
-std::unordered_map<std::string, std::vector<fs::path>> stale_temporaries(const fs::path& dir) {
-  std::unordered_map<std::string, std::vector<fs::path>> found;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const auto name = e.path().filename().string();
-    const auto tag = name.rfind(".tmp-");
-    if (name[0] == '.' && tag != std::string::npos && tag > 1) found[name.substr(1, tag - 1)].push_back(e.path());
-  }
-  return found;
-}
-
 }  // namespace
 
 bool output_is_complete(const Runtime& runtime, const JobSpec& spec, const fs::path& path) {
@@ -58,8 +37,10 @@ bool output_is_complete(const Runtime& runtime, const JobSpec& spec, const fs::p
     if (info.frames != spec.frames || info.width != spec.width || info.height != spec.height) return false;
     // mp4 and webm carry the job key; gif and png frames have no tag to check.
     if (spec.format == "mp4" || spec.format == "webm")
-      return info.comment == "vgen:" + job_content_key(runtime.package().id(), spec).hex();
-    return true;
+      return info.comment == "vgen:" + runtime.content_key(spec);
+    // gif and png frames carry no tag: the job store must have written this very output for
+    // this job's key (so a file from other settings is rendered again, as the README says).
+    return runtime.has_rendered(spec, path);
   } catch (const Error&) {
     return false;
   }
@@ -73,7 +54,7 @@ namespace {
 class BatchRun {
  public:
   BatchRun(Runtime& runtime, const BatchOptions& options)
-      : runtime_(runtime), options_(options), stale_(stale_temporaries(runtime.config().output_dir)) {}
+      : runtime_(runtime), options_(options) {}
 
   BatchSummary run(BatchReader& input) {
     const auto start = std::chrono::steady_clock::now();
@@ -114,11 +95,6 @@ class BatchRun {
     try {
       const auto spec = runtime_.validate(item.spec);
       r.output = runtime_.config().output_dir / (item.name + extension_for(spec.format));
-      if (const auto t = stale_.find(r.output.filename().string()); t != stale_.end()) {
-        std::error_code ec;
-        for (const auto& p : t->second) fs::remove_all(p, ec);
-        stale_.erase(t);
-      }
       if (!options_.force && output_is_complete(runtime_, spec, r.output)) return end_item(i, "skipped");
       SubmitOptions so;
       if (options_.on_event) so.on_progress = [this, name = item.name](const JobEvent& e) { options_.on_event(name, e); };
@@ -185,17 +161,16 @@ class BatchRun {
 
   void write_summary() const {
     const auto file = options_.summary_file.empty() ? runtime_.config().output_dir / batch_summary_name : options_.summary_file;
-    write_atomically(file, [this](std::ostream& out) {
-      summary_.write_json(out);
-      out << "\n";
-    });
+    std::ostringstream out;
+    summary_.write_json(out);
+    out << "\n";
+    write_file_atomically(file, out.str());  // temp + fsync + rename: never half a summary
   }
 
   static constexpr const char* interrupted_reason = "batch interrupted";
   Runtime& runtime_;
   const BatchOptions& options_;
   BatchSummary summary_;
-  std::unordered_map<std::string, std::vector<fs::path>> stale_;  // output name -> temporaries
   std::mutex mutex_;
   std::vector<InFlight> in_flight_;  // guarded by mutex_
   std::size_t finished_ = 0;
@@ -256,9 +231,10 @@ void BatchSummary::write_table(std::ostream& t) const {
   t << row;
   for (const auto& i : items) {
     const auto name = i.name.size() > 40 ? i.name.substr(0, 37) + "..." : i.name;
-    std::snprintf(row, sizeof row, "%5d  %-40s  %-9s  %7.2f  %7d  %5s  %s\n", i.line, name.c_str(), i.status.c_str(),
-                  i.seconds, i.retries, i.cache_hit ? "hit" : "-", i.error.c_str());
-    t << row;
+    // The error goes after the fixed columns, whole: a fixed buffer cut it mid-character.
+    std::snprintf(row, sizeof row, "%5d  %-40s  %-9s  %7.2f  %7d  %5s  ", i.line, name.c_str(), i.status.c_str(), i.seconds,
+                  i.retries, i.cache_hit ? "hit" : "-");
+    t << row << i.error << "\n";
   }
   std::snprintf(row, sizeof row, "%zu jobs: %zu done, %zu skipped, %zu cached, %zu failed, %zu cancelled, %zu invalid in %.1f s%s\n",
                 items.size(), count("done"), count("skipped"),

@@ -76,7 +76,14 @@ struct RuntimeConfig {
   // default to <output_dir>/.vgen-journal.db. With resume_journal a new Runtime resubmits the
   // jobs a crashed one left unfinished; without, it marks them interrupted.
   std::filesystem::path journal;
-  std::string job_store = "sqlite";  // the job store kind for `journal` (runtime/job_store.hpp job_stores())
+  std::string job_store = "sqlite";
+  // Hold runtime/output_lock on output_dir (and on a journal kept elsewhere) for the Runtime's
+  // life: a second Runtime, `vgen batch` or `vgen serve` on them is refused with overloaded.
+  // `vgen batch` and `vgen serve` turn it on; embedders choose.
+  bool exclusive_output = false;
+  // Whether a job may replace a file another job finished under the same name (`vgen batch`
+  // reruns do; `vgen serve` answers 409 instead). A job with the same content key always may.
+  bool overwrite_outputs = true;  // the job store kind for `journal` (runtime/job_store.hpp job_stores())
   bool resume_journal = true;
 
   // Fault injection (off by default; runtime/fault_injector.hpp). $VGEN_FAULTS (JSON) replaces it.

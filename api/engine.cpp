@@ -10,6 +10,8 @@
 #include "runtime/fault_injector.hpp"
 #include "runtime/job_id.hpp"
 #include "runtime/job_store.hpp"
+#include "runtime/output_lock.hpp"
+#include "runtime/atomic_file.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/pipeline.hpp"
 #include "stages/encode.hpp"
@@ -26,6 +28,8 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <deque>
+#include <map>
 #include <cstdlib>
 #include <random>
 
@@ -97,9 +101,13 @@ class RuntimeImpl {
     po.on_event = [this](const JobEvent& e) {
       if (auto entry = lookup(e.job_id)) entry->emit(e);
     };
-    // The job store opens before any worker starts: a store that cannot be opened fails the
-    // constructor with nothing running (it used to open after the workers had started, which
-    // then ran on a freed pipeline).
+    // The lock and the job store come before any worker starts: a store that cannot be opened
+    // fails the constructor with nothing running (it used to open after the workers had
+    // started, which then ran on a freed pipeline).
+    if (config_.exclusive_output) lock_outputs();
+    // What a crashed writer of this directory left (skipping live writers' temporaries).
+    if (const auto swept = sweep_temporaries(config_.output_dir))
+      spdlog::info("removed {} temporary file(s) a crashed run left in {}", swept, config_.output_dir.string());
     open_store();
     pipeline_ = std::make_unique<Pipeline>(executor_.get_executor(), make_stages(), po);
     pipeline_->start();
@@ -134,8 +142,9 @@ class RuntimeImpl {
   ~RuntimeImpl() { shutdown(); }
 
   JobHandle submit(json::value spec, SubmitOptions o, bool wait) {
+    refuse_when_stopping();
     const auto parsed = validate(spec);
-    auto entry = register_entry(o);
+    auto entry = register_entry(o, parsed);
     try {
       journal_submitted(*entry, parsed, spec);
       std::shared_ptr<Job> job;
@@ -149,8 +158,9 @@ class RuntimeImpl {
   }
 
   asio::awaitable<JobHandle> async_submit(json::value spec, SubmitOptions o) {
+    refuse_when_stopping();
     const auto parsed = validate(spec);
-    auto entry = register_entry(o);
+    auto entry = register_entry(o, parsed);
     std::shared_ptr<Job> job;
     try {
       journal_submitted(*entry, parsed, spec);
@@ -165,6 +175,18 @@ class RuntimeImpl {
   }
 
   JobSpec validate(const json::value& spec) const { return models_->validate(spec); }
+
+  std::string content_key(const JobSpec& spec) const { return job_content_key(models_->model_id(spec), spec).hex(); }
+
+  // Whether the job store records `path` as the finished output of a job with this spec's key
+  // (and the file is still the size it recorded).
+  bool has_rendered(const JobSpec& spec, const fs::path& path) const {
+    const auto rec = store_->find_done(content_key(spec));
+    if (!rec || fs::path(rec->output) != path) return false;
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) return true;
+    return fs::is_regular_file(path, ec) && fs::file_size(path, ec) == rec->output_bytes;
+  }
 
   std::optional<JobHandle> find(const std::string& id) {
     expire_finished();
@@ -225,12 +247,14 @@ class RuntimeImpl {
     return Job::clock::now() + *o.deadline;
   }
 
-  std::shared_ptr<JobEntry> register_entry(const SubmitOptions& o) {
+  std::shared_ptr<JobEntry> register_entry(const SubmitOptions& o, const JobSpec& spec) {
+    expire_finished();
     auto entry = std::make_shared<JobEntry>();
     std::lock_guard lock(mutex_);
     entry->id = o.id.empty() ? new_job_id() : o.id;  // time-ordered and unique across processes
     if (entries_.count(entry->id) || (!o.id.empty() && !o.resuming && store_->find(o.id)))
       throw_error(ErrorKind::already_exists, "id: a job with id '" + entry->id + "' already exists");
+    reserve_output(*entry, spec);
     if (o.on_progress) entry->listeners.emplace(entry->next_listener++, o.on_progress);
     entries_.emplace(entry->id, entry);
     return entry;
@@ -239,7 +263,11 @@ class RuntimeImpl {
   void unregister(const std::string& id) {
     {
       std::lock_guard lock(mutex_);
-      entries_.erase(id);
+      if (auto it = entries_.find(id); it != entries_.end()) {
+        if (auto c = claimed_outputs_.find(it->second->output); c != claimed_outputs_.end() && c->second == id)
+          claimed_outputs_.erase(c);
+        entries_.erase(it);
+      }
     }
     store_->forget(id);  // never acknowledged
   }
@@ -269,6 +297,17 @@ class RuntimeImpl {
       store_->record_finished(rec);
     } catch (const std::exception& e) {
       spdlog::error("job store {}: could not record the end of {}: {}", store_->location(), r.id, e.what());
+    }
+  }
+
+  void lock_outputs() {
+    locks_.push_back(OutputLock::for_directory(config_.output_dir));
+    // A journal kept elsewhere can be shared by two output directories: it gets its own lock.
+    if (!config_.journal.empty()) {
+      std::error_code e1, e2;
+      const auto journal_dir = fs::weakly_canonical(fs::absolute(config_.journal), e1).parent_path();
+      const auto output_dir = fs::weakly_canonical(fs::absolute(config_.output_dir), e2);
+      if (e1 || e2 || journal_dir != output_dir) locks_.push_back(OutputLock::for_file(config_.journal));
     }
   }
 
@@ -370,12 +409,17 @@ class RuntimeImpl {
 
   void finalize(JobEntry& entry, const Job& job) {
     JobResult r = result_of(entry, job);
+    release_output(entry);
     if (r.state == JobState::done && !r.cache_hit && entry.key) result_cache_.put(*entry.key, r.output);
     if (entry.leader) result_cache_.release(*entry.key, &entry);
     {
       std::lock_guard lock(entry.mutex);
       entry.final_result = r;
       entry.ended_at = std::chrono::steady_clock::now();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      finished_order_.emplace_back(entry.ended_at, entry.id);
     }
     journal_finished(entry, r);  // before the result is visible: a client that saw it, the journal has it
     entry.promise.set_value(r);
@@ -414,17 +458,54 @@ class RuntimeImpl {
   }
 
  private:
+  // Forgets finished jobs older than job_ttl, oldest first: O(expired), called on every
+  // submission and lookup (a long batch keeps no finished job beyond job_ttl).
   void expire_finished() {
     const auto now = std::chrono::steady_clock::now();
     std::lock_guard lock(mutex_);
-    for (auto it = entries_.begin(); it != entries_.end();) {
-      bool old = false;
-      {
+    while (!finished_order_.empty() && now - finished_order_.front().first > config_.job_ttl) {
+      const auto id = std::move(finished_order_.front().second);
+      finished_order_.pop_front();
+      if (auto it = entries_.find(id); it != entries_.end()) {
         std::lock_guard l(it->second->mutex);
-        old = it->second->final_result && now - it->second->ended_at > config_.job_ttl;
+        if (it->second->final_result && now - it->second->ended_at > config_.job_ttl) entries_.erase(it);
       }
-      it = old ? entries_.erase(it) : std::next(it);
     }
+  }
+
+  void refuse_when_stopping() const {
+    if (drained_.load()) throw_error(ErrorKind::overloaded, "the runtime is stopping: it takes no new jobs");
+  }
+
+  fs::path output_path(const JobSpec& spec, const std::string& id) const {
+    return config_.output_dir / ((spec.name.empty() ? id : spec.name) + extension_for(spec.format));
+  }
+
+  // Reserves the job's output path (under mutex_): a name another unfinished job writes is
+  // taken (already_exists); so is one holding another job's finished output when outputs may
+  // not be overwritten (the service); the runtime's own files are never outputs.
+  void reserve_output(JobEntry& entry, const JobSpec& spec) {
+    entry.output = output_path(spec, entry.id);
+    const auto file = entry.output.filename().string();
+    const auto journal = config_.journal.empty() ? std::string() : config_.journal.filename().string();
+    if (file == "batch-summary.json" || file == OutputLock::file_name || (!journal.empty() && file == journal))
+      throw_error(ErrorKind::invalid_argument, "name: '" + file + "' is reserved for vgen's own files");
+    if (const auto it = claimed_outputs_.find(entry.output); it != claimed_outputs_.end())
+      throw_error(ErrorKind::already_exists, "name: " + file + " is being written by job " + it->second);
+    std::error_code ec;
+    if (!config_.overwrite_outputs && fs::exists(entry.output, ec)) {
+      // The same job again (same content key) may rewrite its own output: same bytes.
+      const auto rec = store_->find_done(content_key(spec));
+      if (!rec || fs::path(rec->output) != entry.output)
+        throw_error(ErrorKind::already_exists, "name: " + file + " already holds another job's output; choose another name");
+    }
+    claimed_outputs_.emplace(entry.output, entry.id);
+  }
+
+  void release_output(const JobEntry& entry) {
+    std::lock_guard lock(mutex_);
+    if (auto it = claimed_outputs_.find(entry.output); it != claimed_outputs_.end() && it->second == entry.id)
+      claimed_outputs_.erase(it);
   }
 
   // The first stage: serve the job from the result cache or from an identical job in flight.
@@ -433,10 +514,10 @@ class RuntimeImpl {
     if (!entry || !result_cache_.enabled()) co_return;
     const auto spec = validate(job.spec());
     entry->key = job_content_key(models_->model_id(spec), spec);
-    const auto out = config_.output_dir / ((spec.name.empty() ? job.id() : spec.name) + extension_for(spec.format));
+    const auto out = output_path(spec, job.id());
     for (;;) {
       if (auto hit = result_cache_.get(*entry->key)) {
-        auto copy = [from = hit->path, out] { copy_output(from, out); };
+        auto copy = [from = hit->path, out] { copy_atomically(from, out); };
         co_await executor_.pool("codec").run(copy);
         entry->cached_output = out;
         entry->cache_hit = true;
@@ -489,11 +570,14 @@ class RuntimeImpl {
   std::unique_ptr<DevicePool> devices_;
   std::unique_ptr<ModelSet> models_;
   std::unique_ptr<Pipeline> pipeline_;
+  std::vector<OutputLock> locks_;  // held for the Runtime's life (config.exclusive_output)
   std::unique_ptr<JobStore> store_;
   ResultCache result_cache_;
   std::atomic<std::uint64_t> result_hits_{0};
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<JobEntry>> entries_;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::string>> finished_order_;  // under mutex_
+  std::map<fs::path, std::string> claimed_outputs_;  // output path -> the unfinished job writing it; under mutex_
   std::atomic<std::size_t> watchers_{0};
   std::atomic<bool> waiting_watchers_{false}, stopping_{false};
   AsyncEvent no_watchers_;
@@ -515,6 +599,8 @@ asio::awaitable<JobHandle> Runtime::async_submit(json::value spec, SubmitOptions
   return impl_->async_submit(std::move(spec), std::move(options));
 }
 JobSpec Runtime::validate(const json::value& spec) const { return impl_->validate(spec); }
+std::string Runtime::content_key(const JobSpec& spec) const { return impl_->content_key(spec); }
+bool Runtime::has_rendered(const JobSpec& spec, const fs::path& path) const { return impl_->has_rendered(spec, path); }
 std::optional<JobHandle> Runtime::find(const std::string& id) const { return impl_->find(id); }
 bool Runtime::cancel(const std::string& id, std::string reason) { return impl_->cancel(id, std::move(reason)); }
 void Runtime::drain() { impl_->drain(); }

@@ -111,6 +111,10 @@ class Runtime {
   boost::asio::awaitable<JobHandle> async_submit(boost::json::value spec, SubmitOptions options = {});
   // Parses a spec against the model's defaults and limits without submitting it.
   JobSpec validate(const boost::json::value& spec) const;
+  // The content key (hex) of a parsed spec on its model: what the output's "vgen:" tag holds.
+  std::string content_key(const JobSpec& spec) const;
+  // Whether the job store records `path` as the finished output of a job with spec's key.
+  bool has_rendered(const JobSpec& spec, const std::filesystem::path& path) const;
 
   // Unfinished jobs and finished ones for job_ttl after they ended.
   std::optional<JobHandle> find(const std::string& id) const;

@@ -27,6 +27,7 @@ struct JobEntry {
   std::optional<ContentKey> key;
   bool leader = false;     // registered in the in-flight map under `key`
   std::filesystem::path cached_output;  // the copy made for a cache hit
+  std::filesystem::path output;         // where the job writes (reserved while it runs)
   AsyncEvent ended;        // set after `result` is final
   std::promise<JobResult> promise;
   std::shared_future<JobResult> future = promise.get_future().share();

@@ -1,6 +1,5 @@
 #include "api/result_cache.hpp"
 
-#include <random>
 
 namespace vgen::detail {
 
@@ -46,23 +45,6 @@ std::shared_ptr<JobEntry> ResultCache::lead(const ContentKey& key, const std::sh
 void ResultCache::release(const ContentKey& key, const JobEntry* job) {
   std::lock_guard lock(mutex_);
   if (auto it = inflight_.find(key); it != inflight_.end() && it->second.get() == job) inflight_.erase(it);
-}
-
-void copy_output(const fs::path& from, const fs::path& to) {
-  std::error_code same_ec;
-  if (fs::exists(to, same_ec) && fs::equivalent(from, to, same_ec)) return;
-  std::random_device rd;
-  const auto tmp = to.parent_path() / ("." + to.filename().string() + ".tmp-" + std::to_string(rd()));
-  try {
-    if (fs::is_directory(from)) fs::copy(from, tmp, fs::copy_options::recursive);
-    else fs::copy_file(from, tmp);
-    if (fs::is_directory(to)) fs::remove_all(to);
-    fs::rename(tmp, to);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw;
-  }
 }
 
 }  // namespace vgen::detail

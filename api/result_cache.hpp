@@ -7,8 +7,7 @@
 //  - lead(key, job): the first job of a key leads (renders); a later one gets the leader back
 //    and waits for it (it then finds the output in the cache, or leads itself if the leader
 //    failed). release(key, job) when the leader ends.
-// Copies of cached outputs are atomic (temp + rename in the target folder): a reader never
-// sees half a file.
+// Copies of cached outputs go through runtime/atomic_file (copy_atomically).
 // Thread-safety: every member may be called from any thread.
 #pragma once
 
@@ -49,9 +48,5 @@ class ResultCache {
   std::mutex mutex_;
   std::map<ContentKey, std::shared_ptr<JobEntry>> inflight_;
 };
-
-// Copies a finished output (a file or a png directory) to `to` atomically; nothing when they
-// are the same file. Blocks (file I/O): run it on a worker pool.
-void copy_output(const std::filesystem::path& from, const std::filesystem::path& to);
 
 }  // namespace vgen::detail

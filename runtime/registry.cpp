@@ -2,7 +2,10 @@
 
 namespace vgen::detail {
 
-void throw_unnamed(const std::string& kind) { throw_error(ErrorKind::invalid_argument, "a " + kind + " needs a name"); }
+void throw_unnamed(const std::string& kind) {
+  const bool vowel = !kind.empty() && std::string_view("aeiou").find(kind.front()) != std::string_view::npos;
+  throw_error(ErrorKind::invalid_argument, std::string(vowel ? "an " : "a ") + kind + " needs a name");
+}
 
 void throw_duplicate(const std::string& kind, const std::string& name) {
   throw_error(ErrorKind::invalid_argument, kind + " '" + name + "' is already registered");

@@ -1,6 +1,7 @@
 #include "stages/model_backend.hpp"
 
 #include "runtime/errors.hpp"
+#include "runtime/registry.hpp"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -74,48 +75,24 @@ std::shared_ptr<const Module> load_torchscript(const fs::path& file, c10::Device
     return std::make_shared<TorchScriptModule>(std::move(m), device, dtype);
   } catch (const c10::Error& e) {
     throw_error(ErrorKind::invalid_argument, "model file '" + file.string() + "' is corrupt or not TorchScript: " +
-                                                 std::string(e.what_without_backtrace()).substr(0, 300));
+                                                 truncate_utf8(e.what_without_backtrace(), 300));
   }
 }
 
-std::mutex& registry_mutex() {
-  static std::mutex m;
-  return m;
-}
-std::map<std::string, ModuleLoader, std::less<>>& registry() {
-  static std::map<std::string, ModuleLoader, std::less<>> r{{"torchscript", load_torchscript}};
+Registry<ModuleLoader>& registry() {
+  static Registry<ModuleLoader> r("model backend", {{"torchscript", load_torchscript}});
   return r;
 }
 
 }  // namespace
 
-void register_model_backend(std::string name, ModuleLoader loader) {
-  std::lock_guard lock(registry_mutex());
-  if (!registry().emplace(std::move(name), std::move(loader)).second)
-    throw_error(ErrorKind::invalid_argument, "model backend already registered");
-}
+void register_model_backend(std::string name, ModuleLoader loader) { registry().add(std::move(name), std::move(loader)); }
 
-std::vector<std::string> model_backend_names() {
-  std::lock_guard lock(registry_mutex());
-  std::vector<std::string> names;
-  for (auto& [n, l] : registry()) names.push_back(n);
-  return names;
-}
+std::vector<std::string> model_backend_names() { return registry().names(); }
 
 std::shared_ptr<const Module> load_module(std::string_view backend, const fs::path& file, std::string_view device,
                                           c10::ScalarType dtype) {
-  ModuleLoader loader;
-  {
-    std::lock_guard lock(registry_mutex());
-    auto it = registry().find(backend);
-    if (it == registry().end()) {
-      std::string known;
-      for (auto& [n, l] : registry()) known += (known.empty() ? "" : ", ") + n;
-      throw_error(ErrorKind::invalid_argument, "model backend '" + std::string(backend) + "' is unknown (known: " + known + ")");
-    }
-    loader = it->second;
-  }
-  return loader(file, parse_torch_device(device), dtype);
+  return registry().get(backend)(file, parse_torch_device(device), dtype);
 }
 
 struct ModuleCache::State {

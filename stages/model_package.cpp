@@ -1,5 +1,6 @@
 #include "stages/model_package.hpp"
 
+#include "runtime/content_key.hpp"
 #include "runtime/errors.hpp"
 
 #include <boost/json.hpp>
@@ -155,7 +156,7 @@ const ModelComponent& ModelPackage::component(const std::string& name) const {
   return it->second;
 }
 
-std::string ModelPackage::id() const { return component("transformer").sha256; }
+std::string ModelPackage::id() const { return identity.empty() ? component("transformer").sha256 : identity; }
 
 ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& options) {
   Reader r{fs::absolute(dir).lexically_normal()};
@@ -172,10 +173,13 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   if (!is_dtype(p.dtype)) r.fail("manifest field 'dtype' must be float32, float16 or bfloat16 (got '" + truncate_utf8(p.dtype, 40) + "')");
 
   const auto& comps = r.obj(m, "components");
-  for (const char* name : {"tokenizer", "text_encoder", "transformer", "vae_decoder"}) {
-    const auto* entry = comps.if_contains(name);
-    if (!entry || !entry->is_object()) r.fail(std::string("manifest lacks component '") + name + "'");
-    const auto& e = entry->get_object();
+  // Every component listed is checked; which ones a package needs is its family's business
+  // (stages/family.hpp), except the transformer, whose hash is part of the package's identity.
+  if (!comps.if_contains("transformer")) r.fail("manifest lacks component 'transformer'");
+  for (const auto& kv : comps) {
+    const std::string name(kv.key());
+    if (!kv.value().is_object()) r.fail("manifest component '" + truncate_utf8(name, 40) + "' must be an object");
+    const auto& e = kv.value().get_object();
     const std::string where = std::string("components.") + name + ".";
     ModelComponent c;
     const auto file = r.str(e, "file", where);
@@ -275,6 +279,9 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   } catch (const Error& e) {
     r.fail(std::string("manifest defaults: ") + e.what());
   }
+  // The whole manifest identifies the model: two packages that share a transformer but differ
+  // in family, scheduler, VAE or anything else render different videos.
+  p.identity = content_key("model-package", m).hex();
   return p;
 }
 

@@ -57,7 +57,10 @@ struct ModelPackage {
   JobSpec defaults;
 
   const ModelComponent& component(const std::string& name) const;
-  std::string id() const;  // stable identity for cache keys: the transformer's sha256
+  // Stable identity for cache keys and placement: a hash of the whole manifest (which names
+  // every component's sha256); the transformer's sha256 for a package built in memory.
+  std::string id() const;
+  std::string identity;  // set by load_model_package
 };
 
 struct PackageLoadOptions {

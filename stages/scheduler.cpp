@@ -1,5 +1,6 @@
 #include "stages/scheduler.hpp"
 
+#include "runtime/registry.hpp"
 #include "stages/scheduler_common.hpp"
 
 #include <ATen/ATen.h>
@@ -47,7 +48,7 @@ class FlowMatchEuler final : public Base<FlowMatchEuler, FlowMatchConfig> {
   static std::unique_ptr<Scheduler> make(const SchedulerParams& params) {
     ParamReader p("FlowMatchEulerDiscreteScheduler", params);
     FlowMatchConfig c;
-    c.train = p.integer("num_train_timesteps", 1000, 1);
+    c.train = p.integer("num_train_timesteps", 1000, 1, 100'000);  // the schedule's length: bounded
     c.shift = p.number("shift", 1.0);
     c.shift_terminal = p.optional_number("shift_terminal");
     c.invert_sigmas = p.flag("invert_sigmas", false);
@@ -228,17 +229,13 @@ class EulerDiscrete final : public Base<EulerDiscrete, EulerConfig> {
 
 // ---- registry ----------------------------------------------------------------------------
 
-struct Registry {
-  std::mutex mutex;
-  std::map<std::string, SchedulerFactory, std::less<>> factories{
-      {"FlowMatchEulerDiscreteScheduler", &FlowMatchEuler::make},
-      {"UniPCMultistepScheduler", &make_unipc},
-      {"DDIMScheduler", &DDIM::make},
-      {"EulerDiscreteScheduler", &EulerDiscrete::make},
-  };
-};
-Registry& registry() {
-  static Registry r;
+Registry<SchedulerFactory>& registry() {
+  static Registry<SchedulerFactory> r("scheduler", {
+                                                       {"FlowMatchEulerDiscreteScheduler", &FlowMatchEuler::make},
+                                                       {"UniPCMultistepScheduler", &make_unipc},
+                                                       {"DDIMScheduler", &DDIM::make},
+                                                       {"EulerDiscreteScheduler", &EulerDiscrete::make},
+                                                   });
   return r;
 }
 
@@ -254,33 +251,12 @@ void Scheduler::check_step(int step_index) const {
   }
 }
 
-void register_scheduler(std::string name, SchedulerFactory factory) {
-  auto& r = registry();
-  std::lock_guard lock(r.mutex);
-  r.factories.insert_or_assign(std::move(name), std::move(factory));
-}
+void register_scheduler(std::string name, SchedulerFactory factory) { registry().add(std::move(name), std::move(factory)); }
 
 std::unique_ptr<Scheduler> make_scheduler(std::string_view name, const SchedulerParams& params) {
-  SchedulerFactory factory;
-  {
-    auto& r = registry();
-    std::lock_guard lock(r.mutex);
-    if (auto it = r.factories.find(name); it != r.factories.end()) factory = it->second;
-  }
-  if (!factory) {
-    std::string known;
-    for (const auto& n : scheduler_names()) known += (known.empty() ? "" : ", ") + n;
-    throw Error(ErrorKind::invalid_argument, "unknown scheduler '" + std::string(name) + "' (known: " + known + ")");
-  }
-  return factory(params);
+  return registry().get(name)(params);  // the factory runs outside the registry's lock
 }
 
-std::vector<std::string> scheduler_names() {
-  auto& r = registry();
-  std::lock_guard lock(r.mutex);
-  std::vector<std::string> names;
-  for (const auto& [name, f] : r.factories) names.push_back(name);
-  return names;
-}
+std::vector<std::string> scheduler_names() { return registry().names(); }
 
 }  // namespace vgen

@@ -9,9 +9,10 @@
 // Use: make_scheduler(name, params) -> set_timesteps(n) -> for i in 0..n-1:
 //   x_in = scale_model_input(x, i); eps = model(x_in, timesteps()[i]); x = step(eps, i, x).
 //
-// Ownership and threads: a Scheduler is a plain value-like object owned by one job. It is not
-// thread-safe; multistep schedulers keep history between step() calls, so a job takes its
-// own instance (clone_fresh()). Nothing here blocks or is cancellable: every call is a few
+// Ownership and threads: a Scheduler is a plain value-like object owned by one denoise group
+// (stages/denoise_loop.hpp: one instance steps all of a group's jobs as one batch, since
+// step() is row-wise). It is not thread-safe; multistep schedulers keep history between
+// step() calls, so every group takes its own instance (make_scheduler or clone_fresh()). Nothing here blocks or is cancellable: every call is a few
 // small tensor operations on the sample's device. The registry is thread-safe.
 #pragma once
 
@@ -83,8 +84,9 @@ class Scheduler {
 
 using SchedulerFactory = std::function<std::unique_ptr<Scheduler>(const SchedulerParams& params)>;
 
-// Adds or replaces a scheduler type. Built-ins: FlowMatchEulerDiscreteScheduler,
-// UniPCMultistepScheduler, DDIMScheduler, EulerDiscreteScheduler.
+// Adds a scheduler type (runtime/registry.hpp: Error(invalid_argument) if the name is taken).
+// Built-ins: FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler, DDIMScheduler,
+// EulerDiscreteScheduler.
 void register_scheduler(std::string name, SchedulerFactory factory);
 
 // Error(invalid_argument) for an unknown name (the message lists the known names) or a bad

@@ -37,9 +37,10 @@ class ParamReader {
   }
   double number(std::string_view key, double fallback) { return get(key, fallback, "must be a number"); }
   bool flag(std::string_view key, bool fallback) { return get(key, fallback, "must be true or false"); }
-  int integer(std::string_view key, int fallback, int min = 0) {
+  int integer(std::string_view key, int fallback, int min = 0, int max = 1'000'000'000) {
     const double d = number(key, fallback);
-    if (d != std::floor(d) || d < min || d > 1e9) bad(key, "must be an integer >= " + std::to_string(min));
+    if (d != std::floor(d) || d < min || d > max)
+      bad(key, "must be an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
     return static_cast<int>(d);
   }
   std::string text(std::string_view key, std::string fallback, std::initializer_list<std::string_view> allowed) {
@@ -158,7 +159,8 @@ struct DdpmConfig {
 };
 
 inline void read_ddpm(ParamReader& p, DdpmConfig& c, std::string spacing, std::initializer_list<std::string_view> predictions) {
-  const int train = c.train = p.integer("num_train_timesteps", 1000, 1);
+  // Bounded: the schedule is a tensor of this many entries (1e9 was a 4 GB allocation).
+  const int train = c.train = p.integer("num_train_timesteps", 1000, 1, 100'000);
   c.prediction = p.text("prediction_type", "epsilon", predictions);
   c.spacing = p.text("timestep_spacing", std::move(spacing), {"linspace", "leading", "trailing"});
   c.steps_offset = p.integer("steps_offset", 0);

@@ -81,7 +81,7 @@ int run_batch_command(const BatchFlags& f) {
   if (!f.out.empty()) flags.output_dir = f.out;
   auto config = make_config(flags);
   default_journal(config, /*resume=*/false);  // a rerun resumes from the prompt file instead
-  const auto locks = lock_outputs(config);    // before the Runtime opens the journal
+  config.exclusive_output = true;             // a second batch or serve on this directory is refused
 
   StopSignals signals;  // before the Runtime starts its threads, which inherit the mask
   Runtime runtime(config);

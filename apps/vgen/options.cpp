@@ -25,19 +25,6 @@ void default_journal(RuntimeConfig& c, bool resume) {
   std::filesystem::create_directories(c.output_dir, ec);  // the journal lives there
 }
 
-std::vector<OutputLock> lock_outputs(const RuntimeConfig& c) {
-  std::vector<OutputLock> locks;
-  locks.push_back(OutputLock::for_directory(c.output_dir));
-  // A journal kept elsewhere can be shared by two output directories: it gets its own lock.
-  if (!c.journal.empty()) {
-    std::error_code e1, e2;
-    const auto journal_dir = std::filesystem::weakly_canonical(std::filesystem::absolute(c.journal), e1).parent_path();
-    const auto output_dir = std::filesystem::weakly_canonical(std::filesystem::absolute(c.output_dir), e2);
-    if (e1 || e2 || journal_dir != output_dir) locks.push_back(OutputLock::for_file(c.journal));
-  }
-  return locks;
-}
-
 void add_job_flags(CLI::App& cmd, JobFlags& f) {
   cmd.add_option("--width", f.width);
   cmd.add_option("--height", f.height);

@@ -24,10 +24,6 @@ void add_runtime_flags(CLI::App& cmd, RuntimeFlags& f);
 RuntimeConfig make_config(const RuntimeFlags& f);
 // batch and serve keep a journal in their output directory unless the config names one.
 void default_journal(RuntimeConfig& c, bool resume);
-// One owner per output directory and journal (runtime/output_lock.hpp): the locks batch and
-// serve hold for their whole run; Error(overloaded) naming the directory when another
-// process owns it. Taken before the Runtime opens (and resumes) the journal.
-std::vector<OutputLock> lock_outputs(const RuntimeConfig& c);
 
 struct JobFlags {
   std::optional<int> width, height, frames, steps;

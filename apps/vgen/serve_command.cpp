@@ -39,6 +39,7 @@ RuntimeConfig serve_config(const ServeFlags& f) {
   if (f.max_body) c.service.max_body_bytes = *f.max_body;
   if (f.job_ttl) c.job_ttl = std::chrono::seconds(*f.job_ttl);
   default_journal(c, /*resume=*/true);  // accepted jobs survive a crash and resume on restart
+  c.overwrite_outputs = false;           // a reused name answers 409, never replaces a finished video
   return c;
 }
 
@@ -66,9 +67,9 @@ int run_serve(const ServeFlags& f) {
     for (const auto& r : HttpApi::routes()) std::cout << r.method << " " << r.path << "\n";
     return 0;
   }
-  const auto config = serve_config(f);
+  auto config = serve_config(f);
   http::parse_listen_address(config.service.listen);  // a bad address fails before the model loads
-  const auto locks = lock_outputs(config);            // before the Runtime resumes the journal
+  config.exclusive_output = true;  // a second batch or serve on this directory is refused
 
   // Block the stop signals before any thread starts, so that every thread inherits the mask
   // and this thread alone takes them with sigwait.

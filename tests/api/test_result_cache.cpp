@@ -56,17 +56,3 @@ TEST_CASE("with no entries the cache keeps nothing and every job leads") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("copy_output copies files and png directories whole, and leaves no temporary") {
-  const auto dir = test::temp_dir("vgen-result-cache-");
-  std::ofstream(dir / "a.mp4") << "video";
-  fs::create_directories(dir / "frames");
-  std::ofstream(dir / "frames" / "0001.png") << "png";
-  copy_output(dir / "a.mp4", dir / "b.mp4");
-  copy_output(dir / "frames", dir / "frames2");
-  copy_output(dir / "a.mp4", dir / "a.mp4");  // onto itself: nothing
-  CHECK(fs::file_size(dir / "b.mp4") == 5);
-  CHECK(fs::is_regular_file(dir / "frames2" / "0001.png"));
-  CHECK(fs::file_size(dir / "a.mp4") == 5);
-  for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
-  fs::remove_all(dir);
-}
