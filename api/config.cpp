@@ -180,6 +180,7 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
                          {"threads", count(r, c.encoder_threads, 1, 64)}});
        }},
       {"job_ttl_s", seconds(r, c.job_ttl, 1, 365 * 86400)},
+      {"quarantine_after", count(r, c.quarantine_after, 0, 1000)},
       {"faults", [&](const json::value& v, const std::string& p) {
          if (!v.is_object()) r.fail(p, "must be an object");
          c.faults = parse_fault_plan(v.get_object(), origin + ": " + p);
@@ -242,6 +243,7 @@ json::object to_json(const RuntimeConfig& c) {
                  {"max_backoff_ms", c.retry_max_backoff.count()}, {"multiplier", c.retry_multiplier}}},
       {"encoder", {{"crf", c.encoder_crf}, {"preset", c.encoder_preset}, {"threads", c.encoder_threads}}},
       {"job_ttl_s", c.job_ttl.count()},
+      {"quarantine_after", c.quarantine_after},
       {"service", {{"listen", c.service.listen}, {"max_body_bytes", c.service.max_body_bytes},
                    {"token", c.service.token.empty() ? "" : "(set)"}, {"max_connections", c.service.max_connections}}},
   };

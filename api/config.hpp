@@ -83,7 +83,11 @@ struct RuntimeConfig {
   bool exclusive_output = false;
   // Whether a job may replace a file another job finished under the same name (`vgen batch`
   // reruns do; `vgen serve` answers 409 instead). A job with the same content key always may.
-  bool overwrite_outputs = true;  // the job store kind for `journal` (runtime/job_store.hpp job_stores())
+  bool overwrite_outputs = true;
+  // Poison jobs: a job whose compute started this many times in processes that then died
+  // (attempts recorded in the job store, never ended) is failed with "crashed the worker N
+  // times" on the next start instead of run again. 0: never.
+  std::size_t quarantine_after = 2;  // the job store kind for `journal` (runtime/job_store.hpp job_stores())
   bool resume_journal = true;
 
   // Fault injection (off by default; runtime/fault_injector.hpp). $VGEN_FAULTS (JSON) replaces it.

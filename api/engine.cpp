@@ -27,6 +27,8 @@
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <climits>
 #include <atomic>
 #include <deque>
 #include <map>
@@ -146,13 +148,13 @@ class RuntimeImpl {
     const auto parsed = validate(spec);
     auto entry = register_entry(o, parsed);
     try {
-      journal_submitted(*entry, parsed, spec);
+      if (!o.resuming) journal_submitted(*entry, parsed, spec);  // a resumed job's row is there (attempts kept)
       std::shared_ptr<Job> job;
       if (wait) job = executor_.run_sync(pipeline_->submit(std::move(spec), entry->id, deadline_of(o)));
       else job = pipeline_->try_submit(std::move(spec), entry->id, deadline_of(o));
       return admitted(entry, std::move(job));
     } catch (...) {
-      unregister(entry->id);
+      unregister(entry->id, !o.resuming);
       throw;
     }
   }
@@ -163,12 +165,12 @@ class RuntimeImpl {
     auto entry = register_entry(o, parsed);
     std::shared_ptr<Job> job;
     try {
-      journal_submitted(*entry, parsed, spec);
+      if (!o.resuming) journal_submitted(*entry, parsed, spec);  // a resumed job's row is there (attempts kept)
       std::string id = entry->id;  // named locals, not temporaries, in the co_await (GCC 12)
       const auto deadline = deadline_of(o);
       job = co_await pipeline_->submit(std::move(spec), std::move(id), deadline);
     } catch (...) {
-      unregister(entry->id);
+      unregister(entry->id, !o.resuming);
       throw;
     }
     co_return admitted(entry, std::move(job));
@@ -260,7 +262,9 @@ class RuntimeImpl {
     return entry;
   }
 
-  void unregister(const std::string& id) {
+  // Forgets a submission that was refused after all; its store row too unless the store had
+  // it before (a resumed job stays there to be resumed or failed).
+  void unregister(const std::string& id, bool forget_row = true) {
     {
       std::lock_guard lock(mutex_);
       if (auto it = entries_.find(id); it != entries_.end()) {
@@ -269,7 +273,7 @@ class RuntimeImpl {
         entries_.erase(it);
       }
     }
-    store_->forget(id);  // never acknowledged
+    if (forget_row) store_->forget(id);  // never acknowledged
   }
 
   // ---- job store ----
@@ -322,14 +326,45 @@ class RuntimeImpl {
       store_->mark_unfinished_interrupted();
       return;
     }
-    auto records = store_->unfinished();
+    auto records = quarantine(store_->unfinished());
     if (records.empty()) return;
     spdlog::info("job store {}: resuming {} unfinished job(s)", store_->location(), records.size());
     asio::co_spawn(executor_.get_executor(), resume(std::move(records)), asio::detached);
   }
 
+  // Fails the records whose compute started quarantine_after times in processes that died
+  // (every claim of an unfinished job is an attempt that never ended); returns the others.
+  std::vector<JobRecord> quarantine(std::vector<JobRecord> records) {
+    if (config_.quarantine_after == 0) return records;
+    std::vector<JobRecord> keep;
+    for (auto& rec : records) {
+      if (static_cast<std::size_t>(rec.attempts) < config_.quarantine_after) {
+        keep.push_back(std::move(rec));
+        continue;
+      }
+      spdlog::error("job {} crashed the worker {} times: quarantined (failed, not run again)", rec.id, rec.attempts);
+      rec.status = "failed";
+      rec.error_kind = std::string(to_string(ErrorKind::internal));
+      rec.error = "crashed the worker " + std::to_string(rec.attempts) + " times";
+      try {
+        store_->record_finished(rec);
+      } catch (const std::exception& e) {
+        spdlog::error("job store {}: {}", store_->location(), e.what());
+      }
+      metrics_.counter("vgen_jobs_quarantined_total", "Jobs failed because they crashed the worker repeatedly", {}).inc();
+    }
+    return keep;
+  }
+
   // Resubmits a crashed runtime's unfinished jobs under their ids (waiting for queue room).
+  // Suspects first, each alone: a job whose compute had started when a process died (claimed,
+  // attempts >= 1) may be what killed it, or may have been beside the job that did. Run alone,
+  // a crash can only be its own, so an innocent bystander is never quarantined (unless a new
+  // client job crashes the worker while a suspect reruns). Likely-innocent suspects (fewer
+  // attempts) go first; then the jobs that never started, as before.
   asio::awaitable<void> resume(std::vector<JobRecord> records) {
+    const auto order = [](const JobRecord& r) { return r.attempts > 0 ? r.attempts : INT_MAX; };  // suspects by attempts, then the rest
+    std::stable_sort(records.begin(), records.end(), [&](const JobRecord& a, const JobRecord& b) { return order(a) < order(b); });
     for (auto& rec : records) {
       try {
         // Named locals: GCC 12 mishandles class temporaries inside a co_await expression.
@@ -337,7 +372,8 @@ class RuntimeImpl {
         options.id = rec.id;
         options.resuming = true;
         json::value spec(rec.spec);
-        co_await async_submit(std::move(spec), std::move(options));
+        auto handle = co_await async_submit(std::move(spec), std::move(options));
+        if (rec.attempts > 0) co_await handle.async_wait();  // a suspect runs alone
       } catch (const std::exception& e) {
         rec.status = "failed";
         rec.error_kind = std::string(to_string(ErrorKind::invalid_argument));

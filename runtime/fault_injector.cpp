@@ -8,7 +8,9 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 
+#include <csignal>
 #include <cstring>
+#include <unistd.h>
 #include <memory>
 
 namespace vgen {
@@ -40,6 +42,12 @@ const StageFaults* faults_for(const FaultPlan& plan, const std::string& stage) {
 
 asio::awaitable<void> inject(const FaultInjector* injector, StageFaults faults, std::string stage,
                              std::shared_ptr<StageFn> inner, Job& job) {
+  const auto& plan = injector->plan();
+  if (!plan.crash_stage.empty() && stage == plan.crash_stage) {
+    const auto* prompt = job.spec().is_object() ? job.spec().get_object().if_contains("prompt") : nullptr;
+    if (prompt && prompt->is_string() && std::string_view(prompt->get_string()).find(plan.crash_prompt) != std::string_view::npos)
+      ::kill(::getpid(), SIGKILL);  // a worker crash as the kernel delivers it: nothing runs after this
+  }
   if (faults.latency.count() > 0) {
     asio::steady_timer t(co_await asio::this_coro::executor, faults.latency);
     co_await t.async_wait(asio::use_awaitable);
@@ -58,7 +66,7 @@ asio::awaitable<void> inject(const FaultInjector* injector, StageFaults faults, 
 bool FaultPlan::enabled() const {
   for (const auto& [_, f] : stages)
     if (f.transient_rate > 0 || f.permanent_rate > 0 || f.latency.count() > 0) return true;
-  return oom_rate > 0 || oom_above_batch > 0;
+  return oom_rate > 0 || oom_above_batch > 0 || !crash_stage.empty();
 }
 
 FaultPlan parse_fault_plan(const json::object& o, const std::string& origin) {
@@ -69,6 +77,15 @@ FaultPlan parse_fault_plan(const json::object& o, const std::string& origin) {
     if (key == "seed") plan.seed = static_cast<std::uint64_t>(whole(kv.value(), path, INT64_MAX));
     else if (key == "oom_rate") plan.oom_rate = rate(kv.value(), path);
     else if (key == "oom_above_batch") plan.oom_above_batch = static_cast<std::size_t>(whole(kv.value(), path, 1 << 20));
+    else if (key == "crash") {
+      const auto* c = kv.value().if_object();
+      const auto* st = c ? c->if_contains("stage") : nullptr;
+      const auto* pr = c ? c->if_contains("prompt") : nullptr;
+      if (!st || !st->is_string() || !pr || !pr->is_string() || pr->get_string().empty() || c->size() != 2)
+        throw_error(ErrorKind::invalid_argument, path + ": must be {\"stage\": name, \"prompt\": non-empty text}");
+      plan.crash_stage = std::string(st->get_string());
+      plan.crash_prompt = std::string(pr->get_string());
+    }
     else if (key == "stages") {
       if (!kv.value().is_object()) throw_error(ErrorKind::invalid_argument, path + ": must be an object of stage names");
       for (const auto& st : kv.value().get_object()) {
@@ -86,7 +103,7 @@ FaultPlan parse_fault_plan(const json::object& o, const std::string& origin) {
         plan.stages[std::string(st.key())] = f;
       }
     } else {
-      throw_error(ErrorKind::invalid_argument, path + ": unknown key (known: oom_above_batch, oom_rate, seed, stages)");
+      throw_error(ErrorKind::invalid_argument, path + ": unknown key (known: crash, oom_above_batch, oom_rate, seed, stages)");
     }
   }
   return plan;
@@ -101,9 +118,12 @@ double FaultInjector::draw(const std::string& job, const std::string& what, int 
 
 StageSpec FaultInjector::wrap(StageSpec stage) const {
   const auto* f = faults_for(plan_, stage.name);
-  if (!f || (f->transient_rate == 0 && f->permanent_rate == 0 && f->latency.count() == 0)) return stage;
+  const bool crash = !plan_.crash_stage.empty() && plan_.crash_stage == stage.name;
+  if (!crash && (!f || (f->transient_rate == 0 && f->permanent_rate == 0 && f->latency.count() == 0))) return stage;
   auto inner = std::make_shared<StageFn>(std::move(stage.fn));
-  stage.fn = [this, faults = *f, name = stage.name, inner](Job& job) { return inject(this, faults, name, inner, job); };
+  stage.fn = [this, faults = f ? *f : StageFaults{}, name = stage.name, inner](Job& job) {
+    return inject(this, faults, name, inner, job);
+  };
   return stage;
 }
 

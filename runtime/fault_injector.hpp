@@ -6,7 +6,9 @@
 // a hash of (seed, j, s, n), never of thread timing, so a test with a fixed seed sees the same
 // faults on a loaded machine as on an idle one.
 // Configured from JSON ({"seed", "stages": {name: {transient_rate, permanent_rate, latency_ms}},
-// "oom_rate", "oom_above_batch"}), e.g. the "faults" key of a config file or $VGEN_FAULTS.
+// "oom_rate", "oom_above_batch", "crash": {"stage", "prompt"}}), e.g. the "faults" key of a
+// config file or $VGEN_FAULTS. "crash" is a drill for poison-job quarantine: a job whose prompt
+// contains `prompt` kills the whole process (SIGKILL, no cleanup) when it enters `stage`.
 // Thread-safety: immutable after construction; wrap() and check_oom() may run on any thread.
 #pragma once
 
@@ -30,6 +32,7 @@ struct FaultPlan {
   std::map<std::string, StageFaults> stages;  // by stage name; "*" applies to every stage
   double oom_rate = 0;                        // denoiser calls reporting out-of-memory
   std::size_t oom_above_batch = 0;            // calls with more jobs than this run out of memory (0: never)
+  std::string crash_stage, crash_prompt;      // kill the process when a matching job enters the stage
   bool enabled() const;
 };
 
