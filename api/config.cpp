@@ -1,6 +1,7 @@
 #include "api/config.hpp"
 
 #include "runtime/device_pool.hpp"
+#include "api/journal.hpp"
 #include "runtime/errors.hpp"
 #include "stages/job_spec.hpp"
 
@@ -181,6 +182,11 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
        }},
       {"job_ttl_s", seconds(r, c.job_ttl, 1, 365 * 86400)},
       {"quarantine_after", count(r, c.quarantine_after, 0, 1000)},
+      {"job_store", [&](const json::value& v, const std::string& p) {
+         c.job_store = r.string(v, p);
+         register_builtin_job_stores();  // the registry decides which kinds exist
+         if (!job_stores().contains(c.job_store)) r.fail(p, "unknown job store '" + c.job_store + "' (known: " + job_stores().known() + ")");
+       }},
       {"faults", [&](const json::value& v, const std::string& p) {
          if (!v.is_object()) r.fail(p, "must be an object");
          c.faults = parse_fault_plan(v.get_object(), origin + ": " + p);
@@ -244,6 +250,7 @@ json::object to_json(const RuntimeConfig& c) {
       {"encoder", {{"crf", c.encoder_crf}, {"preset", c.encoder_preset}, {"threads", c.encoder_threads}}},
       {"job_ttl_s", c.job_ttl.count()},
       {"quarantine_after", c.quarantine_after},
+      {"job_store", c.job_store},
       {"service", {{"listen", c.service.listen}, {"max_body_bytes", c.service.max_body_bytes},
                    {"token", c.service.token.empty() ? "" : "(set)"}, {"max_connections", c.service.max_connections}}},
   };

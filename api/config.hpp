@@ -76,7 +76,7 @@ struct RuntimeConfig {
   // default to <output_dir>/.vgen-journal.db. With resume_journal a new Runtime resubmits the
   // jobs a crashed one left unfinished; without, it marks them interrupted.
   std::filesystem::path journal;
-  std::string job_store = "sqlite";
+  std::string job_store = "sqlite";  // the job store kind at `journal` (runtime/job_store.hpp job_stores())
   // Hold runtime/output_lock on output_dir (and on a journal kept elsewhere) for the Runtime's
   // life: a second Runtime, `vgen batch` or `vgen serve` on them is refused with overloaded.
   // `vgen batch` and `vgen serve` turn it on; embedders choose.
@@ -87,7 +87,7 @@ struct RuntimeConfig {
   // Poison jobs: a job whose compute started this many times in processes that then died
   // (attempts recorded in the job store, never ended) is failed with "crashed the worker N
   // times" on the next start instead of run again. 0: never.
-  std::size_t quarantine_after = 2;  // the job store kind for `journal` (runtime/job_store.hpp job_stores())
+  std::size_t quarantine_after = 2;
   bool resume_journal = true;
 
   // Fault injection (off by default; runtime/fault_injector.hpp). $VGEN_FAULTS (JSON) replaces it.

@@ -12,8 +12,11 @@
 // mark_unfinished_interrupted() ends them instead (a batch run resumes from its prompt file).
 // find_done(key) is the newest finished output with a content key (the result cache's
 // second level across restarts).
+// record_progress is for step checkpoints (the recovery issue): the Runtime does not record
+// per-step progress yet.
 // Thread-safety: every member may be called from any thread. Calls block on I/O (a store
-// may fsync): the Runtime calls them off its io threads where it can.
+// may fsync): the Runtime calls record_accepted on the submitting thread, claim and
+// record_finished on its io threads (one fsync each per job).
 #pragma once
 
 #include "runtime/errors.hpp"
@@ -68,7 +71,7 @@ class JobStore {
 // Makes a store at `location` (a file for "sqlite"; ignored by "memory"); Error(invalid_argument)
 // naming the location if it cannot be opened.
 using JobStoreFactory = std::function<std::unique_ptr<JobStore>(const std::filesystem::path& location)>;
-// Built-in: "memory". api/journal.cpp adds "sqlite" (register_sqlite_job_store()).
+// Built-in: "memory". api/journal.cpp adds "sqlite" (register_builtin_job_stores()).
 Registry<JobStoreFactory>& job_stores();
 
 // The in-memory store (what "memory" makes).

@@ -1,5 +1,6 @@
 // vgen::Registry<T>: the one way variants are chosen by name — schedulers, model backends,
-// placement policies, encoders and model families each keep one Registry of their factories.
+// placement policies, encoders, model families and job stores each keep one Registry of their
+// factories.
 //
 //   Registry<SchedulerFactory>& schedulers();           // a function-local static per kind
 //   schedulers().add("DDIMScheduler", &DDIM::make);     // Error(invalid_argument) if taken

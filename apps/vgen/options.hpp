@@ -4,7 +4,6 @@
 #pragma once
 
 #include "api/config.hpp"
-#include "runtime/output_lock.hpp"
 
 #include <CLI/CLI.hpp>
 #include <boost/json/object.hpp>

@@ -1,4 +1,4 @@
-"""Reference for the C++ parity test (tests/stages/test_wan_pipeline.cpp): builds the tiny
+"""Reference for the C++ parity test (tests/stages/test_wan_family.cpp): builds the tiny
 random Wan pipeline offline, exports it as a vgen package (float32 and bfloat16), and runs
 diffusers' own WanPipeline on one case with UniPC (the package's scheduler), with
 FlowMatchEuler, and in bfloat16,
