@@ -185,6 +185,7 @@ std::optional<std::size_t> DevicePoolState::place_locked(const PlacementRequest&
   for (bool with_eviction : {false, true}) {
     for (std::size_t i = 0; i < devices_.size(); ++i) {
       const Device& d = devices_[i];
+      if (std::find(request.avoid.begin(), request.avoid.end(), d.spec.id) != request.avoid.end()) continue;
       if (d.active < d.spec.max_concurrency && fits_locked(d, request, with_eviction))
         candidates.push_back(i);
     }

@@ -23,6 +23,9 @@ struct PlacementRequest {
   std::string model;            // what must be resident; empty = nothing to keep resident
   std::size_t model_bytes = 0;  // memory the model takes while resident
   std::size_t work_bytes = 0;   // memory the work takes while the lease is held
+  // Devices that must not be chosen (e.g. one that just ran out of memory on this work). Use
+  // with try_acquire: an acquire() that avoids every device would wait for good.
+  std::vector<std::string> avoid;
 };
 
 // One device as a policy (and DevicePool::status) sees it.

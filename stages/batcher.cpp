@@ -119,11 +119,24 @@ asio::awaitable<void> Batcher::run_group(std::shared_ptr<Group> group) {
     // jobs that arrive join this group instead of queueing behind it in groups of their own
     // (as a dynamic batcher forms its batch when a model instance frees up). A free device
     // is granted at once, so this adds no wait.
-    auto placement = co_await place(*group);
+    std::optional<Placement> placement = co_await place(*group);
     close(*group);
     record_size(*group);
-    if (group->kind == BatchKind::denoise) co_await run_denoise_loop(*group, placement, options_);
-    else co_await run_once(*group, placement);
+    std::vector<std::string> out_of_memory_on;
+    for (;;) {
+      std::exception_ptr failure;
+      try {
+        co_await run_work(*group, *placement);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      if (!failure) break;
+      if (classify(failure) != ErrorKind::out_of_memory) std::rethrow_exception(failure);
+      out_of_memory_on.push_back(placement->device);
+      placement.reset();  // the lease goes back before another is asked for
+      placement = place_elsewhere(*group, out_of_memory_on);
+      if (!placement) std::rethrow_exception(failure);  // no device with room: shrink instead
+    }
   } catch (...) {
     close(*group);  // a group that failed before it closed takes no more jobs
     group->error = std::current_exception();
@@ -133,6 +146,37 @@ asio::awaitable<void> Batcher::run_group(std::shared_ptr<Group> group) {
     }
   }
   group->done.set();
+}
+
+asio::awaitable<void> Batcher::run_work(Group& group, const Placement& placement) {
+  if (group.kind == BatchKind::denoise) co_await run_denoise_loop(group, placement, options_);
+  else co_await run_once(group, placement);
+}
+
+// A free device other than those in `avoid`, now (never waits: a busy fleet shrinks instead).
+std::optional<Placement> Batcher::place_elsewhere(const Group& group, const std::vector<std::string>& avoid) {
+  PlacementRequest req;
+  req.model = group.family->package().id();
+  req.avoid = avoid;
+  auto lease = options_.devices->try_acquire(req);
+  if (!lease) return std::nullopt;
+  Placement p;
+  p.lease = std::move(*lease);
+  p.device = p.lease.device().id;
+  p.pool = &options_.executor->pool(device_pool_name(p.device));
+  {
+    std::lock_guard lock(mutex_);
+    ++oom_moves_;
+  }
+  if (options_.metrics)
+    options_.metrics->counter("vgen_oom_moves_total", "Batched groups moved to another device after running out of memory", {})
+        .inc();
+  return p;
+}
+
+std::uint64_t Batcher::oom_moves() const {
+  std::lock_guard lock(mutex_);
+  return oom_moves_;
 }
 
 // Preprocess or decode: one family call for every live member.

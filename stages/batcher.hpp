@@ -16,9 +16,10 @@
 // not in any job's stage, so cancelling one job (its stage stops waiting) never stops the
 // others; the group drops a cancelled job between calls. Results are written into the jobs'
 // FamilyJob state only when the group's work completes, so a failed group leaves its jobs as
-// they were (a retry starts clean). Out of memory: a group that fails with
-// Error(out_of_memory) fails its jobs (the stage's retry policy retries them) and halves the
-// batch size for jobs of its key, down to one.
+// they were (a retry starts clean). Out of memory moves before it shrinks: a group whose call
+// fails with Error(out_of_memory) returns its lease and runs again, whole, on another device
+// with room (each device at most once); when none has room, it fails its jobs (the stage's
+// retry policy retries them) and halves the batch size for jobs of its key, down to one.
 // Thread-safety: join() may be called from any thread. The Batcher must outlive its groups
 // (the stages hold it by shared_ptr).
 #pragma once
@@ -36,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 namespace vgen {
 
@@ -73,6 +75,8 @@ class Batcher {
   std::map<std::size_t, std::uint64_t> group_sizes(BatchKind kind) const;
   // The keys of the groups run so far, with their sizes, in order (tests).
   std::vector<std::pair<std::string, std::size_t>> group_log() const;
+  // Groups moved to another device after running out of memory.
+  std::uint64_t oom_moves() const;
 
   struct Member {
     std::shared_ptr<Job> job;
@@ -96,6 +100,8 @@ class Batcher {
   boost::asio::awaitable<void> collect(Group& group);
   boost::asio::awaitable<Placement> place(const Group& group);
   boost::asio::awaitable<void> run_once(Group& group, const Placement& placement);
+  boost::asio::awaitable<void> run_work(Group& group, const Placement& placement);
+  std::optional<Placement> place_elsewhere(const Group& group, const std::vector<std::string>& avoid);
   void record_size(const Group& group);
   void close(Group& group);
   const BatcherOptions options_;
@@ -104,6 +110,7 @@ class Batcher {
   std::map<std::pair<BatchKind, std::size_t>, std::uint64_t> sizes_;
   std::vector<std::pair<std::string, std::size_t>> log_;
   std::map<std::string, std::size_t> caps_;  // batch size limits learnt from out-of-memory errors
+  std::uint64_t oom_moves_ = 0;
 };
 
 // Members whose jobs are not cancelled (the others are marked dropped).

@@ -22,10 +22,11 @@ namespace {
 
 struct Bench {
   Executor executor{{.io_threads = 1}};
-  std::vector<DeviceSpec> specs = parse_device_list("cpu");
-  DevicePool pool{specs};
+  std::vector<DeviceSpec> specs;
+  DevicePool pool;
   std::shared_ptr<Batcher> batcher;
-  Bench(std::size_t max_batch, std::chrono::milliseconds wait) {
+  Bench(std::size_t max_batch, std::chrono::milliseconds wait, const std::string& devices = "cpu")
+      : specs(parse_device_list(devices)), pool(specs) {
     add_device_pools(executor, specs);
     batcher = std::make_shared<Batcher>(BatcherOptions{.max_batch = max_batch, .wait = wait, .executor = &executor, .devices = &pool});
   }
@@ -180,4 +181,52 @@ TEST_CASE("jobs of different families never share a group" * doctest::timeout(60
   CHECK(test::fake(*fb).max_rows_after(0) <= 3);
   // fake-b computes differently from fake-a: its results are its own.
   CHECK_FALSE(at::equal(family_job(*jobs[0].second)->state.latents, alone(30)));
+}
+
+TEST_CASE("out of memory moves the group whole to another device before it shrinks" * doctest::timeout(60)) {
+  Bench b(3, std::chrono::seconds(30), "cpu,cpu");
+  auto family = test::make_fake_family("fake-a");
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (std::uint64_t s : {41, 42, 43}) jobs.push_back(make_job(family, s));
+  auto run_all = [&] {
+    auto run = [&]() -> asio::awaitable<void> {
+      std::vector<std::future<std::exception_ptr>> done;
+      for (auto& j : jobs) done.push_back(asio::co_spawn(b.executor.get_executor(), render(*b.batcher, family, j), asio::use_future));
+      for (auto& d : done) {
+        while (d.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) co_await test::sleep_for(std::chrono::milliseconds(2));
+        CHECK(d.get() == nullptr);
+      }
+    };
+    b.executor.run_sync(run());
+  };
+  // Whichever device the group lands on first runs out of memory; the other has room.
+  const auto first = b.specs.front().id;
+  test::fake(*family).oom_device = first;
+  run_all();
+  const auto moved = b.batcher->oom_moves();
+  CHECK(b.batcher->group_sizes(BatchKind::denoise) == std::map<std::size_t, std::uint64_t>{{3, 1}});  // not halved
+  for (std::uint64_t s : {41, 42, 43}) CHECK(at::equal(family_job(*jobs[s - 41])->state.latents, alone(s)));
+  for (auto& j : jobs) CHECK(family_job(*j)->device != first);
+  CHECK(moved >= 1);
+  CHECK(b.pool.status().size() == 2);
+  for (const auto& d : b.pool.status()) CHECK(d.active == 0);  // every lease returned
+  // With every device out of memory there is nowhere to move: the group fails and shrinks.
+  test::fake(*family).oom_device = "";
+  test::fake(*family).oom_above_rows = 1;
+  std::vector<std::exception_ptr> errors;
+  auto run = [&]() -> asio::awaitable<void> {
+    std::vector<std::future<std::exception_ptr>> done;
+    for (auto& j : jobs) done.push_back(asio::co_spawn(b.executor.get_executor(), render(*b.batcher, family, j, false), asio::use_future));
+    for (auto& d : done) {
+      while (d.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) co_await test::sleep_for(std::chrono::milliseconds(2));
+      errors.push_back(d.get());
+    }
+  };
+  b.executor.run_sync(run());
+  for (auto& e : errors) {
+    REQUIRE(e != nullptr);
+    CHECK(classify(e) == ErrorKind::out_of_memory);
+  }
+  CHECK(b.batcher->oom_moves() == moved + 1);  // tried the other device once, then gave up
+  for (const auto& d : b.pool.status()) CHECK(d.active == 0);
 }

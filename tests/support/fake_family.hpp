@@ -62,6 +62,8 @@ class FakeFamily final : public Family {
       }
     }
     if (on_predict) on_predict(n, call.jobs.size());
+    if (!oom_device.empty() && call.device == oom_device)
+      throw_error(ErrorKind::out_of_memory, "fake family: out of memory on " + call.device);
     if (oom_above_rows && call.jobs.size() > oom_above_rows && call.jobs.front()->state.step >= oom_from_step)
       throw_error(ErrorKind::out_of_memory, "fake family: out of memory at " + std::to_string(call.jobs.size()) + " rows");
     return call.x * gain_ + call.timestep.to(at::kFloat) / 1000.0;
@@ -104,6 +106,7 @@ class FakeFamily final : public Family {
   std::string expect_model;  // the "model" field this family's jobs carry
   std::size_t oom_above_rows = 0;  // 0: never
   int oom_from_step = 0;
+  std::string oom_device;  // every call on this device runs out of memory
   std::atomic<int> warm_ups{0};
 
  private:
