@@ -42,11 +42,11 @@ bool match(std::string_view pattern, std::string_view path, std::string& id) {
     pattern.remove_prefix(1);
     path.remove_prefix(1);
     const auto pe = std::min(pattern.find('/'), pattern.size()), se = std::min(path.find('/'), path.size());
-    const auto want = pattern.substr(0, pe), got = path.substr(0, se);
-    if (want == "{id}") {
+    const auto expected = pattern.substr(0, pe), got = path.substr(0, se);
+    if (expected == "{id}") {
       if (got.empty()) return false;
       id = std::string(got);
-    } else if (want != got) {
+    } else if (expected != got) {
       return false;
     }
     pattern.remove_prefix(pe);

@@ -289,15 +289,15 @@ tcp::endpoint HttpServer::listen() {
   auto& st = *state_;
   std::lock_guard lock(st.mutex);
   if (st.listening) return st.endpoint;
-  const tcp::endpoint wanted = listen_endpoint(st.options.listen);
+  const tcp::endpoint endpoint = listen_endpoint(st.options.listen);
   boost::system::error_code ec;
   auto fail = [&](const char* what) {
     throw_error(ErrorKind::transient, "cannot listen on " + st.options.listen + ": " + what + ": " + ec.message());
   };
-  st.acceptor.open(wanted.protocol(), ec);
+  st.acceptor.open(endpoint.protocol(), ec);
   if (ec) fail("open");
   st.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-  st.acceptor.bind(wanted, ec);
+  st.acceptor.bind(endpoint, ec);
   if (ec) {
     beast::error_code ignored;
     st.acceptor.close(ignored);
