@@ -3,6 +3,8 @@
 // that removes only what dead writers left.
 #include "runtime/atomic_file.hpp"
 
+#include "tests/support/temp_dir.hpp"
+
 #include "tests/support/tmpfs.hpp"
 
 #include <doctest/doctest.h>
@@ -25,35 +27,12 @@ namespace fs = std::filesystem;
 using vgen::Error;
 using vgen::ErrorKind;
 
+using vgen::test::TempDir;
+using vgen::test::listing;
+
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::random_device random;
-    path_ = fs::temp_directory_path() / ("vgen-test-atomic-" + std::to_string(random()) + "-" + std::to_string(random()));
-    fs::create_directories(path_);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
 
- private:
-  fs::path path_;
-};
-
-// Sorted entry names of `dir`, hidden ones included.
-std::vector<std::string> listing(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 std::string read(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);

@@ -64,6 +64,30 @@ at::Tensor alone(std::uint64_t seed, int steps = 4) {
   return family_job(*job)->state.latents.clone();
 }
 
+// Runs every (family, job) through the batcher at once; returns each one's error (or null).
+std::vector<std::exception_ptr> render_all(Bench& b, const std::vector<std::pair<std::shared_ptr<Family>, std::shared_ptr<Job>>>& jobs,
+                                           bool prepare = true) {
+  std::vector<std::exception_ptr> errors;
+  auto run = [&]() -> asio::awaitable<void> {
+    std::vector<std::future<std::exception_ptr>> done;
+    for (const auto& [f, j] : jobs)
+      done.push_back(asio::co_spawn(b.executor.get_executor(), render(*b.batcher, f, j, prepare), asio::use_future));
+    for (auto& d : done) {
+      while (d.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) co_await test::sleep_for(std::chrono::milliseconds(2));
+      errors.push_back(d.get());
+    }
+  };
+  b.executor.run_sync(run());
+  return errors;
+}
+
+std::vector<std::pair<std::shared_ptr<Family>, std::shared_ptr<Job>>> of(const std::shared_ptr<Family>& f,
+                                                                         const std::vector<std::shared_ptr<Job>>& jobs) {
+  std::vector<std::pair<std::shared_ptr<Family>, std::shared_ptr<Job>>> out;
+  for (const auto& j : jobs) out.emplace_back(f, j);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("jobs joining while a group collects are included; the filling joiner starts it" * doctest::timeout(60)) {
@@ -72,17 +96,8 @@ TEST_CASE("jobs joining while a group collects are included; the filling joiner 
   auto family = test::make_fake_family("fake-a");
   std::vector<std::shared_ptr<Job>> jobs;
   for (std::uint64_t s : {1, 2, 3}) jobs.push_back(make_job(family, s));
-  auto run = [&]() -> asio::awaitable<void> {
-    // The first job opens the group; the others join while it collects.
-    std::vector<std::future<std::exception_ptr>> done;
-    for (auto& j : jobs) done.push_back(asio::co_spawn(b.executor.get_executor(), render(*b.batcher, family, j), asio::use_future));
-    for (auto& d : done) {
-      while (d.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) co_await test::sleep_for(std::chrono::milliseconds(2));
-      CHECK(d.get() == nullptr);
-    }
-  };
   const auto t0 = std::chrono::steady_clock::now();
-  b.executor.run_sync(run());
+  for (auto& e : render_all(b, of(family, jobs))) CHECK(e == nullptr);  // the first opens the group, the others join
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(25));  // did not wait out the 30 s
   CHECK(b.batcher->group_sizes(BatchKind::denoise) == std::map<std::size_t, std::uint64_t>{{3, 1}});
   CHECK(b.batcher->group_sizes(BatchKind::preprocess) == std::map<std::size_t, std::uint64_t>{{3, 1}});
@@ -102,17 +117,7 @@ TEST_CASE("a job cancelled mid-group stops; the others finish as they would alon
       jobs[1]->request_cancel();
     }
   };
-  std::vector<std::exception_ptr> errors(3);
-  auto run = [&]() -> asio::awaitable<void> {
-    std::vector<std::future<std::exception_ptr>> done;
-    for (auto& j : jobs) done.push_back(asio::co_spawn(b.executor.get_executor(), render(*b.batcher, family, j), asio::use_future));
-    for (std::size_t i = 0; i < done.size(); ++i) {
-      while (done[i].wait_for(std::chrono::milliseconds(0)) != std::future_status::ready)
-        co_await test::sleep_for(std::chrono::milliseconds(2));
-      errors[i] = done[i].get();
-    }
-  };
-  b.executor.run_sync(run());
+  const auto errors = render_all(b, of(family, jobs));
   CHECK(errors[0] == nullptr);
   CHECK(errors[2] == nullptr);
   REQUIRE(errors[1] != nullptr);
@@ -127,23 +132,9 @@ TEST_CASE("out of memory fails the group, halves the batch for its key, and the 
   auto family = test::make_fake_family("fake-a");
   test::fake(*family).oom_above_rows = 2;  // a call of more than 2 jobs runs out of memory...
   test::fake(*family).oom_from_step = 2;   // ...at its third step, after two have run
-  auto round = [&](std::vector<std::shared_ptr<Job>> jobs, bool prepare) {
-    std::vector<std::exception_ptr> errors(jobs.size());
-    auto run = [&]() -> asio::awaitable<void> {
-      std::vector<std::future<std::exception_ptr>> done;
-      for (auto& j : jobs) done.push_back(asio::co_spawn(b.executor.get_executor(), render(*b.batcher, family, j, prepare), asio::use_future));
-      for (std::size_t i = 0; i < done.size(); ++i) {
-        while (done[i].wait_for(std::chrono::milliseconds(0)) != std::future_status::ready)
-          co_await test::sleep_for(std::chrono::milliseconds(2));
-        errors[i] = done[i].get();
-      }
-    };
-    b.executor.run_sync(run());
-    return errors;
-  };
   std::vector<std::shared_ptr<Job>> jobs;
   for (std::uint64_t s : {21, 22, 23, 24}) jobs.push_back(make_job(family, s));
-  for (auto& e : round(jobs, true)) {
+  for (auto& e : render_all(b, of(family, jobs))) {
     REQUIRE(e != nullptr);
     CHECK(classify(e) == ErrorKind::out_of_memory);
   }
@@ -151,7 +142,7 @@ TEST_CASE("out of memory fails the group, halves the batch for its key, and the 
   CHECK(test::fake(*family).max_rows_after(0) == 4);
   for (auto& j : jobs) CHECK(family_job(*j)->state.step == 0);
   // The retry (as the stage's retry policy would run it): groups of at most 2 now.
-  for (auto& e : round(jobs, false)) CHECK(e == nullptr);
+  for (auto& e : render_all(b, of(family, jobs), false)) CHECK(e == nullptr);
   const auto sizes = b.batcher->group_sizes(BatchKind::denoise);
   CHECK(sizes.at(4) == 1);
   CHECK(sizes.at(2) == 2);
@@ -164,15 +155,7 @@ TEST_CASE("jobs of different families never share a group" * doctest::timeout(60
   auto fb = test::make_fake_family("fake-b");
   std::vector<std::pair<std::shared_ptr<Family>, std::shared_ptr<Job>>> jobs;
   for (std::uint64_t s = 30; s < 36; ++s) jobs.emplace_back(s % 2 ? fa : fb, make_job(s % 2 ? fa : fb, s));
-  auto run = [&]() -> asio::awaitable<void> {
-    std::vector<std::future<std::exception_ptr>> done;
-    for (auto& [f, j] : jobs) done.push_back(asio::co_spawn(b.executor.get_executor(), render(*b.batcher, f, j), asio::use_future));
-    for (auto& d : done) {
-      while (d.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) co_await test::sleep_for(std::chrono::milliseconds(2));
-      CHECK(d.get() == nullptr);
-    }
-  };
-  b.executor.run_sync(run());
+  for (auto& e : render_all(b, jobs)) CHECK(e == nullptr);
   for (const auto& [key, size] : b.batcher->group_log()) {
     const bool a = key.find("fake-a|") != std::string::npos, bb = key.find("fake-b|") != std::string::npos;
     CHECK(a != bb);  // exactly one family in every key
@@ -188,21 +171,10 @@ TEST_CASE("out of memory moves the group whole to another device before it shrin
   auto family = test::make_fake_family("fake-a");
   std::vector<std::shared_ptr<Job>> jobs;
   for (std::uint64_t s : {41, 42, 43}) jobs.push_back(make_job(family, s));
-  auto run_all = [&] {
-    auto run = [&]() -> asio::awaitable<void> {
-      std::vector<std::future<std::exception_ptr>> done;
-      for (auto& j : jobs) done.push_back(asio::co_spawn(b.executor.get_executor(), render(*b.batcher, family, j), asio::use_future));
-      for (auto& d : done) {
-        while (d.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) co_await test::sleep_for(std::chrono::milliseconds(2));
-        CHECK(d.get() == nullptr);
-      }
-    };
-    b.executor.run_sync(run());
-  };
   // Whichever device the group lands on first runs out of memory; the other has room.
   const auto first = b.specs.front().id;
   test::fake(*family).oom_device = first;
-  run_all();
+  for (auto& e : render_all(b, of(family, jobs))) CHECK(e == nullptr);
   const auto moved = b.batcher->oom_moves();
   CHECK(b.batcher->group_sizes(BatchKind::denoise) == std::map<std::size_t, std::uint64_t>{{3, 1}});  // not halved
   for (std::uint64_t s : {41, 42, 43}) CHECK(at::equal(family_job(*jobs[s - 41])->state.latents, alone(s)));
@@ -213,17 +185,7 @@ TEST_CASE("out of memory moves the group whole to another device before it shrin
   // With every device out of memory there is nowhere to move: the group fails and shrinks.
   test::fake(*family).oom_device = "";
   test::fake(*family).oom_above_rows = 1;
-  std::vector<std::exception_ptr> errors;
-  auto run = [&]() -> asio::awaitable<void> {
-    std::vector<std::future<std::exception_ptr>> done;
-    for (auto& j : jobs) done.push_back(asio::co_spawn(b.executor.get_executor(), render(*b.batcher, family, j, false), asio::use_future));
-    for (auto& d : done) {
-      while (d.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) co_await test::sleep_for(std::chrono::milliseconds(2));
-      errors.push_back(d.get());
-    }
-  };
-  b.executor.run_sync(run());
-  for (auto& e : errors) {
+  for (auto& e : render_all(b, of(family, jobs), false)) {
     REQUIRE(e != nullptr);
     CHECK(classify(e) == ErrorKind::out_of_memory);
   }

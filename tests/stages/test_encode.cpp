@@ -1,5 +1,7 @@
 #include "stages/encode.hpp"
 
+#include "tests/support/temp_dir.hpp"
+
 #include <doctest/doctest.h>
 
 #include <sys/wait.h>
@@ -19,6 +21,9 @@
 #include "stages/frames.hpp"
 #include "tests/support/tmpfs.hpp"
 
+using vgen::test::TempDir;
+using vgen::test::listing;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -26,36 +31,7 @@ using vgen::EncodeOptions;
 using vgen::ErrorKind;
 using vgen::VideoFrames;
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device random;
-    path_ = fs::temp_directory_path() /
-            ("vgen-test-encode-" + std::to_string(random()) + "-" + std::to_string(random()));
-    fs::create_directories(path_);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
 
- private:
-  fs::path path_;
-};
-
-// Sorted names of the entries of `dir` (hidden temp files included).
-std::vector<std::string> listing(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir))
-    names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 struct CommandResult {
   int status = -1;

@@ -1,5 +1,7 @@
 #include "stages/model_package.hpp"
 
+#include "tests/support/temp_dir.hpp"
+
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
@@ -17,27 +19,11 @@ using namespace vgen;
 namespace fs = std::filesystem;
 namespace json = boost::json;
 
+using vgen::test::TempDir;
+using vgen::test::listing;
+
 namespace {
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device random;
-    path_ = fs::temp_directory_path() / ("vgen-test-package-" + std::to_string(random()) + "-" + std::to_string(random()));
-    fs::create_directories(path_);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 void write_file(const fs::path& file, const std::string& bytes) {
   std::ofstream out(file, std::ios::binary);
