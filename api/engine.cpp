@@ -69,6 +69,8 @@ class RuntimeImpl {
     if (intra == 0) intra = static_cast<std::size_t>(default_intra_op_threads(devices.size() * config_.threads_per_device));
     add_device_pools(executor_, devices, config_.threads_per_device, config_.codec_threads,
                      [intra](std::size_t) { set_intra_op_threads(static_cast<int>(intra)); });
+    // One thread for job-store writes (each may fsync), off the io threads.
+    store_pool_ = &executor_.add_pool(WorkerPool::Options{.name = "store", .threads = 1, .spin = std::chrono::microseconds(0)});
     devices_ = std::make_unique<DevicePool>(devices, DevicePoolOptions{.policy = config_.device_policy, .metrics = &metrics_});
     ModelSetOptions wo;
     wo.out_dir = config_.output_dir;
@@ -430,7 +432,7 @@ class RuntimeImpl {
   // Waits for the job's end, then publishes its result (future, cache, in-flight map).
   asio::awaitable<void> watch(std::shared_ptr<JobEntry> entry, std::shared_ptr<Job> job) {
     co_await job->finished_event().wait();
-    finalize(*entry, *job);
+    co_await finalize(*entry, *job);
     job->payload.reset();  // the result is copied out: free the job's tensors (frames, latents) now
     if (watchers_.fetch_sub(1) == 1 && waiting_watchers_.load()) no_watchers_.set();
   }
@@ -443,7 +445,7 @@ class RuntimeImpl {
     co_await no_watchers_.wait();
   }
 
-  void finalize(JobEntry& entry, const Job& job) {
+  asio::awaitable<void> finalize(JobEntry& entry, const Job& job) {
     JobResult r = result_of(entry, job);
     release_output(entry);
     if (r.state == JobState::done && !r.cache_hit && entry.key) result_cache_.put(*entry.key, r.output);
@@ -457,7 +459,13 @@ class RuntimeImpl {
       std::lock_guard lock(mutex_);
       finished_order_.emplace_back(entry.ended_at, entry.id);
     }
-    journal_finished(entry, r);  // before the result is visible: a client that saw it, the journal has it
+    // Before the result is visible (a client that saw it, the store has it), on the store's own
+    // thread: an fsync must not stall the io threads that serve HTTP and drive every job.
+    auto record = [this, &entry, &r] {
+      journal_finished(entry, r);
+      return 0;
+    };
+    co_await store_pool_->run(record);
     entry.promise.set_value(r);
     entry.ended.set();
   }
@@ -573,7 +581,10 @@ class RuntimeImpl {
   // the job in the store (status running, one more attempt) before its compute starts.
   static asio::awaitable<void> unless_cached(RuntimeImpl* self, std::shared_ptr<StageFn> inner, bool claims, Job& job) {
     if (auto e = self->lookup(job.id()); e && e->cache_hit) co_return;
-    if (claims && job.snapshot().attempts == 0) self->store_->claim(job.id());
+    if (claims && job.snapshot().attempts == 0) {
+      auto claim = [self, id = job.id()] { return self->store_->claim(id); };  // on the store's thread (fsync)
+      co_await self->store_pool_->run(claim);
+    }
     co_await (*inner)(job);
   }
 
@@ -608,6 +619,7 @@ class RuntimeImpl {
   std::unique_ptr<Pipeline> pipeline_;
   std::vector<OutputLock> locks_;  // held for the Runtime's life (config.exclusive_output)
   std::unique_ptr<JobStore> store_;
+  WorkerPool* store_pool_ = nullptr;  // owned by executor_
   ResultCache result_cache_;
   std::atomic<std::uint64_t> result_hits_{0};
   mutable std::mutex mutex_;

@@ -15,8 +15,8 @@
 // record_progress is for step checkpoints (the recovery issue): the Runtime does not record
 // per-step progress yet.
 // Thread-safety: every member may be called from any thread. Calls block on I/O (a store
-// may fsync): the Runtime calls record_accepted on the submitting thread, claim and
-// record_finished on its io threads (one fsync each per job).
+// may fsync): the Runtime calls record_accepted on the submitting thread (before it
+// acknowledges the job), claim and record_finished on its one-thread "store" pool.
 #pragma once
 
 #include "runtime/errors.hpp"
