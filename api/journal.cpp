@@ -14,6 +14,18 @@ namespace json = boost::json;
 
 namespace {
 
+// A full disk, an I/O error or a busy file may pass (retry later); anything else is a bug or
+// a broken file.
+ErrorKind kind_of(int rc) {
+  switch (rc & 0xff) {  // the primary result code of an extended one
+    case SQLITE_FULL:
+    case SQLITE_IOERR:
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return ErrorKind::transient;
+    default: return ErrorKind::internal;
+  }
+}
+
 // A prepared statement, finalized on scope exit.
 class Statement {
  public:
@@ -41,7 +53,7 @@ class Statement {
     const int rc = sqlite3_step(stmt_);
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
-    throw_error(ErrorKind::internal, std::string("journal: ") + sqlite3_errmsg(db_));
+    throw_error(kind_of(rc), std::string("journal: ") + sqlite3_errmsg(db_));
   }
   std::string text(int col) const {
     const auto* p = sqlite3_column_text(stmt_, col);
@@ -110,10 +122,10 @@ Journal::~Journal() { sqlite3_close(db_); }
 
 void Journal::exec(const char* sql) const {
   char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+  if (const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err); rc != SQLITE_OK) {
     const std::string why = err ? err : "unknown error";
     sqlite3_free(err);
-    throw_error(ErrorKind::internal, std::string("journal: ") + why);
+    throw_error(kind_of(rc), std::string("journal: ") + why);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -67,7 +68,9 @@ asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, Ba
       group->full.set();
     }
   }
-  if (first) asio::co_spawn(co_await asio::this_coro::executor, run_group(group), asio::detached);
+  // On a strand of its own: collect() races an event against a timer with ||, whose
+  // cancellation must not run on two threads at once (ThreadSanitizer, runtime/wait_list.hpp).
+  if (first) asio::co_spawn(asio::make_strand(co_await asio::this_coro::executor), run_group(group), asio::detached);
   co_await group->done.wait();  // cancellable: the pipeline stops waiting, the group goes on
   if (group->error) std::rethrow_exception(group->error);
   job.throw_if_cancelled();
