@@ -8,6 +8,7 @@
 #include "stages/tokenizer.hpp"
 
 #include <boost/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
@@ -76,7 +77,10 @@ class BatchRun {
     summary_.interrupted = options_.stop.stop_requested();
     summary_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!error || !summary_.items.empty()) write_summary();
-    if (error) std::rethrow_exception(error);
+    if (error) {
+      if (!summary_.summary_error.empty()) spdlog::error("could not write the summary: {}", summary_.summary_error);
+      std::rethrow_exception(error);
+    }
     return std::move(summary_);
   }
 
@@ -159,12 +163,19 @@ class BatchRun {
     for (auto& f : in_flight_) f.handle.cancel(interrupted_reason);
   }
 
-  void write_summary() const {
+  // A summary that cannot be written (a full disk) is reported in the summary returned, not
+  // thrown: the rows are the only record of which jobs failed, and the caller still prints them.
+  void write_summary() {
     const auto file = options_.summary_file.empty() ? runtime_.config().output_dir / batch_summary_name : options_.summary_file;
     std::ostringstream out;
     summary_.write_json(out);
     out << "\n";
-    write_file_atomically(file, out.str());  // temp + fsync + rename: never half a summary
+    try {
+      write_file_atomically(file, out.str());  // temp + fsync + rename: never half a summary
+    } catch (const Error& e) {
+      summary_.summary_error_kind = e.kind();
+      summary_.summary_error = e.what();
+    }
   }
 
   static constexpr const char* interrupted_reason = "batch interrupted";
@@ -196,6 +207,7 @@ json::object row_json(const BatchItemResult& i) {
                  {"retries", i.retries}, {"cache_hit", i.cache_hit}};
   if (!i.output.empty() && (i.status == "done" || i.status == "skipped")) o["output"] = i.output.string();
   if (!i.error.empty()) o["error"] = i.error;
+  if (i.error_kind) o["error_kind"] = to_string(*i.error_kind);
   return o;
 }
 
@@ -248,6 +260,7 @@ std::optional<ErrorKind> BatchSummary::error_kind() const {
   if (interrupted) return ErrorKind::cancelled;
   for (const auto& i : items)
     if (i.status == "failed" || i.status == "cancelled") return i.error_kind.value_or(ErrorKind::internal);
+  if (summary_error_kind) return summary_error_kind;
   if (count("invalid") > 0) return ErrorKind::invalid_argument;
   return std::nullopt;
 }

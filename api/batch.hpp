@@ -17,8 +17,12 @@
 // job, stops reading, waits for the cancelled jobs to end and still writes the summary
 // (interrupted = true; lines after the last item were not read).
 // Exit code: exit_code_for(error_kind()): cancelled (130) when interrupted, else the kind of
-// the first failed or cancelled job (1 for most kinds), else invalid_argument (2) when a line
-// was invalid, else 0.
+// the first failed or cancelled job (1 for most kinds), else the kind of the failure to write
+// the summary file (transient: 1), else invalid_argument (2) when a line was invalid, else 0.
+// Summary file: written atomically (never half a file, no temporary left). If that fails (a
+// full disk), run_batch still returns the summary with summary_error set rather than throwing:
+// the jobs' results are not lost, the caller prints them and reports the file's failure.
+// Each row with an error carries its kind ("error_kind": transient, invalid_argument, ...).
 // Thread-safety: run_batch blocks the calling thread (not a Runtime io thread); on_event is
 // called from Runtime threads (and from the thread requesting a stop).
 #pragma once
@@ -55,6 +59,10 @@ struct BatchSummary {
   std::vector<BatchItemResult> items;  // in input order
   double seconds = 0;
   bool interrupted = false;  // a stop request ended the run early
+  // Set when the summary file could not be written (e.g. the disk is full): the reason, and
+  // its kind (transient for ENOSPC). The summary itself is still returned (and printed).
+  std::optional<ErrorKind> summary_error_kind;
+  std::string summary_error;
   std::size_t count(const std::string& status) const;
   boost::json::object to_json() const;
   void write_json(std::ostream& out) const;   // to_json() serialized, a row at a time

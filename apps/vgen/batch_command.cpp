@@ -104,6 +104,7 @@ int run_batch_command(const BatchFlags& f) {
   }
   for (const auto& i : summary.items)
     if (!i.error.empty()) std::cerr << "vgen: " << i.error << "\n";
+  if (!summary.summary_error.empty()) std::cerr << "vgen: error: could not write the summary: " << summary.summary_error << "\n";
   return summary.exit_code();
 }
 

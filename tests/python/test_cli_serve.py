@@ -40,10 +40,11 @@ def package(tmp_path_factory):
 class Server:
     """A `vgen serve` process on a free loopback port."""
 
-    def __init__(self, package, out_dir, *args, env=None, start_timeout=120):
+    def __init__(self, package, out_dir, *args, env=None, start_timeout=120, log_dir=None):
         out_dir.mkdir(parents=True, exist_ok=True)
         self.out_dir = out_dir
-        self.log = open(out_dir.parent / f"serve-{os.getpid()}-{time.monotonic_ns()}.log", "w+")
+        log_dir = log_dir or out_dir.parent  # elsewhere when that is a small file system under test
+        self.log = open(log_dir / f"serve-{os.getpid()}-{time.monotonic_ns()}.log", "w+")
         cmd = [str(VGEN), "--log-level", "info", "serve", "--listen", "127.0.0.1:0", "--model", str(package),
                "--output-dir", str(out_dir), *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
