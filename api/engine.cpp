@@ -185,8 +185,9 @@ class RuntimeImpl {
   // Whether the job store records `path` as the finished output of a job with this spec's key
   // (and the file is still the size it recorded).
   bool has_rendered(const JobSpec& spec, const fs::path& path) const {
-    const auto rec = store_->find_done(content_key(spec));
-    if (!rec || fs::path(rec->output) != path) return false;
+    // What the store says wrote this very path, newest first: of the same key, and still the size it recorded.
+    const auto rec = store_->find_output(path.string());
+    if (!rec || rec->key != content_key(spec)) return false;
     std::error_code ec;
     if (fs::is_directory(path, ec)) return true;
     return fs::is_regular_file(path, ec) && fs::file_size(path, ec) == rec->output_bytes;
@@ -258,7 +259,7 @@ class RuntimeImpl {
     entry->id = o.id.empty() ? new_job_id() : o.id;  // time-ordered and unique across processes
     if (entries_.count(entry->id) || (!o.id.empty() && !o.resuming && store_->find(o.id)))
       throw_error(ErrorKind::already_exists, "id: a job with id '" + entry->id + "' already exists");
-    reserve_output(*entry, spec);
+    reserve_output(*entry, spec, o.resuming);
     if (o.on_progress) entry->listeners.emplace(entry->next_listener++, o.on_progress);
     entries_.emplace(entry->id, entry);
     return entry;
@@ -528,7 +529,7 @@ class RuntimeImpl {
   // Reserves the job's output path (under mutex_): a name another unfinished job writes is
   // taken (already_exists); so is one holding another job's finished output when outputs may
   // not be overwritten (the service); the runtime's own files are never outputs.
-  void reserve_output(JobEntry& entry, const JobSpec& spec) {
+  void reserve_output(JobEntry& entry, const JobSpec& spec, bool resuming) {
     entry.output = output_path(spec, entry.id);
     const auto file = entry.output.filename().string();
     const auto journal = config_.journal.empty() ? std::string() : config_.journal.filename().string();
@@ -537,10 +538,12 @@ class RuntimeImpl {
     if (const auto it = claimed_outputs_.find(entry.output); it != claimed_outputs_.end())
       throw_error(ErrorKind::already_exists, "name: " + file + " is being written by job " + it->second);
     std::error_code ec;
-    if (!config_.overwrite_outputs && fs::exists(entry.output, ec)) {
+    // A resumed job was accepted under this name already (its output may even be complete: a
+    // stop between the rename and the store's record).
+    if (!config_.overwrite_outputs && !resuming && fs::exists(entry.output, ec)) {
       // The same job again (same content key) may rewrite its own output: same bytes.
-      const auto rec = store_->find_done(content_key(spec));
-      if (!rec || fs::path(rec->output) != entry.output)
+      const auto rec = store_->find_output(entry.output.string());
+      if (!rec || rec->key != content_key(spec))
         throw_error(ErrorKind::already_exists, "name: " + file + " already holds another job's output; choose another name");
     }
     claimed_outputs_.emplace(entry.output, entry.id);

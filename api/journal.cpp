@@ -112,6 +112,7 @@ Journal::Journal(const std::filesystem::path& file) : file_(file) {
          "cache_hit INTEGER DEFAULT 0, submitted_at TEXT DEFAULT CURRENT_TIMESTAMP, finished_at TEXT)");
     add_missing_columns();
     exec("CREATE INDEX IF NOT EXISTS jobs_by_key ON jobs (key, status)");
+    exec("CREATE INDEX IF NOT EXISTS jobs_by_output ON jobs (output, status)");
   } catch (const Error& e) {
     sqlite3_close(db_);
     throw_error(ErrorKind::invalid_argument, "journal " + file.string() + ": " + e.what());
@@ -188,6 +189,14 @@ std::optional<JournalRecord> Journal::find(const std::string& id) const {
   std::lock_guard lock(mutex_);
   Statement s(db_, (std::string("SELECT ") + kColumns + " FROM jobs WHERE id=?").c_str());
   s.bind(1, id);
+  if (!s.step()) return std::nullopt;
+  return read_row(s);
+}
+
+std::optional<JobRecord> Journal::find_output(const std::string& output) const {
+  std::lock_guard lock(mutex_);
+  Statement s(db_, (std::string("SELECT ") + kColumns + " FROM jobs WHERE output=? AND status='done' ORDER BY seq DESC LIMIT 1").c_str());
+  s.bind(1, output);
   if (!s.step()) return std::nullopt;
   return read_row(s);
 }

@@ -45,6 +45,7 @@ class Journal final : public JobStore {
   void record_finished(const JobRecord& r) override;  // by r.id
   std::optional<JobRecord> find(const std::string& id) const override;
   std::optional<JobRecord> find_done(const std::string& key) const override;
+  std::optional<JobRecord> find_output(const std::string& output) const override;
   std::vector<JobRecord> unfinished() const override;  // queued or running, in submission order
   void mark_unfinished_interrupted() override;
   std::string location() const override { return file_.string(); }

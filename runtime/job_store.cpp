@@ -82,6 +82,14 @@ class MemoryJobStore final : public JobStore {
     }
     return std::nullopt;
   }
+  std::optional<JobRecord> find_output(const std::string& output) const override {
+    std::lock_guard lock(mutex_);
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      const auto& r = rows_.at(it->second).second;
+      if (r.output == output && r.status == "done") return r;
+    }
+    return std::nullopt;
+  }
   std::vector<JobRecord> unfinished() const override {
     std::lock_guard lock(mutex_);
     std::vector<JobRecord> out;

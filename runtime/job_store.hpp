@@ -63,6 +63,8 @@ class JobStore {
   virtual void record_finished(const JobRecord& record) = 0;  // by record.id
   virtual std::optional<JobRecord> find(const std::string& id) const = 0;
   virtual std::optional<JobRecord> find_done(const std::string& key) const = 0;
+  // The newest done job that wrote `output` (what a file there is, as far as the store knows).
+  virtual std::optional<JobRecord> find_output(const std::string& output) const = 0;
   virtual std::vector<JobRecord> unfinished() const = 0;  // queued or running, in acceptance order
   virtual void mark_unfinished_interrupted() = 0;
   virtual std::string location() const = 0;  // for messages: a file, or "memory"

@@ -196,8 +196,6 @@ def test_a_name_another_job_holds_answers_409_and_the_same_spec_again_is_accepte
         assert server.stop() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="engine: reserve_output asks the store for the newest done job of the key "
-                                       "(find_done), not for one that wrote this output; see the report of issue 23 part 6")
 def test_the_same_spec_again_is_accepted_after_it_was_rendered_under_another_name(package, tmp_path):
     with Server(package, tmp_path / "out") as server:
         spec = {"prompt": "a red circle moving left", "seed": 4, **SMALL}
@@ -290,8 +288,6 @@ def test_after_a_restart_every_acknowledged_job_is_found_and_keeps_its_name(pack
         assert server.stop() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="engine: reserve_output refuses a resumed job's own output (overwrite_outputs "
-                                       "is false and the journal has no done record yet); see the report")
 def test_a_resumed_job_whose_output_was_written_before_the_stop_finishes(package, tmp_path):
     """A stop (or a kill) between the output's rename and the journal's record leaves the job
     unfinished with its output in place; resuming it must not fail it as a name conflict. (Seen
@@ -370,7 +366,7 @@ STALE_RECORD = ("engine: has_rendered (and reserve_output) ask the store for the
                 "overwritten by other settings still counts as this spec's; see the report of issue 23 part 6")
 
 
-@pytest.mark.parametrize("fmt", ["gif", pytest.param("png", marks=pytest.mark.xfail(strict=True, reason=STALE_RECORD))])
+@pytest.mark.parametrize("fmt", ["gif", "png"])
 def test_a_gif_or_png_rerun_renders_other_settings_again_and_skips_the_same(package, tmp_path, fmt):
     out = tmp_path / "out"
     target = out / ("loop.gif" if fmt == "gif" else "loop")
@@ -395,8 +391,6 @@ def test_a_gif_or_png_rerun_renders_other_settings_again_and_skips_the_same(pack
     assert temporaries(out) == []
 
 
-@pytest.mark.xfail(strict=True, reason="engine: has_rendered asks the store for the newest done job of the key "
-                                       "(find_done), so of two names with one spec only the newer counts as rendered")
 def test_a_gif_rerun_skips_two_names_of_one_spec(package, tmp_path):
     out = tmp_path / "out"
     spec = {"prompt": "a red circle moving left", "format": "gif", "seed": 1}
@@ -499,8 +493,6 @@ def test_serve_on_a_full_disk_fails_the_job_as_transient_and_a_restart_keeps_it_
         assert (out / "full.mp4").stat().st_size > 0 and temporaries(out) == []
 
 
-@pytest.mark.xfail(strict=True, reason="api/journal.cpp maps every SQLite error to internal (500); SQLITE_FULL and "
-                                       "SQLITE_IOERR are transient (503 + Retry-After); see the report")
 def test_serve_with_its_journal_on_a_full_disk_answers_503_not_500(package, tmp_path):
     """The default journal lives in the output directory: a full disk refuses the job before it
     is acknowledged, as a condition that passes (503, transient), not as a server bug."""

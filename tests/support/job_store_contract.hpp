@@ -69,6 +69,10 @@ inline void check_job_store_contract(const std::function<JobStore&(bool reopen)>
   CHECK(c->output_bytes == 99);
   CHECK(c->key == "k1");  // kept from acceptance
   CHECK_FALSE(s.find_done("k2"));  // not finished
+  const auto by_output = s.find_output("/out/c.mp4");
+  REQUIRE(by_output);
+  CHECK(by_output->id == "c");
+  CHECK_FALSE(s.find_output("/out/none.mp4"));
   const auto open = s.unfinished();  // queued or running, in acceptance order
   REQUIRE(open.size() == 2);
   CHECK(open[0].id == "a");
