@@ -283,6 +283,9 @@ def test_after_a_restart_every_acknowledged_job_is_found_and_keeps_its_name(pack
         assert status == 200 and st["status"] == "queued", st  # before the fix: 404 until resubmitted
         status, body = post(server, {"prompt": "someone else", "name": "clip11", "seed": 99, **SMALL})
         assert status == 409, body  # before the fix: 429 (queue full), or 202 had it found room first
+        assert server.stop() == 0  # a stop while jobs wait to be resubmitted leaves them to resume too
+    assert journal_rows(out / ".vgen-journal.db")[ids[-1]]["status"] == "queued"  # not "failed: could not resume"
+    with Server(package, out) as server:
         results = wait_finished(server, ids)
         assert {r["status"] for r in results.values()} == {"done"}, results
         assert server.stop() == 0
