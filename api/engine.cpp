@@ -161,10 +161,11 @@ class RuntimeImpl {
     }
   }
 
-  asio::awaitable<JobHandle> async_submit(json::value spec, SubmitOptions o) {
+  // `entry`: one registered already (a resumed job, see resume_unfinished).
+  asio::awaitable<JobHandle> async_submit(json::value spec, SubmitOptions o, std::shared_ptr<JobEntry> entry = nullptr) {
     refuse_when_stopping();
     const auto parsed = validate(spec);
-    auto entry = register_entry(o, parsed);
+    if (!entry) entry = register_entry(o, parsed);
     std::shared_ptr<Job> job;
     try {
       if (!o.resuming) journal_submitted(*entry, parsed, spec);  // a resumed job's row is there (attempts kept)
@@ -286,8 +287,16 @@ class RuntimeImpl {
   }
 
   void journal_finished(const JobEntry& entry, const JobResult& r) {
-    // A job cancelled by a graceful stop (not by its client) stays unfinished: it resumes.
-    if (stopping_ && r.state == JobState::cancelled && !entry.cancelled_by_request) return;
+    // A job cancelled by a graceful stop (not by its client) stays unfinished: it resumes, and
+    // the attempt the stop ended is not a crash.
+    if (stopping_ && r.state == JobState::cancelled && !entry.cancelled_by_request) {
+      try {
+        store_->unclaim(r.id);
+      } catch (const std::exception& e) {
+        spdlog::error("job store {}: {}", store_->location(), e.what());
+      }
+      return;
+    }
     JobRecord rec;
     rec.id = r.id;
     rec.status = std::string(to_string(r.state));
@@ -324,6 +333,9 @@ class RuntimeImpl {
     store_ = config_.journal.empty() ? job_stores().get("memory")({}) : job_stores().get(config_.job_store)(config_.journal);
   }
 
+  // Every unfinished job is registered here, before the constructor returns (so before a
+  // service takes requests): found by id and holding its output name from the start, not only
+  // once the resume coroutine, which waits for queue room, reaches it.
   void resume_unfinished() {
     if (!config_.resume_journal) {
       store_->mark_unfinished_interrupted();
@@ -332,7 +344,18 @@ class RuntimeImpl {
     auto records = quarantine(store_->unfinished());
     if (records.empty()) return;
     spdlog::info("job store {}: resuming {} unfinished job(s)", store_->location(), records.size());
-    asio::co_spawn(executor_.get_executor(), resume(std::move(records)), asio::detached);
+    std::vector<std::pair<JobRecord, std::shared_ptr<JobEntry>>> pending;
+    for (auto& rec : records) {
+      try {
+        SubmitOptions options;
+        options.id = rec.id;
+        options.resuming = true;
+        pending.emplace_back(rec, register_entry(options, validate(json::value(rec.spec))));
+      } catch (const std::exception& e) {
+        fail_resume(rec, nullptr, e.what());
+      }
+    }
+    asio::co_spawn(executor_.get_executor(), resume(std::move(pending)), asio::detached);
   }
 
   // Fails the records whose compute started quarantine_after times in processes that died
@@ -365,29 +388,58 @@ class RuntimeImpl {
   // a crash can only be its own, so an innocent bystander is never quarantined (unless a new
   // client job crashes the worker while a suspect reruns). Likely-innocent suspects (fewer
   // attempts) go first; then the jobs that never started, as before.
-  asio::awaitable<void> resume(std::vector<JobRecord> records) {
+  asio::awaitable<void> resume(std::vector<std::pair<JobRecord, std::shared_ptr<JobEntry>>> pending) {
     const auto order = [](const JobRecord& r) { return r.attempts > 0 ? r.attempts : INT_MAX; };  // suspects by attempts, then the rest
-    std::stable_sort(records.begin(), records.end(), [&](const JobRecord& a, const JobRecord& b) { return order(a) < order(b); });
-    for (auto& rec : records) {
+    std::stable_sort(pending.begin(), pending.end(), [&](const auto& a, const auto& b) { return order(a.first) < order(b.first); });
+    for (auto& [rec, entry] : pending) {
       try {
+        if (entry->cancelled_by_request) throw_error(ErrorKind::cancelled, "cancelled by request before it resumed");
         // Named locals: GCC 12 mishandles class temporaries inside a co_await expression.
         SubmitOptions options;
         options.id = rec.id;
         options.resuming = true;
         json::value spec(rec.spec);
-        auto handle = co_await async_submit(std::move(spec), std::move(options));
+        auto handle = co_await async_submit(std::move(spec), std::move(options), entry);
         if (rec.attempts > 0) co_await handle.async_wait();  // a suspect runs alone
       } catch (const std::exception& e) {
-        rec.status = "failed";
-        rec.error_kind = std::string(to_string(ErrorKind::invalid_argument));
-        rec.error = std::string("could not resume: ") + e.what();
-        try {
-          store_->record_finished(rec);
-        } catch (const std::exception& again) {
-          spdlog::error("job store {}: {}", store_->location(), again.what());
-        }
+        fail_resume(rec, entry, e.what());
       }
     }
+  }
+
+  // Ends a job that could not be resubmitted: in the store, and (when registered) its entry.
+  // A graceful stop that comes first leaves it unfinished in the store: it resumes next time.
+  void fail_resume(JobRecord rec, const std::shared_ptr<JobEntry>& entry, const std::string& why) {
+    const bool by_client = entry && entry->cancelled_by_request;
+    const bool cancelled = by_client || stopping_ || drained_;
+    rec.status = cancelled ? "cancelled" : "failed";
+    rec.error_kind = std::string(to_string(cancelled ? ErrorKind::cancelled : ErrorKind::invalid_argument));
+    rec.error = cancelled ? why : "could not resume: " + why;
+    if (by_client || !cancelled) {
+      try {
+        store_->record_finished(rec);
+      } catch (const std::exception& again) {
+        spdlog::error("job store {}: {}", store_->location(), again.what());
+      }
+    }
+    if (!entry) return;
+    JobResult r;
+    r.id = rec.id;
+    r.state = cancelled ? JobState::cancelled : JobState::failed;
+    r.error_kind = cancelled ? ErrorKind::cancelled : ErrorKind::invalid_argument;
+    r.error = rec.error;
+    release_output(*entry);
+    {
+      std::lock_guard lock(entry->mutex);
+      entry->final_result = r;
+      entry->ended_at = std::chrono::steady_clock::now();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      finished_order_.emplace_back(entry->ended_at, entry->id);
+    }
+    entry->promise.set_value(r);
+    entry->ended.set();
   }
 
   // A job finished before a restart, as recorded in the store.

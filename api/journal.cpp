@@ -157,6 +157,11 @@ int Journal::claim(const std::string& id) {
   return s.step() ? static_cast<int>(s.integer(0)) : 0;
 }
 
+void Journal::unclaim(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "UPDATE jobs SET status='queued', attempts=MAX(attempts-1, 0) WHERE id=? AND status='running'").bind(1, id).step();
+}
+
 void Journal::record_progress(const std::string& id, int step, int total) {
   std::lock_guard lock(mutex_);
   Statement s(db_, "UPDATE jobs SET step=?, total=? WHERE id=?");

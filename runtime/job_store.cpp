@@ -45,6 +45,13 @@ class MemoryJobStore final : public JobStore {
     if (r.status == "queued" || r.status == "running") r.status = "running";
     return ++r.attempts;
   }
+  void unclaim(const std::string& id) override {
+    std::lock_guard lock(mutex_);
+    auto it = rows_.find(id);
+    if (it == rows_.end() || it->second.second.status != "running") return;
+    it->second.second.status = "queued";
+    if (it->second.second.attempts > 0) --it->second.second.attempts;
+  }
   void record_progress(const std::string& id, int step, int total) override {
     std::lock_guard lock(mutex_);
     if (auto it = rows_.find(id); it != rows_.end()) {

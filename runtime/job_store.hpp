@@ -59,6 +59,9 @@ class JobStore {
   virtual void record_accepted(const std::string& id, const std::string& key, const boost::json::object& spec) = 0;
   virtual void forget(const std::string& id) = 0;  // a submission refused after all
   virtual int claim(const std::string& id) = 0;    // status running; returns its attempts so far
+  // The claimed attempt ended without a result and without a crash (a graceful stop): back to
+  // queued, and the attempt does not count (quarantine counts crashes only).
+  virtual void unclaim(const std::string& id) = 0;
   virtual void record_progress(const std::string& id, int step, int total) = 0;
   virtual void record_finished(const JobRecord& record) = 0;  // by record.id
   virtual std::optional<JobRecord> find(const std::string& id) const = 0;

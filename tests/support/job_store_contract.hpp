@@ -21,6 +21,11 @@ inline void check_job_store_contract(const std::function<JobStore&(bool reopen)>
     s.forget("refused");
     CHECK(s.claim("a") == 1);
     CHECK(s.claim("a") == 2);  // a second attempt (a restart after a crash)
+    s.record_accepted("g", "kg", {{"prompt", "g"}});
+    CHECK(s.claim("g") == 1);
+    s.unclaim("g");  // a graceful stop ended that attempt: no crash to count
+    CHECK(s.find("g")->status == "queued");
+    CHECK(s.find("g")->attempts == 0);
     s.record_progress("a", 3, 10);
     // Every ErrorKind round-trips, so that a job found after a restart tells why it ended.
     for (auto k : {ErrorKind::invalid_argument, ErrorKind::not_found, ErrorKind::already_exists, ErrorKind::overloaded,
@@ -74,9 +79,10 @@ inline void check_job_store_contract(const std::function<JobStore&(bool reopen)>
   CHECK(by_output->id == "c");
   CHECK_FALSE(s.find_output("/out/none.mp4"));
   const auto open = s.unfinished();  // queued or running, in acceptance order
-  REQUIRE(open.size() == 2);
+  REQUIRE(open.size() == 3);
   CHECK(open[0].id == "a");
   CHECK(open[1].id == "b");
+  CHECK(open[2].id == "g");
   CHECK(open[1].spec.at("steps").as_int64() == 3);
   s.mark_unfinished_interrupted();
   CHECK(s.unfinished().empty());
