@@ -341,3 +341,12 @@ def test_bfloat16_package_matches_bfloat16_pipeline(exported, tmp_path):
     rec = rl.run_reference(tmp_path / "pkg", **CASE, seed=7)
     assert rec["prompt_embeds"].dtype == torch.bfloat16
     assert_matches(rec, run_pipe(pipe, CASE, 7))
+
+
+def test_defaults_are_clamped_into_a_smaller_models_limits():
+    """A non-tiny export of a model whose rope length allows at most 512 px wrote Wan's 832x480
+    defaults, which the C++ reader now refuses (the bench's medium package failed to load)."""
+    lim = {"multiple_of": 16, "min": 16, "max": 512}
+    d = ew.fit_defaults(ew.REAL_DEFAULTS, lim, lim, 33)
+    assert (d["width"], d["height"], d["frames"]) == (512, 480, 33)
+    assert ew.fit_defaults(ew.REAL_DEFAULTS, {**lim, "max": 2048}, {**lim, "max": 2048}, 257) == ew.REAL_DEFAULTS

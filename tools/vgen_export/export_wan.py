@@ -42,6 +42,16 @@ TINY_DEFAULTS = {"steps": 3, "guidance_scale": 5.0, "height": 32, "width": 32, "
                  "fps": 8, "negative_prompt": "low quality, blurry"}
 
 
+def fit_defaults(defaults: dict, height: dict, width: dict, frames_max: int) -> dict:
+    """Wan's defaults (832x480, 81 frames) clamped into a smaller model's limits: the reader
+    refuses a package whose defaults break its own limits."""
+    d = dict(defaults)
+    for key, lim in (("height", height), ("width", width)):
+        d[key] = max(lim["min"], min(d[key], lim["max"]) // lim["multiple_of"] * lim["multiple_of"])
+    d["frames"] = min(d["frames"], frames_max)
+    return d
+
+
 # --------------------------------------------------------------------------- wrappers
 class TextEncoderExport(torch.nn.Module):
     """(input_ids int64 [B,L], attention_mask int64 [B,L]) -> [B,L,D] in the package dtype.
@@ -541,7 +551,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         "resolution": {"height": side(patch[1]), "width": side(patch[2])},
         "frames": {"rule": "4k+1", "k_multiple": temporal, "min": 1,
                    "max": (frames_max - 1) // temporal * temporal + 1},
-        "defaults": dict(TINY_DEFAULTS if tiny else REAL_DEFAULTS),
+        "defaults": fit_defaults(TINY_DEFAULTS if tiny else REAL_DEFAULTS, side(patch[1]), side(patch[2]),
+                                 (frames_max - 1) // temporal * temporal + 1),
         "export_checks": checks,
     }
     mf.write_manifest(out_dir, manifest)
