@@ -2,7 +2,9 @@
 // (immediately if it already was). Used for job completion and shutdown notifications.
 //
 // Thread-safety: all members may be called from any thread.
-// Cancellation: a waiting wait() is cancellable and fails with operation_aborted.
+// Cancellation: a waiting wait() is cancellable and fails with operation_aborted. Emit the
+// cancellation on the waiter's strand (runtime/wait_list.hpp): e.g. `wait() || timer` on an
+// io_context with several threads must run on a strand.
 // Lifetime: the event must outlive pending waits.
 #pragma once
 

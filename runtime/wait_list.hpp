@@ -13,8 +13,12 @@
 // cancellation are all safe: a suspended operation has had no side effect yet). On emission
 // the owner's cancel(id) removes the waiter, if it is still queued, and completes it with
 // operation_aborted. As with Asio's own channels, a cancellation signal must not be emitted
-// concurrently with the operation's own completion on another thread; emitting it from the
-// awaiting coroutine's executor (as awaitable operators and co_spawn do) is always safe.
+// concurrently with the operation's own completion on another thread. Emitting it from the
+// awaiting coroutine's executor is safe only when that executor runs one thing at a time (a
+// strand, or an io_context with one thread): awaitable operators (`a || b`) and parallel
+// groups emit into the losing branch from the thread that completed the winner, so on an
+// io_context with several threads they must run on a strand (ThreadSanitizer reported
+// cancellation_signal::emit racing cancellation_slot::clear; tests/runtime/test_event.cpp).
 #pragma once
 
 #include <boost/asio/any_completion_handler.hpp>
