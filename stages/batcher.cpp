@@ -70,7 +70,7 @@ asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, Ba
   }
   // On a strand of its own: collect() races an event against a timer with ||, whose
   // cancellation must not run on two threads at once (ThreadSanitizer, runtime/wait_list.hpp).
-  if (first) asio::co_spawn(asio::make_strand(co_await asio::this_coro::executor), run_group(group), asio::detached);
+  if (first) asio::co_spawn(asio::make_strand(options_.executor->get_executor()), run_group(group), asio::detached);
   co_await group->done.wait();  // cancellable: the pipeline stops waiting, the group goes on
   if (group->error) std::rethrow_exception(group->error);
   job.throw_if_cancelled();
