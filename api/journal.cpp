@@ -169,11 +169,7 @@ void Journal::record_progress(const std::string& id, int step, int total) {
 }
 
 std::optional<JobRecord> Journal::find_done(const std::string& key) const {
-  std::lock_guard lock(mutex_);
-  Statement s(db_, (std::string("SELECT ") + kColumns + " FROM jobs WHERE key=? AND status='done' ORDER BY seq DESC LIMIT 1").c_str());
-  s.bind(1, key);
-  if (!s.step()) return std::nullopt;
-  return read_row(s);
+  return find_one("key=? AND status='done' ORDER BY seq DESC LIMIT 1", key);
 }
 
 void Journal::record_finished(const JournalRecord& r) {
@@ -190,20 +186,19 @@ void Journal::forget(const std::string& id) {
   Statement(db_, "DELETE FROM jobs WHERE id=?").bind(1, id).step();
 }
 
-std::optional<JournalRecord> Journal::find(const std::string& id) const {
+std::optional<JournalRecord> Journal::find(const std::string& id) const { return find_one("id=?", id); }
+
+// The first row of "SELECT ... FROM jobs WHERE <where>" with `value` bound to its one '?'.
+std::optional<JobRecord> Journal::find_one(const char* where, const std::string& value) const {
   std::lock_guard lock(mutex_);
-  Statement s(db_, (std::string("SELECT ") + kColumns + " FROM jobs WHERE id=?").c_str());
-  s.bind(1, id);
+  Statement s(db_, (std::string("SELECT ") + kColumns + " FROM jobs WHERE " + where).c_str());
+  s.bind(1, value);
   if (!s.step()) return std::nullopt;
   return read_row(s);
 }
 
 std::optional<JobRecord> Journal::find_output(const std::string& output) const {
-  std::lock_guard lock(mutex_);
-  Statement s(db_, (std::string("SELECT ") + kColumns + " FROM jobs WHERE output=? AND status='done' ORDER BY seq DESC LIMIT 1").c_str());
-  s.bind(1, output);
-  if (!s.step()) return std::nullopt;
-  return read_row(s);
+  return find_one("output=? AND status='done' ORDER BY seq DESC LIMIT 1", output);
 }
 
 std::vector<JournalRecord> Journal::unfinished() const {

@@ -56,6 +56,7 @@ class Journal final : public JobStore {
  private:
   void exec(const char* sql) const;
   void add_missing_columns();
+  std::optional<JobRecord> find_one(const char* where, const std::string& value) const;
   std::filesystem::path file_;
   sqlite3* db_ = nullptr;
   mutable std::mutex mutex_;

@@ -82,20 +82,10 @@ class MemoryJobStore final : public JobStore {
     return it->second.second;
   }
   std::optional<JobRecord> find_done(const std::string& key) const override {
-    std::lock_guard lock(mutex_);
-    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
-      const auto& r = rows_.at(it->second).second;
-      if (r.key == key && r.status == "done") return r;
-    }
-    return std::nullopt;
+    return newest_done([&](const JobRecord& r) { return r.key == key; });
   }
   std::optional<JobRecord> find_output(const std::string& output) const override {
-    std::lock_guard lock(mutex_);
-    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
-      const auto& r = rows_.at(it->second).second;
-      if (r.output == output && r.status == "done") return r;
-    }
-    return std::nullopt;
+    return newest_done([&](const JobRecord& r) { return r.output == output; });
   }
   std::vector<JobRecord> unfinished() const override {
     std::lock_guard lock(mutex_);
@@ -117,6 +107,15 @@ class MemoryJobStore final : public JobStore {
   std::string location() const override { return "memory"; }
 
  private:
+  template <class Match>
+  std::optional<JobRecord> newest_done(Match match) const {
+    std::lock_guard lock(mutex_);
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      const auto& r = rows_.at(it->second).second;
+      if (r.status == "done" && match(r)) return r;
+    }
+    return std::nullopt;
+  }
   void erase_locked(const std::string& id) {
     if (auto it = rows_.find(id); it != rows_.end()) {
       order_.erase(it->second.first);
