@@ -65,11 +65,15 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   with_torch=OFF
 fi
 export PATH="/usr/local/cuda/bin:$PATH"
+# ccache is optional: when installed it makes rebuilds (and builds of other worktrees of the same
+# tree) reuse objects; the build is the same without it.
+launcher=()
+if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 if [ ! -f "$VGEN_BUILD/build.ninja" ]; then
   log "configuring $VGEN_BUILD"
   cmake -S "$VGEN_ROOT" -B "$VGEN_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_PREFIX_PATH="$TORCH_CMAKE" -DVGEN_WITH_TORCH="$with_torch" \
-    -DVGEN_PYTHON="$VGEN_VENV/bin/python" >/dev/null
+    -DVGEN_PYTHON="$VGEN_VENV/bin/python" "${launcher[@]}" >/dev/null
 fi
 log "building ($VGEN_JOBS jobs)"
 cmake --build "$VGEN_BUILD" -j "$VGEN_JOBS"
