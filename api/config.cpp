@@ -182,6 +182,14 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
        }},
       {"job_ttl_s", seconds(r, c.job_ttl, 1, 365 * 86400)},
       {"quarantine_after", count(r, c.quarantine_after, 0, 1000)},
+      {"checkpoints", [&](const json::value& v, const std::string& p) {
+         auto& k = c.checkpoints;
+         r.object(v, p, {{"every_steps", count(r, k.every_steps, 0, 100'000)},
+                         {"every_seconds", [&](const json::value& s, const std::string& sp) { k.every_seconds = r.number(s, sp, 0.0, 86400.0); }},
+                         {"min_steps", count(r, k.min_steps, 1, 100'000)},
+                         {"max_mb", count(r, k.max_mb, 1, 1 << 24)},
+                         {"dir", [&](const json::value& s, const std::string& sp) { k.dir = r.path(s, sp); }}});
+       }},
       {"job_store", [&](const json::value& v, const std::string& p) {
          c.job_store = r.string(v, p);
          register_builtin_job_stores();  // the registry decides which kinds exist

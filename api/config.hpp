@@ -89,6 +89,17 @@ struct RuntimeConfig {
   // times" on the next start instead of run again. 0: never.
   std::size_t quarantine_after = 2;
   bool resume_journal = true;
+  // Step checkpoints (stages/checkpoint.hpp), with a journal only, in `dir` (default
+  // <output_dir>/.vgen-checkpoints): a denoising job's state every `every_steps` steps or
+  // `every_seconds` seconds (0: not by that; both 0: off), for jobs of at least `min_steps`
+  // steps; the folder stays under max_mb. A job resumed after a crash goes on from there.
+  struct CheckpointConfig {
+    int every_steps = 0;
+    double every_seconds = 30;
+    int min_steps = 10;
+    std::size_t max_mb = 1024;
+    std::filesystem::path dir;
+  } checkpoints;
 
   // Fault injection (off by default; runtime/fault_injector.hpp). $VGEN_FAULTS (JSON) replaces it.
   FaultPlan faults;

@@ -22,6 +22,7 @@
 #include "runtime/metrics.hpp"
 #include "runtime/pipeline.hpp"
 #include "runtime/ttl_cache.hpp"
+#include "stages/checkpoint.hpp"
 #include "stages/encode.hpp"
 #include "stages/job_spec.hpp"
 #include "stages/model_package.hpp"
@@ -53,6 +54,10 @@ struct ModelSetOptions {
   // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
   MetricsRegistry* metrics = nullptr;  // optional (outlives the set): batch-size histograms
+  // Step checkpoints (stages/checkpoint.hpp): off unless checkpoints.dir is set. on_checkpoint
+  // is told each durable checkpoint (the job store's reference), on the checkpoint thread.
+  CheckpointOptions checkpoints;
+  Checkpoints::OnWritten on_checkpoint;
 };
 
 // What a finished job produced (valid once the job is done).
@@ -87,6 +92,9 @@ class ModelSet {
   void warm_up(const std::string& device) const;
 
   RenderOutput result(const Job& job) const;  // Error(internal) if the job never prepared
+  // The job with content key `key_hex` ended for good: its step checkpoint is removed.
+  void drop_checkpoint(const std::string& key_hex) const;
+  std::uint64_t checkpoint_bytes() const;  // on disk now (0 when off)
   CacheStats text_cache_stats() const;        // summed over the models
   // Groups run so far by size, for "preprocess", "denoise" or "decode".
   std::map<std::size_t, std::uint64_t> group_sizes(std::string_view stage) const;
