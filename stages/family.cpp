@@ -2,8 +2,6 @@
 
 #include "runtime/errors.hpp"
 
-#include <boost/json.hpp>
-
 #include <any>
 
 namespace vgen {
@@ -31,25 +29,6 @@ std::shared_ptr<Family> load_family(const std::filesystem::path& package_dir, co
   auto family = make(std::move(package), options);
   if (!family) throw_error(ErrorKind::internal, "the model family factory returned nothing");
   return family;
-}
-
-SchedulerParams scheduler_params(const boost::json::object& config) {
-  SchedulerParams p;
-  for (const auto& kv : config) {
-    const auto& v = kv.value();
-    SchedulerParam x;  // null stays monostate
-    if (v.is_bool()) x = v.get_bool();
-    else if (v.is_number()) x = v.to_number<double>();
-    else if (v.is_string()) x = std::string(v.get_string());
-    else if (v.is_array()) {
-      std::vector<double> xs;
-      for (const auto& e : v.get_array())
-        if (e.is_number()) xs.push_back(e.to_number<double>());
-      x = std::move(xs);
-    }
-    p.emplace(std::string(kv.key()), std::move(x));
-  }
-  return p;
 }
 
 const FamilyJob* find_family_job(const Job& job) {

@@ -122,9 +122,6 @@ void register_builtin_families();
 // Loads the package and makes its family (Error(invalid_argument) naming what is wrong).
 std::shared_ptr<Family> load_family(const std::filesystem::path& package_dir, const FamilyOptions& options = {});
 
-// A manifest's scheduler.config as scheduler parameters (numbers as doubles, lists of numbers).
-SchedulerParams scheduler_params(const boost::json::object& config);
-
 // The FamilyJob in a job's payload (std::shared_ptr<FamilyJob>); Error(internal) if none.
 std::shared_ptr<FamilyJob> family_job(Job& job);
 const FamilyJob* find_family_job(const Job& job);  // nullptr if none

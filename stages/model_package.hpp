@@ -56,9 +56,6 @@ struct ModelPackage {
   SpecLimits limits;
   JobSpec defaults;
 
-  // The whole manifest, for the sections only one family reads (e.g. LTX's "vae").
-  boost::json::object manifest;
-
   const ModelComponent& component(const std::string& name) const;
   // Stable identity for cache keys and placement: a hash of the whole manifest (which names
   // every component's sha256); the transformer's sha256 for a package built in memory.

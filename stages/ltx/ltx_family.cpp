@@ -8,7 +8,9 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 namespace vgen {
 
@@ -23,8 +25,20 @@ const LtxJob& ltx(const FamilyJob& job) { return static_cast<const LtxJob&>(job)
   throw_error(ErrorKind::invalid_argument, "model package '" + p.dir.string() + "': " + what);
 }
 
-const json::object& section(const ModelPackage& p, const char* name) {
-  const auto* v = p.manifest.if_contains(name);
+// The manifest's sections that only this family reads ("transformer", "vae"): ModelPackage
+// keeps the generic fields, so they are read here from the file load_model_package checked.
+json::object read_manifest(const ModelPackage& p) {
+  std::ifstream in(p.dir / "manifest.json", std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  boost::system::error_code ec;
+  auto v = json::parse(text.str(), ec);
+  if (!in || ec || !v.is_object()) bad_manifest(p, "manifest.json cannot be read again as a JSON object");
+  return std::move(v.get_object());
+}
+
+const json::object& section(const ModelPackage& p, const json::object& manifest, const char* name) {
+  const auto* v = manifest.if_contains(name);
   if (!v || !v->is_object()) bad_manifest(p, std::string("manifest lacks the object '") + name + "'");
   return v->get_object();
 }
@@ -42,16 +56,38 @@ std::array<std::int64_t, 3> latent_grid(const JobSpec& spec, const ModelPackage&
   return {(spec.frames - 1) / p.temporal_scale + 1, spec.height / p.spatial_scale, spec.width / p.spatial_scale};
 }
 
+// A manifest's scheduler.config as scheduler parameters (numbers as doubles; null stays unset).
+SchedulerParams scheduler_params(const json::object& config) {
+  SchedulerParams p;
+  for (const auto& kv : config) {
+    const auto& v = kv.value();
+    SchedulerParam x;
+    if (v.is_bool()) x = v.get_bool();
+    else if (v.is_number()) x = v.to_number<double>();
+    else if (v.is_string()) x = std::string(v.get_string());
+    else if (v.is_array()) {
+      std::vector<double> xs;
+      for (const auto& e : v.get_array())
+        if (e.is_number()) xs.push_back(e.to_number<double>());
+      x = std::move(xs);
+    }
+    p.emplace(std::string(kv.key()), std::move(x));
+  }
+  return p;
+}
+
 }  // namespace
 
-LtxConfig read_ltx_config(const ModelPackage& p) {
+LtxConfig read_ltx_config(const ModelPackage& p) { return read_ltx_config(p, read_manifest(p)); }
+
+LtxConfig read_ltx_config(const ModelPackage& p, const json::object& manifest) {
   LtxConfig c;
-  const auto& t = section(p, "transformer");
+  const auto& t = section(p, manifest, "transformer");
   c.patch_size = static_cast<int>(number_or(p, t, "transformer.", "patch_size", 1));
   c.patch_size_t = static_cast<int>(number_or(p, t, "transformer.", "patch_size_t", 1));
   if (c.patch_size != 1 || c.patch_size_t != 1)
     bad_manifest(p, "transformer.patch_size and patch_size_t must be 1 (vgen packs LTX latents with patch size 1)");
-  const auto& v = section(p, "vae");
+  const auto& v = section(p, manifest, "vae");
   c.scaling_factor = number_or(p, v, "vae.", "scaling_factor", 1.0);
   if (!(c.scaling_factor > 0)) bad_manifest(p, "vae.scaling_factor must be positive");
   const auto* cond = v.if_contains("timestep_conditioning");

@@ -24,6 +24,8 @@
 #include "stages/model_backend.hpp"
 #include "stages/tokenizer.hpp"
 
+#include <boost/json/object.hpp>
+
 namespace vgen {
 
 // A job's LTX state: the generic FamilyJob plus its text rows and decode noise.
@@ -75,8 +77,10 @@ class LtxFamily final : public Family {
 
 std::shared_ptr<Family> make_ltx_family(ModelPackage package, const FamilyOptions& options);
 
-// Reads the manifest's LTX sections; Error(invalid_argument) naming a missing or bad field.
+// Reads the manifest's LTX sections ("transformer", "vae"; the first form reads
+// package.dir/manifest.json); Error(invalid_argument) naming a missing or bad field.
 LtxConfig read_ltx_config(const ModelPackage& package);
+LtxConfig read_ltx_config(const ModelPackage& package, const boost::json::object& manifest);
 
 // The rope coordinates LTXPipeline gives a latent grid of f x h x w at `fps`: [1, 3, f*h*w]
 // float32, frame/row/column times (temporal_scale / fps, spatial_scale, spatial_scale) and the

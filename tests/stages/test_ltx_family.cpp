@@ -159,18 +159,20 @@ TEST_CASE("rope coordinates: frame index * temporal_scale / fps, row and column 
 TEST_CASE("the manifest's LTX sections are read, and what vgen cannot run is refused by name") {
   ModelPackage p;
   p.dir = "pkg";
-  check_invalid([&] { read_ltx_config(p); }, "'transformer'");
-  p.manifest = {{"transformer", {{"patch_size", 1}, {"patch_size_t", 1}}},
-                {"vae", {{"scaling_factor", 1.0}, {"timestep_conditioning", true}, {"decode_timestep", 0.05}}}};
-  const auto c = read_ltx_config(p);
+  boost::json::object m;
+  check_invalid([&] { read_ltx_config(p, m); }, "'transformer'");
+  m = {{"transformer", {{"patch_size", 1}, {"patch_size_t", 1}}},
+       {"vae", {{"scaling_factor", 1.0}, {"timestep_conditioning", true}, {"decode_timestep", 0.05}}}};
+  const auto c = read_ltx_config(p, m);
   CHECK(c.timestep_conditioning);
   CHECK(c.decode_timestep == 0.05);
   CHECK(c.decode_noise_scale == 0.05);  // LTXPipeline: the noise scale defaults to the decode timestep
-  p.manifest["transformer"].as_object()["patch_size"] = 2;
-  check_invalid([&] { read_ltx_config(p); }, "patch_size");
-  p.manifest["transformer"].as_object()["patch_size"] = 1;
-  p.manifest["vae"].as_object()["scaling_factor"] = "x";
-  check_invalid([&] { read_ltx_config(p); }, "vae.scaling_factor");
+  m["transformer"].as_object()["patch_size"] = 2;
+  check_invalid([&] { read_ltx_config(p, m); }, "patch_size");
+  m["transformer"].as_object()["patch_size"] = 1;
+  m["vae"].as_object()["scaling_factor"] = "x";
+  check_invalid([&] { read_ltx_config(p, m); }, "vae.scaling_factor");
+  check_invalid([&] { read_ltx_config(p); }, "manifest.json");  // no such package directory
 }
 
 TEST_CASE("vgen's LTX stages reproduce diffusers' LTXPipeline (with and without guidance)" * doctest::timeout(600)) {
