@@ -180,7 +180,8 @@ void LtxFamily::prepare(const std::string& device, const std::vector<FamilyJob*>
   for (auto* j : jobs) {
     const bool cfg = j->spec.guidance > 1.0;
     const bool hit_cond = want(j->spec.prompt);
-    j->text_cache_hit = hit_cond && (!cfg || want(j->spec.negative_prompt));
+    const bool hit_uncond = !cfg || want(j->spec.negative_prompt);  // asked for even when the prompt missed
+    j->text_cache_hit = hit_cond && hit_uncond;
   }
   if (!misses.empty()) {
     auto encoded = encode_texts(device, misses);
