@@ -99,11 +99,13 @@ def run_case(cls_name, config, steps, seed, sample, model_outputs, dtype):
     sched = getattr(diffusers, cls_name).from_config(config)
     if pipeline.get("sigma_schedule") == "one_to_one_over_n":  # as LTXPipeline.__call__ does
         import numpy as np
-        from diffusers.pipelines.ltx.pipeline_ltx import calculate_shift
 
+        # mu on the line through (base_image_seq_len, base_shift) and (max_image_seq_len, max_shift),
+        # in Python floats as LTXPipeline computes it (importing the pipeline module costs ~5 s).
         c = sched.config
-        mu = calculate_shift(pipeline.get("image_seq_len", 0), c.get("base_image_seq_len", 256),
-                             c.get("max_image_seq_len", 4096), c.get("base_shift", 0.5), c.get("max_shift", 1.15))
+        lo, hi = c.get("base_image_seq_len", 256), c.get("max_image_seq_len", 4096)
+        slope = (c.get("max_shift", 1.15) - c.get("base_shift", 0.5)) / (hi - lo)
+        mu = pipeline.get("image_seq_len", 0) * slope + (c.get("base_shift", 0.5) - slope * lo)
         sched.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
     else:
         sched.set_timesteps(steps)
