@@ -231,11 +231,16 @@ class EulerDiscrete final : public Base<EulerDiscrete, EulerConfig> {
   double init_noise_sigma_ = 1.0;
 };
 
+// The registered factory: diffusers' own schedule, or a pipeline's sigmas (scheduler_flow_sigmas.cpp).
+std::unique_ptr<Scheduler> make_flow_match(const SchedulerParams& params) {
+  return wants_pipeline_sigmas(params) ? make_flow_match_pipeline_sigmas(params) : FlowMatchEuler::make(params);
+}
+
 // ---- registry ----------------------------------------------------------------------------
 
 Registry<SchedulerFactory>& registry() {
   static Registry<SchedulerFactory> r("scheduler", {
-                                                       {"FlowMatchEulerDiscreteScheduler", &FlowMatchEuler::make},
+                                                       {"FlowMatchEulerDiscreteScheduler", &make_flow_match},
                                                        {"UniPCMultistepScheduler", &make_unipc},
                                                        {"DDIMScheduler", &DDIM::make},
                                                        {"EulerDiscreteScheduler", &EulerDiscrete::make},

@@ -127,6 +127,16 @@ TEST_CASE("parameters are checked by name") {
                 "timestep_spacing");
   check_invalid([] { vgen::make_scheduler("EulerDiscreteScheduler", {{"num_train_timesteps", 10.5}}); },
                 "num_train_timesteps");
+  // A pipeline's own sigmas (LTXPipeline) with dynamic shifting need the latent sequence length.
+  check_invalid([] {
+    vgen::make_scheduler("FlowMatchEulerDiscreteScheduler",
+                         {{"sigma_schedule", std::string("one_to_one_over_n")}, {"use_dynamic_shifting", true}});
+  }, "image_seq_len");
+  check_invalid([] {
+    vgen::make_scheduler("FlowMatchEulerDiscreteScheduler", {{"sigma_schedule", std::string("other")}});
+  }, "sigma_schedule");
+  check_invalid([] { vgen::make_scheduler("FlowMatchEulerDiscreteScheduler", {{"use_dynamic_shifting", true}}); },
+                "use_dynamic_shifting");
   // diffusers' metadata keys and "off" values of unported features are accepted.
   CHECK_NOTHROW(vgen::make_scheduler("UniPCMultistepScheduler",
                                      {{"_class_name", std::string("UniPCMultistepScheduler")},
