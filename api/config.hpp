@@ -60,6 +60,11 @@ struct RuntimeConfig {
 
   std::size_t text_cache_entries = 256;
   std::chrono::seconds text_cache_ttl{1800};
+  // LoRA (stages/lora.hpp): jobs' "loras" name files under lora_dir (empty: LoRAs refused);
+  // merged variants are kept within lora_cache_mb per model (0: merge for every group).
+  // Config keys "lora_dir" and cache.loras.mb.
+  std::filesystem::path lora_dir;
+  std::size_t lora_cache_mb = 1024;
   std::size_t result_cache_entries = 1024;  // 0 disables the result cache
   std::chrono::seconds result_cache_ttl{3600};
 

@@ -77,6 +77,8 @@ class RuntimeImpl {
     wo.encode = EncodeOptions{.crf = config_.encoder_crf, .preset = config_.encoder_preset, .threads = config_.encoder_threads};
     wo.text_cache_entries = config_.text_cache_entries;
     wo.text_cache_ttl = config_.text_cache_ttl;
+    wo.lora_dir = config_.lora_dir;
+    wo.lora_cache_bytes = config_.lora_cache_mb << 20;
     wo.preprocess_workers = config_.preprocess.workers;
     wo.denoise_workers = config_.denoise.workers;
     wo.decode_workers = config_.decode.workers;

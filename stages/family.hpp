@@ -110,6 +110,8 @@ struct FamilyOptions {
   std::string backend = "torchscript";  // stages/model_backend.hpp
   std::size_t text_cache_entries = 256;
   std::chrono::steady_clock::duration text_cache_ttl = std::chrono::minutes(30);
+  std::filesystem::path lora_dir;                  // jobs' "loras" name files here (stages/lora.hpp)
+  std::size_t lora_cache_bytes = std::size_t{1} << 30;  // merged LoRA variants kept (0: none)
 };
 
 using FamilyFactory = std::function<std::shared_ptr<Family>(ModelPackage package, const FamilyOptions& options)>;

@@ -106,7 +106,8 @@ ModelSet::ModelSet(std::vector<std::pair<std::string, std::filesystem::path>> mo
   if (models.empty()) throw_error(ErrorKind::invalid_argument, "no model to serve");
   register_builtin_families();
   FamilyOptions fo{.backend = options.backend, .text_cache_entries = options.text_cache_entries,
-                   .text_cache_ttl = options.text_cache_ttl};
+                   .text_cache_ttl = options.text_cache_ttl, .lora_dir = options.lora_dir,
+                   .lora_cache_bytes = options.lora_cache_bytes};
   for (auto& [name, dir] : models) {
     for (const auto& [n, f] : state_->models)
       if (n == name) throw_error(ErrorKind::invalid_argument, "model '" + name + "' is given twice");

@@ -45,6 +45,8 @@ struct ModelSetOptions {
   EncodeOptions encode;  // format is taken from each job
   std::size_t text_cache_entries = 256;
   std::chrono::steady_clock::duration text_cache_ttl = std::chrono::minutes(30);
+  std::filesystem::path lora_dir;                       // see FamilyOptions
+  std::size_t lora_cache_bytes = std::size_t{1} << 30;
   std::size_t preprocess_workers = 1, denoise_workers = 1, decode_workers = 1, encode_workers = 1;
   // Cross-job batching: up to max_batch compatible jobs per model call, waiting at most
   // batch_wait for a group to fill. 1: no batching.
