@@ -86,6 +86,7 @@ ModelSet::ModelSet(std::vector<std::pair<std::string, std::filesystem::path>> mo
   for (auto& [name, dir] : models) {
     for (const auto& [n, f] : state_->models)
       if (n == name) throw_error(ErrorKind::invalid_argument, "model '" + name + "' is given twice");
+    fo.model_name = name;
     state_->models.emplace_back(name, load_family(dir, fo));
   }
   state_->executor = &executor;
