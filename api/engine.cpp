@@ -74,6 +74,8 @@ class RuntimeImpl {
     devices_ = std::make_unique<DevicePool>(devices, DevicePoolOptions{.policy = config_.device_policy, .metrics = &metrics_});
     ModelSetOptions wo;
     wo.out_dir = config_.output_dir;
+    wo.images.max_bytes = config_.image_max_bytes;
+    wo.images.max_pixels = config_.image_max_pixels;
     wo.encode = EncodeOptions{.crf = config_.encoder_crf, .preset = config_.encoder_preset, .threads = config_.encoder_threads};
     wo.text_cache_entries = config_.text_cache_entries;
     wo.text_cache_ttl = config_.text_cache_ttl;
@@ -147,7 +149,7 @@ class RuntimeImpl {
 
   JobHandle submit(json::value spec, SubmitOptions o, bool wait) {
     refuse_when_stopping();
-    const auto parsed = validate(spec);
+    const auto parsed = models_->admit(spec);  // validate, then read and hash the job's images
     auto entry = register_entry(o, parsed);
     try {
       if (!o.resuming) journal_submitted(*entry, parsed, spec);  // a resumed job's row is there (attempts kept)
@@ -164,7 +166,7 @@ class RuntimeImpl {
   // `entry`: one registered already (a resumed job, see resume_unfinished).
   asio::awaitable<JobHandle> async_submit(json::value spec, SubmitOptions o, std::shared_ptr<JobEntry> entry = nullptr) {
     refuse_when_stopping();
-    const auto parsed = validate(spec);
+    const auto parsed = models_->admit(spec);  // validate, then read and hash the job's images
     if (!entry) entry = register_entry(o, parsed);
     std::shared_ptr<Job> job;
     try {

@@ -3,6 +3,7 @@
 #include "runtime/errors.hpp"
 #include "stages/batcher.hpp"
 #include "stages/family.hpp"
+#include "stages/image_admission.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
@@ -110,6 +111,12 @@ std::vector<std::string> ModelSet::model_names() const {
 const ModelPackage& ModelSet::package(const std::string& name) const { return state_->family(name)->package(); }
 
 JobSpec ModelSet::validate(const json::value& spec) const { return state_->family(model_field(spec))->validate(spec); }
+
+JobSpec ModelSet::admit(json::value& spec) const {
+  auto parsed = validate(spec);
+  admit_images(spec, parsed, state_->options.images);
+  return parsed;
+}
 
 std::string ModelSet::model_id(const JobSpec& spec) const { return state_->family(spec.model)->package().id(); }
 
