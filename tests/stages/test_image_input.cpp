@@ -5,6 +5,7 @@
 
 #include "runtime/errors.hpp"
 #include "stages/libav.hpp"
+#include "tests/support/python_reference.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <cstring>
@@ -283,4 +284,46 @@ TEST_CASE("centre crop takes the middle window, rounding the offset down; CLIP's
   CHECK(vgen::shortest_side_size(480, 832, 224).width == 224);
   CHECK(vgen::shortest_side_size(480, 832, 224).height == 388);
   CHECK(vgen::shortest_side_size(300, 300, 224).width == 224);
+}
+
+TEST_CASE("resize against PIL (diffusers' resize): close, not bit-identical; the difference is measured" *
+          doctest::timeout(120)) {
+  // A picture with edges and texture (a flat gradient would hide filter differences).
+  RgbImage img = gradient(96, 64);
+  std::mt19937 rng(3);
+  for (int y = 0; y < 64; ++y)
+    for (int x = 0; x < 96; ++x)
+      if (((x / 8) + (y / 8)) % 2 == 0) img.rgb[(y * 96 + x) * 3] = static_cast<std::uint8_t>(rng() % 256);
+  vgen::test::TempDir dir;
+  std::ofstream(dir / "in.png", std::ios::binary) << png_of(img);
+  struct Case {
+    int w, h;
+    vgen::ResizeFilter filter;
+    const char* name;
+  };
+  for (const Case c : {Case{48, 32, vgen::ResizeFilter::lanczos, "lanczos"}, Case{160, 112, vgen::ResizeFilter::lanczos, "lanczos"},
+                       Case{40, 40, vgen::ResizeFilter::bicubic, "bicubic"}, Case{48, 32, vgen::ResizeFilter::bilinear, "bilinear"}}) {
+    const auto out = dir / (std::string(c.name) + std::to_string(c.w) + ".png");
+    const auto ref = vgen::test::python_reference(
+        "image_resize.py", (dir / "in.png").string() + " " + out.string() + " " + std::to_string(c.w) + " " +
+                               std::to_string(c.h) + " " + c.name);
+    if (!ref) {
+      WARN_MESSAGE(false, "VGEN_PYTHON not set: the comparison with PIL is skipped");
+      return;
+    }
+    const auto pil = vgen::decode_image_file(out, "reference");
+    const auto ours = vgen::resize_rgb(img, c.w, c.h, c.filter);
+    REQUIRE(pil.rgb.size() == ours.rgb.size());
+    int worst = 0;
+    double sum = 0;
+    for (std::size_t i = 0; i < ours.rgb.size(); ++i) {
+      const int d = std::abs(int(ours.rgb[i]) - int(pil.rgb[i]));
+      worst = std::max(worst, d);
+      sum += d;
+    }
+    const double mean = sum / static_cast<double>(ours.rgb.size());
+    MESSAGE("96x64 -> " << c.w << "x" << c.h << " " << std::string(c.name) << ": max |swscale - PIL| = " << worst << " levels, mean " << mean);
+    CHECK(mean < 1.0);
+    CHECK(worst <= 32);
+  }
 }
