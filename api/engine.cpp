@@ -203,6 +203,17 @@ class RuntimeImpl {
     return std::nullopt;
   }
 
+  // (wt-img: the HTTP uploads pin the images of resumed jobs through this.)
+  std::vector<JobHandle> unfinished() const {
+    std::vector<JobHandle> out;
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, e] : entries_) {
+      std::lock_guard entry_lock(e->mutex);
+      if (!e->final_result) out.push_back(JobHandle(e));
+    }
+    return out;
+  }
+
   bool cancel(const std::string& id, std::string reason) {
     if (auto e = lookup(id)) e->cancelled_by_request = true;
     return pipeline_->cancel(id, std::move(reason));
@@ -263,6 +274,7 @@ class RuntimeImpl {
     if (entries_.count(entry->id) || (!o.id.empty() && !o.resuming && store_->find(o.id)))
       throw_error(ErrorKind::already_exists, "id: a job with id '" + entry->id + "' already exists");
     reserve_output(*entry, spec, o.resuming);
+    entry->spec = spec;  // what JobHandle::result() shows before the job ends
     if (o.on_progress) entry->listeners.emplace(entry->next_listener++, o.on_progress);
     entries_.emplace(entry->id, entry);
     return entry;
@@ -707,6 +719,7 @@ JobSpec Runtime::validate(const json::value& spec) const { return impl_->validat
 std::string Runtime::content_key(const JobSpec& spec) const { return impl_->content_key(spec); }
 bool Runtime::has_rendered(const JobSpec& spec, const fs::path& path) const { return impl_->has_rendered(spec, path); }
 std::optional<JobHandle> Runtime::find(const std::string& id) const { return impl_->find(id); }
+std::vector<JobHandle> Runtime::unfinished() const { return impl_->unfinished(); }
 bool Runtime::cancel(const std::string& id, std::string reason) { return impl_->cancel(id, std::move(reason)); }
 void Runtime::drain() { impl_->drain(); }
 void Runtime::shutdown() { impl_->shutdown(); }
