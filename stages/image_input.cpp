@@ -162,6 +162,9 @@ RgbImage decode_image(std::string_view bytes, std::string_view field, const Imag
   ctx->max_pixels = limits.max_pixels;
   ctx->err_recognition |= AV_EF_EXPLODE | AV_EF_CRCCHECK;  // a truncated or damaged file fails, not half-grey
   ctx->thread_count = 1;
+  // A bad image is the client's error, reported in the thrown message: the decoder's own
+  // complaints ("Invalid PNG signature", ...) go to debug level, not the service's error log.
+  ctx->log_level_offset = AV_LOG_DEBUG - AV_LOG_ERROR;
   av::check(avcodec_open2(ctx.get(), codec, nullptr), "opening the " + kind + " decoder");
 
   // The decoders read up to AV_INPUT_BUFFER_PADDING_SIZE bytes past the data: pad a copy.
