@@ -42,7 +42,7 @@ class FakeFamily final : public Family {
     }
   }
   std::unique_ptr<Scheduler> make_scheduler(const FamilyJob& job) const override {
-    auto s = vgen::make_scheduler("FlowMatchEulerDiscreteScheduler");
+    auto s = vgen::make_scheduler(scheduler_name, scheduler_params);
     s->set_timesteps(job.spec.steps);
     return s;
   }
@@ -104,6 +104,8 @@ class FakeFamily final : public Family {
   }
 
   std::function<void(std::size_t call, std::size_t rows)> on_predict;
+  std::string scheduler_name = "FlowMatchEulerDiscreteScheduler";  // set before jobs run
+  SchedulerParams scheduler_params;
   std::function<void(const JobSpec&)> on_create_job;  // e.g. an image-to-video test decoding spec.image
   std::string expect_model;  // the "model" field this family's jobs carry
   std::size_t oom_above_rows = 0;  // 0: never
