@@ -181,6 +181,9 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
                          {"threads", count(r, c.encoder_threads, 1, 64)}});
        }},
       {"job_ttl_s", seconds(r, c.job_ttl, 1, 365 * 86400)},
+      {"preview_every", [&](const json::value& v, const std::string& p) {
+         c.preview_every = v.is_null() ? std::nullopt : std::optional<int>(static_cast<int>(r.integer(v, p, 0, 100'000)));
+       }},
       {"quarantine_after", count(r, c.quarantine_after, 0, 1000)},
       {"job_store", [&](const json::value& v, const std::string& p) {
          c.job_store = r.string(v, p);
@@ -249,6 +252,7 @@ json::object to_json(const RuntimeConfig& c) {
                  {"max_backoff_ms", c.retry_max_backoff.count()}, {"multiplier", c.retry_multiplier}}},
       {"encoder", {{"crf", c.encoder_crf}, {"preset", c.encoder_preset}, {"threads", c.encoder_threads}}},
       {"job_ttl_s", c.job_ttl.count()},
+      {"preview_every", c.preview_every ? json::value(*c.preview_every) : json::value(nullptr)},
       {"quarantine_after", c.quarantine_after},
       {"job_store", c.job_store},
       {"service", {{"listen", c.service.listen}, {"max_body_bytes", c.service.max_body_bytes},
