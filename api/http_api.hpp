@@ -1,20 +1,25 @@
 // HttpApi: the vgen HTTP routes over a vgen::Runtime, as a RequestHandler for HttpServer.
 //
 //   POST   /v1/jobs              submit a job spec (JSON) -> 202 {id, status, links} + Location
+//   GET    /v1/jobs              the jobs the job store records, newest first: ?status= &limit=
+//                                (1..200, default 20) &cursor= (the previous page's next_cursor)
 //   GET    /v1/jobs/{id}         status: to_json(JobResult) plus live progress
-//   GET    /v1/jobs/{id}/events  Server-Sent Events: `progress` per job event, then one final
-//                                `done` | `failed` | `cancelled` event, then the stream ends
+//   GET    /v1/jobs/{id}/events  Server-Sent Events: `progress` per job event, `preview` per new
+//                                preview image, then one final `done` | `failed` | `cancelled`
+//                                event, then the stream ends
+//   GET    /v1/jobs/{id}/preview the latest preview while it denoises (image/png; 404 if none)
 //   GET    /v1/jobs/{id}/video   the output file (Range requests: 206 / 416; 409 until done)
 //   DELETE /v1/jobs/{id}         cancel
 //   GET    /metrics              Prometheus text (Runtime::metrics_text)
 //   GET    /healthz              {"status": "ok"}
+//   GET    /  and  /ui/{name}    the page (api/web_page.hpp; files from web_dir, 404 without one)
 // docs/openapi.json describes the same routes; tests/api/test_http_api.cpp keeps them in sync
 // with routes().
 //
 // Errors: handlers throw vgen::Error; the server maps it once (error_response ->
 // http_status_for): invalid_argument 400, not_found 404, overloaded 429 with Retry-After, ...
 // Protocol errors (401, 405 with Allow, 409, 415) use the same JSON error body.
-// Auth: when config().service.token is set, every route but /healthz needs
+// Auth: when config().service.token is set, every route but /healthz and the page's files needs
 // "Authorization: Bearer <token>" (401 otherwise), checked before routing by
 // http::bearer_authorized (api/http_auth: the scheme in any letter case, constant-time compare).
 // Threads: handle() never blocks (submission uses Runtime::try_submit); it keeps no mutable
@@ -28,6 +33,7 @@
 #include "api/engine.hpp"
 #include "api/http_server.hpp"
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -35,7 +41,8 @@ namespace vgen {
 
 class HttpApi : public http::RequestHandler {
  public:
-  explicit HttpApi(Runtime& runtime);
+  // web_dir: the page's files (api/web_page.hpp default_web_dir()); empty: no page.
+  explicit HttpApi(Runtime& runtime, std::filesystem::path web_dir = {});
 
   boost::asio::awaitable<http::Response> handle(http::Request request) override;
 
@@ -52,7 +59,11 @@ class HttpApi : public http::RequestHandler {
   bool authorized(const http::Request& request) const;
 
   http::Response submit_job(const http::Request& request, const std::string& id);
+  http::Response list_jobs(const http::Request& request, const std::string& id);
   http::Response job_status(const http::Request& request, const std::string& id);
+  http::Response job_preview(const http::Request& request, const std::string& id);
+  http::Response page(const http::Request& request, const std::string& id);
+  http::Response page_file(const http::Request& request, const std::string& name);
   http::Response job_events(const http::Request& request, const std::string& id);
   http::Response job_video(const http::Request& request, const std::string& id);
   http::Response cancel_job(const http::Request& request, const std::string& id);
@@ -62,6 +73,7 @@ class HttpApi : public http::RequestHandler {
   JobHandle find_job(const std::string& id) const;  // Error(not_found)
 
   Runtime& runtime_;
+  std::filesystem::path web_dir_;
 };
 
 }  // namespace vgen
