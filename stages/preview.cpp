@@ -65,6 +65,7 @@ std::string encode_png(const std::uint8_t* rgb, int width, int height) {
   ctx->height = height;
   ctx->pix_fmt = AV_PIX_FMT_RGB24;
   ctx->time_base = {1, 1};
+  ctx->compression_level = 1;  // zlib's fastest: a preview is made on the compute thread between steps
   av::check(avcodec_open2(ctx.get(), codec, nullptr), "preview: opening the PNG encoder");
   auto frame = av::alloc_frame();
   frame->format = AV_PIX_FMT_RGB24;

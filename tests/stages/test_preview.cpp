@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -156,12 +157,14 @@ TEST_CASE("on the bundled model, the preview's PSNR against the decoded frame be
   family->begin_denoise({job.get()}, "cpu");
   at::Tensor latents = job->state.latents * scheduler->init_noise_sigma();
   const int steps = static_cast<int>(scheduler->timesteps().size(0));
-  double worst_margin = 1e9;
+  double worst_margin = 1e9, step_seconds = 0;
   for (int i = 0; i < steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
     const auto x = scheduler->scale_model_input(latents, i);
     const auto t = scheduler->timesteps()[i];
     std::vector<FamilyJob*> jobs{job.get()};
     latents = scheduler->step(family->predict(PredictCall{jobs, x, t, "cpu"}), i, latents);
+    step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if ((i + 1) % 4 != 0) continue;
     auto decoded = family->create_job(job->spec);
     decoded->state.latents = latents.clone();
@@ -176,4 +179,10 @@ TEST_CASE("on the bundled model, the preview's PSNR against the decoded frame be
     worst_margin = std::min(worst_margin, p - grey);
   }
   MESSAGE("smallest margin over grey: " << worst_margin << " dB");
+  // What a preview costs next to a denoising step (both on the compute thread).
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) preview->render(latents, steps, steps);
+  const double render_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 10;
+  MESSAGE("preview render (" << latents.size(3) * 8 << " px, PNG): " << render_seconds * 1e3 << " ms; a denoising step: "
+                             << step_seconds / steps * 1e3 << " ms");
 }
