@@ -2,6 +2,7 @@
 // is registered (its code lives in its own folder, stages/<family>/). Programs and tests may
 // add more at run time with families().add(name, factory).
 #include "stages/family.hpp"
+#include "stages/ltx/ltx_family.hpp"
 #include "stages/wan/wan_family.hpp"
 
 #include <mutex>
@@ -12,6 +13,7 @@ void register_builtin_families() {
   static std::once_flag once;
   std::call_once(once, [] {
     families().add("wan2.1-t2v", &make_wan_family);
+    families().add("ltx-video", &make_ltx_family);
   });
 }
 

@@ -64,6 +64,31 @@ int as_int(const json::value& v, std::string_view field) {
   return static_cast<int>(i);
 }
 
+// "loras": [{"name": "x", "scale": 0.8}, ...]; scale defaults to 1.
+std::vector<LoraRef> parse_loras(const json::value& v) {
+  const auto* a = v.if_array();
+  if (!a) bad("loras", "must be an array of {\"name\", \"scale\"} (got " + shown(v) + ")");
+  if (a->size() > 8) bad("loras", "at most 8 (got " + std::to_string(a->size()) + ")");
+  std::vector<LoraRef> out;
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    const std::string field = "loras[" + std::to_string(i) + "]";
+    const auto* o = (*a)[i].if_object();
+    if (!o) bad(field, "must be an object {\"name\", \"scale\"} (got " + shown((*a)[i]) + ")");
+    LoraRef r;
+    for (const auto& kv : *o) {
+      if (kv.key() == "name") r.name = checked_output_name(as_text(kv.value(), field + ".name"), (field + ".name").c_str());
+      else if (kv.key() == "scale") r.scale = as_number(kv.value(), field + ".scale");
+      else bad(field + "." + std::string(kv.key()), "unknown field");
+    }
+    if (r.name.empty()) bad(field + ".name", "is required");
+    if (!(r.scale >= -10.0 && r.scale <= 10.0)) bad(field + ".scale", "must be between -10 and 10 (got " + number_text(r.scale) + ")");
+    for (const auto& earlier : out)
+      if (earlier.name == r.name) bad(field + ".name", "'" + r.name + "' is listed twice");
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string checked_output_name(const std::string& name, const char* field) {
@@ -123,7 +148,7 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
   if (!obj) bad("job", "must be a JSON object (got " + shown(value) + ")");
   static const std::set<std::string, std::less<>> known = {"prompt", "negative_prompt", "width", "height", "frames",
                                                           "steps", "guidance", "seed", "fps", "format", "scheduler", "name",
-                                                          "model"};
+                                                          "model", "loras"};
   for (const auto& kv : *obj)
     if (!known.count(kv.key())) bad(std::string(kv.key()), "unknown field");
   JobSpec s = defaults;
@@ -142,6 +167,7 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
     else if (k == "scheduler") s.scheduler = as_text(v, k);
     else if (k == "name") s.name = as_text(v, k);
     else if (k == "model") s.model = as_text(v, k);
+    else if (k == "loras") s.loras = parse_loras(v);
     else if (k == "seed") {
       const auto i = as_integer(v, k);
       if (i < 0) bad("seed", "must be between 0 and " + std::to_string(limits.max_seed) + " (got " + shown(v) + ")");
@@ -158,6 +184,11 @@ json::object to_json(const JobSpec& s) {
           {"guidance", s.guidance}, {"seed", s.seed},                       {"fps", s.fps},
           {"format", s.format},     {"scheduler", s.scheduler},             {"name", s.name}};
   if (!s.model.empty()) o["model"] = s.model;  // absent for the default model: keys stay as they were
+  if (!s.loras.empty()) {  // absent without LoRAs: keys stay as they were
+    json::array a;
+    for (const auto& l : s.loras) a.push_back(json::object{{"name", l.name}, {"scale", l.scale}});
+    o["loras"] = std::move(a);
+  }
   return o;
 }
 
@@ -165,6 +196,11 @@ ContentKey job_content_key(const std::string& model_id, const JobSpec& spec) {
   auto fields = to_json(spec);
   fields.erase("name");
   fields.erase("model");  // the model is identified by model_id (the package's content)
+  if (!spec.loras.empty()) {  // a LoRA by its content, not its file name
+    json::array a;
+    for (const auto& l : spec.loras) a.push_back(json::object{{"sha256", l.sha256}, {"scale", l.scale}});
+    fields["loras"] = std::move(a);
+  }
   return content_key("vgen-job", boost::json::object{{"model", model_id}, {"spec", std::move(fields)}});
 }
 

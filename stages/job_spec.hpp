@@ -17,6 +17,16 @@
 
 namespace vgen {
 
+// One LoRA a job asks for (stages/lora.hpp): a file `name`.safetensors under the configured
+// lora_dir, merged at `scale`. sha256 is the file's, filled in by the family's validate (it
+// is part of the job's content key, not of its JSON).
+struct LoraRef {
+  std::string name;
+  double scale = 1.0;
+  std::string sha256;
+  bool operator==(const LoraRef&) const = default;
+};
+
 struct JobSpec {
   std::string prompt;
   std::string negative_prompt;
@@ -30,6 +40,7 @@ struct JobSpec {
   std::string scheduler;            // empty: the package's scheduler
   std::string name;                 // output file stem; empty: derived from the job id
   std::string model;                // which of the runtime's models; empty: its default one
+  std::vector<LoraRef> loras;       // "loras": [{"name", "scale"}], in order; at most 8
 };
 
 struct SpecLimits {

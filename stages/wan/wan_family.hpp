@@ -14,6 +14,7 @@
 #pragma once
 
 #include "stages/family.hpp"
+#include "stages/lora_variants.hpp"
 #include "stages/model_backend.hpp"
 #include "stages/text_context.hpp"
 #include "stages/tokenizer.hpp"
@@ -25,6 +26,7 @@ struct WanJob : FamilyJob {
   at::Tensor embeds;  // [1 or 2, L, D]: cond (and uncond when guidance > 1), zero past each text
   std::vector<std::int64_t> embed_lengths;  // per row of embeds: its text's rows
   TextContext text;  // the rows at the denoise group's row count (set by begin_denoise)
+  std::shared_ptr<const Module> transformer;  // with the group's LoRA set merged (set by predict)
 };
 
 class WanFamily final : public Family {
@@ -42,22 +44,29 @@ class WanFamily final : public Family {
   void decode(const std::string& device, const std::vector<FamilyJob*>& jobs) override;
   void warm_up(const std::string& device) override;
   CacheStats text_cache_stats() const override;
+  LoraVariantStats lora_stats() const { return variants_->stats(); }
 
   // One transformer call on `device`: forward on the zero-padded max_length context (bias
   // undefined), or forward_compact with the compact form's key bias. x is cast to the
   // transformer's dtype, t is float32; returns the flow prediction on the device.
+  // `transformer`: the module to call (a LoRA variant); null: the package's.
   at::Tensor predict_flow(const std::string& device, const at::Tensor& x, const at::Tensor& t, const at::Tensor& context,
-                          const at::Tensor& bias);
+                          const at::Tensor& bias, std::shared_ptr<const Module> transformer = nullptr);
 
  private:
   std::shared_ptr<const Module> module(const std::string& component, const std::string& device) const;
   TextRows encode_text(const std::string& device, const std::vector<std::string>& texts);
   ContentKey text_key(const std::string& device, const std::string& text) const;
+  std::shared_ptr<const Module> group_transformer(const std::vector<FamilyJob*>& live, const std::string& device);
 
   ModelPackage package_;
   std::string backend_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<TtlCache<at::Tensor>> text_cache_;  // null when off
+  std::shared_ptr<LoraLibrary> loras_;                // files under lora_dir
+  std::shared_ptr<LoraVariants> variants_;            // merged transformers, per device
+  mutable std::mutex shapes_mutex_;
+  mutable ParameterShapes transformer_shapes_;        // once a transformer is loaded: validate maps LoRA keys
 };
 
 std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOptions& options);

@@ -14,6 +14,8 @@ from typing import Any
 FORMAT = "vgen-model-package"
 FORMAT_VERSION = 1
 FAMILY_WAN21_T2V = "wan2.1-t2v"
+FAMILY_LTX_VIDEO = "ltx-video"
+FAMILIES = (FAMILY_WAN21_T2V, FAMILY_LTX_VIDEO)
 MANIFEST_NAME = "manifest.json"
 
 # Components whose file must exist and whose sha256 is checked by readers.
@@ -98,7 +100,7 @@ def validate_manifest(manifest: dict[str, Any]) -> None:
     missing = [k for k in REQUIRED_KEYS if k not in manifest]
     if missing:
         raise ManifestError(f"manifest lacks {missing}")
-    if manifest["family"] != FAMILY_WAN21_T2V:
+    if manifest["family"] not in FAMILIES:
         raise ManifestError(f"unknown family {manifest['family']!r}")
     for name in REQUIRED_COMPONENTS:
         entry = manifest["components"].get(name)
