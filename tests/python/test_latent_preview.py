@@ -31,7 +31,7 @@ def test_fit_recovers_a_linear_decoder_with_the_unnormalisation_inside():
         frames = torch.repeat_interleave(rgb, 4, dim=2)[:, :, 3:]  # latent frame k -> output frame 4 k
         return F.interpolate(frames, scale_factor=(1, 8, 8), mode="nearest")
 
-    section = lp.fit_latent_rgb(decode, latent, 64, 64, samples=4)
+    section = lp.fit_latent_rgb(lp.wan_loop_decoder(decode, latent), latent, 64, 64, samples=4)
     std = torch.tensor(latent["latents_std"])
     mean = torch.tensor(latent["latents_mean"])
     want_w = a * 0.05 * std / 2                      # rgb = (decode / 2 + 0.5), z = x * std + mean

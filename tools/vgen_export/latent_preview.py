@@ -9,11 +9,12 @@ VAE call. The factors are fitted here by least squares against the package's own
 * latents: random fields the size of the package's smallest resolution, half smooth
   (low-resolution noise upsampled, as a denoised image's latents are) and half white noise, at
   standard deviations from 0.25 to 1 (a noisy mid-loop latent and a clean final one both occur);
-* target: the decoder's frames ``(vae(z) / 2 + 0.5).clamp(0, 1)`` with ``z`` un-normalised as the
-  runtime does (``latents / (1 / std) + mean``), averaged over each latent pixel's
-  ``spatial_scale x spatial_scale`` patch, latent frame ``k`` against output frame
+* target: the decoded frames ``(decode(latents) / 2 + 0.5).clamp(0, 1)``, averaged over each latent
+  pixel's ``spatial_scale x spatial_scale`` patch, latent frame ``k`` against output frame
   ``k * temporal_scale``;
-* the fit is over the raw loop latents, so the un-normalisation is inside the factors.
+* ``decode`` takes the loop's latents as they are between steps and does the family's own
+  un-normalisation (Wan: ``latents / (1 / std) + mean``, :func:`wan_loop_decoder`), so the fit
+  folds it into the factors. Another family's exporter passes its own ``decode``.
 
 The manifest gains ``preview.latent_rgb`` = ``{"weight": [3][C], "bias": [3], "fit": {...}}``.
 Exporters call :func:`preview_section` with the decoder they wrote; this script adds the section
@@ -37,7 +38,7 @@ else:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from vgen_export import manifest as mf  # noqa: E402
 
-Decoder = Callable[[torch.Tensor], torch.Tensor]  # [B, C, F', H', W'] un-normalised -> [B, 3, F, H, W] in [-1, 1]
+Decoder = Callable[[torch.Tensor], torch.Tensor]  # loop latents [B, C, F', H', W'] -> [B, 3, F, H, W] in [-1, 1]
 
 
 def decoded_frame_of(latent_frame: int, temporal_scale: int) -> int:
@@ -74,8 +75,6 @@ def fit_latent_rgb(decode: Decoder, latent: dict[str, Any], height: int, width: 
     package's smallest is cheapest). Returns the manifest's ``preview.latent_rgb`` section.
     """
     c, ts, ss = int(latent["channels"]), int(latent["temporal_scale"]), int(latent["spatial_scale"])
-    mean = torch.tensor(latent["latents_mean"], dtype=torch.float32).view(1, c, 1, 1, 1)
-    std = torch.tensor(latent["latents_std"], dtype=torch.float32).view(1, c, 1, 1, 1)
     shape = (1, c, 2, height // ss, width // ss)  # two latent frames: the first and one chunk
     gen = torch.Generator().manual_seed(seed)
     xs, ys = [], []
@@ -83,7 +82,7 @@ def fit_latent_rgb(decode: Decoder, latent: dict[str, Any], height: int, width: 
         for i in range(samples):
             scale = 0.25 + 0.75 * i / max(1, samples - 1)
             z = _random_latents(gen, shape, smooth=i % 2 == 0, scale=scale)
-            video = decode(z / (1.0 / std) + mean)
+            video = decode(z)
             y = _targets(video, shape[2], ts, ss)
             xs.append(z.permute(0, 2, 3, 4, 1).reshape(-1, c))
             ys.append(y.permute(0, 2, 3, 4, 1).reshape(-1, 3))
@@ -120,11 +119,20 @@ def preview_section(manifest: dict[str, Any], decoder: Decoder, *, samples: int 
     return {"latent_rgb": fit_latent_rgb(decoder, manifest["latent"], height, width, samples=samples, seed=seed)}
 
 
+def wan_loop_decoder(vae: Callable[[torch.Tensor], torch.Tensor], latent: dict[str, Any], dtype=torch.float32) -> Decoder:
+    """Wan's decode of loop latents (stages/wan/wan_family.cpp): un-normalise, then the VAE."""
+    c = int(latent["channels"])
+    mean = torch.tensor(latent["latents_mean"], dtype=torch.float32).view(1, c, 1, 1, 1)
+    std = torch.tensor(latent["latents_std"], dtype=torch.float32).view(1, c, 1, 1, 1)
+    return lambda z: vae((z / (1.0 / std) + mean).to(dtype)).float()
+
+
 def torchscript_decoder(pkg_dir: Path, manifest: dict[str, Any]) -> Decoder:
+    """The package's vae_decoder.pt behind Wan's un-normalisation (the wan2.1 families)."""
     entry = manifest["components"]["vae_decoder"]
     module = torch.jit.load(str(Path(pkg_dir) / entry["file"]), map_location="cpu").eval()
     dtype = getattr(torch, entry.get("dtype", manifest.get("dtype", "float32")))
-    return lambda z: module(z.to(dtype)).float()
+    return wan_loop_decoder(module, manifest["latent"], dtype)
 
 
 def add_preview(pkg_dir: Path, samples: int = 16, seed: int = 0) -> dict[str, Any]:
