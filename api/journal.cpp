@@ -62,6 +62,7 @@ class Statement {
   }
   std::int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
   double real(int col) const { return sqlite3_column_double(stmt_, col); }
+  int columns() const { return sqlite3_column_count(stmt_); }
 
  private:
   sqlite3* db_;
@@ -232,7 +233,7 @@ JobPage Journal::list(const JobListQuery& query) const {
       break;
     }
     page.jobs.push_back(read_row(s));
-    last = s.integer(16);
+    last = s.integer(s.columns() - 1);  // seq, after kColumns (whatever columns those gain)
   }
   return page;
 }
