@@ -140,7 +140,7 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
          }
        }},
       {"output_dir", [&](const json::value& v, const std::string& p) { c.output_dir = r.path(v, p); }},
-      {"lora_dir", [&](const json::value& v, const std::string& p) { c.lora_dir = r.path(v, p); }},
+      {"lora_dir", [&](const json::value& v, const std::string& p) { c.lora_dir = v.is_null() ? fs::path() : r.path(v, p); }},
       {"warmup", [&](const json::value& v, const std::string& p) { c.warmup = r.boolean(v, p); }},
       {"journal", [&](const json::value& v, const std::string& p) { c.journal = v.is_null() ? fs::path() : r.path(v, p); }},
       {"threads", [&](const json::value& v, const std::string& p) {
@@ -253,7 +253,7 @@ json::object to_json(const RuntimeConfig& c) {
       {"devices", c.devices},
       {"device_policy", c.device_policy},
       {"output_dir", c.output_dir.string()},
-      {"lora_dir", c.lora_dir.string()},
+      {"lora_dir", c.lora_dir.empty() ? json::value(nullptr) : json::value(c.lora_dir.string())},  // unset: null, as journal
       {"journal", c.journal.empty() ? json::value(nullptr) : json::value(c.journal.string())},
       {"threads", {{"io", c.io_threads}, {"per_device", c.threads_per_device}, {"codec", c.codec_threads}, {"intra_op", c.intra_op_threads}, {"spin_us", c.spin_us}}},
       {"stages", {{"preprocess", stage(c.preprocess)}, {"denoise", stage(c.denoise)}, {"decode", stage(c.decode)}, {"encode", stage(c.encode)}}},
