@@ -109,6 +109,12 @@ struct RuntimeConfig {
   // Fault injection (off by default; runtime/fault_injector.hpp). $VGEN_FAULTS (JSON) replaces it.
   FaultPlan faults;
 
+  // Live previews while a job denoises (stages/preview.hpp): every this many steps and at the
+  // last, for packages with preview factors; 0: none. Unset: none in the library, `vgen
+  // render` and `vgen batch`; `vgen serve` uses kServePreviewEvery. Config key "preview_every".
+  std::optional<int> preview_every;
+  static constexpr int kServePreviewEvery = 2;
+
   // Kept in memory after a job ends, so that status and result queries still find it.
   std::chrono::seconds job_ttl{3600};
 

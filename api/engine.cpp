@@ -85,6 +85,7 @@ class RuntimeImpl {
     wo.denoise_workers = config_.denoise.workers;
     wo.decode_workers = config_.decode.workers;
     wo.encode_workers = config_.encode.workers;
+    wo.preview_every = config_.preview_every.value_or(0);
     if (const char* env = std::getenv("VGEN_FAULTS"); env && *env) {
       boost::system::error_code ec;
       auto v = json::parse(env, ec);
@@ -104,6 +105,11 @@ class RuntimeImpl {
     wo.batch_wait = config_.batch_wait;
     set_checkpoints(wo);
     models_ = std::make_unique<ModelSet>(model_list(), executor_, *devices_, wo);
+    if (wo.preview_every > 0)
+      for (const auto& name : models_->model_names())
+        if (!models_->previews(name))
+          spdlog::info("previews: off for model '{}': its package has no preview factors "
+                       "(python tools/vgen_export/latent_preview.py --model DIR adds them)", name);
     if (config_.warmup) warm_up_devices(devices);
     PipelineOptions po;
     po.metrics = &metrics_;
@@ -281,6 +287,8 @@ class RuntimeImpl {
 
   const RuntimeConfig& config() const { return config_; }
   const ModelPackage& package() const { return models_->package(); }
+  JobPage list_jobs(const JobListQuery& query) const { return store_->list(query); }
+  bool previews(const std::string& model) const { return models_->previews(model); }
   asio::any_io_executor executor() { return executor_.get_executor(); }
 
  private:
@@ -757,6 +765,8 @@ void Runtime::shutdown() { impl_->shutdown(); }
 const RuntimeConfig& Runtime::config() const { return impl_->config(); }
 const ModelPackage& Runtime::package() const { return impl_->package(); }
 RuntimeStats Runtime::stats() const { return impl_->stats(); }
+JobPage Runtime::list_jobs(const JobListQuery& query) const { return impl_->list_jobs(query); }
+bool Runtime::previews(const std::string& model) const { return impl_->previews(model); }
 std::string Runtime::metrics_text() const { return impl_->metrics_text(); }
 asio::any_io_executor Runtime::executor() const { return impl_->executor(); }
 

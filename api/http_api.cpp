@@ -2,6 +2,7 @@
 
 #include "api/http_auth.hpp"
 #include "api/multipart.hpp"
+#include "api/web_page.hpp"
 #include "runtime/channel.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -14,7 +15,11 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/stream_parser.hpp>
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <filesystem>
+#include <map>
 
 namespace vgen {
 
@@ -32,13 +37,21 @@ struct RouteEntry {
 // The one route table: routes() and dispatch() both read it.
 constexpr RouteEntry kRoutes[] = {
     {bhttp::verb::post, "/v1/jobs"},
+    {bhttp::verb::get, "/v1/jobs"},
     {bhttp::verb::get, "/v1/jobs/{id}"},
     {bhttp::verb::delete_, "/v1/jobs/{id}"},
     {bhttp::verb::get, "/v1/jobs/{id}/events"},
     {bhttp::verb::get, "/v1/jobs/{id}/video"},
+    {bhttp::verb::get, "/v1/jobs/{id}/preview"},
     {bhttp::verb::get, "/metrics"},
     {bhttp::verb::get, "/healthz"},
+    {bhttp::verb::get, "/"},
+    {bhttp::verb::get, "/ui/{id}"},
 };
+
+// Routes that need no token: the health check and the page's files (they hold no data; the
+// page asks for the token and sends it on its API calls).
+bool is_public(std::string_view path) { return path == "/healthz" || path == "/" || path.rfind("/ui/", 0) == 0; }
 
 // Matches `path` against a template; fills `id` for "{id}".
 bool match(std::string_view pattern, std::string_view path, std::string& id) {
@@ -64,7 +77,7 @@ std::string job_path(const std::string& id) { return "/v1/jobs/" + id; }
 
 json::object links_of(const std::string& id) {
   const auto self = job_path(id);
-  return {{"self", self}, {"events", self + "/events"}, {"video", self + "/video"}};
+  return {{"self", self}, {"events", self + "/events"}, {"video", self + "/video"}, {"preview", self + "/preview"}};
 }
 
 // to_json(JobResult) with live progress and links; the output's server path is reduced to
@@ -80,6 +93,82 @@ json::object status_json(const JobHandle& job, const JobResult& r) {
   o["queued_seconds"] = s.queued_seconds;
   o["links"] = links_of(r.id);
   return o;
+}
+
+// A job the store still records but the Runtime no longer holds in memory (its job_ttl passed).
+json::object record_json(const JobRecord& r) {
+  json::object o{{"id", r.id}, {"status", r.status}, {"seconds", r.seconds}, {"retries", r.retries},
+                 {"cache_hit", r.cache_hit}, {"spec", r.spec}};
+  if (r.status == "done") {
+    o["output_name"] = std::filesystem::path(r.output).filename().string();
+    o["content_type"] = r.content_type;
+  }
+  if (!r.error_kind.empty()) o["error"] = json::object{{"kind", r.error_kind}, {"message", r.error}};
+  if (r.finished_unix > 0) o["finished_unix"] = r.finished_unix;
+  o["progress"] = json::object{{"state", r.status}, {"step", r.step}, {"total", r.total}};
+  o["links"] = links_of(r.id);
+  return o;
+}
+
+json::object preview_json(const std::string& id, const JobPreview& p) {
+  return {{"id", id},         {"step", p.step},       {"total", p.total}, {"width", p.width},
+          {"height", p.height}, {"content_type", p.content_type}, {"url", job_path(id) + "/preview"}};
+}
+
+// "a=1&b=x%20y" -> {a: 1, b: "x y"}; a key given twice keeps its last value.
+std::map<std::string, std::string, std::less<>> parse_query(std::string_view target) {
+  std::map<std::string, std::string, std::less<>> out;
+  const auto q = target.find('?');
+  if (q == std::string_view::npos) return out;
+  auto decode = [](std::string_view s) {
+    std::string r;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '+') r += ' ';
+      else if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+               std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+        r += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+        i += 2;
+      } else r += s[i];
+    }
+    return r;
+  };
+  auto rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const auto amp = std::min(rest.find('&'), rest.size());
+    const auto pair = rest.substr(0, amp);
+    const auto eq = std::min(pair.find('='), pair.size());
+    if (!pair.empty()) out[decode(pair.substr(0, eq))] = decode(pair.substr(std::min(eq + 1, pair.size())));
+    rest.remove_prefix(std::min(amp + 1, rest.size()));
+  }
+  return out;
+}
+
+// GET /v1/jobs's parameters: status, limit (1..200, default 20), cursor (a next_cursor).
+JobListQuery list_query(std::string_view target) {
+  JobListQuery q;
+  q.limit = 20;
+  for (const auto& [key, value] : parse_query(target)) {
+    if (key == "status") {
+      static constexpr std::string_view known[] = {"queued", "running", "done", "failed", "cancelled", "interrupted"};
+      if (std::find(std::begin(known), std::end(known), value) == std::end(known))
+        throw_error(ErrorKind::invalid_argument, "status: must be one of queued, running, done, failed, cancelled, "
+                                                 "interrupted (got '" + truncate_utf8(value, 40) + "')");
+      q.status = value;
+    } else if (key == "limit" || key == "cursor") {
+      std::uint64_t n = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      const bool ok = ec == std::errc() && end == value.data() + value.size() && !value.empty() &&
+                      (key == "limit" ? n >= 1 && n <= 200 : n >= 1);
+      if (!ok)
+        throw_error(ErrorKind::invalid_argument, key == "limit" ? "limit: must be an integer in [1, 200] (got '" + truncate_utf8(value, 40) + "')"
+                                                                : "cursor: must be a next_cursor from an earlier page (got '" + truncate_utf8(value, 40) + "')");
+      if (key == "limit") q.limit = static_cast<std::size_t>(n);
+      else q.before = n;
+    } else {
+      throw_error(ErrorKind::invalid_argument, "unknown query parameter '" + truncate_utf8(key, 40) + "' (known: status, limit, cursor)");
+    }
+  }
+  return q;
 }
 
 json::object event_json(const JobEvent& e) {
@@ -122,9 +211,14 @@ asio::awaitable<void> stream_events(JobHandle job, http::StreamWriter& out) {
   // Each chunk is a named local: GCC 12 mishandles class temporaries inside co_await operands.
   std::string chunk = http::sse_event("progress", json::serialize(event_json(current)));
   if (!co_await out.write(std::move(chunk))) co_return;
+  if (const auto preview = job.preview(); preview && !job.finished()) {  // the one made before we subscribed
+    chunk = http::sse_event("preview", json::serialize(preview_json(now.id, *preview)));
+    if (!co_await out.write(std::move(chunk))) co_return;
+  }
   if (job.finished() || is_terminal(now.state)) events->close();  // ended before we subscribed
   while (auto e = co_await events->dequeue(asio::use_awaitable)) {
-    chunk = http::sse_event("progress", json::serialize(event_json(*e)));
+    chunk = e->preview ? http::sse_event("preview", json::serialize(preview_json(e->job_id, *e->preview)))
+                       : http::sse_event("progress", json::serialize(event_json(*e)));
     if (!co_await out.write(std::move(chunk))) co_return;
   }
   const JobResult result = co_await job.async_wait();
@@ -195,11 +289,12 @@ Submission read_json(const http::Request& request, std::uint64_t max_image_bytes
 
 }  // namespace
 
-HttpApi::HttpApi(Runtime& runtime)
+HttpApi::HttpApi(Runtime& runtime, std::filesystem::path web_dir)
     : runtime_(runtime),
       uploads_(std::make_shared<UploadStore>(runtime.config().output_dir / "uploads",
                                              ImageLimits{.max_bytes = runtime.config().image_max_bytes,
-                                                         .max_pixels = runtime.config().image_max_pixels})) {
+                                                         .max_pixels = runtime.config().image_max_pixels})),
+      web_dir_(std::move(web_dir)) {
   // What a crash left: keep the images of the jobs that resume, remove the rest.
   for (const auto& job : runtime_.unfinished()) {
     const auto spec = job.result().spec;
@@ -250,7 +345,7 @@ bool HttpApi::authorized(const http::Request& request) const {
 http::Response HttpApi::dispatch(const http::Request& request) {
   auto target = std::string_view(request.target());
   const auto path = target.substr(0, target.find('?'));
-  if (path != "/healthz" && !authorized(request)) {
+  if (!is_public(path) && !authorized(request)) {
     auto res = http::error_response(401, "unauthorized", "missing or wrong bearer token (Authorization: Bearer <token>)");
     res.set(bhttp::field::www_authenticate, "Bearer");
     return res;
@@ -312,6 +407,46 @@ http::Response HttpApi::submit_job(const http::Request& request, const std::stri
   return res;
 }
 
+http::Response HttpApi::list_jobs(const http::Request& request, const std::string&) {
+  const auto query = list_query(request.target());
+  const auto page = runtime_.list_jobs(query);
+  json::array items;
+  for (const auto& record : page.jobs) {
+    const auto job = runtime_.find(record.id);
+    items.push_back(job ? status_json(*job, job->result()) : record_json(record));
+  }
+  json::object o{{"jobs", std::move(items)}};
+  o["next_cursor"] = page.next ? json::value(std::to_string(page.next)) : json::value(nullptr);
+  if (page.next) {
+    auto next = "/v1/jobs?limit=" + std::to_string(query.limit) + "&cursor=" + std::to_string(page.next);
+    if (!query.status.empty()) next += "&status=" + query.status;
+    o["links"] = json::object{{"next", next}};
+  }
+  return json_body(200, o);
+}
+
+http::Response HttpApi::job_preview(const http::Request&, const std::string& id) {
+  const auto job = find_job(id);
+  const auto preview = job.preview();
+  if (!preview) {
+    if (!runtime_.previews(job.result().spec.model))
+      throw_error(ErrorKind::not_found, "job '" + id + "' has no preview: previews are off for its model (preview_every "
+                                        "is 0, or its package has no preview factors)");
+    throw_error(ErrorKind::not_found, "job '" + id + "' has no preview yet (one comes every " +
+                                          std::to_string(runtime_.config().preview_every.value_or(0)) + " steps while it denoises)");
+  }
+  http::StringResponse res{bhttp::status::ok, 11};
+  res.set(bhttp::field::content_type, preview->content_type);
+  res.set(bhttp::field::cache_control, "no-store");
+  res.set("X-Vgen-Preview-Step", std::to_string(preview->step) + "/" + std::to_string(preview->total));
+  res.body() = preview->bytes;
+  return res;
+}
+
+http::Response HttpApi::page(const http::Request&, const std::string&) { return web_file(web_dir_, "index.html"); }
+
+http::Response HttpApi::page_file(const http::Request&, const std::string& name) { return web_file(web_dir_, name); }
+
 http::Response HttpApi::job_status(const http::Request&, const std::string& id) {
   const auto job = find_job(id);
   return json_body(200, status_json(job, job.result()));
@@ -365,9 +500,10 @@ http::Response HttpApi::health(const http::Request&, const std::string&) {
 
 // In kRoutes' order (the anonymous table cannot name private members).
 HttpApi::Handler HttpApi::handler_at(std::size_t i) {
-  static constexpr Handler handlers[] = {&HttpApi::submit_job, &HttpApi::job_status, &HttpApi::cancel_job,
-                                         &HttpApi::job_events, &HttpApi::job_video,  &HttpApi::metrics,
-                                         &HttpApi::health};
+  static constexpr Handler handlers[] = {&HttpApi::submit_job, &HttpApi::list_jobs,   &HttpApi::job_status,
+                                         &HttpApi::cancel_job, &HttpApi::job_events,  &HttpApi::job_video,
+                                         &HttpApi::job_preview, &HttpApi::metrics,    &HttpApi::health,
+                                         &HttpApi::page,       &HttpApi::page_file};
   static_assert(std::size(handlers) == std::size(kRoutes));
   return handlers[i];
 }

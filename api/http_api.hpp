@@ -4,20 +4,25 @@
 //                                image jobs: "image"/"last_image" as base64 or data URLs in the
 //                                JSON, or multipart/form-data with the spec in a "spec" part and
 //                                the files in "image"/"last_image" parts (api/uploads.hpp)
+//   GET    /v1/jobs              the jobs the job store records, newest first: ?status= &limit=
+//                                (1..200, default 20) &cursor= (the previous page's next_cursor)
 //   GET    /v1/jobs/{id}         status: to_json(JobResult) plus live progress
-//   GET    /v1/jobs/{id}/events  Server-Sent Events: `progress` per job event, then one final
-//                                `done` | `failed` | `cancelled` event, then the stream ends
+//   GET    /v1/jobs/{id}/events  Server-Sent Events: `progress` per job event, `preview` per new
+//                                preview image, then one final `done` | `failed` | `cancelled`
+//                                event, then the stream ends
+//   GET    /v1/jobs/{id}/preview the latest preview while it denoises (image/png; 404 if none)
 //   GET    /v1/jobs/{id}/video   the output file (Range requests: 206 / 416; 409 until done)
 //   DELETE /v1/jobs/{id}         cancel
 //   GET    /metrics              Prometheus text (Runtime::metrics_text)
 //   GET    /healthz              {"status": "ok"}
+//   GET    /  and  /ui/{name}    the page (api/web_page.hpp; files from web_dir, 404 without one)
 // docs/openapi.json describes the same routes; tests/api/test_http_api.cpp keeps them in sync
 // with routes().
 //
 // Errors: handlers throw vgen::Error; the server maps it once (error_response ->
 // http_status_for): invalid_argument 400, not_found 404, overloaded 429 with Retry-After, ...
 // Protocol errors (401, 405 with Allow, 409, 415) use the same JSON error body.
-// Auth: when config().service.token is set, every route but /healthz needs
+// Auth: when config().service.token is set, every route but /healthz and the page's files needs
 // "Authorization: Bearer <token>" (401 otherwise), checked before routing by
 // http::bearer_authorized (api/http_auth: the scheme in any letter case, constant-time compare).
 // Threads: handle() never blocks an io thread (submission uses Runtime::try_submit); a
@@ -41,6 +46,7 @@
 
 #include <boost/asio/thread_pool.hpp>
 
+#include <filesystem>
 #include <memory>
 #include <set>
 #include <string>
@@ -50,7 +56,8 @@ namespace vgen {
 
 class HttpApi : public http::RequestHandler {
  public:
-  explicit HttpApi(Runtime& runtime);
+  // web_dir: the page's files (api/web_page.hpp default_web_dir()); empty: no page.
+  explicit HttpApi(Runtime& runtime, std::filesystem::path web_dir = {});
   ~HttpApi() override;
 
   boost::asio::awaitable<http::Response> handle(http::Request request) override;
@@ -68,7 +75,11 @@ class HttpApi : public http::RequestHandler {
   bool authorized(const http::Request& request) const;
 
   http::Response submit_job(const http::Request& request, const std::string& id);
+  http::Response list_jobs(const http::Request& request, const std::string& id);
   http::Response job_status(const http::Request& request, const std::string& id);
+  http::Response job_preview(const http::Request& request, const std::string& id);
+  http::Response page(const http::Request& request, const std::string& id);
+  http::Response page_file(const http::Request& request, const std::string& name);
   http::Response job_events(const http::Request& request, const std::string& id);
   http::Response job_video(const http::Request& request, const std::string& id);
   http::Response cancel_job(const http::Request& request, const std::string& id);
@@ -88,6 +99,7 @@ class HttpApi : public http::RequestHandler {
   std::shared_ptr<UploadStore> uploads_;
   std::shared_ptr<Cancels> cancels_ = std::make_shared<Cancels>();
   boost::asio::thread_pool upload_thread_{1};
+  std::filesystem::path web_dir_;
 };
 
 }  // namespace vgen

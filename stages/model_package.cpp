@@ -94,6 +94,25 @@ json::object read_manifest(const Reader& r) {
   return std::move(v.get_object());
 }
 
+// The optional preview.latent_rgb section: 3 rows of latent.channels numbers and 3 biases.
+void read_preview(const Reader& r, const json::object& m, ModelPackage& p) {
+  if (!m.contains("preview")) return;
+  const auto& rgb = r.obj(r.obj(m, "preview"), "latent_rgb");
+  const auto& rows = r.at(rgb, "weight", "preview.latent_rgb.");
+  const auto shape_error = "preview.latent_rgb.weight must be 3 rows of latent.channels (" + std::to_string(p.latent_channels) +
+                           ") finite numbers";
+  if (!rows.is_array() || rows.get_array().size() != 3) r.fail(shape_error);
+  for (const auto& row : rows.get_array()) {
+    if (!row.is_array() || static_cast<int>(row.get_array().size()) != p.latent_channels) r.fail(shape_error);
+    for (const auto& x : row.get_array()) {
+      if (!x.is_number() || !std::isfinite(x.to_number<double>())) r.fail(shape_error);
+      p.preview_weight.push_back(x.to_number<double>());
+    }
+  }
+  p.preview_bias = r.numbers(rgb, "bias", "preview.latent_rgb.");
+  if (p.preview_bias.size() != 3) r.fail("preview.latent_rgb.bias must hold 3 numbers");
+}
+
 // Bounds of the manifest's integers: generous for any real model, small enough that no
 // product of them overflows an int or asks for an absurd allocation.
 constexpr int kMaxTextLength = 65536;   // tokenizer.max_length (Wan: 512)
@@ -234,6 +253,8 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
     r.fail("latent.latents_mean/std must have one value per latent channel");
   for (double s : p.latents_std)
     if (!(s > 0.0)) r.fail("latent.latents_std must be positive");
+
+  read_preview(r, m, p);
 
   const auto& res = r.obj(m, "resolution");
   const auto& h = r.obj(res, "height");

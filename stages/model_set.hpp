@@ -57,6 +57,9 @@ struct ModelSetOptions {
   // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
   MetricsRegistry* metrics = nullptr;  // optional (outlives the set): batch-size histograms
+  // Live previews (stages/preview.hpp): every this many denoising steps and at the last; 0: none.
+  // Jobs of a package without preview factors get none.
+  int preview_every = 0;
   // Step checkpoints (stages/checkpoint.hpp): off unless checkpoints.dir is set. on_checkpoint
   // is told each durable checkpoint (the job store's reference), on the checkpoint thread.
   CheckpointOptions checkpoints;
@@ -84,6 +87,9 @@ class ModelSet {
   ModelSet& operator=(const ModelSet&) = delete;
 
   std::vector<std::string> model_names() const;
+  // Whether jobs of model `name` (empty: the default) get previews: preview_every > 0 and its
+  // package has preview factors.
+  bool previews(const std::string& name = {}) const;
   // The package of model `name` (empty: the default); Error(invalid_argument) if unknown.
   const ModelPackage& package(const std::string& name = {}) const;
   // Parses a job spec against its model's defaults and limits (Error(invalid_argument)).

@@ -103,6 +103,25 @@ TEST_CASE("every key is read, with comments and relative paths") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("preview_every: unset by default, read, round-tripped and bounded") {
+  CHECK_FALSE(RuntimeConfig{}.preview_every);  // each app chooses: serve previews, batch and render do not
+  const auto dir = test::temp_dir("vgen-config-");
+  const auto c = load_config(write(dir, R"({"preview_every": 3})"));
+  REQUIRE(c.preview_every);
+  CHECK(*c.preview_every == 3);
+  auto round_trip = [](const RuntimeConfig& from) {
+    auto j = to_json(from);
+    j.erase("model");  // unset here: the JSON form names it only when set
+    return apply_config(RuntimeConfig{}, j, "again", "/");
+  };
+  CHECK(*round_trip(c).preview_every == 3);
+  CHECK_FALSE(round_trip(RuntimeConfig{}).preview_every);
+  CHECK(*load_config(write(dir, R"({"preview_every": 0})")).preview_every == 0);  // off, said so
+  CHECK(error_of(write(dir, R"({"preview_every": -1})")).find("preview_every: must be between 0 and 100000") != std::string::npos);
+  CHECK(error_of(write(dir, R"({"preview_every": "often"})")).find("preview_every: must be an integer") != std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("unknown keys and bad values name the key path") {
   const auto dir = test::temp_dir("vgen-config-");
   struct Case {

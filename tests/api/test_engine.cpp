@@ -14,6 +14,7 @@
 
 #include <boost/json.hpp>
 
+#include <atomic>
 #include <fstream>
 #include <iterator>
 #include <mutex>
@@ -540,4 +541,52 @@ TEST_CASE("image jobs: refused by name before queueing; the family gets the admi
   CHECK(img.height == 24);
   CHECK(img.rgb[3 * 5 + 1] == 5 * 3 + 1);  // pixel (5, 0), green: the bytes the test wrote
   CHECK(hash == image_sha256(picture));
+
+TEST_CASE("previews reach the progress callback and JobHandle::preview when preview_every is set; list_jobs is newest first" *
+          doctest::timeout(300)) {
+  const auto bundled = fs::path(VGEN_TEST_SOURCE_DIR) / "models" / "vgen-shapes";
+  if (!fs::exists(bundled / "manifest.json")) return;
+  const json::object quick{{"prompt", "a red circle moving left"}, {"width", 128}, {"height", 128}, {"frames", 8}, {"steps", 4}};
+  TempDir out;
+  auto config = small_config(bundled, out.path);
+  config.preview_every = 2;
+  Runtime rt(config);
+  CHECK(rt.previews());
+  std::mutex m;
+  std::vector<std::shared_ptr<const JobPreview>> previews;
+  auto h = rt.submit(quick, {.on_progress = [&](const JobEvent& e) {
+                       std::lock_guard lock(m);
+                       if (e.preview) previews.push_back(e.preview);
+                     }});
+  REQUIRE(h.wait().state == JobState::done);
+  {
+    std::lock_guard lock(m);
+    REQUIRE(previews.size() == 2);
+    CHECK(previews[0]->step == 2);
+    CHECK(previews[1]->step == 4);
+    CHECK(previews[1]->total == 4);
+    CHECK(previews[1]->content_type == "image/png");
+    CHECK(previews[1]->bytes.substr(1, 3) == "PNG");
+    CHECK(h.preview() == previews[1]);  // the latest stays with the job
+  }
+  auto other = quick;
+  other["seed"] = 9;
+  auto second = rt.submit(other);
+  second.wait();
+  const auto page = rt.list_jobs({});
+  REQUIRE(page.jobs.size() == 2);
+  CHECK(page.jobs[0].id == second.id());
+  CHECK(page.jobs[1].id == h.id());
+  CHECK(rt.list_jobs({.status = "done", .limit = 1}).next != 0);
+
+  TempDir off_dir;
+  Runtime off(small_config(bundled, off_dir.path));  // unset: the library makes none
+  CHECK_FALSE(off.previews());
+  std::atomic<bool> any{false};
+  auto quiet = off.submit(quick, {.on_progress = [&](const JobEvent& e) {
+                            if (e.preview) any = true;
+                          }});
+  REQUIRE(quiet.wait().state == JobState::done);
+  CHECK_FALSE(any);
+  CHECK_FALSE(quiet.preview());
 }

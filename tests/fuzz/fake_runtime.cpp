@@ -15,6 +15,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -93,6 +94,26 @@ std::optional<JobHandle> Runtime::find(const std::string& id) const {
   return detail::RuntimeImpl::handle(it->second);
 }
 
+// The fixed jobs, newest (by name) first; `before` counts from the end of that order.
+JobPage Runtime::list_jobs(const JobListQuery& query) const {
+  JobPage page;
+  std::uint64_t position = impl_->jobs.size();
+  for (auto it = impl_->jobs.rbegin(); it != impl_->jobs.rend(); ++it, --position) {
+    if (query.before != 0 && position >= query.before) continue;
+    JobRecord r;
+    r.id = it->first;
+    r.status = std::string(to_string(it->second->result.state));
+    if (!query.status.empty() && r.status != query.status) continue;
+    if (page.jobs.size() == std::max<std::size_t>(query.limit, 1)) {
+      page.next = position + 1;
+      break;
+    }
+    page.jobs.push_back(std::move(r));
+  }
+  return page;
+}
+bool Runtime::previews(const std::string&) const { return false; }
+
 const RuntimeConfig& Runtime::config() const { return impl_->config; }
 JobSpec Runtime::validate(const json::value& spec) const { return parse_job_spec(spec, JobSpec{}, SpecLimits{}); }
 std::vector<JobHandle> Runtime::unfinished() const { return {}; }
@@ -105,6 +126,7 @@ bool JobHandle::cancel(std::string) { return !entry_->finished; }
 JobResult JobHandle::result() const { return entry_->result; }
 boost::asio::awaitable<JobResult> JobHandle::async_wait() const { co_return entry_->result; }
 std::size_t JobHandle::subscribe(JobEventHandler) const { return 0; }
+std::shared_ptr<const JobPreview> JobHandle::preview() const { return nullptr; }
 void JobHandle::unsubscribe(std::size_t) const {}
 
 JobSnapshot JobHandle::snapshot() const {

@@ -122,6 +122,34 @@ TEST_CASE("the bundled model package loads") {
   const auto p = load_model_package(dir, {.verify_limit = 0});
   CHECK(p.limits.size_multiple == 32);
   CHECK(p.defaults.frames == 16);
+  CHECK(p.preview_weight.size() == 9);  // fitted by tools/vgen_export/latent_preview.py
+}
+
+TEST_CASE("preview factors are read when present and named when malformed; without them previews are off") {
+  TempDir tmp;
+  write_package(tmp.path() / "none");
+  const auto none = load_model_package(tmp.path() / "none");
+  CHECK(none.preview_weight.empty());
+  CHECK(none.preview_bias.empty());
+  write_package(tmp.path() / "pkg", set("preview", json::parse(R"({"latent_rgb": {
+      "weight": [[0.5, 0, 0], [0, 0.25, 0], [0, 0, 0.125]], "bias": [0.5, 0.4, 0.3], "fit": {"rmse": 0.01}}})")));
+  const auto p = load_model_package(tmp.path() / "pkg");
+  REQUIRE(p.preview_weight.size() == 9);
+  CHECK(p.preview_weight[0] == 0.5);
+  CHECK(p.preview_weight[4] == 0.25);
+  CHECK(p.preview_weight[8] == 0.125);
+  CHECK(p.preview_bias == std::vector<double>{0.5, 0.4, 0.3});
+  CHECK(contains(error_with("preview", json::parse(R"({"latent_rgb": {"weight": [[1, 0], [0, 1], [0, 0]], "bias": [0, 0, 0]}})")),
+                 "preview.latent_rgb.weight must be 3 rows of latent.channels (3)"));
+  CHECK(contains(error_with("preview", json::parse(R"({"latent_rgb": {"weight": [[1, 0, 0], [0, 1, 0]], "bias": [0, 0, 0]}})")),
+                 "preview.latent_rgb.weight"));
+  CHECK(contains(error_with("preview", json::parse(R"({"latent_rgb": {"weight": [[1, 0, 0], [0, 1, 0], [0, 0, "x"]], "bias": [0, 0, 0]}})")),
+                 "preview.latent_rgb.weight"));
+  CHECK(contains(error_with("preview", json::parse(R"({"latent_rgb": {"weight": [[1, 0, 0], [0, 1, 0], [0, 0, 1]], "bias": [0, 0]}})")),
+                 "preview.latent_rgb.bias must hold 3 numbers"));
+  CHECK(contains(error_with("preview", json::parse(R"({"latent_rgb": {"weight": [[1, 0, 0], [0, 1, 0], [0, 0, 1]]}})")),
+                 "manifest lacks preview.latent_rgb.bias"));
+  CHECK(contains(error_with("preview", json::parse(R"({"other": 1})")), "latent_rgb"));
 }
 
 TEST_CASE("a zero divisor is refused at load, naming the field and its range") {

@@ -26,6 +26,7 @@ from typing import Any, List, Tuple
 import torch
 
 from . import manifest as mf
+from .latent_preview import preview_section, torchscript_decoder
 from .reference_loop import check_tokenizer, compact_context
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -555,6 +556,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                                  (frames_max - 1) // temporal * temporal + 1),
         "export_checks": checks,
     }
+    # Live previews: the latent -> RGB factors, fitted against the decoder just written.
+    manifest["preview"] = preview_section(manifest, torchscript_decoder(out_dir, manifest))
     mf.write_manifest(out_dir, manifest)
     return manifest
 
