@@ -273,6 +273,12 @@ json::object to_json(const RuntimeConfig& c) {
       {"images", {{"max_bytes", c.image_max_bytes}, {"max_pixels", c.image_max_pixels}}},
       {"preview_every", c.preview_every ? json::value(*c.preview_every) : json::value(nullptr)},
       {"quarantine_after", c.quarantine_after},
+      {"checkpoints", [&c] {
+         json::object o{{"every_steps", c.checkpoints.every_steps}, {"every_seconds", c.checkpoints.every_seconds},
+                        {"min_steps", c.checkpoints.min_steps}, {"max_mb", c.checkpoints.max_mb}};
+         if (!c.checkpoints.dir.empty()) o["dir"] = c.checkpoints.dir.string();
+         return o;
+       }()},
       {"job_store", c.job_store},
       {"service", {{"listen", c.service.listen}, {"max_body_bytes", c.service.max_body_bytes},
                    {"token", c.service.token.empty() ? "" : "(set)"}, {"max_connections", c.service.max_connections}}},

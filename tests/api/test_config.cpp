@@ -122,6 +122,29 @@ TEST_CASE("preview_every: unset by default, read, round-tripped and bounded") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("checkpoints: defaults, read, round-tripped and bounded") {
+  const RuntimeConfig d;
+  CHECK(d.checkpoints.every_steps == 0);
+  CHECK(d.checkpoints.every_seconds == 30);
+  CHECK(d.checkpoints.min_steps == 10);
+  const auto dir = test::temp_dir("vgen-config-");
+  const auto c = load_config(write(dir, R"({"checkpoints": {"every_steps": 4, "every_seconds": 0, "min_steps": 2, "max_mb": 5, "dir": "ck"}})"));
+  CHECK(c.checkpoints.every_steps == 4);
+  CHECK(c.checkpoints.every_seconds == 0);
+  CHECK(c.checkpoints.min_steps == 2);
+  CHECK(c.checkpoints.max_mb == 5);
+  CHECK(c.checkpoints.dir == dir / "ck");  // relative to the config file
+  auto j = to_json(c);
+  j.erase("model");
+  const auto again = apply_config(RuntimeConfig{}, j, "again", "/");
+  CHECK(again.checkpoints.every_steps == 4);
+  CHECK(again.checkpoints.max_mb == 5);
+  CHECK(again.checkpoints.dir == dir / "ck");
+  CHECK(error_of(write(dir, R"({"checkpoints": {"every_steps": -1}})")).find("checkpoints.every_steps") != std::string::npos);
+  CHECK(error_of(write(dir, R"({"checkpoints": {"often": 1}})")).find("checkpoints.often") != std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("unknown keys and bad values name the key path") {
   const auto dir = test::temp_dir("vgen-config-");
   struct Case {
