@@ -14,6 +14,10 @@ from typing import Any
 FORMAT = "vgen-model-package"
 FORMAT_VERSION = 1
 FAMILY_WAN21_T2V = "wan2.1-t2v"
+FAMILY_WAN21_I2V = "wan2.1-i2v"
+FAMILIES = (FAMILY_WAN21_T2V, FAMILY_WAN21_I2V)
+# Components a family needs besides REQUIRED_COMPONENTS.
+FAMILY_COMPONENTS = {FAMILY_WAN21_I2V: ("image_encoder", "vae_encoder")}
 MANIFEST_NAME = "manifest.json"
 
 # Components whose file must exist and whose sha256 is checked by readers.
@@ -98,9 +102,9 @@ def validate_manifest(manifest: dict[str, Any]) -> None:
     missing = [k for k in REQUIRED_KEYS if k not in manifest]
     if missing:
         raise ManifestError(f"manifest lacks {missing}")
-    if manifest["family"] != FAMILY_WAN21_T2V:
+    if manifest["family"] not in FAMILIES:
         raise ManifestError(f"unknown family {manifest['family']!r}")
-    for name in REQUIRED_COMPONENTS:
+    for name in REQUIRED_COMPONENTS + FAMILY_COMPONENTS.get(manifest["family"], ()):
         entry = manifest["components"].get(name)
         if not entry or "file" not in entry or "sha256" not in entry:
             raise ManifestError(f"component {name!r} missing or lacks file/sha256")
