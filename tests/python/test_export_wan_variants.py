@@ -130,3 +130,30 @@ def test_i2v_manifest_without_its_image_encoder_is_refused(i2v_export, tmp_path)
     del manifest["components"]["image_encoder"]
     with pytest.raises(mf.ManifestError, match="image_encoder"):
         mf.validate_manifest(manifest)
+
+
+def test_i2v_reference_loop_matches_wan_image_to_video_pipeline(i2v_export):
+    """The exported modules, composed as the C++ family composes them, give diffusers'
+    WanImageToVideoPipeline's latents at every step and its frames (image at the video size)."""
+    import PIL.Image
+    from diffusers import WanImageToVideoPipeline
+    from diffusers.pipelines.wan import pipeline_wan, pipeline_wan_i2v
+
+    from vgen_export.reference_i2v import run_i2v_reference
+    from vgen_export.reference_loop import run_wan_pipeline
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "reference"))
+    from wan_i2v_parity import CASE, test_image
+
+    pipeline_wan_i2v.prompt_clean = pipeline_wan.prompt_clean  # diffusers 0.42.1 calls ftfy unguarded
+    pixels = test_image(CASE["height"], CASE["width"])
+    pipe = WanImageToVideoPipeline.from_pretrained(i2v_export[0])
+    for g in (5.0, 1.0):
+        case = {**CASE, "guidance_scale": g}
+        frames, steps = run_wan_pipeline(pipe, {**case, "image": PIL.Image.fromarray(pixels)}, 7)
+        rec = run_i2v_reference(i2v_export[1], torch.from_numpy(pixels).permute(2, 0, 1).float() / 255.0,
+                                case["prompt"], case["negative_prompt"], case["height"], case["width"],
+                                case["num_frames"], case["num_inference_steps"], g, 7)
+        for i, latents in enumerate(steps):
+            assert float((rec[f"latents_{i:03d}"] - latents).abs().max()) <= 1e-4, (g, i)
+        assert float((rec["frames"] - frames).abs().max()) <= 1e-4, g
