@@ -3,6 +3,7 @@
 // add more at run time with families().add(name, factory).
 #include "stages/family.hpp"
 #include "stages/wan/wan_family.hpp"
+#include "stages/wan/wan_i2v_family.hpp"
 
 #include <mutex>
 
@@ -12,6 +13,7 @@ void register_builtin_families() {
   static std::once_flag once;
   std::call_once(once, [] {
     families().add("wan2.1-t2v", &make_wan_family);
+    families().add("wan2.1-i2v", &make_wan_i2v_family);
   });
 }
 

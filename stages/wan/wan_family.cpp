@@ -199,8 +199,11 @@ void WanFamily::prepare(const std::string& device, const std::vector<FamilyJob*>
     w.state.latents = at::randn({1, p.latent_channels, (w.spec.frames - 1) / p.temporal_scale + 1,
                                  w.spec.height / p.spatial_scale, w.spec.width / p.spatial_scale},
                                 gen, at::TensorOptions().dtype(at::kFloat));
+    condition(device, w);
   }
 }
+
+void WanFamily::condition(const std::string&, WanJob&) {}
 
 std::unique_ptr<Scheduler> WanFamily::make_scheduler(const FamilyJob& job) const {
   auto s = make_wan_scheduler(package_, job.spec.scheduler);
@@ -231,10 +234,11 @@ void WanFamily::begin_denoise(const std::vector<FamilyJob*>& group, const std::s
 }
 
 at::Tensor WanFamily::predict_flow(const std::string& device, const at::Tensor& x, const at::Tensor& t,
-                                   const at::Tensor& context, const at::Tensor& bias) {
+                                   const at::Tensor& context, const at::Tensor& bias, const at::Tensor& image) {
   auto transformer = module("transformer", device);
   auto in = x.to(transformer->dtype());
   auto c = context.to(transformer->dtype());
+  if (image.defined()) return transformer->forward({in, t, c, image.to(transformer->dtype())});
   if (!bias.defined()) return transformer->forward({in, t, c});
   return transformer->call("forward_compact", {in, t, c, bias});  // float32 bias: the graph casts it
 }
@@ -245,15 +249,20 @@ at::Tensor WanFamily::predict_flow(const std::string& device, const at::Tensor& 
 at::Tensor WanFamily::predict(const PredictCall& call) {
   const auto& live = call.jobs;
   const bool cfg = live.front()->spec.guidance > 1.0;
-  std::vector<at::Tensor> contexts, biases;
+  std::vector<at::Tensor> contexts, biases, conditions, images;
   for (auto* j : live) {
     contexts.push_back(wan(*j).text.context);  // [2 or 1, rows, D]: cond (, uncond)
     if (wan(*j).text.bias.defined()) biases.push_back(wan(*j).text.bias);
+    if (wan(*j).condition.defined()) conditions.push_back(wan(*j).condition);
+    if (wan(*j).image_embeds.defined()) images.push_back(wan(*j).image_embeds);
   }
   auto cat = [](const std::vector<at::Tensor>& xs) { return xs.empty() ? at::Tensor() : xs.size() == 1 ? xs[0] : at::cat(xs, 0); };
-  auto input = cfg ? call.x.repeat_interleave(2, 0) : call.x;  // job j's rows 2j (cond), 2j+1 (uncond)
+  // Image-to-video: each job's mask and condition latents after its latents' channels.
+  auto x = conditions.empty() ? call.x : at::cat({call.x, cat(conditions).to(call.x.scalar_type())}, 1);
+  auto input = cfg ? x.repeat_interleave(2, 0) : x;  // job j's rows 2j (cond), 2j+1 (uncond)
+  auto image = images.empty() ? at::Tensor() : cfg ? cat(images).repeat_interleave(2, 0) : cat(images);
   auto t = call.timestep.to(at::kFloat).expand({input.size(0)}).contiguous();  // float32 always
-  auto pred = predict_flow(call.device, input, t, cat(contexts), cat(biases)).to(at::kCPU);
+  auto pred = predict_flow(call.device, input, t, cat(contexts), cat(biases), image).to(at::kCPU);
   if (!cfg) return pred;
   auto cond = pred.slice(0, 0, pred.size(0), 2), uncond = pred.slice(0, 1, pred.size(0), 2);
   const double g = live.front()->spec.guidance;
@@ -294,13 +303,22 @@ void WanFamily::warm_up(const std::string& device) {
   const std::int64_t lf = (frames - 1) / p.temporal_scale + 1, lh = side / p.spatial_scale, lw = side / p.spatial_scale;
   auto vae = module("vae_decoder", device);
   for (int call = 0; call < 2; ++call) {
-    auto text = encode_text(device, {"warm up", ""});  // cond and uncond rows, as with guidance
-    const auto rows = context_rows(text.lengths, p.max_length, p.transformer_compact_context);
-    const auto inputs = make_context(text, rows, p.max_length, p.transformer_compact_context);
-    auto z = at::zeros({2, p.latent_channels, lf, lh, lw}, at::kFloat);
-    auto t = at::full({2}, 500.0, at::kFloat);
-    predict_flow(device, z, t, inputs.context, inputs.bias);
-    vae->forward({z.narrow(0, 0, 1).to(vae->dtype())});
+    WanJob job;  // one job with guidance: cond and uncond rows
+    job.spec = p.defaults;
+    job.spec.guidance = std::max(job.spec.guidance, 2.0);
+    job.spec.height = job.spec.width = side;
+    job.spec.frames = frames;
+    auto text = encode_text(device, {"warm up", ""});
+    job.embeds = text.embeds;
+    job.embed_lengths = text.lengths;
+    job.state.latents = at::zeros({1, p.latent_channels, lf, lh, lw}, at::kFloat);
+    job.image = at::zeros({3, side, side}, at::kFloat);  // a blank first frame, for image-to-video
+    condition(device, job);
+    begin_denoise({&job}, device);
+    const std::vector<FamilyJob*> jobs{&job};
+    const auto t = at::scalar_tensor(500.0, at::kFloat);
+    predict(PredictCall{jobs, job.state.latents, t, device});
+    vae->forward({job.state.latents.to(vae->dtype())});
   }
 }
 

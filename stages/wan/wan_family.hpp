@@ -20,14 +20,19 @@
 
 namespace vgen {
 
-// A Wan job's state: the generic FamilyJob plus its text rows.
+// A Wan job's state: the generic FamilyJob plus its text rows and, for image-to-video
+// (stages/wan/wan_i2v_family.hpp), its image conditioning.
 struct WanJob : FamilyJob {
   at::Tensor embeds;  // [1 or 2, L, D]: cond (and uncond when guidance > 1), zero past each text
   std::vector<std::int64_t> embed_lengths;  // per row of embeds: its text's rows
   TextContext text;  // the rows at the denoise group's row count (set by begin_denoise)
+  // Image-to-video only (undefined for text-to-video):
+  at::Tensor image;         // [3, H, W] float32 in [0, 1] at the job's size: the first frame
+  at::Tensor condition;     // [1, mask + C, F', H', W'] concatenated to the latents' channels
+  at::Tensor image_embeds;  // [1, N, D] image tokens, the same for the cond and uncond rows
 };
 
-class WanFamily final : public Family {
+class WanFamily : public Family {
  public:
   WanFamily(ModelPackage package, const FamilyOptions& options);
 
@@ -44,13 +49,19 @@ class WanFamily final : public Family {
   CacheStats text_cache_stats() const override;
 
   // One transformer call on `device`: forward on the zero-padded max_length context (bias
-  // undefined), or forward_compact with the compact form's key bias. x is cast to the
-  // transformer's dtype, t is float32; returns the flow prediction on the device.
+  // undefined), or forward_compact with the compact form's key bias; with `image` defined
+  // (image-to-video) forward(x, t, context, image). x is cast to the transformer's dtype, t
+  // is float32; returns the flow prediction on the device.
   at::Tensor predict_flow(const std::string& device, const at::Tensor& x, const at::Tensor& t, const at::Tensor& context,
-                          const at::Tensor& bias);
+                          const at::Tensor& bias, const at::Tensor& image = {});
+
+ protected:
+  // A family that conditions on more than text (image-to-video) sets the job's condition and
+  // image_embeds here; called at the end of prepare and by warm_up, on the compute thread.
+  virtual void condition(const std::string& device, WanJob& job);
+  std::shared_ptr<const Module> module(const std::string& component, const std::string& device) const;
 
  private:
-  std::shared_ptr<const Module> module(const std::string& component, const std::string& device) const;
   TextRows encode_text(const std::string& device, const std::vector<std::string>& texts);
   ContentKey text_key(const std::string& device, const std::string& text) const;
 
