@@ -108,6 +108,7 @@ struct FamilyOptions {
   std::string backend = "torchscript";  // stages/model_backend.hpp
   std::size_t text_cache_entries = 256;
   std::chrono::steady_clock::duration text_cache_ttl = std::chrono::minutes(30);
+  std::string model_name;  // the name jobs use for it (messages); empty: its directory's name
 };
 
 using FamilyFactory = std::function<std::shared_ptr<Family>(ModelPackage package, const FamilyOptions& options)>;

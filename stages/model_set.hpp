@@ -23,6 +23,7 @@
 #include "runtime/pipeline.hpp"
 #include "runtime/ttl_cache.hpp"
 #include "stages/encode.hpp"
+#include "stages/image_input.hpp"
 #include "stages/job_spec.hpp"
 #include "stages/model_package.hpp"
 
@@ -53,6 +54,7 @@ struct ModelSetOptions {
   // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
   MetricsRegistry* metrics = nullptr;  // optional (outlives the set): batch-size histograms
+  ImageLimits images;                  // what admit() accepts of a job's image files
 };
 
 // What a finished job produced (valid once the job is done).
@@ -79,6 +81,11 @@ class ModelSet {
   const ModelPackage& package(const std::string& name = {}) const;
   // Parses a job spec against its model's defaults and limits (Error(invalid_argument)).
   JobSpec validate(const boost::json::value& spec) const;
+  // validate(), then the job's image files read, decoded and hashed into `spec` (the
+  // "*_sha256" fields; stages/image_admission.hpp): what a Runtime runs before it accepts a
+  // job, so a bad image is refused (invalid_argument naming the field) before anything is
+  // queued or written. Blocks on the files' reads and decodes.
+  JobSpec admit(boost::json::value& spec) const;
   // The identity of the model a parsed spec runs on (ModelPackage::id), for content keys.
   std::string model_id(const JobSpec& spec) const;
 
