@@ -1,6 +1,7 @@
 #include "stages/wan/wan_i2v_family.hpp"
 
 #include "runtime/errors.hpp"
+#include "stages/image_input.hpp"
 
 #include <ATen/ATen.h>
 
@@ -14,25 +15,24 @@ std::shared_ptr<Family> make_wan_i2v_family(ModelPackage package, const FamilyOp
   return std::make_shared<WanI2VFamily>(std::move(package), options);
 }
 
-namespace {
-
-// Where a spec names its image. The job spec has no image field yet (the image-input work
-// adds `image`, decoded by stages/image_input): until it does, no spec names one, every job
-// through the runtime is refused by validate, naming the field, and tests set WanJob::image.
-std::string job_image_path(const JobSpec&) { return {}; }
-
-}  // namespace
-
 JobSpec WanI2VFamily::validate(const boost::json::value& spec) const {
   auto parsed = WanFamily::validate(spec);
-  if (job_image_path(parsed).empty())
-    throw Error(ErrorKind::invalid_argument, "image: the " + package().family + " package needs an input image (--image PATH)");
+  // The manifest's inputs.image ("required") already refuses a spec without one, naming the
+  // field; a package exported without it must not run image-less either.
+  if (parsed.image.empty())
+    throw Error(ErrorKind::invalid_argument, "image: required by the " + package().family + " package (--image PATH)");
   return parsed;
 }
 
 at::Tensor wan_job_image(const WanJob& job) {
   if (job.image.defined()) return job.image;
-  throw Error(ErrorKind::invalid_argument, "image: this job has no input image");
+  if (job.spec.image.empty()) throw Error(ErrorKind::invalid_argument, "image: this job has no input image");
+  // As diffusers' video processor: the picture resized to the video's size (Lanczos, aspect
+  // ratio not kept; stages/image_input.hpp states how swscale differs from PIL).
+  auto img = decode_image_file(job.spec.image, "image");
+  if (img.width != job.spec.width || img.height != job.spec.height) img = resize_rgb(img, job.spec.width, job.spec.height);
+  auto rgb = at::from_blob(img.rgb.data(), {img.height, img.width, 3}, at::kByte);
+  return rgb.permute({2, 0, 1}).to(at::kFloat).div(255.0).contiguous();  // copies out of img
 }
 
 at::Tensor wan_i2v_condition(const ModelPackage& p, const at::Tensor& mean) {

@@ -30,8 +30,9 @@ class WanI2VFamily final : public WanFamily {
 std::shared_ptr<Family> make_wan_i2v_family(ModelPackage package, const FamilyOptions& options);
 
 // The job's first frame, [3, H, W] float32 in [0, 1] at the job's size: job.image when it is
-// set (tests, tools), else the spec's image decoded and fitted to the job's size.
-// Error(invalid_argument) naming "image" when the job has none.
+// set (tests, tools), else the spec's image file decoded (stages/image_input) and resized to
+// the job's size. Error(invalid_argument) naming "image" when the job has none or it does not
+// decode. Reads the file: call it on the compute thread (prepare).
 at::Tensor wan_job_image(const WanJob& job);
 
 // The condition for `image` ([3, H, W] in [0, 1]) at `frames` frames, from the package's VAE

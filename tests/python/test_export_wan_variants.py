@@ -113,6 +113,7 @@ def test_i2v_directory_is_exported_as_i2v_not_silently_as_t2v(i2v_export):
     assert {"image_encoder", "vae_encoder"} <= set(manifest["components"])
     assert manifest["image_conditioning"]["image_tokens"] == 17
     assert manifest["image_conditioning"]["mask_channels"] == 4
+    assert manifest["inputs"] == {"image": "required", "last_image": "none"}
     mf.read_manifest(pkg, verify_files=True)
 
 

@@ -50,18 +50,21 @@ Reference* reference_or_skip() {
   return ref ? &*ref : nullptr;
 }
 
-boost::json::object case_json(const nlohmann::json& c, std::uint64_t seed, double guidance) {
+// The reference case as a job spec; its image is the reference's PNG (the same pixels as
+// diffusers' input, already at the video size).
+boost::json::object case_json(const Reference& ref, std::uint64_t seed, double guidance) {
+  const auto& c = ref.info["case"];
   return {{"prompt", c["prompt"].get<std::string>()}, {"negative_prompt", c["negative_prompt"].get<std::string>()},
           {"height", c["height"].get<int>()},         {"width", c["width"].get<int>()},
           {"frames", c["num_frames"].get<int>()},     {"steps", c["num_inference_steps"].get<int>()},
-          {"guidance", guidance},                     {"seed", seed}};
+          {"guidance", guidance},                     {"seed", seed},
+          {"image", ref.info["image"].get<std::string>()}};
 }
 
-// A job of `family` for `spec` with `image` as its first frame (the spec cannot name an image
-// until the image-input work lands, so the test sets it, as wan_job_image allows).
-std::shared_ptr<WanJob> make_job(Family& family, const boost::json::object& spec, const at::Tensor& image) {
-  const auto& p = family.package();
-  auto job = std::static_pointer_cast<WanJob>(family.create_job(parse_job_spec(spec, p.defaults, p.limits)));
+// A job of `family` for `spec`, validated as the runtime validates it; `image`, when given,
+// replaces the spec's picture (wan_job_image takes a job's own tensor first).
+std::shared_ptr<WanJob> make_job(Family& family, const boost::json::object& spec, const at::Tensor& image = {}) {
+  auto job = std::static_pointer_cast<WanJob>(family.create_job(family.validate(spec)));
   job->image = image;
   return job;
 }
@@ -98,8 +101,11 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) {
 
 void check_parity(Reference& ref, const std::string& name, double guidance) {
   auto family = load_family(ref.info["package"].get<std::string>());
-  auto job = make_job(*family, case_json(ref.info["case"], ref.info["seed"].get<std::uint64_t>(), guidance), ref.get("image"));
+  // The job's image comes from the PNG through stages/image_input, as in a real job.
+  auto job = make_job(*family, case_json(ref, ref.info["seed"].get<std::uint64_t>(), guidance));
   auto steps = run_group(*family, {job})[0];
+  CHECK(max_diff(job->condition.narrow(1, 0, 1), at::zeros_like(job->condition.narrow(1, 0, 1))) > 0);  // the mask is set
+  CHECK(max_diff(wan_job_image(*make_job(*family, case_json(ref, 1, 1.0))), ref.get("image")) == 0);
   CHECK(max_diff(job->image_embeds, ref.get("image_embeds")) <= 1e-5);
   const int n = ref.info["steps"].get<int>();
   REQUIRE(static_cast<int>(steps.size()) == n);
@@ -137,12 +143,10 @@ TEST_CASE("an I2V job in a batched group is within 1e-4 of its solo run" * docte
   auto* ref = reference_or_skip();
   if (!ref) return;
   auto family = load_family(ref->info["package"].get<std::string>());
-  const auto& c = ref->info["case"];
-  const auto image = ref->get("image");
-  const auto flipped = image.flip({2}).contiguous();  // another image: each row keeps its own
-  auto other = case_json(c, 77, 5.0);
+  const auto flipped = ref->get("image").flip({2}).contiguous();  // another image: each row keeps its own
+  auto other = case_json(*ref, 77, 5.0);
   other["prompt"] = "a blue square spinning on a white background";
-  const std::vector<std::pair<boost::json::object, at::Tensor>> specs{{case_json(c, 5, 5.0), image}, {other, flipped}};
+  const std::vector<std::pair<boost::json::object, at::Tensor>> specs{{case_json(*ref, 5, 5.0), at::Tensor()}, {other, flipped}};
   std::vector<std::shared_ptr<WanJob>> together;
   for (const auto& [s, img] : specs) together.push_back(make_job(*family, s, img));
   const auto batched = run_group(*family, together);
@@ -164,7 +168,8 @@ TEST_CASE("I2V validation names the image; a job without one is refused before a
   auto* ref = reference_or_skip();
   if (!ref) return;
   auto family = load_family(ref->info["package"].get<std::string>());
-  const auto spec = case_json(ref->info["case"], 1, 5.0);
+  auto spec = case_json(*ref, 1, 5.0);
+  spec.erase("image");
   try {
     family->validate(spec);
     FAIL("a spec without an image was accepted");
@@ -172,10 +177,15 @@ TEST_CASE("I2V validation names the image; a job without one is refused before a
     CHECK(e.kind() == ErrorKind::invalid_argument);
     CHECK(std::string(e.what()).rfind("image:", 0) == 0);
   }
-  auto job = make_job(*family, spec, at::Tensor());
+  auto job = make_job(*family, case_json(*ref, 1, 5.0));
+  job->spec.image.clear();  // as if validation had been skipped
   CHECK_THROWS_WITH_AS(family->prepare("cpu", {job.get()}), doctest::Contains("image"), Error);
+  // A file that is gone by the time the job runs: named, not a crash.
+  auto gone = make_job(*family, case_json(*ref, 1, 5.0));
+  gone->spec.image = "/nonexistent/vgen-test.png";
+  CHECK_THROWS_WITH_AS(family->prepare("cpu", {gone.get()}), doctest::Contains("image"), Error);
   // An image of another size than the job's is refused, not silently broadcast.
-  auto wrong = make_job(*family, spec, at::zeros({3, 16, 16}));
+  auto wrong = make_job(*family, case_json(*ref, 1, 5.0), at::zeros({3, 16, 16}));
   CHECK_THROWS_WITH_AS(family->prepare("cpu", {wrong.get()}), doctest::Contains("image"), Error);
 }
 

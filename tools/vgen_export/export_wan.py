@@ -497,6 +497,7 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         manifest["components"]["vae_encoder"] = mf.component_entry(
             out_dir, "vae_encoder.pt", format="torchscript", dtype="float32", methods=["forward", "encode_first"])
         manifest["image_conditioning"] = parts["image_conditioning"]
+        manifest["inputs"] = {"image": "required", "last_image": "none"}  # what a job must give
     mf.write_manifest(out_dir, manifest)
     return manifest
 
