@@ -14,6 +14,7 @@ void register_builtin_families() {
   std::call_once(once, [] {
     families().add("wan2.1-t2v", &make_wan_family);
     families().add("wan2.1-i2v", &make_wan_i2v_family);
+    families().add("wan2.2-a14b-t2v", &make_wan_family);  // two experts: WanFamily reads manifest `experts`
   });
 }
 

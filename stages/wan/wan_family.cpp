@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <cstring>
 #include <map>
 #include <regex>
@@ -94,6 +96,23 @@ WanFamily::WanFamily(ModelPackage package, const FamilyOptions& options) : packa
   for (const char* name : {"tokenizer", "text_encoder", "transformer", "vae_decoder"}) p.component(name);  // named if missing
   tokenizer_ = Tokenizer::load(p.component("tokenizer").file,
                                {.max_length = p.max_length, .pad_id = p.pad_id, .eos_id = p.eos_id, .add_eos = p.add_eos});
+  // Two experts: the manifest's `experts` section (stages/model_package reads only what every
+  // family shares, so the family reads its own section).
+  std::ifstream in(p.dir / "manifest.json");  // absent for a package built in memory
+  std::stringstream text;
+  if (in) text << in.rdbuf();
+  boost::system::error_code ec;
+  const auto manifest = in ? json::parse(text.str(), ec) : json::value();
+  const auto* ex = manifest.is_object() ? manifest.get_object().if_contains("experts") : nullptr;
+  if (ex) {
+    const auto* ratio = ex->is_object() ? ex->as_object().if_contains("boundary_ratio") : nullptr;
+    if (!ratio || !ratio->is_number() || ratio->to_number<double>() <= 0 || ratio->to_number<double>() >= 1)
+      throw Error(ErrorKind::invalid_argument, "model package " + p.dir.string() + ": manifest field 'experts.boundary_ratio' must be a number in (0, 1)");
+    p.component("transformer_2");
+    double train = 1000;
+    if (const auto* n = p.scheduler_config.if_contains("num_train_timesteps"); n && n->is_number()) train = n->to_number<double>();
+    boundary_timestep_ = ratio->to_number<double>() * train;
+  }
   if (options.text_cache_entries > 0)
     text_cache_ = std::make_shared<TtlCache<at::Tensor>>(TtlCacheOptions{
         .max_entries = options.text_cache_entries, .max_cost = 1ull << 30, .default_ttl = options.text_cache_ttl});
@@ -233,9 +252,15 @@ void WanFamily::begin_denoise(const std::vector<FamilyJob*>& group, const std::s
   }
 }
 
+const std::string& WanFamily::expert_for(double timestep) const {
+  static const std::string high = "transformer", low = "transformer_2";
+  return boundary_timestep_ >= 0 && timestep < boundary_timestep_ ? low : high;
+}
+
 at::Tensor WanFamily::predict_flow(const std::string& device, const at::Tensor& x, const at::Tensor& t,
-                                   const at::Tensor& context, const at::Tensor& bias, const at::Tensor& image) {
-  auto transformer = module("transformer", device);
+                                   const at::Tensor& context, const at::Tensor& bias, const at::Tensor& image,
+                                   const std::string& expert) {
+  auto transformer = module(expert, device);
   auto in = x.to(transformer->dtype());
   auto c = context.to(transformer->dtype());
   if (image.defined()) return transformer->forward({in, t, c, image.to(transformer->dtype())});
@@ -262,7 +287,8 @@ at::Tensor WanFamily::predict(const PredictCall& call) {
   auto input = cfg ? x.repeat_interleave(2, 0) : x;  // job j's rows 2j (cond), 2j+1 (uncond)
   auto image = images.empty() ? at::Tensor() : cfg ? cat(images).repeat_interleave(2, 0) : cat(images);
   auto t = call.timestep.to(at::kFloat).expand({input.size(0)}).contiguous();  // float32 always
-  auto pred = predict_flow(call.device, input, t, cat(contexts), cat(biases), image).to(at::kCPU);
+  const auto& expert = expert_for(call.timestep.item<double>());  // one timestep for the whole group
+  auto pred = predict_flow(call.device, input, t, cat(contexts), cat(biases), image, expert).to(at::kCPU);
   if (!cfg) return pred;
   auto cond = pred.slice(0, 0, pred.size(0), 2), uncond = pred.slice(0, 1, pred.size(0), 2);
   const double g = live.front()->spec.guidance;
@@ -316,8 +342,11 @@ void WanFamily::warm_up(const std::string& device) {
     condition(device, job);
     begin_denoise({&job}, device);
     const std::vector<FamilyJob*> jobs{&job};
-    const auto t = at::scalar_tensor(500.0, at::kFloat);
-    predict(PredictCall{jobs, job.state.latents, t, device});
+    // Both experts when there are two: one timestep above the boundary, one below.
+    for (double tv : boundary_timestep_ >= 0 ? std::vector<double>{999.0, 0.0} : std::vector<double>{500.0}) {
+      const auto t = at::scalar_tensor(tv, at::kFloat);
+      predict(PredictCall{jobs, job.state.latents, t, device});
+    }
     vae->forward({job.state.latents.to(vae->dtype())});
   }
 }

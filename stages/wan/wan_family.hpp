@@ -9,6 +9,10 @@
 //            context at one row count per group (stages/text_context.hpp: the compact form
 //            with a package that has forward_compact), then each job's guidance.
 //  decode    un-normalise with latents mean/std, VAE decode, frames in [0, 1].
+// Two experts (Wan 2.2 A14B, "wan2.2-a14b-t2v"; manifest `experts`): `transformer` predicts
+// while the step's timestep >= boundary_ratio * num_train_timesteps, `transformer_2` below,
+// each with the job's guidance (diffusers' guidance_scale_2 default). A denoise group's jobs
+// share the scheduler and its timesteps, so a group never mixes experts within a step.
 // Ownership: shared by the jobs of its package; the text cache and the module cache are
 // thread-safe. Includes LibTorch.
 #pragma once
@@ -53,7 +57,9 @@ class WanFamily : public Family {
   // (image-to-video) forward(x, t, context, image). x is cast to the transformer's dtype, t
   // is float32; returns the flow prediction on the device.
   at::Tensor predict_flow(const std::string& device, const at::Tensor& x, const at::Tensor& t, const at::Tensor& context,
-                          const at::Tensor& bias, const at::Tensor& image = {});
+                          const at::Tensor& bias, const at::Tensor& image = {}, const std::string& expert = "transformer");
+  // The transformer component that predicts at `timestep` ("transformer" without experts).
+  const std::string& expert_for(double timestep) const;
 
  protected:
   // A family that conditions on more than text (image-to-video) sets the job's condition and
@@ -69,6 +75,7 @@ class WanFamily : public Family {
   std::string backend_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<TtlCache<at::Tensor>> text_cache_;  // null when off
+  double boundary_timestep_ = -1;                      // < 0: one transformer
 };
 
 std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOptions& options);

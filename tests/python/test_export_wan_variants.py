@@ -70,7 +70,7 @@ def test_detects_each_wan_layout(name, tmp_path):
     assert detect_wan(config_dir(tmp_path / "d", **LAYOUTS[name])).name == name
 
 
-@pytest.mark.parametrize("name", ["wan2.1-flf2v", "wan2.2-ti2v", "wan2.2-a14b-t2v", "wan2.2-a14b-i2v"])
+@pytest.mark.parametrize("name", ["wan2.1-flf2v", "wan2.2-ti2v", "wan2.2-a14b-i2v"])
 def test_refuses_what_it_cannot_export_naming_it_and_writes_nothing(name, tmp_path):
     src = config_dir(tmp_path / "d", **LAYOUTS[name])
     with pytest.raises(UnsupportedWanPipeline, match=name):

@@ -20,7 +20,7 @@ from typing import Any
 
 T2V, I2V = "WanPipeline", "WanImageToVideoPipeline"
 # Variants the exporter writes (manifest ``family``).
-EXPORTABLE = ("wan2.1-t2v", "wan2.1-i2v")
+EXPORTABLE = ("wan2.1-t2v", "wan2.1-i2v", "wan2.2-a14b-t2v")
 
 
 class UnsupportedWanPipeline(ValueError):
@@ -97,8 +97,7 @@ def check_exportable(v: WanVariant) -> None:
     if v.name not in EXPORTABLE:
         why = {
             "wan2.2-ti2v": "the z_dim-48 Wan 2.2 VAE and expand_timesteps are not implemented",
-            "wan2.2-a14b-t2v": "two experts (transformer_2 at boundary_ratio) are not implemented",
-            "wan2.2-a14b-i2v": "two experts (transformer_2 at boundary_ratio) are not implemented",
+            "wan2.2-a14b-i2v": "two experts with image conditioning (no image encoder) are not implemented",
             "wan2.1-flf2v": "first-last-frame conditioning (pos_embed_seq_len) is not implemented",
         }.get(v.name, "not implemented")
         raise UnsupportedWanPipeline(f"{v.pipeline} directory detected as {v.name}: vgen cannot export it yet "

@@ -403,6 +403,7 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     variant = detect_wan(diffusers_dir)
     check_exportable(variant)
     i2v = variant.name == mf.FAMILY_WAN21_I2V
+    experts = variant.name == mf.FAMILY_WAN22_A14B_T2V  # transformer (high noise) + transformer_2
     out_dir.mkdir(parents=True, exist_ok=True)
     tdtype = DTYPES[dtype]
     gen = torch.Generator().manual_seed(1234)
@@ -432,11 +433,17 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
             checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", max_length, tdtype,
                                                        gen)
             del transformer
+        if experts:
+            transformer = WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer_2",
+                                                                dtype=tdtype).eval()
+            checks["transformer_2"] = export_transformer(transformer, out_dir / "transformer_2.pt", max_length,
+                                                         tdtype, gen)
+            del transformer
         vae = AutoencoderKLWan.from_pretrained(diffusers_dir, subfolder="vae", dtype=torch.float32).eval()
         vcfg = dict(vae.config)
         checks["vae_decoder"] = export_vae_decoder(vae, out_dir / "vae_decoder.pt", gen)
         del vae
-    for name in ("text_encoder", "transformer", "vae_decoder"):
+    for name in ("text_encoder", "transformer", "vae_decoder") + (("transformer_2",) if experts else ()):
         _assert_checks(name, checks[name])
 
     scheduler = load_scheduler(diffusers_dir, flow_shift)
@@ -483,7 +490,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         "transformer": {"patch_size": patch, "in_channels": int(tcfg["in_channels"]),
                         "out_channels": int(tcfg["out_channels"]), "text_dim": int(tcfg["text_dim"]),
                         "rope_max_seq_len": rope, "prediction": "flow", "timestep_dtype": "float32",
-                        "compact_context": checks["transformer"]["compact_context"]["usable"]},
+                        "compact_context": all(checks[t]["compact_context"]["usable"] for t in
+                                               ("transformer", "transformer_2") if t in checks)},
         "resolution": {"height": side(patch[1]), "width": side(patch[2])},
         "frames": {"rule": "4k+1", "k_multiple": temporal, "min": 1,
                    "max": (frames_max - 1) // temporal * temporal + 1},
@@ -498,6 +506,11 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
             out_dir, "vae_encoder.pt", format="torchscript", dtype="float32", methods=["forward", "encode_first"])
         manifest["image_conditioning"] = parts["image_conditioning"]
         manifest["inputs"] = {"image": "required", "last_image": "none"}  # what a job must give
+    if experts:  # WanPipeline: transformer while t >= boundary_ratio * num_train_timesteps, then transformer_2
+        manifest["components"]["transformer_2"] = mf.component_entry(
+            out_dir, "transformer_2.pt", format="torchscript", dtype=dtype, methods=["forward", "forward_compact"])
+        manifest["experts"] = {"boundary_ratio": float(variant.boundary_ratio), "high_noise": "transformer",
+                               "low_noise": "transformer_2", "guidance_scale_2": "the job's guidance"}
     mf.write_manifest(out_dir, manifest)
     return manifest
 
@@ -510,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--tiny", action="store_true", help="build the tiny random test model first")
     parser.add_argument("--seed", type=int, default=0, help="seed for --tiny")
-    parser.add_argument("--tiny-variant", choices=["t2v", "i2v"], default="t2v", help="which tiny pipeline")
+    parser.add_argument("--tiny-variant", choices=["t2v", "i2v", "a14b-t2v"], default="t2v", help="which tiny pipeline")
     parser.add_argument("--flow-shift", type=float, default=None, help="override the scheduler shift")
     parser.add_argument("--max-side", type=int, default=1280)
     parser.add_argument("--max-frames", type=int, default=81)
@@ -533,8 +546,8 @@ def main(argv: list[str] | None = None) -> int:
         except UnsupportedWanPipeline as e:
             print(f"export_wan: refused: {e}", file=sys.stderr)
             return 2
-    worst = max(c["max_abs_diff"] for n in ("text_encoder", "transformer", "vae_decoder", "image_encoder",
-                                            "vae_encoder") if n in manifest["export_checks"]
+    worst = max(c["max_abs_diff"] for n in ("text_encoder", "transformer", "transformer_2", "vae_decoder",
+                                            "image_encoder", "vae_encoder") if n in manifest["export_checks"]
                 for c in manifest["export_checks"][n]["checks"])
     print(f"wrote {args.out} ({manifest['family']}, {manifest['dtype']}); max |jit - eager| = {worst:.3g}")
     return 0

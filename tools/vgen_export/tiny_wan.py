@@ -202,13 +202,15 @@ def make_scheduler(kind: str = "unipc", flow_shift: float = 3.0):
     raise ValueError(f"unknown scheduler kind {kind!r} (unipc | flow_euler)")
 
 
-VARIANTS = ("t2v", "i2v")
+VARIANTS = ("t2v", "i2v", "a14b-t2v")
+TINY_BOUNDARY_RATIO = 0.875  # Wan2.2-T2V-A14B's
 
 
 def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, scheduler: str = "unipc",
                             variant: str = "t2v"):
-    """Build the tiny random WanPipeline (``variant`` "t2v") or WanImageToVideoPipeline ("i2v",
-    Wan 2.1 I2V with a tiny CLIP image encoder). ``workdir`` receives the trained
+    """Build the tiny random WanPipeline (``variant`` "t2v"), WanImageToVideoPipeline ("i2v",
+    Wan 2.1 I2V with a tiny CLIP image encoder) or Wan 2.2 A14B's two-expert WanPipeline
+    ("a14b-t2v": transformer for high noise, transformer_2 below boundary_ratio). ``workdir`` receives the trained
     ``spiece.model`` (a temporary directory is used when None). Returns the pipeline (eval
     mode, float32)."""
     import tempfile
@@ -231,6 +233,13 @@ def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, sc
         vae = tiny_vae()
         pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae,
                            scheduler=make_scheduler(scheduler))
+    elif variant == "a14b-t2v":
+        transformer = tiny_transformer(text_dim=text_encoder.config.d_model)
+        transformer_2 = tiny_transformer(text_dim=text_encoder.config.d_model)  # other random weights
+        vae = tiny_vae()
+        pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae,
+                           scheduler=make_scheduler(scheduler), transformer_2=transformer_2,
+                           boundary_ratio=TINY_BOUNDARY_RATIO)
     else:
         image_encoder, image_processor = tiny_image_encoder()
         transformer = tiny_transformer(text_dim=text_encoder.config.d_model, image_dim=image_encoder.config.hidden_size)
