@@ -144,6 +144,7 @@ class BatchRun {
     auto& r = summary_.items[f.index];
     r.seconds = res.seconds;
     r.retries = res.retries;
+    r.resumed_from_step = res.resumed_from_step;
     r.cache_hit = res.cache_hit;
     if (res.state == JobState::done) {
       r.output = res.output;
@@ -214,6 +215,7 @@ json::object row_json(const BatchItemResult& i) {
   if (!i.output.empty() && (i.status == "done" || i.status == "skipped")) o["output"] = i.output.string();
   if (!i.error.empty()) o["error"] = i.error;
   if (i.error_kind) o["error_kind"] = to_string(*i.error_kind);
+  if (i.resumed_from_step > 0) o["resumed_from_step"] = i.resumed_from_step;
   return o;
 }
 

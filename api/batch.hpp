@@ -50,6 +50,7 @@ struct BatchItemResult {
   std::filesystem::path output;
   double seconds = 0;
   int retries = 0;
+  int resumed_from_step = 0;  // > 0: went on from a step checkpoint of a crashed run
   bool cache_hit = false;
   std::optional<ErrorKind> error_kind;  // set with error
   std::string error;

@@ -140,6 +140,7 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
          }
        }},
       {"output_dir", [&](const json::value& v, const std::string& p) { c.output_dir = r.path(v, p); }},
+      {"lora_dir", [&](const json::value& v, const std::string& p) { c.lora_dir = r.path(v, p); }},
       {"warmup", [&](const json::value& v, const std::string& p) { c.warmup = r.boolean(v, p); }},
       {"journal", [&](const json::value& v, const std::string& p) { c.journal = v.is_null() ? fs::path() : r.path(v, p); }},
       {"threads", [&](const json::value& v, const std::string& p) {
@@ -161,6 +162,9 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
              {"text", [&](const json::value& t, const std::string& tp) {
                 r.object(t, tp, {{"entries", count(r, c.text_cache_entries, 0, 1'000'000)},
                                  {"ttl_s", seconds(r, c.text_cache_ttl, 1, 365 * 86400)}});
+              }},
+             {"loras", [&](const json::value& t, const std::string& tp) {
+                r.object(t, tp, {{"mb", count(r, c.lora_cache_mb, 0, 1'000'000)}});
               }},
              {"results", [&](const json::value& t, const std::string& tp) {
                 r.object(t, tp, {{"entries", count(r, c.result_cache_entries, 0, 10'000'000)},
@@ -186,6 +190,14 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
                          {"max_pixels", count(r, c.image_max_pixels, 1, std::int64_t{1} << 30)}});
        }},
       {"quarantine_after", count(r, c.quarantine_after, 0, 1000)},
+      {"checkpoints", [&](const json::value& v, const std::string& p) {
+         auto& k = c.checkpoints;
+         r.object(v, p, {{"every_steps", count(r, k.every_steps, 0, 100'000)},
+                         {"every_seconds", [&](const json::value& s, const std::string& sp) { k.every_seconds = r.number(s, sp, 0.0, 86400.0); }},
+                         {"min_steps", count(r, k.min_steps, 1, 100'000)},
+                         {"max_mb", count(r, k.max_mb, 1, 1 << 24)},
+                         {"dir", [&](const json::value& s, const std::string& sp) { k.dir = r.path(s, sp); }}});
+       }},
       {"job_store", [&](const json::value& v, const std::string& p) {
          c.job_store = r.string(v, p);
          register_builtin_job_stores();  // the registry decides which kinds exist
@@ -242,12 +254,14 @@ json::object to_json(const RuntimeConfig& c) {
       {"devices", c.devices},
       {"device_policy", c.device_policy},
       {"output_dir", c.output_dir.string()},
+      {"lora_dir", c.lora_dir.string()},
       {"journal", c.journal.empty() ? json::value(nullptr) : json::value(c.journal.string())},
       {"threads", {{"io", c.io_threads}, {"per_device", c.threads_per_device}, {"codec", c.codec_threads}, {"intra_op", c.intra_op_threads}, {"spin_us", c.spin_us}}},
       {"stages", {{"preprocess", stage(c.preprocess)}, {"denoise", stage(c.denoise)}, {"decode", stage(c.decode)}, {"encode", stage(c.encode)}}},
       {"batching", {{"max_batch", c.max_batch}, {"wait_ms", c.batch_wait.count()}}},
       {"warmup", c.warmup},
       {"cache", {{"text", {{"entries", c.text_cache_entries}, {"ttl_s", c.text_cache_ttl.count()}}},
+                 {"loras", {{"mb", c.lora_cache_mb}}},
                  {"results", {{"entries", c.result_cache_entries}, {"ttl_s", c.result_cache_ttl.count()}}}}},
       {"retry", {{"attempts", c.retry_attempts}, {"initial_backoff_ms", c.retry_initial_backoff.count()},
                  {"max_backoff_ms", c.retry_max_backoff.count()}, {"multiplier", c.retry_multiplier}}},

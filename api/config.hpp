@@ -60,6 +60,11 @@ struct RuntimeConfig {
 
   std::size_t text_cache_entries = 256;
   std::chrono::seconds text_cache_ttl{1800};
+  // LoRA (stages/lora.hpp): jobs' "loras" name files under lora_dir (empty: LoRAs refused);
+  // merged variants are kept within lora_cache_mb per model (0: merge for every group).
+  // Config keys "lora_dir" and cache.loras.mb.
+  std::filesystem::path lora_dir;
+  std::size_t lora_cache_mb = 1024;
   std::size_t result_cache_entries = 1024;  // 0 disables the result cache
   std::chrono::seconds result_cache_ttl{3600};
 
@@ -89,6 +94,17 @@ struct RuntimeConfig {
   // times" on the next start instead of run again. 0: never.
   std::size_t quarantine_after = 2;
   bool resume_journal = true;
+  // Step checkpoints (stages/checkpoint.hpp), with a journal only, in `dir` (default
+  // <output_dir>/.vgen-checkpoints): a denoising job's state every `every_steps` steps or
+  // `every_seconds` seconds (0: not by that; both 0: off), for jobs of at least `min_steps`
+  // steps; the folder stays under max_mb. A job resumed after a crash goes on from there.
+  struct CheckpointConfig {
+    int every_steps = 0;
+    double every_seconds = 30;
+    int min_steps = 10;
+    std::size_t max_mb = 1024;
+    std::filesystem::path dir;
+  } checkpoints;
 
   // Fault injection (off by default; runtime/fault_injector.hpp). $VGEN_FAULTS (JSON) replaces it.
   FaultPlan faults;

@@ -79,6 +79,8 @@ class RuntimeImpl {
     wo.encode = EncodeOptions{.crf = config_.encoder_crf, .preset = config_.encoder_preset, .threads = config_.encoder_threads};
     wo.text_cache_entries = config_.text_cache_entries;
     wo.text_cache_ttl = config_.text_cache_ttl;
+    wo.lora_dir = config_.lora_dir;
+    wo.lora_cache_bytes = config_.lora_cache_mb << 20;
     wo.preprocess_workers = config_.preprocess.workers;
     wo.denoise_workers = config_.denoise.workers;
     wo.decode_workers = config_.decode.workers;
@@ -100,11 +102,13 @@ class RuntimeImpl {
     wo.max_batch = config_.max_batch;
     wo.metrics = &metrics_;
     wo.batch_wait = config_.batch_wait;
+    set_checkpoints(wo);
     models_ = std::make_unique<ModelSet>(model_list(), executor_, *devices_, wo);
     if (config_.warmup) warm_up_devices(devices);
     PipelineOptions po;
     po.metrics = &metrics_;
     po.on_event = [this](const JobEvent& e) {
+      if (!e.message.empty() && !is_terminal(e.state)) spdlog::info("job {}: {}", e.job_id, e.message);  // e.g. a resume
       if (auto entry = lookup(e.job_id)) entry->emit(e);
     };
     // The lock and the job store come before any worker starts: a store that cannot be opened
@@ -118,6 +122,31 @@ class RuntimeImpl {
     pipeline_ = std::make_unique<Pipeline>(executor_.get_executor(), make_stages(), po);
     pipeline_->start();
     resume_unfinished();
+  }
+
+  // Step checkpoints need a journal (a job found after a restart is what resumes from one).
+  void set_checkpoints(ModelSetOptions& wo) {
+    const auto& k = config_.checkpoints;
+    if (config_.journal.empty() || (k.every_steps == 0 && k.every_seconds == 0)) return;
+    wo.checkpoints = CheckpointOptions{.dir = k.dir.empty() ? config_.output_dir / ".vgen-checkpoints" : k.dir,
+                                       .every_steps = k.every_steps,
+                                       .every_seconds = k.every_seconds,
+                                       .min_steps = k.min_steps,
+                                       .max_bytes = static_cast<std::uint64_t>(k.max_mb) << 20,
+                                       .warn = [](const std::string& m) { spdlog::warn("{}", m); }};
+    // On the checkpoint thread, once the file is durable: the store's reference, then the drill.
+    wo.on_checkpoint = [this](const std::vector<CheckpointWritten>& written) {
+      for (const auto& w : written) {
+        try {
+          store_->record_progress(w.job_id, w.step, w.total, w.file.string());
+        } catch (const std::exception& e) {
+          spdlog::error("job store {}: {}", store_->location(), e.what());
+        }
+      }
+      if (faults_)
+        for (const auto& w : written)
+          if (auto entry = lookup(w.job_id); entry && entry->job) faults_->crash_if("checkpoint", entry->job->spec());
+    };
   }
 
   // The default model under its directory's name, then the config's further models.
@@ -311,6 +340,7 @@ class RuntimeImpl {
       }
       return;
     }
+    if (entry.key) models_->drop_checkpoint(entry.key->hex());  // ended for good: no resume needs it
     JobRecord rec;
     rec.id = r.id;
     rec.status = std::string(to_string(r.state));
@@ -544,6 +574,7 @@ class RuntimeImpl {
     r.id = s.id;
     r.state = s.state;
     r.retries = s.attempts;
+    r.resumed_from_step = s.resumed_from;
     r.seconds = s.total_seconds;
     r.stage_seconds = s.stage_seconds;
     r.error_kind = s.error_kind;

@@ -51,6 +51,7 @@ struct JobResult {
   bool cache_hit = false;             // copied from an identical earlier job
   bool text_cache_hit = false;
   int retries = 0;
+  int resumed_from_step = 0;          // > 0: denoising went on from a checkpoint at this step
   double seconds = 0;
   std::map<std::string, double> stage_seconds;
   std::optional<ErrorKind> error_kind;

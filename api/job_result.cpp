@@ -14,6 +14,7 @@ json::object to_json(const JobResult& r) {
   json::object stages;
   for (const auto& [name, secs] : r.stage_seconds) stages[name] = secs;
   o["stage_seconds"] = std::move(stages);
+  if (r.resumed_from_step > 0) o["resumed_from_step"] = r.resumed_from_step;
   if (r.state == JobState::done) {
     o["output"] = r.output.string();
     o["content_type"] = r.content_type;

@@ -69,7 +69,7 @@ class Statement {
 
 constexpr const char* kColumns =
     "id, key, spec, status, output, output_bytes, content_type, error_kind, error, seconds, retries, cache_hit, "
-    "COALESCE((julianday(finished_at) - 2440587.5) * 86400.0, 0), attempts, step, total";
+    "COALESCE((julianday(finished_at) - 2440587.5) * 86400.0, 0), attempts, step, total, checkpoint";
 
 JournalRecord read_row(const Statement& s) {
   JournalRecord r;
@@ -91,6 +91,7 @@ JournalRecord read_row(const Statement& s) {
   r.attempts = static_cast<int>(s.integer(13));
   r.step = static_cast<int>(s.integer(14));
   r.total = static_cast<int>(s.integer(15));
+  r.checkpoint = s.text(16);
   return r;
 }
 
@@ -139,6 +140,7 @@ void Journal::add_missing_columns() {
   }
   for (const char* column : {"attempts", "step", "total"})
     if (!have.count(column)) exec((std::string("ALTER TABLE jobs ADD COLUMN ") + column + " INTEGER DEFAULT 0").c_str());
+  if (!have.count("checkpoint")) exec("ALTER TABLE jobs ADD COLUMN checkpoint TEXT DEFAULT ''");
 }
 
 void Journal::record_accepted(const std::string& id, const std::string& key, const json::object& spec) {
@@ -162,10 +164,10 @@ void Journal::unclaim(const std::string& id) {
   Statement(db_, "UPDATE jobs SET status='queued', attempts=MAX(attempts-1, 0) WHERE id=? AND status='running'").bind(1, id).step();
 }
 
-void Journal::record_progress(const std::string& id, int step, int total) {
+void Journal::record_progress(const std::string& id, int step, int total, const std::string& checkpoint) {
   std::lock_guard lock(mutex_);
-  Statement s(db_, "UPDATE jobs SET step=?, total=? WHERE id=?");
-  s.bind(1, static_cast<std::int64_t>(step)).bind(2, static_cast<std::int64_t>(total)).bind(3, id).step();
+  Statement s(db_, "UPDATE jobs SET step=?, total=?, checkpoint=? WHERE id=?");
+  s.bind(1, static_cast<std::int64_t>(step)).bind(2, static_cast<std::int64_t>(total)).bind(3, checkpoint).bind(4, id).step();
 }
 
 std::optional<JobRecord> Journal::find_done(const std::string& key) const {
@@ -175,7 +177,7 @@ std::optional<JobRecord> Journal::find_done(const std::string& key) const {
 void Journal::record_finished(const JournalRecord& r) {
   std::lock_guard lock(mutex_);
   Statement s(db_, "UPDATE jobs SET status=?, output=?, output_bytes=?, content_type=?, error_kind=?, error=?, seconds=?, "
-                   "retries=?, cache_hit=?, finished_at=strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE id=?");
+                   "retries=?, cache_hit=?, checkpoint='', finished_at=strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE id=?");
   s.bind(1, r.status).bind(2, r.output).bind(3, static_cast<std::int64_t>(r.output_bytes)).bind(4, r.content_type);
   s.bind(5, r.error_kind).bind(6, r.error).bind(7, r.seconds).bind(8, static_cast<std::int64_t>(r.retries));
   s.bind(9, static_cast<std::int64_t>(r.cache_hit)).bind(10, r.id).step();

@@ -42,7 +42,7 @@ class Journal final : public JobStore {
   void forget(const std::string& id) override;
   int claim(const std::string& id) override;
   void unclaim(const std::string& id) override;
-  void record_progress(const std::string& id, int step, int total) override;
+  void record_progress(const std::string& id, int step, int total, const std::string& checkpoint) override;
   void record_finished(const JobRecord& r) override;  // by r.id
   std::optional<JobRecord> find(const std::string& id) const override;
   std::optional<JobRecord> find_done(const std::string& key) const override;

@@ -40,14 +40,20 @@ const StageFaults* faults_for(const FaultPlan& plan, const std::string& stage) {
   return nullptr;
 }
 
+}  // namespace
+
+void FaultInjector::crash_if(std::string_view point, const boost::json::value& spec) const {
+  if (plan_.crash_stage.empty() || point != plan_.crash_stage) return;
+  const auto* prompt = spec.is_object() ? spec.get_object().if_contains("prompt") : nullptr;
+  if (prompt && prompt->is_string() && std::string_view(prompt->get_string()).find(plan_.crash_prompt) != std::string_view::npos)
+    ::kill(::getpid(), SIGKILL);  // a worker crash as the kernel delivers it: nothing runs after this
+}
+
+namespace {
+
 asio::awaitable<void> inject(const FaultInjector* injector, StageFaults faults, std::string stage,
                              std::shared_ptr<StageFn> inner, Job& job) {
-  const auto& plan = injector->plan();
-  if (!plan.crash_stage.empty() && stage == plan.crash_stage) {
-    const auto* prompt = job.spec().is_object() ? job.spec().get_object().if_contains("prompt") : nullptr;
-    if (prompt && prompt->is_string() && std::string_view(prompt->get_string()).find(plan.crash_prompt) != std::string_view::npos)
-      ::kill(::getpid(), SIGKILL);  // a worker crash as the kernel delivers it: nothing runs after this
-  }
+  injector->crash_if(stage, job.spec());
   if (faults.latency.count() > 0) {
     asio::steady_timer t(co_await asio::this_coro::executor, faults.latency);
     co_await t.async_wait(asio::use_awaitable);

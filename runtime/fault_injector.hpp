@@ -8,7 +8,8 @@
 // Configured from JSON ({"seed", "stages": {name: {transient_rate, permanent_rate, latency_ms}},
 // "oom_rate", "oom_above_batch", "crash": {"stage", "prompt"}}), e.g. the "faults" key of a
 // config file or $VGEN_FAULTS. "crash" is a drill for poison-job quarantine: a job whose prompt
-// contains `prompt` kills the whole process (SIGKILL, no cleanup) when it enters `stage`.
+// contains `prompt` kills the whole process (SIGKILL, no cleanup) when it enters `stage`
+// (or, for the stage name "checkpoint", right after its first durable step checkpoint).
 // Thread-safety: immutable after construction; wrap() and check_oom() may run on any thread.
 #pragma once
 
@@ -49,6 +50,10 @@ class FaultInjector {
   // Throws Error(out_of_memory) if the plan says this denoiser call (over `jobs` jobs, for the
   // job ids given) runs out of memory on `device`.
   void check_oom(std::size_t jobs, const std::string& device, const std::string& first_job, int attempt) const;
+  // The crash drill: SIGKILL if the plan's crash point is `point` (a stage name, or
+  // "checkpoint": right after a job's step checkpoint is durable) and the spec's prompt
+  // contains the plan's text.
+  void crash_if(std::string_view point, const boost::json::value& spec) const;
   // The uniform draw in [0, 1) for (job, what, attempt).
   double draw(const std::string& job, const std::string& what, int attempt) const;
 

@@ -44,6 +44,7 @@ JobSnapshot Job::snapshot() const {
     s.error = describe(error_);
   }
   s.attempts = retries_;
+  s.resumed_from = resumed_from_;
   s.stage_seconds = stage_seconds_;
   const auto end = finished_at_.value_or(clock::now());
   s.queued_seconds = std::chrono::duration<double>(started_.value_or(end) - submitted_).count();
@@ -72,6 +73,20 @@ void Job::report_progress(int step, int total) {
     step_ = step;
     total_ = total;
     e = {id_, state_, step, total, {}};
+  }
+  emit(e);
+}
+
+void Job::report_resumed(int step, int total) {
+  JobEvent e;
+  {
+    std::lock_guard lock(mutex_);
+    if (is_terminal(state_)) return;
+    step_ = step;
+    total_ = total;
+    resumed_from_ = step;
+    e = {id_, state_, step, total, "resumed at step " + std::to_string(step) + " of " + std::to_string(total) +
+                                       " from a checkpoint"};
   }
   emit(e);
 }

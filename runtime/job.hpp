@@ -39,7 +39,7 @@ struct JobEvent {
   JobState state = JobState::queued;
   int step = 0;   // progress within the state (e.g. denoising step i of total)
   int total = 0;
-  std::string message;  // error text for failed/cancelled
+  std::string message;  // error text for failed/cancelled; a note for progress (a resume)
 };
 using JobEventHandler = std::function<void(const JobEvent&)>;
 
@@ -50,6 +50,7 @@ struct JobSnapshot {
   std::optional<ErrorKind> error_kind;
   std::string error;
   int attempts = 0;  // stage attempts beyond the first (retries)
+  int resumed_from = 0;  // > 0: the denoising step a checkpoint brought it back to
   std::map<std::string, double> stage_seconds;
   double queued_seconds = 0;  // submission -> first stage
   double total_seconds = 0;   // submission -> terminal (or now)
@@ -74,6 +75,9 @@ class Job : public std::enable_shared_from_this<Job> {
   // Pipeline-side transitions; each emits an event.
   void enter_stage(JobState stage);
   void report_progress(int step, int total);
+  // Progress that did not start at 0: the job went on from a checkpoint at `step` (the event's
+  // message says so, and snapshot().resumed_from keeps it).
+  void report_resumed(int step, int total);
   void record_stage_time(std::string_view stage, double seconds);
   void record_retry();
   // First call wins; returns whether this call ended the job.
@@ -120,6 +124,7 @@ class Job : public std::enable_shared_from_this<Job> {
   JobState state_ = JobState::queued;
   int step_ = 0, total_ = 0;
   int retries_ = 0;
+  int resumed_from_ = 0;
   std::optional<clock::time_point> started_, finished_at_;
   std::map<std::string, double> stage_seconds_;
   std::exception_ptr error_;

@@ -52,11 +52,12 @@ class MemoryJobStore final : public JobStore {
     it->second.second.status = "queued";
     if (it->second.second.attempts > 0) --it->second.second.attempts;
   }
-  void record_progress(const std::string& id, int step, int total) override {
+  void record_progress(const std::string& id, int step, int total, const std::string& checkpoint) override {
     std::lock_guard lock(mutex_);
     if (auto it = rows_.find(id); it != rows_.end()) {
       it->second.second.step = step;
       it->second.second.total = total;
+      it->second.second.checkpoint = checkpoint;
     }
   }
   void record_finished(const JobRecord& record) override {
@@ -73,6 +74,7 @@ class MemoryJobStore final : public JobStore {
     r.attempts = attempts;
     r.step = step;
     r.total = total;
+    r.checkpoint.clear();  // removed when the job ends
     r.finished_unix = now_unix();
   }
   std::optional<JobRecord> find(const std::string& id) const override {

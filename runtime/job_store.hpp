@@ -12,8 +12,8 @@
 // mark_unfinished_interrupted() ends them instead (a batch run resumes from its prompt file).
 // find_done(key) is the newest finished output with a content key (the result cache's
 // second level across restarts).
-// record_progress is for step checkpoints (the recovery issue): the Runtime does not record
-// per-step progress yet.
+// record_progress records a job's last durable step checkpoint (stages/checkpoint.hpp): its step
+// and the file, so an operator (and a fleet worker on shared storage) can see where it resumes.
 // Thread-safety: every member may be called from any thread. Calls block on I/O (a store
 // may fsync): the Runtime calls record_accepted on the submitting thread (before it
 // acknowledges the job), claim and record_finished on its one-thread "store" pool.
@@ -46,7 +46,8 @@ struct JobRecord {
   int retries = 0;
   bool cache_hit = false;
   int attempts = 0;          // claims so far (compute starts, restarts included)
-  int step = 0, total = 0;   // last recorded progress
+  int step = 0, total = 0;   // last recorded progress (the last checkpoint's step)
+  std::string checkpoint;    // the last checkpoint's file while unfinished; empty when none
   double finished_unix = 0;  // when it ended (seconds since the epoch); 0 while unfinished
 };
 
@@ -62,7 +63,7 @@ class JobStore {
   // The claimed attempt ended without a result and without a crash (a graceful stop): back to
   // queued, and the attempt does not count (quarantine counts crashes only).
   virtual void unclaim(const std::string& id) = 0;
-  virtual void record_progress(const std::string& id, int step, int total) = 0;
+  virtual void record_progress(const std::string& id, int step, int total, const std::string& checkpoint) = 0;
   virtual void record_finished(const JobRecord& record) = 0;  // by record.id
   virtual std::optional<JobRecord> find(const std::string& id) const = 0;
   virtual std::optional<JobRecord> find_done(const std::string& key) const = 0;

@@ -40,6 +40,7 @@ asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, Ba
   if (kind == BatchKind::denoise) {
     self.scheduler = family->make_scheduler(*self.work);
     key += family->denoise_key(*self.work, *self.scheduler);
+    if (self.work->state.step > 0) key += "|from step " + std::to_string(self.work->state.step);
   } else if (kind == BatchKind::decode) {
     key += family->decode_key(*self.work);
   } else {

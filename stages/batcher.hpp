@@ -3,7 +3,8 @@
 //  - preprocess: jobs with the same Family::prepare_key (one prepare() call, e.g. one
 //    text-encoder call for the group's uncached prompts);
 //  - denoise: jobs with the same Family::denoise_key (interchangeable loops: shape, steps,
-//    scheduler, guidance on/off); the group runs the step loop (stages/denoise_loop.hpp);
+//    scheduler, guidance on/off) and the same next step (a job resumed from a checkpoint
+//    goes on from its step); the group runs the step loop (stages/denoise_loop.hpp);
 //  - decode: jobs with the same Family::decode_key; one decode() call.
 // Every key starts with the family name and package id, so jobs of different families never
 // share a group.
@@ -60,6 +61,10 @@ struct BatcherOptions {
   // Called on the compute thread before every denoiser call (fault injection's simulated
   // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
+  // Called on the compute thread after every denoise step with the live members (jobs and their
+  // states, in row order; state.step is the next step) and the group's scheduler: checkpoints
+  // (stages/checkpoint.hpp). Must not throw; keep it short (the group's next step waits).
+  std::function<void(const std::vector<Job*>&, const std::vector<FamilyJob*>&, const Scheduler&)> after_step;
 };
 
 class Batcher {

@@ -2,6 +2,7 @@
 // is registered (its code lives in its own folder, stages/<family>/). Programs and tests may
 // add more at run time with families().add(name, factory).
 #include "stages/family.hpp"
+#include "stages/ltx/ltx_family.hpp"
 #include "stages/wan/wan_family.hpp"
 #include "stages/wan/wan_i2v_family.hpp"
 
@@ -15,6 +16,7 @@ void register_builtin_families() {
     families().add("wan2.1-t2v", &make_wan_family);
     families().add("wan2.1-i2v", &make_wan_i2v_family);
     families().add("wan2.2-a14b-t2v", &make_wan_family);  // two experts: WanFamily reads manifest `experts`
+    families().add("ltx-video", &make_ltx_family);
   });
 }
 

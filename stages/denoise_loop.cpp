@@ -1,5 +1,7 @@
 #include "stages/denoise_loop.hpp"
 
+#include "runtime/errors.hpp"
+
 #include <ATen/ATen.h>
 
 namespace vgen {
@@ -41,12 +43,32 @@ void step_once(Batcher::Group& group, const std::vector<Member*>& live, Schedule
   auto pred = group.family->predict(PredictCall{jobs, input, timestep, device});
   if (!all) pred = at::zeros(x.sizes(), pred.options()).index_copy_(0, index, pred);
   latents = scheduler.step(pred, i, latents);
+  std::vector<Job*> live_jobs;
   for (std::size_t j = 0; j < live.size(); ++j) {
     auto& state = live[j]->work->state;
     state.step = i + 1;
-    state.latents = latents.narrow(0, rows[j], 1);  // a view: the final rows are cloned at the end
+    state.latents = latents.narrow(0, rows[j], 1);  // views: the final rows are cloned at the end
+    state.scheduler = scheduler.save_row(rows[j]);
+    live_jobs.push_back(live[j]->job.get());
     if (live[j]->work->on_step) live[j]->work->on_step(i, state.latents);
   }
+  if (options.after_step) options.after_step(live_jobs, jobs, scheduler);
+}
+
+// The group's latents at its first step: the members' noise scaled by the scheduler, or, for
+// members resumed from a checkpoint (all at the same step: the batcher's key), their saved
+// samples and the scheduler history they carried.
+at::Tensor starting_latents(Batcher::Group& group, Scheduler& scheduler, int start) {
+  std::vector<at::Tensor> rows;
+  std::vector<const SchedulerRowState*> history;
+  for (auto& m : group.members) {
+    const auto& state = m.work->state;
+    if (state.step != start) throw_error(ErrorKind::internal, "denoise group mixes jobs at different steps");
+    rows.push_back(start == 0 ? state.latents * scheduler.init_noise_sigma() : state.latents);
+    history.push_back(&state.scheduler);
+  }
+  if (start > 0) scheduler.restore_rows(start, history);
+  return rows.size() == 1 ? rows[0] : at::cat(rows, 0);
 }
 
 asio::awaitable<void> run_steps(Batcher::Group& group, const Placement& placement, const BatcherOptions& options) {
@@ -55,11 +77,10 @@ asio::awaitable<void> run_steps(Batcher::Group& group, const Placement& placemen
   group.family->begin_denoise(all_jobs, placement.device);
   // Members share the scheduler's configuration and steps (denoise_key): one instance steps them all.
   Scheduler& scheduler = *group.members.front().scheduler;
-  std::vector<at::Tensor> noise;
-  for (auto& m : group.members) noise.push_back(m.work->state.latents * scheduler.init_noise_sigma());
-  at::Tensor latents = noise.size() == 1 ? noise[0] : at::cat(noise, 0);
+  const int start = group.members.front().work->state.step;
+  at::Tensor latents = starting_latents(group, scheduler, start);
   const int steps = static_cast<int>(scheduler.timesteps().size(0));
-  for (int i = 0; i < steps; ++i) {
+  for (int i = start; i < steps; ++i) {
     auto live = still_live(group.members);
     if (live.empty()) co_return;
     auto step = [&, i, device = placement.device] {
@@ -70,8 +91,11 @@ asio::awaitable<void> run_steps(Batcher::Group& group, const Placement& placemen
     for (auto* m : live) m->job->report_progress(i + 1, steps);
   }
   for (std::size_t j = 0; j < group.members.size(); ++j)
-    if (!group.members[j].dropped)
-      group.members[j].work->state.latents = latents.narrow(0, static_cast<std::int64_t>(j), 1).clone();
+    if (!group.members[j].dropped) {
+      auto& state = group.members[j].work->state;
+      state.latents = latents.narrow(0, static_cast<std::int64_t>(j), 1).clone();
+      state.scheduler = {};  // no step follows: drop the views into the history
+    }
 }
 
 }  // namespace

@@ -1,15 +1,17 @@
 // The denoise step loop of one batched group, generic over the model-family interface.
 //
-//   begin_denoise -> latents = noise * init_noise_sigma (rows stacked) -> for each step:
+//   begin_denoise -> latents = noise * init_noise_sigma (rows stacked), or for jobs resumed
+//     from a checkpoint their saved rows and scheduler history -> for each remaining step:
 //     drop cancelled jobs; predict (one call for the live rows, guidance inside the family);
-//     one scheduler step for the group's latents as a batch; each live job's StepState and
-//     progress event -> write the final latents back to each live job.
+//     one scheduler step for the group's latents as a batch; each live job's StepState (step,
+//     latents row, scheduler row), the after_step hook (checkpoints) and a progress event
+//     -> write the final latents back to each live job.
 //
 // The group's members share one scheduler (same denoise_key: configuration and steps); a
 // scheduler step is row-wise (stages/scheduler.hpp), so dropped rows get a zero prediction and
-// touch no other row. Each member's StepState (stages/family.hpp) is where the step cache,
-// jobs joining a running group and checkpoints attach next: it holds the job's step index and
-// its row of the latents after every step.
+// touch no other row. Each member's StepState (stages/family.hpp) holds, after every step,
+// all a job needs to go on elsewhere: checkpoints use it now; the step cache, jobs joining a
+// running group and preemption can attach to it next.
 // Threads: the loop runs on an io thread; each step's compute runs on placement.pool (the
 // device's compute thread). Cancellation: between steps only (a step that started finishes).
 #pragma once

@@ -43,13 +43,15 @@
 
 namespace vgen {
 
-// A job's denoising state between steps: what the step loop needs to carry a job on from
-// `step` (latents and step index). The multistep history of its scheduler lives in the
-// group's scheduler (one instance steps a group: stages/scheduler.hpp, row-wise), so saving a
-// job mid-loop is this plus its scheduler rows (checkpoints: the recovery issue).
+// A job's denoising state between steps: everything the step loop needs to carry a job on
+// from `step`, in this group or another, in this process or after a restart (checkpoints,
+// stages/checkpoint.hpp): the step index, the job's latents and its row of the group
+// scheduler's multistep history (stages/scheduler.hpp, row-wise).
 struct StepState {
   int step = 0;        // the next step to run; == steps once the loop is done
-  at::Tensor latents;  // [1, C, F', H', W'] float32 on the CPU between stages
+  at::Tensor latents;  // [1, C, F', H', W'] float32: the noise before step 0, then the sample
+  SchedulerRowState scheduler;  // empty before step 0 (and for memoryless schedulers)
+  int resumed_from = 0;         // > 0: the step a checkpoint brought this job back to
 };
 
 // One job's state inside a family. Families derive from it for their own fields; the generic
@@ -109,6 +111,8 @@ struct FamilyOptions {
   std::size_t text_cache_entries = 256;
   std::chrono::steady_clock::duration text_cache_ttl = std::chrono::minutes(30);
   std::string model_name;  // the name jobs use for it (messages); empty: its directory's name
+  std::filesystem::path lora_dir;                  // jobs' "loras" name files here (stages/lora.hpp)
+  std::size_t lora_cache_bytes = std::size_t{1} << 30;  // merged LoRA variants kept (0: none)
 };
 
 using FamilyFactory = std::function<std::shared_ptr<Family>(ModelPackage package, const FamilyOptions& options)>;

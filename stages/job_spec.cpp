@@ -96,6 +96,31 @@ void check_images(const JobSpec& s, const SpecLimits& l) {
   if (!s.last_image.empty() && s.image.empty()) bad("last_image", "needs image (the first frame) as well");
 }
 
+// "loras": [{"name": "x", "scale": 0.8}, ...]; scale defaults to 1.
+std::vector<LoraRef> parse_loras(const json::value& v) {
+  const auto* a = v.if_array();
+  if (!a) bad("loras", "must be an array of {\"name\", \"scale\"} (got " + shown(v) + ")");
+  if (a->size() > 8) bad("loras", "at most 8 (got " + std::to_string(a->size()) + ")");
+  std::vector<LoraRef> out;
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    const std::string field = "loras[" + std::to_string(i) + "]";
+    const auto* o = (*a)[i].if_object();
+    if (!o) bad(field, "must be an object {\"name\", \"scale\"} (got " + shown((*a)[i]) + ")");
+    LoraRef r;
+    for (const auto& kv : *o) {
+      if (kv.key() == "name") r.name = checked_output_name(as_text(kv.value(), field + ".name"), (field + ".name").c_str());
+      else if (kv.key() == "scale") r.scale = as_number(kv.value(), field + ".scale");
+      else bad(field + "." + std::string(kv.key()), "unknown field");
+    }
+    if (r.name.empty()) bad(field + ".name", "is required");
+    if (!(r.scale >= -10.0 && r.scale <= 10.0)) bad(field + ".scale", "must be between -10 and 10 (got " + number_text(r.scale) + ")");
+    for (const auto& earlier : out)
+      if (earlier.name == r.name) bad(field + ".name", "'" + r.name + "' is listed twice");
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 }  // namespace
 
 InputUse parse_input_use(std::string_view text, std::string_view field) {
@@ -164,7 +189,7 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
   static const std::set<std::string, std::less<>> known = {"prompt", "negative_prompt", "width", "height", "frames",
                                                           "steps", "guidance", "seed", "fps", "format", "scheduler", "name",
                                                           "model", "image", "last_image", "image_sha256",
-                                                          "last_image_sha256"};
+                                                          "last_image_sha256", "loras"};
   for (const auto& kv : *obj)
     if (!known.count(kv.key())) bad(std::string(kv.key()), "unknown field");
   JobSpec s = defaults;
@@ -187,6 +212,7 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
     else if (k == "last_image") s.last_image = as_text(v, k);
     else if (k == "image_sha256") s.image_sha256 = as_text(v, k);
     else if (k == "last_image_sha256") s.last_image_sha256 = as_text(v, k);
+    else if (k == "loras") s.loras = parse_loras(v);
     else if (k == "seed") {
       const auto i = as_integer(v, k);
       if (i < 0) bad("seed", "must be between 0 and " + std::to_string(limits.max_seed) + " (got " + shown(v) + ")");
@@ -208,6 +234,11 @@ json::object to_json(const JobSpec& s) {
   if (!s.image_sha256.empty()) o["image_sha256"] = s.image_sha256;
   if (!s.last_image.empty()) o["last_image"] = s.last_image;
   if (!s.last_image_sha256.empty()) o["last_image_sha256"] = s.last_image_sha256;
+  if (!s.loras.empty()) {  // absent without LoRAs: keys stay as they were
+    json::array a;
+    for (const auto& l : s.loras) a.push_back(json::object{{"name", l.name}, {"scale", l.scale}});
+    o["loras"] = std::move(a);
+  }
   return o;
 }
 
@@ -219,6 +250,11 @@ ContentKey job_content_key(const std::string& model_id, const JobSpec& spec) {
   // never admitted (no hash yet), so two different files never share a key.
   if (!spec.image_sha256.empty()) fields.erase("image");
   if (!spec.last_image_sha256.empty()) fields.erase("last_image");
+  if (!spec.loras.empty()) {  // a LoRA by its content, not its file name
+    json::array a;
+    for (const auto& l : spec.loras) a.push_back(json::object{{"sha256", l.sha256}, {"scale", l.scale}});
+    fields["loras"] = std::move(a);
+  }
   return content_key("vgen-job", boost::json::object{{"model", model_id}, {"spec", std::move(fields)}});
 }
 

@@ -18,6 +18,16 @@
 
 namespace vgen {
 
+// One LoRA a job asks for (stages/lora.hpp): a file `name`.safetensors under the configured
+// lora_dir, merged at `scale`. sha256 is the file's, filled in by the family's validate (it
+// is part of the job's content key, not of its JSON).
+struct LoraRef {
+  std::string name;
+  double scale = 1.0;
+  std::string sha256;
+  bool operator==(const LoraRef&) const = default;
+};
+
 struct JobSpec {
   std::string prompt;
   std::string negative_prompt;
@@ -37,6 +47,7 @@ struct JobSpec {
   // on the path, and a resumed job checks that its file still holds them.
   std::string image, last_image;
   std::string image_sha256, last_image_sha256;
+  std::vector<LoraRef> loras;       // "loras": [{"name", "scale"}], in order; at most 8
 };
 
 // Whether a model takes an input (manifest "inputs": {"image": ..., "last_image": ...}).

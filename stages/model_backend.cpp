@@ -37,7 +37,41 @@ c10::ScalarType parse_dtype(std::string_view name) {
   throw_error(ErrorKind::invalid_argument, "dtype: unknown '" + std::string(name) + "' (float32, float16, bfloat16)");
 }
 
+std::shared_ptr<const Module> Module::with_parameters(const std::map<std::string, at::Tensor>&) const {
+  throw_error(ErrorKind::internal, "this model backend cannot replace parameters (LoRA)");
+}
+
 namespace {
+
+// A shallow copy of `m` (its own attribute slots, the same class type and so the same
+// compiled methods) whose parameters named in `replaced` (relative to `prefix`) are swapped;
+// only the submodules on a path to a replaced parameter are copied, every other slot is
+// shared with `m`.
+torch::jit::Module copy_with(const torch::jit::Module& m, const std::string& prefix,
+                             const std::map<std::string, at::Tensor>& replaced) {
+  torch::jit::Module out(m._ivalue()->copy());
+  std::map<std::string, bool> children;  // child name -> has a replaced parameter below it
+  for (auto it = replaced.lower_bound(prefix); it != replaced.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+    const auto rest = it->first.substr(prefix.size());
+    const auto dot = rest.find('.');
+    if (dot == std::string::npos) {
+      if (!m.hasattr(rest) || !m.attr(rest).isTensor())
+        throw_error(ErrorKind::invalid_argument, "model has no parameter '" + it->first + "'");
+      const auto base = m.attr(rest).toTensor();
+      if (base.sizes() != it->second.sizes() || base.scalar_type() != it->second.scalar_type())
+        throw_error(ErrorKind::invalid_argument, "parameter '" + it->first + "': replacement has another shape or dtype");
+      out._ivalue()->setAttr(rest, it->second);
+    } else {
+      children[rest.substr(0, dot)] = true;
+    }
+  }
+  for (const auto& [name, _] : children) {
+    if (!m.hasattr(name) || !m.attr(name).isModule())
+      throw_error(ErrorKind::invalid_argument, "model has no submodule '" + prefix + name + "'");
+    out._ivalue()->setAttr(name, copy_with(m.attr(name).toModule(), prefix + name + ".", replaced)._ivalue());
+  }
+  return out;
+}
 
 class TorchScriptModule final : public Module {
  public:
@@ -60,6 +94,14 @@ class TorchScriptModule final : public Module {
   }
   c10::Device device() const override { return device_; }
   c10::ScalarType dtype() const override { return dtype_; }
+  std::map<std::string, at::Tensor> parameters() const override {
+    std::map<std::string, at::Tensor> out;
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) out.emplace(p.name, p.value);
+    return out;
+  }
+  std::shared_ptr<const Module> with_parameters(const std::map<std::string, at::Tensor>& replaced) const override {
+    return std::make_shared<TorchScriptModule>(copy_with(module_, "", replaced), device_, dtype_);
+  }
 
  private:
   torch::jit::Module module_;

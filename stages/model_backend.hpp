@@ -19,6 +19,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -39,6 +40,16 @@ class Module {
   virtual at::Tensor call(std::string_view method, const std::vector<at::Tensor>& inputs) const = 0;
   virtual c10::Device device() const = 0;
   virtual c10::ScalarType dtype() const = 0;
+
+  // Weight variants (LoRA, stages/lora.hpp). The module's parameters by full dotted name,
+  // shared with it (never write into them: other jobs run on them). Default: none.
+  virtual std::map<std::string, at::Tensor> parameters() const { return {}; }
+  // A new module that shares everything with this one (methods, compiled graphs, every other
+  // tensor) except the named parameters, which it holds as given (same shapes and dtypes,
+  // on device()). This module is not changed, so jobs running on it are unaffected.
+  // Error(invalid_argument) naming an unknown parameter or a wrong shape; Error(internal)
+  // from a backend that cannot (the default).
+  virtual std::shared_ptr<const Module> with_parameters(const std::map<std::string, at::Tensor>& replaced) const;
 };
 
 using ModuleLoader =

@@ -20,6 +20,7 @@ struct ModelSet::State {
   Executor* executor = nullptr;
   ModelSetOptions options;
   std::shared_ptr<Batcher> batcher;
+  std::unique_ptr<Checkpoints> checkpoints;  // null when off
 
   const std::shared_ptr<Family>& family(const std::string& name) const {
     if (name.empty()) return models.front().second;
@@ -47,8 +48,31 @@ asio::awaitable<void> preprocess(State& st, Job& job) {
   co_await st.batcher->join(family, job, BatchKind::preprocess);
 }
 
+// A job whose content has a valid checkpoint goes on from its step (a retry of the stage, or
+// a job that was already resumed, keeps the state it has).
+asio::awaitable<void> resume_from_checkpoint(State& st, Job& job, FamilyJob& work, const std::string& key) {
+  if (work.state.step > 0) co_return;
+  auto restore = [&] { return st.checkpoints->restore(key, work); };
+  if (const int from = co_await st.executor->pool("checkpoint").run(restore); from > 0)
+    job.report_resumed(from, work.spec.steps);
+}
+
 asio::awaitable<void> denoise(State& st, Job& job) {
-  co_await st.batcher->join(st.family(family_job(job)->spec.model), job, BatchKind::denoise);
+  auto work = family_job(job);
+  const auto& family = st.family(work->spec.model);
+  if (!st.checkpoints) {
+    co_await st.batcher->join(family, job, BatchKind::denoise);
+    co_return;
+  }
+  const auto key = job_content_key(family->package().id(), work->spec).hex();
+  co_await resume_from_checkpoint(st, job, *work, key);
+  st.checkpoints->begin(job, key, work->state.step);
+  struct End {
+    Checkpoints& c;
+    Job& job;
+    ~End() { c.end(job); }
+  } end{*st.checkpoints, job};
+  co_await st.batcher->join(family, job, BatchKind::denoise);
 }
 
 asio::awaitable<void> decode(State& st, Job& job) {
@@ -83,7 +107,8 @@ ModelSet::ModelSet(std::vector<std::pair<std::string, std::filesystem::path>> mo
   if (models.empty()) throw_error(ErrorKind::invalid_argument, "no model to serve");
   register_builtin_families();
   FamilyOptions fo{.backend = options.backend, .text_cache_entries = options.text_cache_entries,
-                   .text_cache_ttl = options.text_cache_ttl};
+                   .text_cache_ttl = options.text_cache_ttl, .lora_dir = options.lora_dir,
+                   .lora_cache_bytes = options.lora_cache_bytes};
   for (auto& [name, dir] : models) {
     for (const auto& [n, f] : state_->models)
       if (n == name) throw_error(ErrorKind::invalid_argument, "model '" + name + "' is given twice");
@@ -91,12 +116,22 @@ ModelSet::ModelSet(std::vector<std::pair<std::string, std::filesystem::path>> mo
     state_->models.emplace_back(name, load_family(dir, fo));
   }
   state_->executor = &executor;
-  state_->batcher = std::make_shared<Batcher>(BatcherOptions{.max_batch = std::max<std::size_t>(options.max_batch, 1),
-                                                             .wait = options.batch_wait,
-                                                             .executor = &executor,
-                                                             .devices = &devices,
-                                                             .metrics = options.metrics,
-                                                             .before_denoise = options.before_denoise});
+  BatcherOptions bo{.max_batch = std::max<std::size_t>(options.max_batch, 1),
+                    .wait = options.batch_wait,
+                    .executor = &executor,
+                    .devices = &devices,
+                    .metrics = options.metrics,
+                    .before_denoise = options.before_denoise};
+  if (options.checkpoints.enabled()) {
+    // One thread: checkpoint writes (and removals) of a key happen in the order they were made.
+    if (!executor.has_pool("checkpoint"))
+      executor.add_pool(WorkerPool::Options{.name = "checkpoint", .threads = 1, .spin = std::chrono::microseconds(0)});
+    state_->checkpoints = std::make_unique<Checkpoints>(options.checkpoints, executor.pool("checkpoint"), options.metrics,
+                                                        options.on_checkpoint);
+    bo.after_step = [c = state_->checkpoints.get()](const std::vector<Job*>& jobs, const std::vector<FamilyJob*>& work,
+                                                    const Scheduler& scheduler) { c->after_step(jobs, work, scheduler); };
+  }
+  state_->batcher = std::make_shared<Batcher>(std::move(bo));
   state_->options = std::move(options);
 }
 
@@ -117,6 +152,12 @@ JobSpec ModelSet::admit(json::value& spec) const {
   admit_images(spec, parsed, state_->options.images);
   return parsed;
 }
+
+void ModelSet::drop_checkpoint(const std::string& key_hex) const {
+  if (state_->checkpoints) state_->checkpoints->drop(key_hex);
+}
+
+std::uint64_t ModelSet::checkpoint_bytes() const { return state_->checkpoints ? state_->checkpoints->disk_bytes() : 0; }
 
 std::string ModelSet::model_id(const JobSpec& spec) const { return state_->family(spec.model)->package().id(); }
 

@@ -22,6 +22,7 @@
 #include "runtime/metrics.hpp"
 #include "runtime/pipeline.hpp"
 #include "runtime/ttl_cache.hpp"
+#include "stages/checkpoint.hpp"
 #include "stages/encode.hpp"
 #include "stages/image_input.hpp"
 #include "stages/job_spec.hpp"
@@ -45,6 +46,8 @@ struct ModelSetOptions {
   EncodeOptions encode;  // format is taken from each job
   std::size_t text_cache_entries = 256;
   std::chrono::steady_clock::duration text_cache_ttl = std::chrono::minutes(30);
+  std::filesystem::path lora_dir;                       // see FamilyOptions
+  std::size_t lora_cache_bytes = std::size_t{1} << 30;
   std::size_t preprocess_workers = 1, denoise_workers = 1, decode_workers = 1, encode_workers = 1;
   // Cross-job batching: up to max_batch compatible jobs per model call, waiting at most
   // batch_wait for a group to fill. 1: no batching.
@@ -55,6 +58,10 @@ struct ModelSetOptions {
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
   MetricsRegistry* metrics = nullptr;  // optional (outlives the set): batch-size histograms
   ImageLimits images;                  // what admit() accepts of a job's image files
+  // Step checkpoints (stages/checkpoint.hpp): off unless checkpoints.dir is set. on_checkpoint
+  // is told each durable checkpoint (the job store's reference), on the checkpoint thread.
+  CheckpointOptions checkpoints;
+  Checkpoints::OnWritten on_checkpoint;
 };
 
 // What a finished job produced (valid once the job is done).
@@ -94,6 +101,9 @@ class ModelSet {
   void warm_up(const std::string& device) const;
 
   RenderOutput result(const Job& job) const;  // Error(internal) if the job never prepared
+  // The job with content key `key_hex` ended for good: its step checkpoint is removed.
+  void drop_checkpoint(const std::string& key_hex) const;
+  std::uint64_t checkpoint_bytes() const;  // on disk now (0 when off)
   CacheStats text_cache_stats() const;        // summed over the models
   // Groups run so far by size, for "preprocess", "denoise" or "decode".
   std::map<std::size_t, std::uint64_t> group_sizes(std::string_view stage) const;

@@ -81,6 +81,8 @@ class FlowMatchEuler final : public Base<FlowMatchEuler, FlowMatchConfig> {
     num_inference_steps_ = n;
   }
 
+  bool resumable() const override { return !c_.stochastic; }
+
   Tensor step(const Tensor& model_output, int i, const Tensor& sample, at::Generator* gen) override {
     check_step(i);
     const Tensor x = sample.to(at::kFloat);  // diffusers upcasts the sample to float32 here
@@ -135,6 +137,8 @@ class DDIM final : public Base<DDIM, DDIMConfig> {
     num_inference_steps_ = static_cast<int>(timesteps_.size(0));
     stride_ = c_.train / n;
   }
+
+  bool resumable() const override { return c_.eta == 0; }
 
   Tensor step(const Tensor& model_output, int i, const Tensor& sample, at::Generator* gen) override {
     check_step(i);
@@ -227,11 +231,16 @@ class EulerDiscrete final : public Base<EulerDiscrete, EulerConfig> {
   double init_noise_sigma_ = 1.0;
 };
 
+// The registered factory: diffusers' own schedule, or a pipeline's sigmas (scheduler_flow_sigmas.cpp).
+std::unique_ptr<Scheduler> make_flow_match(const SchedulerParams& params) {
+  return wants_pipeline_sigmas(params) ? make_flow_match_pipeline_sigmas(params) : FlowMatchEuler::make(params);
+}
+
 // ---- registry ----------------------------------------------------------------------------
 
 Registry<SchedulerFactory>& registry() {
   static Registry<SchedulerFactory> r("scheduler", {
-                                                       {"FlowMatchEulerDiscreteScheduler", &FlowMatchEuler::make},
+                                                       {"FlowMatchEulerDiscreteScheduler", &make_flow_match},
                                                        {"UniPCMultistepScheduler", &make_unipc},
                                                        {"DDIMScheduler", &DDIM::make},
                                                        {"EulerDiscreteScheduler", &EulerDiscrete::make},
@@ -240,6 +249,17 @@ Registry<SchedulerFactory>& registry() {
 }
 
 }  // namespace
+
+void Scheduler::restore_rows(int next_step, const std::vector<const SchedulerRowState*>& rows) {
+  if (num_inference_steps_ == 0 || next_step < 0 || next_step > num_inference_steps_) {
+    throw Error(ErrorKind::invalid_argument, std::string(name()) + ": cannot resume at step " + std::to_string(next_step));
+  }
+  for (const auto* r : rows) {
+    if (r && !r->empty()) {
+      throw Error(ErrorKind::invalid_argument, std::string(name()) + ": keeps no history, but a saved state has some");
+    }
+  }
+}
 
 void Scheduler::check_step(int step_index) const {
   if (num_inference_steps_ == 0) {

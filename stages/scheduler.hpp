@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <cstdint>
 #include <variant>
 #include <vector>
 
@@ -37,6 +38,17 @@ using SchedulerParam = std::variant<std::monostate, bool, double, std::string, s
 // keys for features not ported (Karras sigmas, thresholding, ...) are accepted only at their
 // "off" value.
 using SchedulerParams = std::map<std::string, SchedulerParam, std::less<>>;
+
+// What a scheduler carries from one step to the next for ONE row (one job) of the batch it
+// steps: the multistep history of UniPC (its last model outputs and sample, as [1, ...] rows)
+// and its counters. With the row's latents and step index (StepState, stages/family.hpp) it
+// lets a job stop after any step and go on later, in another group or another process, with
+// the same numbers (checkpoints: stages/checkpoint.hpp). Memoryless schedulers carry nothing.
+struct SchedulerRowState {
+  std::vector<at::Tensor> tensors;      // each [1, ...] or undefined (no history yet)
+  std::vector<std::int64_t> counters;   // the scheduler's own (e.g. UniPC's lower-order count)
+  bool empty() const noexcept { return tensors.empty() && counters.empty(); }
+};
 
 class Scheduler {
  public:
@@ -76,6 +88,20 @@ class Scheduler {
 
   // Same configuration, no schedule and no history: one per job.
   virtual std::unique_ptr<Scheduler> clone_fresh() const = 0;
+
+  // Whether a run can stop after a step and go on with the same numbers: false for variants
+  // that draw noise in step() (DDIM eta > 0, stochastic_sampling) from an unsaved generator.
+  virtual bool resumable() const { return true; }
+  // Row `row`'s history after the last step (views into the scheduler's tensors: clone them
+  // to keep them past the next step). Memoryless schedulers return an empty state.
+  virtual SchedulerRowState save_row(std::int64_t row) const {
+    (void)row;
+    return {};
+  }
+  // Sets the history for a batch whose next step is `next_step` from its rows' saved states,
+  // in row order (set_timesteps must have run). The rows must come from the same step of runs
+  // with this configuration: Error(invalid_argument) if their counters or shapes differ.
+  virtual void restore_rows(int next_step, const std::vector<const SchedulerRowState*>& rows);
 
  protected:
   void check_step(int step_index) const;  // set_timesteps called and 0 <= i < N

@@ -230,5 +230,9 @@ class Base : public Scheduler {
 
 
 std::unique_ptr<Scheduler> make_unipc(const SchedulerParams& params);  // scheduler_unipc.cpp
+// FlowMatchEuler on a pipeline's own sigmas (LTXPipeline), chosen when the params name a
+// "sigma_schedule" (scheduler_flow_sigmas.cpp).
+bool wants_pipeline_sigmas(const SchedulerParams& params);
+std::unique_ptr<Scheduler> make_flow_match_pipeline_sigmas(const SchedulerParams& params);
 
 }  // namespace vgen::scheduler_detail

@@ -75,6 +75,49 @@ class UniPCMultistep final : public Base<UniPCMultistep, UniPCConfig> {
     next_step_ = 0;
   }
 
+  // History per row: the model outputs (oldest first; undefined before warm-up) and the last
+  // sample, then lower_order_nums and this_order.
+  SchedulerRowState save_row(std::int64_t row) const override {
+    SchedulerRowState r;
+    for (const auto& t : model_outputs_) r.tensors.push_back(t.defined() ? t.narrow(0, row, 1) : Tensor());
+    r.tensors.push_back(last_sample_.defined() ? last_sample_.narrow(0, row, 1) : Tensor());
+    r.counters = {lower_order_nums_, this_order_};
+    return r;
+  }
+
+  void restore_rows(int next_step, const std::vector<const SchedulerRowState*>& rows) override {
+    if (num_inference_steps_ == 0 || next_step < 0 || next_step > num_inference_steps_ || rows.empty()) {
+      throw Error(ErrorKind::invalid_argument, "UniPCMultistepScheduler: cannot resume at step " + std::to_string(next_step));
+    }
+    const std::size_t n = model_outputs_.size() + 1;
+    const auto& first = *rows.front();
+    auto bad = [](const std::string& why) {
+      throw Error(ErrorKind::invalid_argument, "UniPCMultistepScheduler: saved states do not fit: " + why);
+    };
+    if (next_step == 0) {  // nothing to carry: the state set_timesteps left
+      set_timesteps(num_inference_steps_);
+      return;
+    }
+    if (first.counters.size() != 2 || first.tensors.size() != n) bad("wrong layout");
+    for (const auto* r : rows) {
+      if (r->counters != first.counters || r->tensors.size() != first.tensors.size()) bad("rows from different steps");
+      for (std::size_t k = 0; k < r->tensors.size(); ++k)
+        if (r->tensors[k].defined() != first.tensors[k].defined()) bad("rows from different steps");
+    }
+    std::vector<Tensor> joined(n);
+    for (std::size_t k = 0; k < first.tensors.size(); ++k) {
+      if (!first.tensors[k].defined()) continue;
+      std::vector<Tensor> parts;
+      for (const auto* r : rows) parts.push_back(r->tensors[k]);
+      joined[k] = parts.size() == 1 ? parts[0] : at::cat(parts, 0);
+    }
+    model_outputs_.assign(joined.begin(), joined.end() - 1);
+    last_sample_ = joined.back();
+    lower_order_nums_ = static_cast<int>(first.counters[0]);
+    this_order_ = static_cast<int>(first.counters[1]);
+    next_step_ = next_step;
+  }
+
   Tensor step(const Tensor& model_output, int i, const Tensor& sample, at::Generator*) override {
     check_step(i);
     if (i != next_step_) {

@@ -1,5 +1,9 @@
 #include "apps/vgen/options.hpp"
 
+#include <boost/json/array.hpp>
+
+#include <cstdlib>
+
 namespace vgen::cli {
 
 void add_runtime_flags(CLI::App& cmd, RuntimeFlags& f) {
@@ -7,6 +11,7 @@ void add_runtime_flags(CLI::App& cmd, RuntimeFlags& f) {
   cmd.add_option("--model", f.model, "model package directory (default: the bundled model)");
   cmd.add_option("--device,--devices", f.devices, "devices: cpu, cpu,cpu, cuda:0, cuda:0,cuda:1, auto (default: cpu)");
   cmd.add_option("--max-batch", f.max_batch, "cross-job batching: jobs per denoiser call (default 1)")->check(CLI::Range(1, 256));
+  cmd.add_option("--lora-dir", f.lora_dir, "folder of LoRA files (NAME.safetensors) that jobs' LoRAs name");
 }
 
 RuntimeConfig make_config(const RuntimeFlags& f) {
@@ -15,6 +20,7 @@ RuntimeConfig make_config(const RuntimeFlags& f) {
   if (!f.devices.empty()) c.devices = f.devices;
   if (f.output_dir) c.output_dir = *f.output_dir;
   if (f.max_batch) c.max_batch = *f.max_batch;
+  if (f.lora_dir) c.lora_dir = *f.lora_dir;
   return c;
 }
 
@@ -36,6 +42,7 @@ void add_job_flags(CLI::App& cmd, JobFlags& f) {
   cmd.add_option("--scheduler", f.scheduler, "scheduler class name (default: the package's)");
   cmd.add_option("--negative-prompt", f.negative_prompt);
   cmd.add_option("--format", f.format, "mp4, webm, gif or png");
+  cmd.add_option("--lora", f.loras, "a LoRA from --lora-dir, NAME[:SCALE] (scale 1 by default); repeatable");
 }
 
 boost::json::object job_fields(const JobFlags& f) {
@@ -50,6 +57,22 @@ boost::json::object job_fields(const JobFlags& f) {
   if (f.scheduler) o["scheduler"] = *f.scheduler;
   if (f.negative_prompt) o["negative_prompt"] = *f.negative_prompt;
   if (f.format) o["format"] = *f.format;
+  if (!f.loras.empty()) {  // NAME[:SCALE]; a bad scale is left for the job spec to name
+    boost::json::array a;
+    for (const auto& l : f.loras) {
+      const auto colon = l.rfind(':');
+      boost::json::object e{{"name", l.substr(0, colon)}};
+      if (colon != std::string::npos) {
+        const auto scale = l.substr(colon + 1);
+        char* end = nullptr;
+        const double x = std::strtod(scale.c_str(), &end);
+        if (scale.empty() || *end != '\0') e["scale"] = scale;  // a string: "loras[i].scale: must be a number"
+        else e["scale"] = x;
+      }
+      a.push_back(std::move(e));
+    }
+    o["loras"] = std::move(a);
+  }
   return o;
 }
 

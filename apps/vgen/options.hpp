@@ -18,6 +18,7 @@ struct RuntimeFlags {
   std::string config, model, devices;
   std::optional<std::string> output_dir;
   std::optional<std::size_t> max_batch;
+  std::optional<std::string> lora_dir;
 };
 void add_runtime_flags(CLI::App& cmd, RuntimeFlags& f);
 RuntimeConfig make_config(const RuntimeFlags& f);
@@ -29,6 +30,7 @@ struct JobFlags {
   std::optional<double> guidance, fps;
   std::optional<std::uint64_t> seed;
   std::optional<std::string> scheduler, negative_prompt, format;
+  std::vector<std::string> loras;  // NAME[:SCALE], repeatable
 };
 void add_job_flags(CLI::App& cmd, JobFlags& f);
 boost::json::object job_fields(const JobFlags& f);  // only the flags given

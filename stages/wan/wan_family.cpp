@@ -13,6 +13,7 @@
 #include <sstream>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <regex>
 
 namespace vgen {
@@ -116,6 +117,8 @@ WanFamily::WanFamily(ModelPackage package, const FamilyOptions& options) : packa
   if (options.text_cache_entries > 0)
     text_cache_ = std::make_shared<TtlCache<at::Tensor>>(TtlCacheOptions{
         .max_entries = options.text_cache_entries, .max_cost = 1ull << 30, .default_ttl = options.text_cache_ttl});
+  loras_ = std::make_shared<LoraLibrary>(options.lora_dir);
+  variants_ = std::make_shared<LoraVariants>(options.lora_cache_bytes);
 }
 
 std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOptions& options) {
@@ -125,7 +128,18 @@ std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOption
 JobSpec WanFamily::validate(const json::value& spec) const {
   auto limits = package_.limits;
   limits.schedulers = scheduler_names();
-  return parse_job_spec(spec, package_.defaults, limits);
+  auto s = parse_job_spec(spec, package_.defaults, limits);
+  if (s.loras.empty()) return s;
+  if (boundary_timestep_ >= 0)
+    throw Error(ErrorKind::invalid_argument, "loras: not supported by the two-expert " + package_.family + " package");
+  // LoRAs: each file resolved under lora_dir and hashed (its sha256 joins the content key);
+  // mapped onto the transformer's parameters when one is loaded already, so a file that fits
+  // no layer is refused here (HTTP 400) rather than when its group starts.
+  auto set = loras_->resolve(s.loras);
+  std::lock_guard lock(shapes_mutex_);
+  if (!transformer_shapes_.empty())
+    for (const auto& c : set) c.file->map_onto(transformer_shapes_);
+  return s;
 }
 
 std::shared_ptr<FamilyJob> WanFamily::create_job(JobSpec spec) const {
@@ -136,7 +150,29 @@ std::shared_ptr<FamilyJob> WanFamily::create_job(JobSpec spec) const {
 
 std::shared_ptr<const Module> WanFamily::module(const std::string& component, const std::string& device) const {
   const auto& c = package_.component(component);
-  return ModuleCache::instance().get(backend_, c.file, device, parse_dtype(c.dtype));
+  auto m = ModuleCache::instance().get(backend_, c.file, device, parse_dtype(c.dtype));
+  if (component == "transformer") {
+    std::lock_guard lock(shapes_mutex_);
+    if (transformer_shapes_.empty()) transformer_shapes_ = parameter_shapes(*m);
+  }
+  return m;
+}
+
+// The transformer a denoise group runs on: the package's, or (with LoRAs; every job of the
+// group has the same set, the denoise key says so) its merged variant from the LRU, which the
+// group's jobs then hold until they finish, so an eviction never frees it mid-loop.
+std::shared_ptr<const Module> WanFamily::group_transformer(const std::vector<FamilyJob*>& live, const std::string& device) {
+  auto& first = wan(*live.front());
+  if (first.spec.loras.empty()) return nullptr;
+  if (first.transformer) return first.transformer;
+  auto refs = first.spec.loras;
+  auto set = loras_->resolve(refs);
+  for (std::size_t i = 0; i < refs.size(); ++i)
+    if (refs[i].sha256 != first.spec.loras[i].sha256)
+      throw_error(ErrorKind::invalid_argument, "loras: '" + refs[i].name + "' changed since the job was accepted");
+  auto merged = variants_->get(module("transformer", device), lora_set_key(refs), set);
+  for (auto* j : live) wan(*j).transformer = merged;
+  return merged;
 }
 
 // The texts' embedding rows, [texts, L, D] with L the longest prompt, and each text's length.
@@ -234,6 +270,7 @@ std::string WanFamily::denoise_key(const FamilyJob& job, const Scheduler& s) con
   const auto& w = wan(job);
   std::string k = key_prefix() + "|" + std::string(s.name()) + "|" + std::to_string(w.spec.steps) + "|" +
                   (w.spec.guidance > 1.0 ? "cfg" : "nocfg");
+  if (!w.spec.loras.empty()) k += "|lora:" + lora_set_key(w.spec.loras);  // one merged transformer per group
   for (auto d : w.state.latents.sizes()) k += "|" + std::to_string(d);
   // Text rows of any length share a call: the group pads them to one row count.
   return k + "|" + std::to_string(w.embeds.size(0)) + "x" + std::to_string(w.embeds.size(2));
@@ -259,8 +296,8 @@ const std::string& WanFamily::expert_for(double timestep) const {
 
 at::Tensor WanFamily::predict_flow(const std::string& device, const at::Tensor& x, const at::Tensor& t,
                                    const at::Tensor& context, const at::Tensor& bias, const at::Tensor& image,
-                                   const std::string& expert) {
-  auto transformer = module(expert, device);
+                                   std::shared_ptr<const Module> transformer) {
+  if (!transformer) transformer = module("transformer", device);
   auto in = x.to(transformer->dtype());
   auto c = context.to(transformer->dtype());
   if (image.defined()) return transformer->forward({in, t, c, image.to(transformer->dtype())});
@@ -287,8 +324,11 @@ at::Tensor WanFamily::predict(const PredictCall& call) {
   auto input = cfg ? x.repeat_interleave(2, 0) : x;  // job j's rows 2j (cond), 2j+1 (uncond)
   auto image = images.empty() ? at::Tensor() : cfg ? cat(images).repeat_interleave(2, 0) : cat(images);
   auto t = call.timestep.to(at::kFloat).expand({input.size(0)}).contiguous();  // float32 always
-  const auto& expert = expert_for(call.timestep.item<double>());  // one timestep for the whole group
-  auto pred = predict_flow(call.device, input, t, cat(contexts), cat(biases), image, expert).to(at::kCPU);
+  // Two experts: the one for this timestep (one timestep for the whole group). LoRAs are
+  // merged into the package's single transformer only (validate refuses them with two experts).
+  const auto& expert = expert_for(call.timestep.item<double>());
+  auto transformer = expert == "transformer" ? group_transformer(live, call.device) : module(expert, call.device);
+  auto pred = predict_flow(call.device, input, t, cat(contexts), cat(biases), image, transformer).to(at::kCPU);
   if (!cfg) return pred;
   auto cond = pred.slice(0, 0, pred.size(0), 2), uncond = pred.slice(0, 1, pred.size(0), 2);
   const double g = live.front()->spec.guidance;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include "stages/family.hpp"
+#include "stages/lora_variants.hpp"
 #include "stages/model_backend.hpp"
 #include "stages/text_context.hpp"
 #include "stages/tokenizer.hpp"
@@ -34,6 +35,7 @@ struct WanJob : FamilyJob {
   at::Tensor image;         // [3, H, W] float32 in [0, 1] at the job's size: the first frame
   at::Tensor condition;     // [1, mask + C, F', H', W'] concatenated to the latents' channels
   at::Tensor image_embeds;  // [1, N, D] image tokens, the same for the cond and uncond rows
+  std::shared_ptr<const Module> transformer;  // with the group's LoRA set merged (set by predict)
 };
 
 class WanFamily : public Family {
@@ -51,13 +53,15 @@ class WanFamily : public Family {
   void decode(const std::string& device, const std::vector<FamilyJob*>& jobs) override;
   void warm_up(const std::string& device) override;
   CacheStats text_cache_stats() const override;
+  LoraVariantStats lora_stats() const { return variants_->stats(); }
 
   // One transformer call on `device`: forward on the zero-padded max_length context (bias
   // undefined), or forward_compact with the compact form's key bias; with `image` defined
   // (image-to-video) forward(x, t, context, image). x is cast to the transformer's dtype, t
   // is float32; returns the flow prediction on the device.
+  // `transformer`: the module to call (a LoRA variant, the step's expert); null: the package's.
   at::Tensor predict_flow(const std::string& device, const at::Tensor& x, const at::Tensor& t, const at::Tensor& context,
-                          const at::Tensor& bias, const at::Tensor& image = {}, const std::string& expert = "transformer");
+                          const at::Tensor& bias, const at::Tensor& image = {}, std::shared_ptr<const Module> transformer = nullptr);
   // The transformer component that predicts at `timestep` ("transformer" without experts).
   const std::string& expert_for(double timestep) const;
 
@@ -70,12 +74,17 @@ class WanFamily : public Family {
  private:
   TextRows encode_text(const std::string& device, const std::vector<std::string>& texts);
   ContentKey text_key(const std::string& device, const std::string& text) const;
+  std::shared_ptr<const Module> group_transformer(const std::vector<FamilyJob*>& live, const std::string& device);
 
   ModelPackage package_;
   std::string backend_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<TtlCache<at::Tensor>> text_cache_;  // null when off
   double boundary_timestep_ = -1;                      // < 0: one transformer
+  std::shared_ptr<LoraLibrary> loras_;                // files under lora_dir
+  std::shared_ptr<LoraVariants> variants_;            // merged transformers, per device
+  mutable std::mutex shapes_mutex_;
+  mutable ParameterShapes transformer_shapes_;        // once a transformer is loaded: validate maps LoRA keys
 };
 
 std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOptions& options);

@@ -185,10 +185,105 @@ TEST_CASE("out of memory moves the group whole to another device before it shrin
   // With every device out of memory there is nowhere to move: the group fails and shrinks.
   test::fake(*family).oom_device = "";
   test::fake(*family).oom_above_rows = 1;
-  for (auto& e : render_all(b, of(family, jobs), false)) {
+  for (auto& e : render_all(b, of(family, jobs))) {  // prepared again: denoised jobs would go on from their last step
     REQUIRE(e != nullptr);
     CHECK(classify(e) == ErrorKind::out_of_memory);
   }
   CHECK(b.batcher->oom_moves() == moved + 1);  // tried the other device once, then gave up
   for (const auto& d : b.pool.status()) CHECK(d.active == 0);
+}
+
+namespace {
+
+// A family stepping with UniPC (multistep: the resume must carry its history).
+std::shared_ptr<Family> unipc_family() {
+  auto family = test::make_fake_family("fake-a");
+  test::fake(*family).scheduler_name = "UniPCMultistepScheduler";
+  test::fake(*family).scheduler_params = {{"use_flow_sigmas", true}, {"prediction_type", std::string("flow_prediction")},
+                                          {"flow_shift", 3.0}};
+  return family;
+}
+
+// A deep copy of a job's step state, as a checkpoint file holds it.
+StepState copy_state(const StepState& s) {
+  StepState c{s.step, s.latents.clone(), {}, 0};
+  for (const auto& t : s.scheduler.tensors) c.scheduler.tensors.push_back(t.defined() ? t.clone() : t);
+  c.scheduler.counters = s.scheduler.counters;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("a job resumed from its state after step k ends bit-identical to the uninterrupted run, alone and grouped" *
+          doctest::timeout(120)) {
+  const int steps = 8;
+  for (int k : {1, 3, 6}) {
+    CAPTURE(k);
+    // Uninterrupted: two jobs in one group, with their states after step k kept.
+    Bench full(2, std::chrono::seconds(30));
+    auto family = unipc_family();
+    std::vector<std::shared_ptr<Job>> jobs{make_job(family, 41, steps), make_job(family, 42, steps)};
+    std::map<std::string, StepState> saved;
+    for (auto& j : jobs) {
+      auto w = family_job(*j);
+      w->on_step = [w, k, &saved](int i, const at::Tensor&) {
+        if (i + 1 == k) saved[w->spec.prompt] = copy_state(w->state);
+      };
+    }
+    for (auto& e : render_all(full, of(family, jobs))) CHECK(e == nullptr);
+    REQUIRE(saved.size() == 2);
+    CHECK(saved["p41"].scheduler.tensors.size() == 3);  // UniPC order 2: two outputs + the last sample
+
+    // Resumed together (a new process, a new family instance): same group, same numbers.
+    Bench again(2, std::chrono::seconds(30));
+    auto family2 = unipc_family();
+    std::vector<std::shared_ptr<Job>> resumed{make_job(family2, 41, steps), make_job(family2, 42, steps)};
+    for (auto& j : resumed) {
+      auto w = family_job(*j);
+      w->state = copy_state(saved[w->spec.prompt]);
+    }
+    for (auto& e : render_all(again, of(family2, resumed), false)) CHECK(e == nullptr);
+    for (std::size_t i = 0; i < 2; ++i) {
+      CHECK(at::equal(family_job(*resumed[i])->state.latents, family_job(*jobs[i])->state.latents));
+      CHECK(family_job(*resumed[i])->state.step == steps);
+    }
+    CHECK(test::fake(*family2).max_rows_after(0) == 2);
+    CHECK(test::fake(*family2).predicted("") == 2 * (steps - k));  // only the remaining steps ran
+
+    // Resumed alone: the same within float rounding of a smaller batch.
+    Bench solo(1, std::chrono::milliseconds(0));
+    auto family3 = unipc_family();
+    auto one = make_job(family3, 42, steps);
+    family_job(*one)->state = copy_state(saved["p42"]);
+    for (auto& e : render_all(solo, of(family3, {one}), false)) CHECK(e == nullptr);
+    CHECK((family_job(*one)->state.latents - family_job(*jobs[1])->state.latents).abs().max().item<float>() <= 1e-6f);
+  }
+}
+
+TEST_CASE("jobs at different steps never share a denoise group" * doctest::timeout(60)) {
+  auto family = unipc_family();
+  // The state of job 51 after two of its six steps, and its uninterrupted result.
+  Bench first(1, std::chrono::milliseconds(0));
+  auto src = make_job(family, 51, 6);
+  StepState at2;
+  family_job(*src)->on_step = [&](int i, const at::Tensor&) {
+    if (i == 1) at2 = copy_state(family_job(*src)->state);
+  };
+  for (auto& e : render_all(first, of(family, {src}))) CHECK(e == nullptr);
+  REQUIRE(at2.step == 2);
+
+  // A fresh job and the resumed one arrive together; a long wait and room for both.
+  Bench b(4, std::chrono::milliseconds(300));
+  auto fresh = make_job(family, 52, 6);
+  family->prepare("cpu", {family_job(*fresh).get()});
+  auto resumed = make_job(family, 51, 6);
+  family_job(*resumed)->state = copy_state(at2);
+  for (auto& e : render_all(b, of(family, {fresh, resumed}), false)) CHECK(e == nullptr);
+  const auto log = b.batcher->group_log();
+  REQUIRE(log.size() == 2);
+  CHECK(log[0].second == 1);
+  CHECK(log[1].second == 1);
+  CHECK(log[0].first != log[1].first);
+  CHECK(((log[0].first.find("from step 2") != std::string::npos) != (log[1].first.find("from step 2") != std::string::npos)));
+  CHECK(at::equal(family_job(*resumed)->state.latents, family_job(*src)->state.latents));
 }

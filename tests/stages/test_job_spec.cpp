@@ -239,3 +239,31 @@ TEST_CASE("image fields round-trip through to_json; the content key follows the 
   CHECK_FALSE(to_json(t2v).contains("image"));
   CHECK_FALSE(to_json(t2v).contains("image_sha256"));
 }
+
+TEST_CASE("loras: names without paths, a scale in range, each once; the content key follows the files' hashes") {
+  auto spec = parse_job_spec(json::parse(R"({"prompt":"p","loras":[{"name":"style_a","scale":0.8},{"name":"b"}]})"), JobSpec{},
+                             SpecLimits{});
+  REQUIRE(spec.loras.size() == 2);
+  CHECK(spec.loras[0].name == "style_a");
+  CHECK(spec.loras[0].scale == 0.8);
+  CHECK(spec.loras[1].scale == 1.0);
+  CHECK(error_of(R"({"prompt":"p","loras":{"name":"a"}})").find("loras: must be an array") == 0);
+  CHECK(error_of(R"({"prompt":"p","loras":[{"name":"a/x"}]})").find("loras[0].name: must not contain '/'") == 0);
+  CHECK(error_of(R"({"prompt":"p","loras":[{"scale":1}]})").find("loras[0].name: is required") == 0);
+  CHECK(error_of(R"({"prompt":"p","loras":[{"name":"a","scale":11}]})").find("loras[0].scale: must be between -10 and 10") == 0);
+  CHECK(error_of(R"({"prompt":"p","loras":[{"name":"a","path":"/x"}]})").find("loras[0].path: unknown field") == 0);
+  CHECK(error_of(R"({"prompt":"p","loras":[{"name":"a"},{"name":"a"}]})").find("loras[1].name: 'a' is listed twice") == 0);
+  // The JSON form round-trips; without LoRAs it has no "loras" key (older keys stay valid).
+  CHECK(parse_job_spec(to_json(spec), JobSpec{}, SpecLimits{}).loras == spec.loras);
+  JobSpec plain;
+  plain.prompt = "p";
+  CHECK(!to_json(plain).contains("loras"));
+  auto a = spec, b = spec;
+  a.loras[0].sha256 = "aa";
+  b.loras[0].sha256 = "bb";
+  CHECK(job_content_key("m", a).hex() != job_content_key("m", b).hex());  // same name, other file content
+  auto c = a;
+  c.loras[0].scale = 0.7;
+  CHECK(job_content_key("m", a).hex() != job_content_key("m", c).hex());
+  CHECK(job_content_key("m", plain).hex() != job_content_key("m", a).hex());
+}

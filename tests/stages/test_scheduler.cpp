@@ -127,6 +127,16 @@ TEST_CASE("parameters are checked by name") {
                 "timestep_spacing");
   check_invalid([] { vgen::make_scheduler("EulerDiscreteScheduler", {{"num_train_timesteps", 10.5}}); },
                 "num_train_timesteps");
+  // A pipeline's own sigmas (LTXPipeline) with dynamic shifting need the latent sequence length.
+  check_invalid([] {
+    vgen::make_scheduler("FlowMatchEulerDiscreteScheduler",
+                         {{"sigma_schedule", std::string("one_to_one_over_n")}, {"use_dynamic_shifting", true}});
+  }, "image_seq_len");
+  check_invalid([] {
+    vgen::make_scheduler("FlowMatchEulerDiscreteScheduler", {{"sigma_schedule", std::string("other")}});
+  }, "sigma_schedule");
+  check_invalid([] { vgen::make_scheduler("FlowMatchEulerDiscreteScheduler", {{"use_dynamic_shifting", true}}); },
+                "use_dynamic_shifting");
   // diffusers' metadata keys and "off" values of unported features are accepted.
   CHECK_NOTHROW(vgen::make_scheduler("UniPCMultistepScheduler",
                                      {{"_class_name", std::string("UniPCMultistepScheduler")},
@@ -206,6 +216,78 @@ TEST_CASE("steps are row-wise: a batch stepped together equals each row stepped 
       CHECK((x.narrow(0, r, 1) - y).abs().max().item<float>() <= 1e-6f);
     }
   }
+}
+
+TEST_CASE("a row's saved state resumes it bit-identically, alone or regrouped (checkpoints rely on it)") {
+  const SchedulerParams flow{{"use_flow_sigmas", true}, {"prediction_type", std::string("flow_prediction")}, {"flow_shift", 3.0}};
+  const std::pair<const char*, SchedulerParams> cases[] = {
+      {"UniPCMultistepScheduler", flow},
+      {"UniPCMultistepScheduler", {{"solver_order", 3.0}}},
+      {"FlowMatchEulerDiscreteScheduler", {{"shift", 3.0}}},
+      {"DDIMScheduler", {}},
+      {"EulerDiscreteScheduler", {}},
+  };
+  auto model = [](const at::Tensor& x, int i) { return at::sin(x * (i + 1)) * 0.5; };
+  for (const auto& [name, params] : cases) {
+    CAPTURE(name);
+    const int steps = 7;
+    at::manual_seed(5);
+    const at::Tensor x0 = at::randn({2, 4, 2, 4, 4});
+    auto a = vgen::make_scheduler(name, params);
+    a->set_timesteps(steps);
+    at::Tensor x = x0.clone();
+    for (int i = 0; i < steps; ++i) x = a->step(model(a->scale_model_input(x, i), i), i, x);
+    for (int stop : {1, 2, 4}) {
+      CAPTURE(stop);
+      auto b = vgen::make_scheduler(name, params);
+      b->set_timesteps(steps);
+      at::Tensor y = x0.clone();
+      for (int i = 0; i < stop; ++i) y = b->step(model(b->scale_model_input(y, i), i), i, y);
+      // Save both rows (copies, as a checkpoint file would hold), then resume them the other
+      // way round in a fresh scheduler, and row 1 alone in another.
+      std::vector<vgen::SchedulerRowState> saved;
+      for (std::int64_t r = 0; r < 2; ++r) {
+        auto row = b->save_row(r);
+        for (auto& t : row.tensors)
+          if (t.defined()) t = t.clone();
+        saved.push_back(std::move(row));
+      }
+      auto swapped = vgen::make_scheduler(name, params);
+      swapped->set_timesteps(steps);
+      swapped->restore_rows(stop, {&saved[1], &saved[0]});
+      at::Tensor z = at::cat({y.narrow(0, 1, 1), y.narrow(0, 0, 1)}).clone();
+      for (int i = stop; i < steps; ++i) z = swapped->step(model(swapped->scale_model_input(z, i), i), i, z);
+      CHECK(at::equal(z.narrow(0, 0, 1), x.narrow(0, 1, 1)));
+      CHECK(at::equal(z.narrow(0, 1, 1), x.narrow(0, 0, 1)));
+      auto alone = vgen::make_scheduler(name, params);
+      alone->set_timesteps(steps);
+      alone->restore_rows(stop, {&saved[1]});
+      at::Tensor w = y.narrow(0, 1, 1).clone();
+      for (int i = stop; i < steps; ++i) w = alone->step(model(alone->scale_model_input(w, i), i), i, w);
+      CHECK((w - x.narrow(0, 1, 1)).abs().max().item<float>() <= 1e-6f);
+    }
+  }
+}
+
+TEST_CASE("saved states from different steps, or history for a memoryless scheduler, are refused") {
+  const SchedulerParams flow{{"use_flow_sigmas", true}, {"prediction_type", std::string("flow_prediction")}, {"flow_shift", 3.0}};
+  auto u = vgen::make_scheduler("UniPCMultistepScheduler", flow);
+  u->set_timesteps(5);
+  at::Tensor x = at::ones({1, 2, 2});
+  x = u->step(x, 0, x);
+  const auto after1 = u->save_row(0);
+  x = u->step(x, 1, x);
+  const auto after2 = u->save_row(0);
+  auto v = vgen::make_scheduler("UniPCMultistepScheduler", flow);
+  v->set_timesteps(5);
+  check_invalid([&] { v->restore_rows(2, {&after1, &after2}); }, "different steps");
+  check_invalid([&] { v->restore_rows(9, {&after2}); }, "resume at step 9");
+  auto e = vgen::make_scheduler("FlowMatchEulerDiscreteScheduler", {});
+  e->set_timesteps(5);
+  check_invalid([&] { e->restore_rows(2, {&after2}); }, "no history");
+  CHECK(e->resumable());
+  CHECK_FALSE(vgen::make_scheduler("DDIMScheduler", {{"eta", 0.5}})->resumable());
+  CHECK_FALSE(vgen::make_scheduler("FlowMatchEulerDiscreteScheduler", {{"stochastic_sampling", true}})->resumable());
 }
 
 TEST_CASE("parity with diffusers") {

@@ -41,7 +41,7 @@ class FakeFamily final : public Family {
     }
   }
   std::unique_ptr<Scheduler> make_scheduler(const FamilyJob& job) const override {
-    auto s = vgen::make_scheduler("FlowMatchEulerDiscreteScheduler");
+    auto s = vgen::make_scheduler(scheduler_name, scheduler_params);
     s->set_timesteps(job.spec.steps);
     return s;
   }
@@ -103,6 +103,8 @@ class FakeFamily final : public Family {
   }
 
   std::function<void(std::size_t call, std::size_t rows)> on_predict;
+  std::string scheduler_name = "FlowMatchEulerDiscreteScheduler";  // set before jobs run
+  SchedulerParams scheduler_params;
   std::string expect_model;  // the "model" field this family's jobs carry
   std::size_t oom_above_rows = 0;  // 0: never
   int oom_from_step = 0;

@@ -26,7 +26,10 @@ inline void check_job_store_contract(const std::function<JobStore&(bool reopen)>
     s.unclaim("g");  // a graceful stop ended that attempt: no crash to count
     CHECK(s.find("g")->status == "queued");
     CHECK(s.find("g")->attempts == 0);
-    s.record_progress("a", 3, 10);
+    s.record_progress("a", 3, 10, "/ckpt/a.ckpt");
+    CHECK(s.find("a")->step == 3);
+    CHECK(s.find("a")->total == 10);
+    CHECK(s.find("a")->checkpoint == "/ckpt/a.ckpt");
     // Every ErrorKind round-trips, so that a job found after a restart tells why it ended.
     for (auto k : {ErrorKind::invalid_argument, ErrorKind::not_found, ErrorKind::already_exists, ErrorKind::overloaded,
                    ErrorKind::cancelled, ErrorKind::deadline_exceeded, ErrorKind::transient, ErrorKind::out_of_memory,
@@ -47,6 +50,7 @@ inline void check_job_store_contract(const std::function<JobStore&(bool reopen)>
     done.output_bytes = 99;
     done.content_type = "video/mp4";
     done.retries = 1;
+    s.record_progress("c", 2, 4, "/ckpt/c.ckpt");
     s.record_finished(done);
   }
   auto& s = store(true);
@@ -56,6 +60,7 @@ inline void check_job_store_contract(const std::function<JobStore&(bool reopen)>
   CHECK(a->attempts == 2);
   CHECK(a->step == 3);
   CHECK(a->total == 10);
+  CHECK(a->checkpoint == "/ckpt/a.ckpt");  // kept while the job is unfinished
   CHECK(a->key == "k1");
   CHECK(a->spec.at("prompt").as_string() == "a");
   CHECK_FALSE(s.find("refused"));
@@ -68,6 +73,8 @@ inline void check_job_store_contract(const std::function<JobStore&(bool reopen)>
     CHECK(r->finished_unix > 1'700'000'000);
   }
   const auto c = s.find_done("k1");
+  REQUIRE(c);
+  CHECK(c->checkpoint.empty());  // an ended job keeps no checkpoint reference
   REQUIRE(c);
   CHECK(c->id == "c");
   CHECK(c->output == "/out/c.mp4");

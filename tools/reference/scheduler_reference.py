@@ -28,6 +28,14 @@ WAN_UNIPC = {  # Wan 2.1 T2V Diffusers scheduler_config.json (480p: flow_shift 3
     "rescale_betas_zero_snr": False,
 }
 
+LTX_FLOW = {  # LTX-Video 0.9.x scheduler_config.json, driven by LTXPipeline
+    "num_train_timesteps": 1000, "shift": 1.0, "use_dynamic_shifting": True, "base_shift": 0.95,
+    "max_shift": 2.05, "base_image_seq_len": 1024, "max_image_seq_len": 4096, "shift_terminal": 0.1,
+    "time_shift_type": "exponential", "sigma_schedule": "one_to_one_over_n",
+}
+# vgen parameters that stand for a pipeline's set_timesteps arguments (not diffusers config keys).
+PIPELINE_KEYS = ("sigma_schedule", "image_seq_len")
+
 # (case name, diffusers class, config, num_inference_steps, generator seed or None)
 CASES = [
     ("flow_wan_shift5", "FlowMatchEulerDiscreteScheduler",
@@ -40,6 +48,14 @@ CASES = [
      {"shift": 3.0, "invert_sigmas": True}, 4, None),
     ("flow_stochastic", "FlowMatchEulerDiscreteScheduler",
      {"shift": 3.0, "stochastic_sampling": True}, 5, 1234),
+    # LTXPipeline: its own sigmas linspace(1, 1/n, n) and mu from the latent sequence length
+    # ("sigma_schedule" and "image_seq_len" are vgen's parameters for those two inputs).
+    ("flow_ltx_dynamic", "FlowMatchEulerDiscreteScheduler", dict(LTX_FLOW, image_seq_len=4 * 16 * 22), 8, None),
+    ("flow_ltx_dynamic_small", "FlowMatchEulerDiscreteScheduler", dict(LTX_FLOW, image_seq_len=12), 3, None),
+    ("flow_ltx_linear", "FlowMatchEulerDiscreteScheduler",
+     dict(LTX_FLOW, image_seq_len=2000, time_shift_type="linear", shift_terminal=None), 5, None),
+    ("flow_ltx_static_shift", "FlowMatchEulerDiscreteScheduler",
+     {"shift": 3.3, "sigma_schedule": "one_to_one_over_n"}, 6, None),
     ("unipc_wan480", "UniPCMultistepScheduler", WAN_UNIPC, 10, None),
     ("unipc_wan720_order3", "UniPCMultistepScheduler",
      dict(WAN_UNIPC, flow_shift=5.0, solver_order=3), 8, None),
@@ -79,8 +95,20 @@ STEP_KWARGS = {"DDIMScheduler": ["eta"]}
 def run_case(cls_name, config, steps, seed, sample, model_outputs, dtype):
     config = dict(config)
     step_kwargs = {k: config.pop(k) for k in STEP_KWARGS.get(cls_name, []) if k in config}
+    pipeline = {k: config.pop(k) for k in PIPELINE_KEYS if k in config}
     sched = getattr(diffusers, cls_name).from_config(config)
-    sched.set_timesteps(steps)
+    if pipeline.get("sigma_schedule") == "one_to_one_over_n":  # as LTXPipeline.__call__ does
+        import numpy as np
+
+        # mu on the line through (base_image_seq_len, base_shift) and (max_image_seq_len, max_shift),
+        # in Python floats as LTXPipeline computes it (importing the pipeline module costs ~5 s).
+        c = sched.config
+        lo, hi = c.get("base_image_seq_len", 256), c.get("max_image_seq_len", 4096)
+        slope = (c.get("max_shift", 1.15) - c.get("base_shift", 0.5)) / (hi - lo)
+        mu = pipeline.get("image_seq_len", 0) * slope + (c.get("base_shift", 0.5) - slope * lo)
+        sched.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
+    else:
+        sched.set_timesteps(steps)
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     x = torch.tensor(sample, dtype=dtype).reshape(SAMPLE_SHAPE)
     scaled, outs = [], []
