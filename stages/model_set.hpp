@@ -60,11 +60,11 @@ struct ModelSetOptions {
   // Live previews (stages/preview.hpp): every this many denoising steps and at the last; 0: none.
   // Jobs of a package without preview factors get none.
   int preview_every = 0;
+  ImageLimits images;                  // what admit() accepts of a job's image files
   // Step checkpoints (stages/checkpoint.hpp): off unless checkpoints.dir is set. on_checkpoint
   // is told each durable checkpoint (the job store's reference), on the checkpoint thread.
   CheckpointOptions checkpoints;
   Checkpoints::OnWritten on_checkpoint;
-  ImageLimits images;                  // what admit() accepts of a job's image files
 };
 
 // What a finished job produced (valid once the job is done).
