@@ -41,6 +41,7 @@ struct JobSpec {
   std::string name;                 // output file stem; empty: derived from the job id
   std::string model;                // which of the runtime's models; empty: its default one
   std::vector<LoraRef> loras;       // "loras": [{"name", "scale"}], in order; at most 8
+  double step_cache = 0.0;          // step-cache threshold (stages/step_cache.hpp); 0: off
 };
 
 struct SpecLimits {
@@ -57,6 +58,7 @@ struct SpecLimits {
   std::uint64_t max_seed = (std::uint64_t{1} << 63) - 1;
   std::vector<std::string> formats = {"mp4", "webm", "gif", "png"};
   std::vector<std::string> schedulers;  // empty: any name (checked later by the registry)
+  double max_step_cache = 1.0;          // step_cache in [0, max_step_cache]
 };
 
 // Fields absent from `json` keep the value they have in `defaults`. Unknown fields, wrong
