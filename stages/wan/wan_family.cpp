@@ -288,7 +288,8 @@ at::Tensor WanFamily::predict(const PredictCall& call) {
   }
   auto cat = [](const std::vector<at::Tensor>& xs) { return xs.empty() ? at::Tensor() : xs.size() == 1 ? xs[0] : at::cat(xs, 0); };
   auto input = cfg ? call.x.repeat_interleave(2, 0) : call.x;  // job j's rows 2j (cond), 2j+1 (uncond)
-  auto t = call.timestep.to(at::kFloat).expand({input.size(0)}).contiguous();  // float32 always
+  auto t = call.timestep.to(at::kFloat).reshape({-1});  // float32 always; one per job
+  t = (cfg ? t.repeat_interleave(2, 0) : t.expand({input.size(0)})).contiguous();
   auto pred = predict_flow(call.device, input, t, cat(contexts), cat(biases), group_transformer(live, call.device)).to(at::kCPU);
   if (!cfg) return pred;
   auto cond = pred.slice(0, 0, pred.size(0), 2), uncond = pred.slice(0, 1, pred.size(0), 2);
