@@ -185,6 +185,10 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
                          {"threads", count(r, c.encoder_threads, 1, 64)}});
        }},
       {"job_ttl_s", seconds(r, c.job_ttl, 1, 365 * 86400)},
+      {"images", [&](const json::value& v, const std::string& p) {
+         r.object(v, p, {{"max_bytes", count(r, c.image_max_bytes, 1, std::int64_t{1} << 30)},
+                         {"max_pixels", count(r, c.image_max_pixels, 1, std::int64_t{1} << 30)}});
+       }},
       {"quarantine_after", count(r, c.quarantine_after, 0, 1000)},
       {"checkpoints", [&](const json::value& v, const std::string& p) {
          auto& k = c.checkpoints;
@@ -263,6 +267,7 @@ json::object to_json(const RuntimeConfig& c) {
                  {"max_backoff_ms", c.retry_max_backoff.count()}, {"multiplier", c.retry_multiplier}}},
       {"encoder", {{"crf", c.encoder_crf}, {"preset", c.encoder_preset}, {"threads", c.encoder_threads}}},
       {"job_ttl_s", c.job_ttl.count()},
+      {"images", {{"max_bytes", c.image_max_bytes}, {"max_pixels", c.image_max_pixels}}},
       {"quarantine_after", c.quarantine_after},
       {"job_store", c.job_store},
       {"service", {{"listen", c.service.listen}, {"max_body_bytes", c.service.max_body_bytes},

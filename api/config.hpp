@@ -112,6 +112,11 @@ struct RuntimeConfig {
   // Kept in memory after a job ends, so that status and result queries still find it.
   std::chrono::seconds job_ttl{3600};
 
+  // Image inputs of image-to-video jobs (stages/image_input.hpp ImageLimits): the largest file
+  // or upload, and the most pixels, a job's image may have.
+  std::uint64_t image_max_bytes = 32ull << 20;
+  std::int64_t image_max_pixels = 8192ll * 8192;
+
   struct Service {
     std::string listen = "127.0.0.1:8080";
     std::size_t max_body_bytes = 64 * 1024;

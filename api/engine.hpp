@@ -38,6 +38,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace vgen {
 
@@ -75,7 +76,7 @@ class JobHandle {
   JobSnapshot snapshot() const;     // state, step/total, timings, error so far
   bool finished() const;
   bool cancel(std::string reason = "cancelled by request");
-  JobResult result() const;         // the result so far (final once finished())
+  JobResult result() const;         // the result so far (final once finished()); spec as admitted
   JobResult wait() const;           // blocks until finished (not on an io thread)
   std::shared_future<JobResult> future() const;
   boost::asio::awaitable<JobResult> async_wait() const;
@@ -119,6 +120,8 @@ class Runtime {
 
   // Unfinished jobs and finished ones for job_ttl after they ended.
   std::optional<JobHandle> find(const std::string& id) const;
+  // The jobs not finished yet, resumed ones included (their result().spec is set), in no order.
+  std::vector<JobHandle> unfinished() const;
   bool cancel(const std::string& id, std::string reason = "cancelled by request");
 
   void drain();     // stops intake, waits for every accepted job to end

@@ -1,8 +1,13 @@
 #include "api/http_api.hpp"
 
 #include "api/http_auth.hpp"
+#include "api/multipart.hpp"
 #include "runtime/channel.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/string.hpp>
 
 #include <boost/json/parse.hpp>
@@ -127,9 +132,102 @@ asio::awaitable<void> stream_events(JobHandle job, http::StreamWriter& out) {
   co_await out.write(std::move(chunk));
 }
 
+constexpr const char* kImageFields[] = {"image", "last_image"};
+
+bool has_content_type(const http::Request& request, std::string_view type) {
+  const auto it = request.find(bhttp::field::content_type);
+  if (it == request.end()) return false;
+  const auto value = it->value().substr(0, it->value().find(';'));
+  return boost::beast::iequals(boost::beast::string_view(value.data(), value.size()),
+                               boost::beast::string_view(type.data(), type.size()));
+}
+
+// A submission whose body may carry images goes to the uploads thread: multipart, or JSON
+// that names an image field (a cheap look; the parse decides).
+bool may_carry_images(const http::Request& request) {
+  if (request.method() != bhttp::verb::post) return false;
+  if (has_content_type(request, "multipart/form-data")) return true;
+  return request.body().find("image\"") != std::string::npos;
+}
+
+// A job spec and the image bytes that came with it, by field.
+struct Submission {
+  json::value spec;
+  std::vector<std::pair<std::string, std::string>> images;
+};
+
+Submission read_multipart(const http::Request& request, std::uint64_t max_image_bytes) {
+  const auto it = request.find(bhttp::field::content_type);
+  const auto boundary = multipart_boundary(std::string_view(it->value().data(), it->value().size()));
+  const auto parts = parse_multipart(request.body(), boundary);
+  Submission s;
+  for (const auto& part : parts)
+    if (part.name != "spec" && part.name != "image" && part.name != "last_image")
+      throw_error(ErrorKind::invalid_argument, "multipart: unknown field '" + part.name + "' (known: spec, image, last_image)");
+  const auto* spec = find_part(parts, "spec");
+  if (!spec) throw_error(ErrorKind::invalid_argument, "multipart: no 'spec' field (the job spec as JSON)");
+  s.spec = parse_body(std::string(spec->body));
+  if (!s.spec.is_object()) throw_error(ErrorKind::invalid_argument, "spec: must be a JSON object (a job spec)");
+  for (const char* field : kImageFields) {
+    const auto* part = find_part(parts, field);
+    if (!part) continue;
+    if (s.spec.as_object().contains(field))
+      throw_error(ErrorKind::invalid_argument, std::string(field) + ": given twice (a file part and a spec field)");
+    if (part->body.size() > max_image_bytes)
+      throw_error(ErrorKind::invalid_argument, std::string(field) + ": larger than " + std::to_string(max_image_bytes) +
+                                                   " bytes (got " + std::to_string(part->body.size()) + ")");
+    s.images.emplace_back(field, std::string(part->body));
+  }
+  return s;
+}
+
+// JSON: an image field holds the picture itself (base64 or a data URL), never a server path.
+Submission read_json(const http::Request& request, std::uint64_t max_image_bytes) {
+  Submission s{parse_body(request.body()), {}};
+  if (!s.spec.is_object()) throw_error(ErrorKind::invalid_argument, "request body: must be a JSON object (a job spec)");
+  for (const char* field : kImageFields) {
+    const auto* v = s.spec.as_object().if_contains(field);
+    if (v == nullptr || !v->is_string()) continue;  // another type: validation names it
+    s.images.emplace_back(field, decode_image_text(std::string_view(v->get_string()), field, max_image_bytes));
+  }
+  return s;
+}
+
 }  // namespace
 
-HttpApi::HttpApi(Runtime& runtime) : runtime_(runtime) {}
+HttpApi::HttpApi(Runtime& runtime)
+    : runtime_(runtime),
+      uploads_(std::make_shared<UploadStore>(runtime.config().output_dir / "uploads",
+                                             ImageLimits{.max_bytes = runtime.config().image_max_bytes,
+                                                         .max_pixels = runtime.config().image_max_pixels})) {
+  // What a crash left: keep the images of the jobs that resume, remove the rest.
+  for (const auto& job : runtime_.unfinished()) {
+    const auto spec = job.result().spec;
+    std::vector<std::filesystem::path> files;
+    for (const auto* path : {&spec.image, &spec.last_image})
+      if (!path->empty()) files.emplace_back(*path);
+    for (const auto& f : files) uploads_->pin(f);
+    if (!files.empty()) release_when_finished(job, std::move(files));
+  }
+  uploads_->sweep();
+}
+
+HttpApi::~HttpApi() { upload_thread_.join(); }
+
+void HttpApi::release_when_finished(const JobHandle& job, std::vector<std::filesystem::path> files) {
+  auto watch = [](JobHandle job, std::vector<std::filesystem::path> files, std::shared_ptr<UploadStore> uploads,
+                  std::shared_ptr<Cancels> cancels) -> asio::awaitable<void> {
+    const JobResult r = co_await job.async_wait();
+    bool by_client = false;
+    {
+      std::lock_guard lock(cancels->mutex);
+      by_client = cancels->ids.erase(r.id) > 0;
+    }
+    if (r.state == JobState::cancelled && !by_client) co_return;  // a graceful stop: it resumes with these files
+    for (const auto& f : files) uploads->unpin(f);
+  };
+  asio::co_spawn(runtime_.executor(), watch(job, std::move(files), uploads_, cancels_), asio::detached);
+}
 
 std::vector<HttpApi::Route> HttpApi::routes() {
   std::vector<Route> out;
@@ -137,7 +235,13 @@ std::vector<HttpApi::Route> HttpApi::routes() {
   return out;
 }
 
-asio::awaitable<http::Response> HttpApi::handle(http::Request request) { co_return dispatch(request); }
+asio::awaitable<http::Response> HttpApi::handle(http::Request request) {
+  if (!may_carry_images(request)) co_return dispatch(request);
+  // Decoding and writing images blocks: on the uploads thread, resuming on this strand after.
+  co_return co_await asio::co_spawn(
+      upload_thread_, [this, &request]() -> asio::awaitable<http::Response> { co_return dispatch(request); },
+      asio::use_awaitable);
+}
 
 bool HttpApi::authorized(const http::Request& request) const {
   return http::bearer_authorized(request, runtime_.config().service.token);
@@ -171,15 +275,38 @@ JobHandle HttpApi::find_job(const std::string& id) const {
 }
 
 http::Response HttpApi::submit_job(const http::Request& request, const std::string&) {
-  if (auto it = request.find(bhttp::field::content_type); it != request.end()) {
-    const auto type = it->value().substr(0, it->value().find(';'));
-    if (!boost::beast::iequals(boost::beast::string_view(type.data(), type.size()), "application/json"))
+  const bool multipart = has_content_type(request, "multipart/form-data");
+  if (!multipart && !has_content_type(request, "application/json"))
+    if (auto it = request.find(bhttp::field::content_type); it != request.end())
       return http::error_response(415, "invalid_argument",
-                                  "Content-Type must be application/json (got '" + std::string(it->value()) + "')");
+                                  "Content-Type must be application/json or multipart/form-data (got '" +
+                                      std::string(it->value()) + "')");
+  const auto max_image = runtime_.config().image_max_bytes;
+  auto [spec, images] = multipart ? read_multipart(request, max_image) : read_json(request, max_image);
+  std::vector<std::filesystem::path> files;
+  if (!images.empty()) {
+    // Every field checked before anything is written: a model that takes no image refuses here.
+    auto probe = spec;
+    for (const auto& [field, bytes] : images) probe.as_object()[field] = (uploads_->dir() / "pending.png").string();
+    runtime_.validate(probe);
+    try {
+      for (const auto& [field, bytes] : images) {
+        files.push_back(uploads_->put(bytes, field));
+        spec.as_object()[field] = files.back().string();
+      }
+    } catch (...) {
+      for (const auto& f : files) uploads_->unpin(f);
+      throw;
+    }
   }
-  auto spec = parse_body(request.body());
-  if (!spec.is_object()) throw_error(ErrorKind::invalid_argument, "request body: must be a JSON object (a job spec)");
-  const auto job = runtime_.try_submit(std::move(spec));  // never waits: Error(overloaded) -> 429
+  JobHandle job;
+  try {
+    job = runtime_.try_submit(std::move(spec));  // never waits: Error(overloaded) -> 429
+  } catch (...) {
+    for (const auto& f : files) uploads_->unpin(f);  // refused: nothing stays written
+    throw;
+  }
+  if (!files.empty()) release_when_finished(job, std::move(files));
   auto res = json_body(202, {{"id", job.id()}, {"status", "queued"}, {"links", links_of(job.id())}});
   res.set(bhttp::field::location, job_path(job.id()));
   return res;
@@ -216,6 +343,11 @@ http::Response HttpApi::job_video(const http::Request& request, const std::strin
 
 http::Response HttpApi::cancel_job(const http::Request&, const std::string& id) {
   auto job = find_job(id);
+  {
+    std::lock_guard lock(cancels_->mutex);
+    const auto spec = job.result().spec;
+    if (!job.finished() && !(spec.image.empty() && spec.last_image.empty())) cancels_->ids.insert(id);  // its uploads go when it ends
+  }
   const bool requested = job.cancel("cancelled by DELETE " + job_path(id));
   return json_body(requested ? 202 : 200, status_json(job, job.result()));
 }

@@ -1,6 +1,9 @@
 // HttpApi: the vgen HTTP routes over a vgen::Runtime, as a RequestHandler for HttpServer.
 //
-//   POST   /v1/jobs              submit a job spec (JSON) -> 202 {id, status, links} + Location
+//   POST   /v1/jobs              submit a job spec (JSON) -> 202 {id, status, links} + Location;
+//                                image jobs: "image"/"last_image" as base64 or data URLs in the
+//                                JSON, or multipart/form-data with the spec in a "spec" part and
+//                                the files in "image"/"last_image" parts (api/uploads.hpp)
 //   GET    /v1/jobs/{id}         status: to_json(JobResult) plus live progress
 //   GET    /v1/jobs/{id}/events  Server-Sent Events: `progress` per job event, then one final
 //                                `done` | `failed` | `cancelled` event, then the stream ends
@@ -17,8 +20,15 @@
 // Auth: when config().service.token is set, every route but /healthz needs
 // "Authorization: Bearer <token>" (401 otherwise), checked before routing by
 // http::bearer_authorized (api/http_auth: the scheme in any letter case, constant-time compare).
-// Threads: handle() never blocks (submission uses Runtime::try_submit); it keeps no mutable
-// state, so concurrent calls from different connections are safe. Job events arrive on worker
+// Threads: handle() never blocks an io thread (submission uses Runtime::try_submit); a
+// submission that carries images (decode, fsync'd write, admission's decode) runs on the
+// HttpApi's own "uploads" thread and resumes on the connection's strand. Its mutable state (the
+// upload pins, the jobs cancelled by DELETE) is behind mutexes, so concurrent calls from
+// different connections are safe.
+// Uploads: kept in <output_dir>/uploads while an unfinished job uses them, removed when the
+// last such job is done, failed or cancelled by DELETE (a job cancelled by a graceful stop
+// keeps its files: it resumes). Constructing an HttpApi pins the images of the Runtime's
+// unfinished (resumed) jobs and removes every other upload. Job events arrive on worker
 // threads and reach the event stream through a BoundedChannel; a client too slow to take
 // them misses progress events, never the final one.
 // Lifetime: the Runtime must outlive the HttpApi and every stream it started (stop and join
@@ -27,7 +37,12 @@
 
 #include "api/engine.hpp"
 #include "api/http_server.hpp"
+#include "api/uploads.hpp"
 
+#include <boost/asio/thread_pool.hpp>
+
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,6 +51,7 @@ namespace vgen {
 class HttpApi : public http::RequestHandler {
  public:
   explicit HttpApi(Runtime& runtime);
+  ~HttpApi() override;
 
   boost::asio::awaitable<http::Response> handle(http::Request request) override;
 
@@ -60,8 +76,18 @@ class HttpApi : public http::RequestHandler {
   http::Response health(const http::Request& request, const std::string& id);
 
   JobHandle find_job(const std::string& id) const;  // Error(not_found)
+  // Unpins `files` once `job` ends (unless a graceful stop cancelled it: it resumes).
+  void release_when_finished(const JobHandle& job, std::vector<std::filesystem::path> files);
+
+  struct Cancels {  // jobs a client cancelled by DELETE (their uploads go)
+    std::mutex mutex;
+    std::set<std::string> ids;
+  };
 
   Runtime& runtime_;
+  std::shared_ptr<UploadStore> uploads_;
+  std::shared_ptr<Cancels> cancels_ = std::make_shared<Cancels>();
+  boost::asio::thread_pool upload_thread_{1};
 };
 
 }  // namespace vgen

@@ -45,6 +45,7 @@ JobResult JobHandle::result() const {
   if (entry_->final_result) return *entry_->final_result;
   JobResult r;
   r.id = entry_->id;
+  r.spec = entry_->spec;
   if (entry_->job) {
     const auto s = entry_->job->snapshot();
     r.state = is_terminal(s.state) ? JobState::encode : s.state;  // terminal only once published

@@ -262,6 +262,27 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
     r.fail("frames allows no count: no " + std::to_string(p.limits.frames_step) + "k+1 between " +
            std::to_string(p.limits.min_frames) + " and " + std::to_string(p.limits.max_frames));
 
+  // Image inputs (absent in text-to-video packages: none). The family decides what it does
+  // with them; the generic validation refuses a job that gives one the package does not take.
+  if (const auto* in = m.if_contains("inputs")) {
+    if (!in->is_object()) r.fail("manifest field 'inputs' must be an object");
+    const auto& inputs = in->get_object();
+    for (const auto& kv : inputs)
+      if (kv.key() != "image" && kv.key() != "last_image") r.fail("manifest field 'inputs." + truncate_utf8(std::string(kv.key()), 40) + "' is unknown");
+    try {
+      if (inputs.contains("image")) p.limits.image = parse_input_use(r.str(inputs, "image", "inputs."), "inputs.image");
+      if (inputs.contains("last_image"))
+        p.limits.last_image = parse_input_use(r.str(inputs, "last_image", "inputs."), "inputs.last_image");
+    } catch (const Error& e) {
+      r.fail(std::string("manifest field ") + e.what());
+    }
+    if (p.limits.last_image == InputUse::required) r.fail("manifest field inputs.last_image cannot be required (only none or optional)");
+    if (p.limits.last_image != InputUse::none && p.limits.image == InputUse::none)
+      r.fail("manifest field inputs.last_image needs inputs.image (the first frame) as well");
+  }
+  // The name the default model answers to; a runtime serving it under another name sets its own.
+  p.limits.model_name = (r.dir.has_filename() ? r.dir : r.dir.parent_path()).filename().string();
+
   const auto& d = r.obj(m, "defaults");
   p.defaults.steps = r.int_in(d, "steps", "defaults.", 1, kMaxSteps);
   p.defaults.guidance = r.number(d, "guidance_scale", "defaults.");
@@ -276,6 +297,7 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   // would reject that job for a field it never sent.
   JobSpec probe = p.defaults;
   probe.prompt = "x";
+  if (p.limits.image == InputUse::required) probe.image = "/image.png";
   try {
     validate_job_spec(probe, p.limits);
   } catch (const Error& e) {

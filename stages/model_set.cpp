@@ -3,6 +3,7 @@
 #include "runtime/errors.hpp"
 #include "stages/batcher.hpp"
 #include "stages/family.hpp"
+#include "stages/image_admission.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
@@ -111,6 +112,7 @@ ModelSet::ModelSet(std::vector<std::pair<std::string, std::filesystem::path>> mo
   for (auto& [name, dir] : models) {
     for (const auto& [n, f] : state_->models)
       if (n == name) throw_error(ErrorKind::invalid_argument, "model '" + name + "' is given twice");
+    fo.model_name = name;
     state_->models.emplace_back(name, load_family(dir, fo));
   }
   state_->executor = &executor;
@@ -144,6 +146,12 @@ std::vector<std::string> ModelSet::model_names() const {
 const ModelPackage& ModelSet::package(const std::string& name) const { return state_->family(name)->package(); }
 
 JobSpec ModelSet::validate(const json::value& spec) const { return state_->family(model_field(spec))->validate(spec); }
+
+JobSpec ModelSet::admit(json::value& spec) const {
+  auto parsed = validate(spec);
+  admit_images(spec, parsed, state_->options.images);
+  return parsed;
+}
 
 void ModelSet::drop_checkpoint(const std::string& key_hex) const {
   if (state_->checkpoints) state_->checkpoints->drop(key_hex);

@@ -24,6 +24,7 @@
 #include "runtime/ttl_cache.hpp"
 #include "stages/checkpoint.hpp"
 #include "stages/encode.hpp"
+#include "stages/image_input.hpp"
 #include "stages/job_spec.hpp"
 #include "stages/model_package.hpp"
 
@@ -60,6 +61,7 @@ struct ModelSetOptions {
   // is told each durable checkpoint (the job store's reference), on the checkpoint thread.
   CheckpointOptions checkpoints;
   Checkpoints::OnWritten on_checkpoint;
+  ImageLimits images;                  // what admit() accepts of a job's image files
 };
 
 // What a finished job produced (valid once the job is done).
@@ -86,6 +88,11 @@ class ModelSet {
   const ModelPackage& package(const std::string& name = {}) const;
   // Parses a job spec against its model's defaults and limits (Error(invalid_argument)).
   JobSpec validate(const boost::json::value& spec) const;
+  // validate(), then the job's image files read, decoded and hashed into `spec` (the
+  // "*_sha256" fields; stages/image_admission.hpp): what a Runtime runs before it accepts a
+  // job, so a bad image is refused (invalid_argument naming the field) before anything is
+  // queued or written. Blocks on the files' reads and decodes.
+  JobSpec admit(boost::json::value& spec) const;
   // The identity of the model a parsed spec runs on (ModelPackage::id), for content keys.
   std::string model_id(const JobSpec& spec) const;
 

@@ -19,7 +19,6 @@ namespace json = boost::json;
 namespace {
 
 LtxJob& ltx(FamilyJob& job) { return static_cast<LtxJob&>(job); }
-const LtxJob& ltx(const FamilyJob& job) { return static_cast<const LtxJob&>(job); }
 
 [[noreturn]] void bad_manifest(const ModelPackage& p, const std::string& what) {
   throw_error(ErrorKind::invalid_argument, "model package '" + p.dir.string() + "': " + what);

@@ -111,13 +111,18 @@ JobSpec WanFamily::validate(const json::value& spec) const {
   limits.schedulers = scheduler_names();
   auto s = parse_job_spec(spec, package_.defaults, limits);
   if (s.loras.empty()) return s;
-  // LoRAs: each file resolved under lora_dir and hashed (its sha256 joins the content key);
-  // mapped onto the transformer's parameters when one is loaded already, so a file that fits
-  // no layer is refused here (HTTP 400) rather than when its group starts.
+  // LoRAs: each file resolved under lora_dir and hashed (its sha256 joins the content key) and
+  // mapped onto the transformer's parameters, so a file that fits no layer is refused here
+  // (exit 2 / HTTP 400), before anything runs. The parameter shapes come from a loaded
+  // transformer; before any job has loaded one, the first LoRA job's validation loads a CPU
+  // copy once to read them (and drops it: it is not the device's module).
   auto set = loras_->resolve(s.loras);
   std::lock_guard lock(shapes_mutex_);
-  if (!transformer_shapes_.empty())
-    for (const auto& c : set) c.file->map_onto(transformer_shapes_);
+  if (transformer_shapes_.empty()) {
+    const auto& c = package_.component("transformer");
+    transformer_shapes_ = parameter_shapes(*load_module(backend_, c.file, "cpu", parse_dtype(c.dtype)));
+  }
+  for (const auto& c : set) c.file->map_onto(transformer_shapes_);
   return s;
 }
 

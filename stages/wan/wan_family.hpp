@@ -66,7 +66,7 @@ class WanFamily final : public Family {
   std::shared_ptr<LoraLibrary> loras_;                // files under lora_dir
   std::shared_ptr<LoraVariants> variants_;            // merged transformers, per device
   mutable std::mutex shapes_mutex_;
-  mutable ParameterShapes transformer_shapes_;        // once a transformer is loaded: validate maps LoRA keys
+  mutable ParameterShapes transformer_shapes_;        // read from the first loaded transformer: validate maps LoRA keys onto it
 };
 
 std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOptions& options);

@@ -60,6 +60,7 @@ TEST_CASE("every key is read, with comments and relative paths") {
     "retry": {"attempts": 1, "initial_backoff_ms": 0, "max_backoff_ms": 0, "multiplier": 1},
     "encoder": {"crf": 30, "preset": "ultrafast", "threads": 2},
     "job_ttl_s": 60, "batching": {"max_batch": 8, "wait_ms": 5}, "warmup": true,
+    "images": {"max_bytes": 1000, "max_pixels": 4096},
     "service": {"listen": "0.0.0.0:9000", "max_body_bytes": 1024, "token": "t", "max_connections": 3}
   })"));
   CHECK(c.model == dir / "pkg");
@@ -88,6 +89,9 @@ TEST_CASE("every key is read, with comments and relative paths") {
   CHECK(c.service.listen == "0.0.0.0:9000");
   CHECK(c.service.token == "t");
   CHECK(c.service.max_connections == 3);
+  CHECK(c.image_max_bytes == 1000);
+  CHECK(c.image_max_pixels == 4096);
+  CHECK(RuntimeConfig{}.image_max_bytes == 32u << 20);
   // The JSON form round-trips through apply_config.
   auto j = to_json(c);
   j["service"].as_object()["token"] = "t";
@@ -95,6 +99,7 @@ TEST_CASE("every key is read, with comments and relative paths") {
   CHECK(again.denoise.workers == 5);
   CHECK(again.warmup);
   CHECK(again.model == c.model);
+  CHECK(again.image_max_pixels == 4096);
   fs::remove_all(dir);
 }
 
@@ -122,6 +127,8 @@ TEST_CASE("unknown keys and bad values name the key path") {
       {R"({"threads": {"io": 64.0}, "job_ttl_s": 9.3e18})", "job_ttl_s: must be between 1 and 31536000"},
       {R"({"warmup": 1})", "warmup: must be true or false (got 1)"},
       {R"({"colour": 1})", "colour: unknown key"},
+      {R"({"images": {"max_bytes": 0}})", "images.max_bytes: must be between 1 and"},
+      {R"({"images": {"max_width": 10}})", "images.max_width: unknown key"},
       {R"([1, 2])", "must be a JSON object"},
       {R"({"model": )", "not valid JSON"},
   };

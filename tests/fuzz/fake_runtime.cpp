@@ -11,6 +11,8 @@
 // never sees. cancel() changes nothing. Files live in a temporary directory removed at exit.
 #include "api/engine.hpp"
 
+#include <boost/asio/io_context.hpp>
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -34,6 +36,7 @@ class RuntimeImpl {
   explicit RuntimeImpl(RuntimeConfig c) : config(std::move(c)) {
     dir = fs::temp_directory_path() / ("vgen-fuzz-http-" + std::to_string(::getpid()));
     fs::create_directories(dir / "frames");
+    config.output_dir = dir;  // HttpApi's uploads folder (dir/uploads), swept at start
     std::ofstream(dir / "video.mp4", std::ios::binary) << std::string(4096, 'v');
     add("done", JobState::done, true, dir / "video.mp4");
     add("frames", JobState::done, true, dir / "frames");
@@ -48,6 +51,7 @@ class RuntimeImpl {
 
   RuntimeConfig config;
   fs::path dir;
+  boost::asio::io_context io;  // never run: upload watchers spawned on it just end with it
   std::map<std::string, std::shared_ptr<JobEntry>, std::less<>> jobs;
 
  private:
@@ -90,6 +94,9 @@ std::optional<JobHandle> Runtime::find(const std::string& id) const {
 }
 
 const RuntimeConfig& Runtime::config() const { return impl_->config; }
+JobSpec Runtime::validate(const json::value& spec) const { return parse_job_spec(spec, JobSpec{}, SpecLimits{}); }
+std::vector<JobHandle> Runtime::unfinished() const { return {}; }
+boost::asio::any_io_executor Runtime::executor() const { return impl_->io.get_executor(); }
 std::string Runtime::metrics_text() const { return "# TYPE vgen_jobs_submitted_total counter\nvgen_jobs_submitted_total 0\n"; }
 
 const std::string& JobHandle::id() const { return entry_->result.id; }

@@ -241,3 +241,23 @@ TEST_CASE("a symlink that leaves the package is refused; one that stays inside l
   const auto p = load_model_package(tmp.path() / "current");
   CHECK(p.component("transformer").file == fs::canonical(tmp.path() / "pkg3" / "blobs" / "t"));  // what is loaded
 }
+
+TEST_CASE("inputs: what images a package takes, none when absent; bad values are refused by name") {
+  TempDir tmp;
+  write_package(tmp.path() / "t2v");
+  const auto t2v = load_model_package(tmp.path() / "t2v");
+  CHECK(t2v.limits.image == InputUse::none);
+  CHECK(t2v.limits.last_image == InputUse::none);
+  CHECK(t2v.limits.model_name == "t2v");
+  write_package(tmp.path() / "i2v", [](json::object& m) { m["inputs"] = {{"image", "required"}, {"last_image", "optional"}}; });
+  const auto i2v = load_model_package(tmp.path() / "i2v/");
+  CHECK(i2v.limits.image == InputUse::required);
+  CHECK(i2v.limits.last_image == InputUse::optional);
+  CHECK(i2v.limits.model_name == "i2v");
+  CHECK(contains(error_with("inputs", "required"), "'inputs' must be an object"));
+  CHECK(contains(error_with("inputs", json::object{{"image", "sometimes"}}), "inputs.image: must be none, optional or required"));
+  CHECK(contains(error_with("inputs", json::object{{"image", 1}}), "inputs.image' must be a string"));
+  CHECK(contains(error_with("inputs", json::object{{"video", "required"}}), "inputs.video' is unknown"));
+  CHECK(contains(error_with("inputs", json::object{{"image", "optional"}, {"last_image", "required"}}), "cannot be required"));
+  CHECK(contains(error_with("inputs", json::object{{"last_image", "optional"}}), "needs inputs.image"));
+}

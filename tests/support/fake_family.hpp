@@ -29,6 +29,7 @@ class FakeFamily final : public Family {
     return parse_job_spec(spec, package_.defaults, package_.limits);
   }
   std::shared_ptr<FamilyJob> create_job(JobSpec spec) const override {
+    if (on_create_job) on_create_job(spec);
     auto j = std::make_shared<FamilyJob>();
     j->spec = std::move(spec);
     return j;
@@ -107,6 +108,7 @@ class FakeFamily final : public Family {
   std::function<void(std::size_t call, std::size_t rows)> on_predict;
   std::string scheduler_name = "FlowMatchEulerDiscreteScheduler";  // set before jobs run
   SchedulerParams scheduler_params;
+  std::function<void(const JobSpec&)> on_create_job;  // e.g. an image-to-video test decoding spec.image
   std::string expect_model;  // the "model" field this family's jobs carry
   std::size_t oom_above_rows = 0;  // 0: never
   int oom_from_step = 0;
