@@ -73,7 +73,7 @@ struct FamilyJob {
 struct PredictCall {
   const std::vector<FamilyJob*>& jobs;  // live members, in row order of x
   const at::Tensor& x;                  // [jobs, ...] the scheduler-scaled latents
-  const at::Tensor& timestep;           // the scheduler's timestep for this step (a scalar)
+  const at::Tensor& timestep;           // [jobs]: each row's own scheduler timestep (rows may differ)
   const std::string& device;
 };
 

@@ -178,6 +178,8 @@ void validate_job_spec(const JobSpec& s, const SpecLimits& l) {
   if (!s.scheduler.empty() && !l.schedulers.empty() &&
       std::find(l.schedulers.begin(), l.schedulers.end(), s.scheduler) == l.schedulers.end())
     bad("scheduler", "unknown '" + s.scheduler + "'");
+  if (!(s.step_cache >= 0.0 && s.step_cache <= l.max_step_cache))
+    bad("step_cache", "must be between 0 (off) and " + number_text(l.max_step_cache) + " (got " + number_text(s.step_cache) + ")");
   if (!s.name.empty()) checked_output_name(s.name);
   if (!s.model.empty()) checked_output_name(s.model, "model");
   check_images(s, l);
@@ -189,7 +191,7 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
   static const std::set<std::string, std::less<>> known = {"prompt", "negative_prompt", "width", "height", "frames",
                                                           "steps", "guidance", "seed", "fps", "format", "scheduler", "name",
                                                           "model", "image", "last_image", "image_sha256",
-                                                          "last_image_sha256", "loras"};
+                                                          "last_image_sha256", "loras", "step_cache"};
   for (const auto& kv : *obj)
     if (!known.count(kv.key())) bad(std::string(kv.key()), "unknown field");
   JobSpec s = defaults;
@@ -213,6 +215,7 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
     else if (k == "image_sha256") s.image_sha256 = as_text(v, k);
     else if (k == "last_image_sha256") s.last_image_sha256 = as_text(v, k);
     else if (k == "loras") s.loras = parse_loras(v);
+    else if (k == "step_cache") s.step_cache = as_number(v, k);
     else if (k == "seed") {
       const auto i = as_integer(v, k);
       if (i < 0) bad("seed", "must be between 0 and " + std::to_string(limits.max_seed) + " (got " + shown(v) + ")");
@@ -229,6 +232,7 @@ json::object to_json(const JobSpec& s) {
           {"guidance", s.guidance}, {"seed", s.seed},                       {"fps", s.fps},
           {"format", s.format},     {"scheduler", s.scheduler},             {"name", s.name}};
   if (!s.model.empty()) o["model"] = s.model;  // absent for the default model: keys stay as they were
+  if (s.step_cache > 0.0) o["step_cache"] = s.step_cache;  // changes the frames; absent when off: keys stay
   // Absent for text-to-video jobs, so their keys stay as they were too.
   if (!s.image.empty()) o["image"] = s.image;
   if (!s.image_sha256.empty()) o["image_sha256"] = s.image_sha256;

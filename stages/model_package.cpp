@@ -312,6 +312,8 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   p.defaults.frames = r.int_in(d, "frames", "defaults.", 1, kMaxFrames);
   p.defaults.fps = r.number(d, "fps", "defaults.");
   p.defaults.negative_prompt = r.str(d, "negative_prompt", "defaults.");
+  // Optional: the step-cache threshold this package suggests (stages/step_cache.hpp).
+  if (d.contains("step_cache")) p.defaults.step_cache = r.number(d, "step_cache", "defaults.");
   // A job that omits a field takes the default: a default outside the package's own limits
   // would reject that job for a field it never sent.
   JobSpec probe = p.defaults;

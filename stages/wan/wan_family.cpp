@@ -299,6 +299,34 @@ const std::string& WanFamily::expert_for(double timestep) const {
   return boundary_timestep_ >= 0 && timestep < boundary_timestep_ ? low : high;
 }
 
+// Two experts and rows at different steps (jobs that joined a running group): each expert
+// gets its own rows in one call, and the predictions go back in row order. Undefined when
+// every row has the same expert (the usual case: one call).
+at::Tensor WanFamily::predict_by_expert(const PredictCall& call) {
+  if (boundary_timestep_ < 0) return {};
+  const auto ts = call.timestep.to(at::kDouble).reshape({-1}).contiguous();
+  if (ts.numel() < 2) return {};
+  std::map<std::string, std::vector<std::int64_t>> rows;
+  for (std::int64_t r = 0; r < ts.numel(); ++r) rows[expert_for(ts[r].item<double>())].push_back(r);
+  if (rows.size() < 2) return {};
+  at::Tensor out;
+  for (const auto& [expert, idx] : rows) {
+    std::vector<FamilyJob*> jobs;
+    for (auto r : idx) jobs.push_back(call.jobs[static_cast<std::size_t>(r)]);
+    const auto index = at::tensor(idx, at::kLong);
+    const auto x = call.x.index_select(0, index);
+    const auto t = ts.index_select(0, index).to(call.timestep.scalar_type());
+    auto pred = predict(PredictCall{jobs, x, t, call.device});
+    if (!out.defined()) {
+      std::vector<std::int64_t> shape(pred.sizes().begin(), pred.sizes().end());
+      shape[0] = call.x.size(0);
+      out = at::zeros(shape, pred.options());
+    }
+    out.index_copy_(0, index, pred);
+  }
+  return out;
+}
+
 at::Tensor WanFamily::predict_flow(const std::string& device, const at::Tensor& x, const at::Tensor& t,
                                    const at::Tensor& context, const at::Tensor& bias, const at::Tensor& image,
                                    std::shared_ptr<const Module> transformer) {
@@ -314,6 +342,7 @@ at::Tensor WanFamily::predict_flow(const std::string& device, const at::Tensor& 
 // in the transformer's dtype, as WanPipeline does (so a bf16 package follows diffusers' bf16
 // numerics too).
 at::Tensor WanFamily::predict(const PredictCall& call) {
+  if (auto split = predict_by_expert(call); split.defined()) return split;
   const auto& live = call.jobs;
   const bool cfg = live.front()->spec.guidance > 1.0;
   std::vector<at::Tensor> contexts, biases, conditions, images;
@@ -328,10 +357,12 @@ at::Tensor WanFamily::predict(const PredictCall& call) {
   auto x = conditions.empty() ? call.x : at::cat({call.x, cat(conditions).to(call.x.scalar_type())}, 1);
   auto input = cfg ? x.repeat_interleave(2, 0) : x;  // job j's rows 2j (cond), 2j+1 (uncond)
   auto image = images.empty() ? at::Tensor() : cfg ? cat(images).repeat_interleave(2, 0) : cat(images);
-  auto t = call.timestep.to(at::kFloat).expand({input.size(0)}).contiguous();  // float32 always
-  // Two experts: the one for this timestep (one timestep for the whole group). LoRAs are
-  // merged into the package's single transformer only (validate refuses them with two experts).
-  const auto& expert = expert_for(call.timestep.item<double>());
+  auto t = call.timestep.to(at::kFloat).reshape({-1});  // float32 always; one per job
+  t = (cfg ? t.repeat_interleave(2, 0) : t.expand({input.size(0)})).contiguous();
+  // Two experts: the one for these rows' timestep (predict_by_expert split the rows so that they
+  // share one). LoRAs are merged into the package's single transformer only (validate refuses
+  // them with two experts).
+  const auto& expert = expert_for(call.timestep.reshape({-1})[0].item<double>());
   auto transformer = expert == "transformer" ? group_transformer(live, call.device) : module(expert, call.device);
   auto pred = predict_flow(call.device, input, t, cat(contexts), cat(biases), image, transformer).to(at::kCPU);
   if (!cfg) return pred;

@@ -64,6 +64,7 @@ class WanFamily : public Family {
                           const at::Tensor& bias, const at::Tensor& image = {}, std::shared_ptr<const Module> transformer = nullptr);
   // The transformer component that predicts at `timestep` ("transformer" without experts).
   const std::string& expert_for(double timestep) const;
+  at::Tensor predict_by_expert(const PredictCall& call);
 
  protected:
   // A family that conditions on more than text (image-to-video) sets the job's condition and

@@ -267,3 +267,17 @@ TEST_CASE("loras: names without paths, a scale in range, each once; the content 
   CHECK(job_content_key("m", a).hex() != job_content_key("m", c).hex());
   CHECK(job_content_key("m", plain).hex() != job_content_key("m", a).hex());
 }
+
+TEST_CASE("step_cache: a threshold in [0, 1], part of the content key only when on") {
+  JobSpec base;
+  base.prompt = "p";
+  const auto spec = parse_job_spec(json::parse(R"({"prompt": "p", "step_cache": 0.1})"), base, SpecLimits{});
+  CHECK(spec.step_cache == doctest::Approx(0.1));
+  CHECK(error_of(R"({"prompt": "p", "step_cache": -0.5})").find("step_cache: must be between 0 (off) and 1") == 0);
+  CHECK(error_of(R"({"prompt": "p", "step_cache": "fast"})").find("step_cache: must be a number") == 0);
+  // Off (the default) keeps every existing key; on, the frames differ, so the key does too.
+  CHECK_FALSE(to_json(base).contains("step_cache"));
+  auto cached = base;
+  cached.step_cache = 0.1;
+  CHECK(job_content_key("m", cached).hex() != job_content_key("m", base).hex());
+}

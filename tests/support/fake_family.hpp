@@ -67,7 +67,9 @@ class FakeFamily final : public Family {
       throw_error(ErrorKind::out_of_memory, "fake family: out of memory on " + call.device);
     if (oom_above_rows && call.jobs.size() > oom_above_rows && call.jobs.front()->state.step >= oom_from_step)
       throw_error(ErrorKind::out_of_memory, "fake family: out of memory at " + std::to_string(call.jobs.size()) + " rows");
-    return call.x * gain_ + call.timestep.to(at::kFloat) / 1000.0;
+    // Each row its own timestep ([jobs]; a 0-dim one applies to all).
+    const auto t = call.timestep.to(at::kFloat).reshape({-1, 1, 1, 1, 1});
+    return call.x * gain_ + t / 1000.0;
   }
   void decode(const std::string&, const std::vector<FamilyJob*>& jobs) override {
     for (auto* j : jobs) {
