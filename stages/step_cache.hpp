@@ -12,8 +12,8 @@
 // least 2, so that k is known) and the last step always call the denoiser. threshold 0 turns
 // the cache off (every step calls).
 //
-// A value type: it lives in the job's StepState (stages/family.hpp), so it moves with the job
-// between groups, is restored with it when a group fails, and survives preemption. Its
+// A value type, kept per member by the step loop (Batcher::Member::cache; not in StepState, so
+// checkpoints skip step-cached jobs: stages/checkpoint.hpp). Its
 // tensors are [1, ...] rows it owns (never views into a group's batch) and are replaced, never
 // written in place, so copies share them safely. Not thread-safe; used by the step loop on
 // the compute thread. Nothing blocks; nothing is cancellable.
