@@ -109,6 +109,10 @@ struct RuntimeConfig {
   // Fault injection (off by default; runtime/fault_injector.hpp). $VGEN_FAULTS (JSON) replaces it.
   FaultPlan faults;
 
+  // When set, the Runtime records its timeline from start to shutdown and writes it here as
+  // Chrome / Perfetto trace JSON (runtime/trace.hpp). `--trace FILE` on every command.
+  std::filesystem::path trace_file;
+
   // Kept in memory after a job ends, so that status and result queries still find it.
   std::chrono::seconds job_ttl{3600};
 

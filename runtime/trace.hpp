@@ -4,7 +4,7 @@
 // Tracks. Every span is on a named track; a track is a (process, thread) pair of the format,
 // named by metadata events. The runtime uses three processes:
 //   "stages"  one track per pipeline stage worker ("denoise worker 2"): a span per job stage;
-//   "devices" one track per compute thread of a device lease ("device:cpu thread 1"): a span per
+//   "devices" one track per compute thread of a device lease ("cpu:0 thread 1", "cuda:0 thread 0"): a span per
 //             model call (prepare, each denoise step with its batch size, decode);
 //   "jobs"    one track per job: its queue waits and its stages, retries as instant events.
 // `thread_track(prefix)` names the calling thread's track "<prefix> thread <n>", n counted per

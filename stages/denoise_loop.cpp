@@ -1,6 +1,7 @@
 #include "stages/denoise_loop.hpp"
 
 #include "runtime/errors.hpp"
+#include "runtime/trace.hpp"
 
 #include <ATen/ATen.h>
 
@@ -84,6 +85,7 @@ asio::awaitable<void> run_steps(Batcher::Group& group, const Placement& placemen
     auto live = still_live(group.members);
     if (live.empty()) co_return;
     auto step = [&, i, device = placement.device] {
+      TraceSpan span(options.tracer, device, "denoise step", {{"batch", live.size()}, {"step", i}});
       step_once(group, live, scheduler, latents, i, device, options);
       return 0;
     };

@@ -56,6 +56,7 @@ struct ModelSetOptions {
   // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
   MetricsRegistry* metrics = nullptr;  // optional (outlives the set): batch-size histograms
+  Tracer* tracer = nullptr;            // optional (outlives the set): spans of model calls
   // Step checkpoints (stages/checkpoint.hpp): off unless checkpoints.dir is set. on_checkpoint
   // is told each durable checkpoint (the job store's reference), on the checkpoint thread.
   CheckpointOptions checkpoints;
