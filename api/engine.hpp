@@ -25,6 +25,7 @@
 #include "api/config.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/job.hpp"
+#include "runtime/job_store.hpp"
 #include "runtime/ttl_cache.hpp"
 #include "stages/job_spec.hpp"
 #include "stages/model_package.hpp"
@@ -38,6 +39,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace vgen {
 
@@ -77,9 +79,11 @@ class JobHandle {
   JobSnapshot snapshot() const;     // state, step/total, timings, error so far
   bool finished() const;
   bool cancel(std::string reason = "cancelled by request");
-  JobResult result() const;         // the result so far (final once finished())
+  JobResult result() const;         // the result so far (final once finished()); spec as admitted
   JobResult wait() const;           // blocks until finished (not on an io thread)
   std::shared_future<JobResult> future() const;
+  // The latest preview image while it denoises (RuntimeConfig::preview_every); nullptr if none.
+  std::shared_ptr<const JobPreview> preview() const;
   boost::asio::awaitable<JobResult> async_wait() const;
   // Progress events of this job from now on (called on the thread making the transition).
   std::size_t subscribe(JobEventHandler handler) const;
@@ -94,7 +98,7 @@ class JobHandle {
 
 struct SubmitOptions {
   std::string id;                            // empty: generated (a UUIDv7, runtime/job_id.hpp)
-  JobEventHandler on_progress;               // this job's events, from submission on
+  JobEventHandler on_progress;               // this job's events, from submission on (a new preview: event.preview)
   std::optional<std::chrono::milliseconds> deadline;
   bool resuming = false;                     // the store's own unfinished job, resubmitted under its id
 };
@@ -121,6 +125,12 @@ class Runtime {
 
   // Unfinished jobs and finished ones for job_ttl after they ended.
   std::optional<JobHandle> find(const std::string& id) const;
+  // The jobs not finished yet, resumed ones included (their result().spec is set), in no order.
+  std::vector<JobHandle> unfinished() const;
+  // Jobs the job store recorded, newest accepted first (JobStore::list; blocks on its file).
+  JobPage list_jobs(const JobListQuery& query) const;
+  // Whether jobs of model `model` (empty: the default) get previews (preview_every and factors).
+  bool previews(const std::string& model = {}) const;
   bool cancel(const std::string& id, std::string reason = "cancelled by request");
 
   void drain();     // stops intake, waits for every accepted job to end

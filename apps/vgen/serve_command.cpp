@@ -1,6 +1,8 @@
 // `vgen serve [--listen HOST:PORT] [--config FILE] [--model DIR] [--device D] [--output-dir DIR]
-//             [--token T] [--max-body BYTES] [--job-ttl SECONDS] [--print-routes]`:
-// the HTTP API (api/http_api.hpp) over one vgen::Runtime. The first line on stdout is
+//             [--token T] [--max-body BYTES] [--job-ttl SECONDS] [--preview-every STEPS] [--print-routes]`:
+// the HTTP API (api/http_api.hpp) over one vgen::Runtime, and the page at / (api/web_page.hpp;
+// its files from default_web_dir(); without them the API runs and / answers 404). Previews
+// are on (every RuntimeConfig::kServePreviewEvery steps) unless the config or the flag says. The first line on stdout is
 // "listening on http://HOST:PORT" with the real port (port 0 picks a free one). SIGINT or
 // SIGTERM stops it gracefully: the server stops accepting and ends its connections, then the
 // runtime cancels unfinished jobs; a second signal kills the process at once.
@@ -10,6 +12,7 @@
 #include "api/engine.hpp"
 #include "api/http_api.hpp"
 #include "api/http_server.hpp"
+#include "api/web_page.hpp"
 #include "apps/vgen/commands.hpp"
 #include "apps/vgen/options.hpp"
 
@@ -31,6 +34,7 @@ struct ServeFlags {
   std::string listen, token;
   std::optional<std::size_t> max_body;
   std::optional<long> job_ttl;
+  std::optional<int> preview_every;
   bool print_routes = false;
 };
 
@@ -51,6 +55,8 @@ RuntimeConfig serve_config(const ServeFlags& f) {
   if (!f.token.empty()) c.service.token = f.token;
   if (f.max_body) c.service.max_body_bytes = *f.max_body;
   if (f.job_ttl) c.job_ttl = std::chrono::seconds(*f.job_ttl);
+  if (f.preview_every) c.preview_every = *f.preview_every;
+  if (!c.preview_every) c.preview_every = RuntimeConfig::kServePreviewEvery;  // watching is what a service is for
   default_journal(c, /*resume=*/true);  // accepted jobs survive a crash and resume on restart
   c.overwrite_outputs = false;           // a reused name answers 409, never replaces a finished video
   return c;
@@ -99,7 +105,10 @@ int run_serve(const ServeFlags& f) {
   options.listen = config.service.listen;
   options.max_body_bytes = config.service.max_body_bytes;
   options.max_connections = config.service.max_connections;
-  http::HttpServer server(runtime.executor(), std::make_shared<HttpApi>(runtime), options);
+  const auto web_dir = default_web_dir();
+  if (web_dir.empty()) spdlog::warn("serve: the web page's files were not found (set VGEN_WEB_DIR): / answers 404");
+  else spdlog::info("serve: the web page from {}", web_dir.string());
+  http::HttpServer server(runtime.executor(), std::make_shared<HttpApi>(runtime, web_dir), options);
   const auto endpoint = server.listen();
   warn_if_open_to_the_network(endpoint, url_of(endpoint), config);
   server.start();
@@ -126,6 +135,8 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option("--token", f->token, "require 'Authorization: Bearer TOKEN' on every route but /healthz")->envname("VGEN_TOKEN");
   cmd->add_option("--max-body", f->max_body, "largest request body in bytes (413 beyond)")->check(CLI::Range(64, 64 << 20));
   cmd->add_option("--job-ttl", f->job_ttl, "seconds a finished job stays queryable")->check(CLI::Range(1L, 365L * 86400));
+  cmd->add_option("--preview-every", f->preview_every, "a preview image every N denoising steps; 0: none (default: config, else 2)")
+      ->check(CLI::Range(0, 100000));
   cmd->add_flag("--print-routes", f->print_routes, "print the API's routes (METHOD PATH) and exit");
   return [f] { return run_serve(*f); };
 }
