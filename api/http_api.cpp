@@ -292,6 +292,8 @@ Submission read_json(const http::Request& request, std::uint64_t max_image_bytes
     s.images.emplace_back(field, decode_image_text(std::string_view(v->get_string()), field, max_image_bytes));
   }
   return s;
+}
+
 // ?seconds=N of GET /v1/trace: 1..60, default 5.
 std::chrono::seconds trace_seconds(std::string_view target) {
   const auto q = target.find('?');
