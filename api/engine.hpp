@@ -43,6 +43,8 @@
 
 namespace vgen {
 
+class Tracer;  // runtime/trace.hpp
+
 struct JobResult {
   std::string id;
   JobState state = JobState::queued;  // done | failed | cancelled once finished
@@ -139,6 +141,8 @@ class Runtime {
   RuntimeStats stats() const;
   std::string metrics_text() const;  // Prometheus text exposition
   boost::asio::any_io_executor executor() const;  // the io threads (for servers built on it)
+  // The runtime's trace recorder (runtime/trace.hpp): captures of its timeline, e.g. GET /v1/trace.
+  Tracer& tracer() const;
 
  private:
   std::unique_ptr<detail::RuntimeImpl> impl_;
