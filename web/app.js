@@ -85,9 +85,12 @@ class Job {
   }
 
   // Fields of GET /v1/jobs/{id}, of a list item, or of the event stream's final event.
+  // A job's state only moves forward: an answer that left the server before the job ended (a
+  // DELETE's 202, a list page) must not take back the end the event stream already showed.
   update(info) {
     const progress = info.progress || {};
     const state = progress.state || info.status || info.state || this.state;
+    if (TERMINAL.has(this.state) && !TERMINAL.has(state)) return;
     this.setState(state, progress.step ?? info.step ?? 0, progress.total ?? info.total ?? 0);
     if (info.error && info.error.message) this.showError(info.error.message);
     else if (info.message && TERMINAL.has(state) && state !== "done") this.showError(info.message);
@@ -120,6 +123,7 @@ class Job {
       const res = await api(jobPath(this.id), { method: "DELETE" });
       if (!res.ok) this.showError(await errorText(res));
       else this.update(await res.json());
+      if (!TERMINAL.has(this.state)) this.watch();  // the stream tells when the cancel lands
     } catch (err) {
       this.showError(String(err));
     } finally {
