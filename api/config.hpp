@@ -10,6 +10,7 @@
 // Thread-safety: plain values; the functions are pure apart from reading the file.
 #pragma once
 
+#include "api/fleet_queue.hpp"
 #include "runtime/fault_injector.hpp"
 
 #include <boost/json/object.hpp>
@@ -111,6 +112,9 @@ struct RuntimeConfig {
 
   // Kept in memory after a job ends, so that status and result queries still find it.
   std::chrono::seconds job_ttl{3600};
+
+  // The fleet (api/fleet_queue.hpp): `vgen serve --queue` / `vgen worker` over NATS JetStream.
+  QueueConfig queue;
 
   struct Service {
     std::string listen = "127.0.0.1:8080";
