@@ -23,6 +23,7 @@
 #pragma once
 
 #include "api/config.hpp"
+#include "api/job_service.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/job.hpp"
 #include "runtime/ttl_cache.hpp"
@@ -66,7 +67,13 @@ struct RuntimeStats {
   CacheStats text_cache, result_cache;
 };
 
-namespace detail { struct JobEntry; class RuntimeImpl; }
+class JobHandle;
+namespace detail {
+struct JobEntry;
+class RuntimeImpl;
+// A handle on an entry made outside the Runtime (the fleet client, api/fleet_client.hpp).
+JobHandle make_job_handle(std::shared_ptr<JobEntry> entry);
+}  // namespace detail
 
 class JobHandle {
  public:
@@ -86,6 +93,7 @@ class JobHandle {
 
  private:
   friend class detail::RuntimeImpl;
+  friend JobHandle detail::make_job_handle(std::shared_ptr<detail::JobEntry>);
   explicit JobHandle(std::shared_ptr<detail::JobEntry> entry) : entry_(std::move(entry)) {}
   std::shared_ptr<detail::JobEntry> entry_;
 };
@@ -97,19 +105,19 @@ struct SubmitOptions {
   bool resuming = false;                     // the store's own unfinished job, resubmitted under its id
 };
 
-class Runtime {
+class Runtime : public JobService {  // JobService: the interface the fleet client shares
  public:
   // Loads the model (Error(invalid_argument / not_found) naming what is wrong) and starts.
   explicit Runtime(RuntimeConfig config);
-  ~Runtime();
+  ~Runtime() override;
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
   // Validates and queues; waits while the first queue is full.
-  JobHandle submit(boost::json::value spec, SubmitOptions options = {});
+  JobHandle submit(boost::json::value spec, SubmitOptions options = {}) override;
   // Never waits: Error(overloaded) when the queue is full or the runtime is shutting down.
-  JobHandle try_submit(boost::json::value spec, SubmitOptions options = {});
-  boost::asio::awaitable<JobHandle> async_submit(boost::json::value spec, SubmitOptions options = {});
+  JobHandle try_submit(boost::json::value spec, SubmitOptions options = {}) override;
+  boost::asio::awaitable<JobHandle> async_submit(boost::json::value spec, SubmitOptions options = {}) override;
   // Parses a spec against the model's defaults and limits without submitting it.
   JobSpec validate(const boost::json::value& spec) const;
   // The content key (hex) of a parsed spec on its model: what the output's "vgen:" tag holds.
@@ -118,16 +126,16 @@ class Runtime {
   bool has_rendered(const JobSpec& spec, const std::filesystem::path& path) const;
 
   // Unfinished jobs and finished ones for job_ttl after they ended.
-  std::optional<JobHandle> find(const std::string& id) const;
-  bool cancel(const std::string& id, std::string reason = "cancelled by request");
+  std::optional<JobHandle> find(const std::string& id) const override;
+  bool cancel(const std::string& id, std::string reason = "cancelled by request") override;
 
   void drain();     // stops intake, waits for every accepted job to end
   void shutdown();  // cancels unfinished jobs, then drains; idempotent
 
-  const RuntimeConfig& config() const;
+  const RuntimeConfig& config() const override;
   const ModelPackage& package() const;
   RuntimeStats stats() const;
-  std::string metrics_text() const;  // Prometheus text exposition
+  std::string metrics_text() const override;  // Prometheus text exposition
   boost::asio::any_io_executor executor() const;  // the io threads (for servers built on it)
 
  private:

@@ -129,7 +129,7 @@ asio::awaitable<void> stream_events(JobHandle job, http::StreamWriter& out) {
 
 }  // namespace
 
-HttpApi::HttpApi(Runtime& runtime) : runtime_(runtime) {}
+HttpApi::HttpApi(JobService& jobs) : runtime_(jobs) {}
 
 std::vector<HttpApi::Route> HttpApi::routes() {
   std::vector<Route> out;
@@ -179,7 +179,7 @@ http::Response HttpApi::submit_job(const http::Request& request, const std::stri
   }
   auto spec = parse_body(request.body());
   if (!spec.is_object()) throw_error(ErrorKind::invalid_argument, "request body: must be a JSON object (a job spec)");
-  const auto job = runtime_.try_submit(std::move(spec));  // never waits: Error(overloaded) -> 429
+  const auto job = runtime_.try_submit(std::move(spec), SubmitOptions{});  // never waits: Error(overloaded) -> 429
   auto res = json_body(202, {{"id", job.id()}, {"status", "queued"}, {"links", links_of(job.id())}});
   res.set(bhttp::field::location, job_path(job.id()));
   return res;

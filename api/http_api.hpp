@@ -1,4 +1,5 @@
-// HttpApi: the vgen HTTP routes over a vgen::Runtime, as a RequestHandler for HttpServer.
+// HttpApi: the vgen HTTP routes over a JobService (a vgen::Runtime, or the fleet's
+// FleetClient for `vgen serve --queue`), as a RequestHandler for HttpServer.
 //
 //   POST   /v1/jobs              submit a job spec (JSON) -> 202 {id, status, links} + Location
 //   GET    /v1/jobs/{id}         status: to_json(JobResult) plus live progress
@@ -21,7 +22,7 @@
 // state, so concurrent calls from different connections are safe. Job events arrive on worker
 // threads and reach the event stream through a BoundedChannel; a client too slow to take
 // them misses progress events, never the final one.
-// Lifetime: the Runtime must outlive the HttpApi and every stream it started (stop and join
+// Lifetime: the JobService must outlive the HttpApi and every stream it started (stop and join
 // the server before destroying the Runtime).
 #pragma once
 
@@ -35,7 +36,7 @@ namespace vgen {
 
 class HttpApi : public http::RequestHandler {
  public:
-  explicit HttpApi(Runtime& runtime);
+  explicit HttpApi(JobService& jobs);
 
   boost::asio::awaitable<http::Response> handle(http::Request request) override;
 
@@ -61,7 +62,7 @@ class HttpApi : public http::RequestHandler {
 
   JobHandle find_job(const std::string& id) const;  // Error(not_found)
 
-  Runtime& runtime_;
+  JobService& runtime_;  // whoever runs the jobs
 };
 
 }  // namespace vgen

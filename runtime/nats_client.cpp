@@ -139,6 +139,7 @@ struct Subscription::State {
   }
 };
 
+Subscription::Subscription() = default;
 Subscription::Subscription(Subscription&& other) noexcept = default;
 Subscription& Subscription::operator=(Subscription&& other) noexcept = default;
 Subscription::~Subscription() = default;
@@ -161,7 +162,7 @@ void on_bucket_entry(natsConnection*, natsSubscription*, natsMsg* msg, void* clo
   std::string subject = natsMsg_GetSubject(msg);
   std::string data(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
   natsMsg_Destroy(msg);
-  if (removed) return;
+  if (removed) data.clear();  // a deleted or purged key: an empty value
   const auto key_at = subject.find('.', subject.find('.') + 1);  // after "$KV.<bucket>."
   (*handler)(subject.substr(key_at + 1), std::move(data));
 }
@@ -339,6 +340,10 @@ std::uint64_t NatsClient::kv_put(const std::string& name, const std::string& key
 
 void NatsClient::kv_put_nowait(const std::string& name, const std::string& key, std::string_view value) {
   publish_core("$KV." + name + "." + key, value);  // the bucket's stream stores it; nobody waits for the ack
+}
+
+void NatsClient::kv_delete(const std::string& name, const std::string& key) {
+  check(kvStore_Delete(bucket(name), key.c_str()), "delete " + name + "/" + key);
 }
 
 std::optional<std::string> NatsClient::kv_get(const std::string& name, const std::string& key) {

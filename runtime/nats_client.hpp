@@ -102,7 +102,7 @@ class PullSubscription {
 class Subscription {
  public:
   using Handler = std::function<void(std::string subject, std::string data)>;
-  Subscription() = default;
+  Subscription();
   Subscription(Subscription&& other) noexcept;
   Subscription& operator=(Subscription&& other) noexcept;
   ~Subscription();
@@ -147,12 +147,13 @@ class NatsClient {
   // A put without waiting for the ack (progress); lost if the server is away at that moment.
   void kv_put_nowait(const std::string& bucket, const std::string& key, std::string_view value);
   std::optional<std::string> kv_get(const std::string& bucket, const std::string& key);
+  void kv_delete(const std::string& bucket, const std::string& key);
 
   // Core subscription (no persistence): `subject` may end in a wildcard.
   Subscription subscribe(const std::string& subject, Subscription::Handler handler);
   // Every current entry of a bucket (its last value per key), then each update as it is put:
   // an ordered consumer, replayed from the start again after a reconnect where it had a gap.
-  // The handler gets the key and the value.
+  // The handler gets the key and the value (empty for a deleted key).
   Subscription watch_bucket(const std::string& bucket, Subscription::Handler handler);
 
  private:

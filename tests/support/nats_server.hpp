@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -42,6 +43,7 @@ class NatsServer {
     const auto port = std::to_string(port_), store = (dir_ / "store").string();
     pid_ = fork();
     if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM);  // a crashed test leaves no broker behind (holding its pipes)
       execlp("nats-server", "nats-server", "-js", "-a", "127.0.0.1", "-p", port.c_str(), "-sd", store.c_str(),
              "-l", (dir_ / "server.log").c_str(), static_cast<char*>(nullptr));
       _exit(127);
