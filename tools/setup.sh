@@ -24,6 +24,7 @@ APT_PACKAGES=(
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
   doctest-dev libspdlog-dev libfmt-dev libcli11-dev libssl-dev libsentencepiece-dev
   libsqlite3-dev nlohmann-json3-dev
+  nats-server libnats-dev
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
