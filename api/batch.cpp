@@ -4,6 +4,7 @@
 
 #include "runtime/errors.hpp"
 #include "stages/encode.hpp"
+#include "stages/image_admission.hpp"
 #include "stages/probe.hpp"
 #include "stages/tokenizer.hpp"
 
@@ -97,12 +98,17 @@ class BatchRun {
     r.name = item.name;
     if (!item.error.empty()) return end_item(i, "invalid", ErrorKind::invalid_argument, item.error);
     try {
-      const auto spec = runtime_.validate(item.spec);
+      // Admitted here (images read and hashed) so that a rerun's skip check keys the image
+      // by its bytes, as the finished job's record does; submit checks them again.
+      json::value admitted(std::move(item.spec));
+      auto spec = runtime_.validate(admitted);
+      admit_images(admitted, spec,
+                   ImageLimits{.max_bytes = runtime_.config().image_max_bytes, .max_pixels = runtime_.config().image_max_pixels});
       r.output = runtime_.config().output_dir / (item.name + extension_for(spec.format));
       if (!options_.force && output_is_complete(runtime_, spec, r.output)) return end_item(i, "skipped");
       SubmitOptions so;
       if (options_.on_event) so.on_progress = [this, name = item.name](const JobEvent& e) { options_.on_event(name, e); };
-      auto handle = runtime_.submit(std::move(item.spec), so);
+      auto handle = runtime_.submit(std::move(admitted), so);
       std::lock_guard lock(mutex_);
       in_flight_.push_back({i, handle});
       if (options_.stop.stop_requested()) handle.cancel(interrupted_reason);  // the callback ran before the push

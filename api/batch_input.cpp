@@ -43,7 +43,19 @@ std::string default_name(int line, const std::string& prompt) {
   return slug.empty() ? num : std::string(num) + "-" + slug;
 }
 
-BatchItem parse_line(int line, const std::string& text, bool jsonl, const json::object& defaults) {
+// Relative "image"/"last_image" paths name files beside the prompt file; the job carries them
+// absolute (stages/job_spec.hpp), so that neither the Runtime's nor a resumed journal's
+// working directory matters.
+void resolve_images(json::object& spec, const fs::path& base_dir) {
+  for (const char* field : {"image", "last_image"}) {
+    auto* v = spec.if_contains(field);
+    if (v == nullptr || !v->is_string() || v->get_string().empty()) continue;  // wrong types: named at validation
+    const fs::path path(std::string(v->get_string()));
+    if (path.is_relative()) *v = (base_dir / path).lexically_normal().string();
+  }
+}
+
+BatchItem parse_line(int line, const std::string& text, bool jsonl, const json::object& defaults, const fs::path& base_dir) {
   BatchItem item;
   item.line = line;
   item.spec = defaults;
@@ -55,6 +67,7 @@ BatchItem parse_line(int line, const std::string& text, bool jsonl, const json::
       if (ec) throw_error(ErrorKind::invalid_argument, "not valid JSON (" + ec.message() + ")");
       if (!v.is_object()) throw_error(ErrorKind::invalid_argument, "must be a JSON object (one job per line)");
       for (const auto& kv : v.get_object()) item.spec[kv.key()] = kv.value();
+      resolve_images(item.spec, base_dir);
     } else {
       item.spec["prompt"] = text;
     }
@@ -76,14 +89,19 @@ BatchItem parse_line(int line, const std::string& text, bool jsonl, const json::
 BatchReader::BatchReader(std::unique_ptr<std::istream> in, json::object defaults, bool jsonl, std::string origin,
                          std::size_t max_line_bytes)
     : in_(std::move(in)), defaults_(std::move(defaults)), jsonl_(jsonl), origin_(std::move(origin)),
-      max_line_bytes_(max_line_bytes) {}
+      max_line_bytes_(max_line_bytes) {
+  std::error_code ec;
+  base_dir_ = fs::current_path(ec);  // empty if the working directory is gone: paths stay relative, refused at validation
+}
 
 BatchReader BatchReader::open_file(const fs::path& file, json::object defaults) {
   const auto origin = "prompt file '" + file.string() + "'";
   auto in = std::make_unique<std::ifstream>(file, std::ios::binary);
   std::error_code ec;
   if (!*in || fs::is_directory(file, ec)) throw_error(ErrorKind::invalid_argument, origin + " cannot be read");
-  return BatchReader(std::move(in), std::move(defaults), file.extension() == ".jsonl", origin);
+  BatchReader reader(std::move(in), std::move(defaults), file.extension() == ".jsonl", origin);
+  reader.base_dir_ = fs::absolute(file).parent_path();
+  return reader;
 }
 
 // One line into line_ without its '\n', keeping at most max_line_bytes_ of it (too_long_ says
@@ -135,7 +153,7 @@ std::optional<BatchItem> BatchReader::read_item() {
       item.error = "longer than " + std::to_string(max_line_bytes_) + " bytes (the limit for one line)";
       return item;
     }
-    auto item = parse_line(line_number_, std::string(t), *detected_jsonl_, defaults_);
+    auto item = parse_line(line_number_, std::string(t), *detected_jsonl_, defaults_, base_dir_);
     if (item.error.empty()) check_output_name(item);
     return item;
   }

@@ -5,7 +5,9 @@
 // Input: plain text (one prompt per line; blank lines and lines starting with '#' are
 // skipped) or JSONL (`jsonl`, or a first non-blank character '{': one job object per line,
 // fields as in stages/job_spec.hpp). A UTF-8 byte order mark at the start is dropped (before
-// the JSONL detection). `defaults` apply under each line's own fields.
+// the JSONL detection). `defaults` apply under each line's own fields. A JSONL line's relative
+// "image"/"last_image" paths are made absolute against the prompt file's folder (open_file;
+// the working directory for other streams).
 // A bad line (bad JSON, invalid UTF-8, a line longer than max_line_bytes, a bad, reserved or
 // duplicate name, or a name whose output file another line already writes, e.g. "clip" as mp4
 // and "clip.mp4" as png) gets its line number and an error and does not stop the others; the
@@ -75,6 +77,7 @@ class BatchReader {
   bool too_long_ = false;
   int line_number_ = 0;
   std::size_t items_ = 0;
+  std::filesystem::path base_dir_;  // relative image paths resolve here: the file's folder, else the working directory
   std::optional<std::optional<BatchItem>> peeked_;  // set by peek(): the next item, or the end
   struct OutputOwner {
     int line = 0;               // the line writing it

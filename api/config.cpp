@@ -140,7 +140,7 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
          }
        }},
       {"output_dir", [&](const json::value& v, const std::string& p) { c.output_dir = r.path(v, p); }},
-      {"lora_dir", [&](const json::value& v, const std::string& p) { c.lora_dir = r.path(v, p); }},
+      {"lora_dir", [&](const json::value& v, const std::string& p) { c.lora_dir = v.is_null() ? fs::path() : r.path(v, p); }},
       {"warmup", [&](const json::value& v, const std::string& p) { c.warmup = r.boolean(v, p); }},
       {"journal", [&](const json::value& v, const std::string& p) { c.journal = v.is_null() ? fs::path() : r.path(v, p); }},
       {"threads", [&](const json::value& v, const std::string& p) {
@@ -185,6 +185,13 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
                          {"threads", count(r, c.encoder_threads, 1, 64)}});
        }},
       {"job_ttl_s", seconds(r, c.job_ttl, 1, 365 * 86400)},
+      {"images", [&](const json::value& v, const std::string& p) {
+         r.object(v, p, {{"max_bytes", count(r, c.image_max_bytes, 1, std::int64_t{1} << 30)},
+                         {"max_pixels", count(r, c.image_max_pixels, 1, std::int64_t{1} << 30)}});
+       }},
+      {"preview_every", [&](const json::value& v, const std::string& p) {
+         c.preview_every = v.is_null() ? std::nullopt : std::optional<int>(static_cast<int>(r.integer(v, p, 0, 100'000)));
+       }},
       {"quarantine_after", count(r, c.quarantine_after, 0, 1000)},
       {"checkpoints", [&](const json::value& v, const std::string& p) {
          auto& k = c.checkpoints;
@@ -254,7 +261,7 @@ json::object to_json(const RuntimeConfig& c) {
       {"devices", c.devices},
       {"device_policy", c.device_policy},
       {"output_dir", c.output_dir.string()},
-      {"lora_dir", c.lora_dir.string()},
+      {"lora_dir", c.lora_dir.empty() ? json::value(nullptr) : json::value(c.lora_dir.string())},  // unset: null, as journal
       {"journal", c.journal.empty() ? json::value(nullptr) : json::value(c.journal.string())},
       {"threads", {{"io", c.io_threads}, {"per_device", c.threads_per_device}, {"codec", c.codec_threads}, {"intra_op", c.intra_op_threads}, {"spin_us", c.spin_us}}},
       {"stages", {{"preprocess", stage(c.preprocess)}, {"denoise", stage(c.denoise)}, {"decode", stage(c.decode)}, {"encode", stage(c.encode)}}},
@@ -267,7 +274,15 @@ json::object to_json(const RuntimeConfig& c) {
                  {"max_backoff_ms", c.retry_max_backoff.count()}, {"multiplier", c.retry_multiplier}}},
       {"encoder", {{"crf", c.encoder_crf}, {"preset", c.encoder_preset}, {"threads", c.encoder_threads}}},
       {"job_ttl_s", c.job_ttl.count()},
+      {"images", {{"max_bytes", c.image_max_bytes}, {"max_pixels", c.image_max_pixels}}},
+      {"preview_every", c.preview_every ? json::value(*c.preview_every) : json::value(nullptr)},
       {"quarantine_after", c.quarantine_after},
+      {"checkpoints", [&c] {
+         json::object o{{"every_steps", c.checkpoints.every_steps}, {"every_seconds", c.checkpoints.every_seconds},
+                        {"min_steps", c.checkpoints.min_steps}, {"max_mb", c.checkpoints.max_mb}};
+         if (!c.checkpoints.dir.empty()) o["dir"] = c.checkpoints.dir.string();
+         return o;
+       }()},
       {"job_store", c.job_store},
       {"queue", to_json(c.queue)},
       {"service", {{"listen", c.service.listen}, {"max_body_bytes", c.service.max_body_bytes},

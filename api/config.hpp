@@ -110,8 +110,19 @@ struct RuntimeConfig {
   // Fault injection (off by default; runtime/fault_injector.hpp). $VGEN_FAULTS (JSON) replaces it.
   FaultPlan faults;
 
+  // Live previews while a job denoises (stages/preview.hpp): every this many steps and at the
+  // last, for packages with preview factors; 0: none. Unset: none in the library, `vgen
+  // render` and `vgen batch`; `vgen serve` uses kServePreviewEvery. Config key "preview_every".
+  std::optional<int> preview_every;
+  static constexpr int kServePreviewEvery = 2;
+
   // Kept in memory after a job ends, so that status and result queries still find it.
   std::chrono::seconds job_ttl{3600};
+
+  // Image inputs of image-to-video jobs (stages/image_input.hpp ImageLimits): the largest file
+  // or upload, and the most pixels, a job's image may have.
+  std::uint64_t image_max_bytes = 32ull << 20;
+  std::int64_t image_max_pixels = 8192ll * 8192;
 
   // The fleet (api/fleet_queue.hpp): `vgen serve --queue` / `vgen worker` over NATS JetStream.
   QueueConfig queue;

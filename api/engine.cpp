@@ -74,6 +74,8 @@ class RuntimeImpl {
     devices_ = std::make_unique<DevicePool>(devices, DevicePoolOptions{.policy = config_.device_policy, .metrics = &metrics_});
     ModelSetOptions wo;
     wo.out_dir = config_.output_dir;
+    wo.images.max_bytes = config_.image_max_bytes;
+    wo.images.max_pixels = config_.image_max_pixels;
     wo.encode = EncodeOptions{.crf = config_.encoder_crf, .preset = config_.encoder_preset, .threads = config_.encoder_threads};
     wo.text_cache_entries = config_.text_cache_entries;
     wo.text_cache_ttl = config_.text_cache_ttl;
@@ -83,6 +85,7 @@ class RuntimeImpl {
     wo.denoise_workers = config_.denoise.workers;
     wo.decode_workers = config_.decode.workers;
     wo.encode_workers = config_.encode.workers;
+    wo.preview_every = config_.preview_every.value_or(0);
     if (const char* env = std::getenv("VGEN_FAULTS"); env && *env) {
       boost::system::error_code ec;
       auto v = json::parse(env, ec);
@@ -102,6 +105,11 @@ class RuntimeImpl {
     wo.batch_wait = config_.batch_wait;
     set_checkpoints(wo);
     models_ = std::make_unique<ModelSet>(model_list(), executor_, *devices_, wo);
+    if (wo.preview_every > 0)
+      for (const auto& name : models_->model_names())
+        if (!models_->previews(name))
+          spdlog::info("previews: off for model '{}': its package has no preview factors "
+                       "(python tools/vgen_export/latent_preview.py --model DIR adds them)", name);
     if (config_.warmup) warm_up_devices(devices);
     PipelineOptions po;
     po.metrics = &metrics_;
@@ -176,7 +184,7 @@ class RuntimeImpl {
 
   JobHandle submit(json::value spec, SubmitOptions o, bool wait) {
     refuse_when_stopping();
-    const auto parsed = validate(spec);
+    const auto parsed = models_->admit(spec);  // validate, then read and hash the job's images
     auto entry = register_entry(o, parsed);
     try {
       if (!o.resuming) journal_submitted(*entry, parsed, spec);  // a resumed job's row is there (attempts kept)
@@ -193,7 +201,7 @@ class RuntimeImpl {
   // `entry`: one registered already (a resumed job, see resume_unfinished).
   asio::awaitable<JobHandle> async_submit(json::value spec, SubmitOptions o, std::shared_ptr<JobEntry> entry = nullptr) {
     refuse_when_stopping();
-    const auto parsed = validate(spec);
+    const auto parsed = models_->admit(spec);  // validate, then read and hash the job's images
     if (!entry) entry = register_entry(o, parsed);
     std::shared_ptr<Job> job;
     try {
@@ -228,6 +236,17 @@ class RuntimeImpl {
     if (auto e = lookup(id)) return JobHandle(e);
     if (auto e = from_journal(id)) return JobHandle(e);
     return std::nullopt;
+  }
+
+  // (wt-img: the HTTP uploads pin the images of resumed jobs through this.)
+  std::vector<JobHandle> unfinished() const {
+    std::vector<JobHandle> out;
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, e] : entries_) {
+      std::lock_guard entry_lock(e->mutex);
+      if (!e->final_result) out.push_back(JobHandle(e));
+    }
+    return out;
   }
 
   bool cancel(const std::string& id, std::string reason) {
@@ -268,6 +287,8 @@ class RuntimeImpl {
 
   const RuntimeConfig& config() const { return config_; }
   const ModelPackage& package() const { return models_->package(); }
+  JobPage list_jobs(const JobListQuery& query) const { return store_->list(query); }
+  bool previews(const std::string& model) const { return models_->previews(model); }
   asio::any_io_executor executor() { return executor_.get_executor(); }
 
  private:
@@ -290,6 +311,7 @@ class RuntimeImpl {
     if (entries_.count(entry->id) || (!o.id.empty() && !o.resuming && store_->find(o.id)))
       throw_error(ErrorKind::already_exists, "id: a job with id '" + entry->id + "' already exists");
     reserve_output(*entry, spec, o.resuming);
+    entry->spec = spec;  // what JobHandle::result() shows before the job ends
     if (o.on_progress) entry->listeners.emplace(entry->next_listener++, o.on_progress);
     entries_.emplace(entry->id, entry);
     return entry;
@@ -736,12 +758,15 @@ JobSpec Runtime::validate(const json::value& spec) const { return impl_->validat
 std::string Runtime::content_key(const JobSpec& spec) const { return impl_->content_key(spec); }
 bool Runtime::has_rendered(const JobSpec& spec, const fs::path& path) const { return impl_->has_rendered(spec, path); }
 std::optional<JobHandle> Runtime::find(const std::string& id) const { return impl_->find(id); }
+std::vector<JobHandle> Runtime::unfinished() const { return impl_->unfinished(); }
 bool Runtime::cancel(const std::string& id, std::string reason) { return impl_->cancel(id, std::move(reason)); }
 void Runtime::drain() { impl_->drain(); }
 void Runtime::shutdown() { impl_->shutdown(); }
 const RuntimeConfig& Runtime::config() const { return impl_->config(); }
 const ModelPackage& Runtime::package() const { return impl_->package(); }
 RuntimeStats Runtime::stats() const { return impl_->stats(); }
+JobPage Runtime::list_jobs(const JobListQuery& query) const { return impl_->list_jobs(query); }
+bool Runtime::previews(const std::string& model) const { return impl_->previews(model); }
 std::string Runtime::metrics_text() const { return impl_->metrics_text(); }
 asio::any_io_executor Runtime::executor() const { return impl_->executor(); }
 

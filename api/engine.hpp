@@ -26,6 +26,7 @@
 #include "api/job_service.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/job.hpp"
+#include "runtime/job_store.hpp"
 #include "runtime/ttl_cache.hpp"
 #include "stages/job_spec.hpp"
 #include "stages/model_package.hpp"
@@ -39,6 +40,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace vgen {
 
@@ -82,9 +84,11 @@ class JobHandle {
   JobSnapshot snapshot() const;     // state, step/total, timings, error so far
   bool finished() const;
   bool cancel(std::string reason = "cancelled by request");
-  JobResult result() const;         // the result so far (final once finished())
+  JobResult result() const;         // the result so far (final once finished()); spec as admitted
   JobResult wait() const;           // blocks until finished (not on an io thread)
   std::shared_future<JobResult> future() const;
+  // The latest preview image while it denoises (RuntimeConfig::preview_every); nullptr if none.
+  std::shared_ptr<const JobPreview> preview() const;
   boost::asio::awaitable<JobResult> async_wait() const;
   // Progress events of this job from now on (called on the thread making the transition).
   std::size_t subscribe(JobEventHandler handler) const;
@@ -100,7 +104,7 @@ class JobHandle {
 
 struct SubmitOptions {
   std::string id;                            // empty: generated (a UUIDv7, runtime/job_id.hpp)
-  JobEventHandler on_progress;               // this job's events, from submission on
+  JobEventHandler on_progress;               // this job's events, from submission on (a new preview: event.preview)
   std::optional<std::chrono::milliseconds> deadline;
   bool resuming = false;                     // the store's own unfinished job, resubmitted under its id
 };
@@ -119,7 +123,7 @@ class Runtime : public JobService {  // JobService: the interface the fleet clie
   JobHandle try_submit(boost::json::value spec, SubmitOptions options = {}) override;
   boost::asio::awaitable<JobHandle> async_submit(boost::json::value spec, SubmitOptions options = {}) override;
   // Parses a spec against the model's defaults and limits without submitting it.
-  JobSpec validate(const boost::json::value& spec) const;
+  JobSpec validate(const boost::json::value& spec) const override;
   // The content key (hex) of a parsed spec on its model: what the output's "vgen:" tag holds.
   std::string content_key(const JobSpec& spec) const;
   // Whether the job store records `path` as the finished output of a job with spec's key.
@@ -127,6 +131,12 @@ class Runtime : public JobService {  // JobService: the interface the fleet clie
 
   // Unfinished jobs and finished ones for job_ttl after they ended.
   std::optional<JobHandle> find(const std::string& id) const override;
+  // The jobs not finished yet, resumed ones included (their result().spec is set), in no order.
+  std::vector<JobHandle> unfinished() const override;
+  // Jobs the job store recorded, newest accepted first (JobStore::list; blocks on its file).
+  JobPage list_jobs(const JobListQuery& query) const override;
+  // Whether jobs of model `model` (empty: the default) get previews (preview_every and factors).
+  bool previews(const std::string& model = {}) const override;
   bool cancel(const std::string& id, std::string reason = "cancelled by request") override;
 
   void drain();     // stops intake, waits for every accepted job to end
@@ -136,7 +146,7 @@ class Runtime : public JobService {  // JobService: the interface the fleet clie
   const ModelPackage& package() const;
   RuntimeStats stats() const;
   std::string metrics_text() const override;  // Prometheus text exposition
-  boost::asio::any_io_executor executor() const;  // the io threads (for servers built on it)
+  boost::asio::any_io_executor executor() const override;  // the io threads (for servers built on it)
 
  private:
   std::unique_ptr<detail::RuntimeImpl> impl_;

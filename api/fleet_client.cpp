@@ -89,7 +89,7 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
   asio::thread_pool broker_pool{2};  // async_submit's round trips
   mutable std::mutex mutex;
   std::map<std::string, std::shared_ptr<detail::JobEntry>> entries;
-  std::map<std::string, std::string> cancels_sent;
+  std::map<std::string, FleetRecord> records;  // the last record of each job, for list_jobs
   FleetClientStats stats;
   std::atomic<bool> caught_up{false};
   std::uint64_t expected_at_start = 0, seen = 0;
@@ -121,6 +121,7 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
     if (text.empty()) {  // deleted: a submission the broker refused
       std::lock_guard lock(mutex);
       if (auto it = entries.find(key); it != entries.end() && !it->second->final_result) entries.erase(it);
+      records.erase(key);
       return;
     }
     FleetRecord rec;
@@ -133,6 +134,7 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
     std::shared_ptr<detail::JobEntry> entry;
     {
       std::lock_guard lock(mutex);
+      records[rec.id] = rec;
       auto& slot = entries[rec.id];
       if (!slot) slot = make_entry(rec.id, rec.spec);
       entry = slot;
@@ -281,6 +283,57 @@ asio::awaitable<JobHandle> FleetClient::async_submit(json::value spec, SubmitOpt
 }
 
 std::optional<JobHandle> FleetClient::find(const std::string& id) const { return state_->find(id); }
+
+JobSpec FleetClient::validate(const json::value& spec) const {
+  light_validate(spec);
+  return parse_job_spec(spec, JobSpec{}, SpecLimits{});
+}
+
+std::vector<JobHandle> FleetClient::unfinished() const {
+  std::vector<JobHandle> out;
+  std::lock_guard lock(state_->mutex);
+  for (const auto& [_, entry] : state_->entries) {
+    std::lock_guard entry_lock(entry->mutex);
+    if (!entry->final_result) out.push_back(detail::make_job_handle(entry));
+  }
+  return out;
+}
+
+JobPage FleetClient::list_jobs(const JobListQuery& query) const {
+  std::vector<JobRecord> all;
+  {
+    std::lock_guard lock(state_->mutex);
+    for (auto it = state_->records.rbegin(); it != state_->records.rend(); ++it) {  // UUIDv7: newest first
+      const auto& r = it->second;
+      if (!query.status.empty() && r.status != query.status) continue;
+      JobRecord j;
+      j.id = r.id;
+      j.spec = r.spec;
+      j.status = r.status;
+      j.output = r.output;
+      j.content_type = r.content_type;
+      j.error_kind = r.error_kind;
+      j.error = r.error;
+      j.seconds = r.seconds;
+      j.attempts = r.attempts;
+      j.step = r.step;
+      j.total = r.total;
+      j.finished_unix = r.finished_unix;
+      all.push_back(std::move(j));
+    }
+  }
+  // The cursor is an offset into that order (the records change under it: a page may repeat or skip one).
+  const auto from = std::min<std::size_t>(query.before, all.size());
+  const auto n = std::max<std::size_t>(1, query.limit);
+  JobPage page;
+  for (auto i = from; i < all.size() && page.jobs.size() < n; ++i) page.jobs.push_back(std::move(all[i]));
+  if (from + page.jobs.size() < all.size()) page.next = from + page.jobs.size();
+  return page;
+}
+
+bool FleetClient::previews(const std::string&) const { return false; }
+
+asio::any_io_executor FleetClient::executor() const { return state_->broker_pool.get_executor(); }
 
 bool FleetClient::cancel(const std::string& id, std::string reason) {
   auto job = state_->find(id);

@@ -47,10 +47,15 @@ class FleetClient : public JobService {
   JobHandle submit(boost::json::value spec, SubmitOptions options = {}) override;
   JobHandle try_submit(boost::json::value spec, SubmitOptions options = {}) override;
   boost::asio::awaitable<JobHandle> async_submit(boost::json::value spec, SubmitOptions options = {}) override;
+  JobSpec validate(const boost::json::value& spec) const override;  // the light checks, then the generic fields
   std::optional<JobHandle> find(const std::string& id) const override;
+  std::vector<JobHandle> unfinished() const override;
+  JobPage list_jobs(const JobListQuery& query) const override;  // the records this client follows
+  bool previews(const std::string& model = {}) const override;  // false: workers send no preview images
   bool cancel(const std::string& id, std::string reason = "cancelled by request") override;
   const RuntimeConfig& config() const override;
   std::string metrics_text() const override;
+  boost::asio::any_io_executor executor() const override;  // a two-thread pool of its own
   FleetClientStats stats() const;
   // Whether the bucket watch has delivered every record that existed when the client started.
   bool caught_up() const;

@@ -28,6 +28,7 @@ struct JobEntry {
   bool leader = false;     // registered in the in-flight map under `key`
   std::filesystem::path cached_output;  // the copy made for a cache hit
   std::filesystem::path output;         // where the job writes (reserved while it runs)
+  JobSpec spec;            // as admitted (set at registration, never changed)
   AsyncEvent ended;        // set after `result` is final
   std::promise<JobResult> promise;
   std::shared_future<JobResult> future = promise.get_future().share();

@@ -27,6 +27,15 @@ JobSnapshot JobHandle::snapshot() const {
   return job->snapshot();
 }
 
+std::shared_ptr<const JobPreview> JobHandle::preview() const {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard lock(entry_->mutex);
+    job = entry_->job;
+  }
+  return job ? job->latest_preview() : nullptr;
+}
+
 bool JobHandle::finished() const {
   std::lock_guard lock(entry_->mutex);
   return entry_->final_result.has_value();
@@ -47,6 +56,7 @@ JobResult JobHandle::result() const {
   if (entry_->final_result) return *entry_->final_result;
   JobResult r;
   r.id = entry_->id;
+  r.spec = entry_->spec;
   if (entry_->job) {
     const auto s = entry_->job->snapshot();
     r.state = is_terminal(s.state) ? JobState::encode : s.state;  // terminal only once published

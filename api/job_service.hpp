@@ -8,11 +8,16 @@
 // called on an io thread (try_submit / async_submit there).
 #pragma once
 
+#include "runtime/job_store.hpp"
+#include "stages/job_spec.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/json/value.hpp>
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace vgen {
 
@@ -27,10 +32,16 @@ class JobService {
   // Never waits for room: Error(overloaded) when the queue is at its limit.
   virtual JobHandle try_submit(boost::json::value spec, SubmitOptions options) = 0;
   virtual boost::asio::awaitable<JobHandle> async_submit(boost::json::value spec, SubmitOptions options) = 0;
+  // Parses a spec as submit would (the fleet checks less: its workers check the rest).
+  virtual JobSpec validate(const boost::json::value& spec) const = 0;
   virtual std::optional<JobHandle> find(const std::string& id) const = 0;
+  virtual std::vector<JobHandle> unfinished() const = 0;
+  virtual JobPage list_jobs(const JobListQuery& query) const = 0;  // newest accepted first
+  virtual bool previews(const std::string& model) const = 0;      // whether its jobs get preview images
   virtual bool cancel(const std::string& id, std::string reason) = 0;
   virtual const RuntimeConfig& config() const = 0;
   virtual std::string metrics_text() const = 0;  // Prometheus text exposition
+  virtual boost::asio::any_io_executor executor() const = 0;  // where a front end runs its coroutines
 };
 
 }  // namespace vgen

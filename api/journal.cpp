@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <mutex>
 #include <set>
 
@@ -61,6 +62,7 @@ class Statement {
   }
   std::int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
   double real(int col) const { return sqlite3_column_double(stmt_, col); }
+  int columns() const { return sqlite3_column_count(stmt_); }
 
  private:
   sqlite3* db_;
@@ -214,6 +216,26 @@ std::vector<JournalRecord> Journal::unfinished() const {
 void Journal::mark_unfinished_interrupted() {
   std::lock_guard lock(mutex_);
   exec("UPDATE jobs SET status='interrupted', finished_at=strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE status IN ('queued', 'running')");
+}
+
+JobPage Journal::list(const JobListQuery& query) const {
+  std::lock_guard lock(mutex_);
+  // One row more than the page: whether it exists says if there is a next page.
+  Statement s(db_, (std::string("SELECT ") + kColumns + ", seq FROM jobs WHERE (?1 = 0 OR seq < ?1) AND (?2 = '' OR status = ?2) "
+                                                       "ORDER BY seq DESC LIMIT ?3").c_str());
+  const auto limit = static_cast<std::int64_t>(std::clamp<std::size_t>(query.limit, 1, 1u << 20));
+  s.bind(1, static_cast<std::int64_t>(query.before)).bind(2, query.status).bind(3, limit + 1);
+  JobPage page;
+  std::int64_t last = 0;
+  while (s.step()) {
+    if (static_cast<std::int64_t>(page.jobs.size()) == limit) {
+      page.next = static_cast<std::uint64_t>(last);
+      break;
+    }
+    page.jobs.push_back(read_row(s));
+    last = s.integer(s.columns() - 1);  // seq, after kColumns (whatever columns those gain)
+  }
+  return page;
 }
 
 std::uint64_t Journal::max_job_number(const std::string& prefix) const {

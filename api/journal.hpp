@@ -49,6 +49,7 @@ class Journal final : public JobStore {
   std::optional<JobRecord> find_output(const std::string& output) const override;
   std::vector<JobRecord> unfinished() const override;  // queued or running, in submission order
   void mark_unfinished_interrupted() override;
+  JobPage list(const JobListQuery& query) const override;  // the cursor is the row's seq
   std::string location() const override { return file_.string(); }
   std::uint64_t max_job_number(const std::string& prefix) const;  // largest N of ids "<prefix>N"
   const std::filesystem::path& file() const noexcept { return file_; }

@@ -91,6 +91,22 @@ void Job::report_resumed(int step, int total) {
   emit(e);
 }
 
+void Job::report_preview(std::shared_ptr<const JobPreview> preview) {
+  JobEvent e;
+  {
+    std::lock_guard lock(mutex_);
+    if (is_terminal(state_) || !preview) return;
+    preview_ = preview;
+    e = {id_, state_, preview->step, preview->total, {}, std::move(preview)};
+  }
+  emit(e);
+}
+
+std::shared_ptr<const JobPreview> Job::latest_preview() const {
+  std::lock_guard lock(mutex_);
+  return preview_;
+}
+
 void Job::record_stage_time(std::string_view stage, double seconds) {
   std::lock_guard lock(mutex_);
   stage_seconds_[std::string(stage)] += seconds;

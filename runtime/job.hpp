@@ -34,12 +34,22 @@ enum class JobState { queued, preprocess, denoise, decode, encode, done, failed,
 std::string_view to_string(JobState s) noexcept;
 bool is_terminal(JobState s) noexcept;
 
+// A small image of what a job will look like (stages/preview.hpp makes them while denoising).
+// Immutable once made: shared between the job, its events and readers.
+struct JobPreview {
+  int step = 0, total = 0;   // the denoising step it shows, of total
+  int width = 0, height = 0;
+  std::string content_type;  // "image/png"
+  std::string bytes;         // the encoded image
+};
+
 struct JobEvent {
   std::string job_id;
   JobState state = JobState::queued;
   int step = 0;   // progress within the state (e.g. denoising step i of total)
   int total = 0;
   std::string message;  // error text for failed/cancelled; a note for progress (a resume)
+  std::shared_ptr<const JobPreview> preview;  // set on the event that announces a new preview only
 };
 using JobEventHandler = std::function<void(const JobEvent&)>;
 
@@ -78,6 +88,9 @@ class Job : public std::enable_shared_from_this<Job> {
   // Progress that did not start at 0: the job went on from a checkpoint at `step` (the event's
   // message says so, and snapshot().resumed_from keeps it).
   void report_resumed(int step, int total);
+  // Keeps `preview` as the job's latest and emits an event carrying it (ignored once finished).
+  void report_preview(std::shared_ptr<const JobPreview> preview);
+  std::shared_ptr<const JobPreview> latest_preview() const;  // nullptr until the first
   void record_stage_time(std::string_view stage, double seconds);
   void record_retry();
   // First call wins; returns whether this call ended the job.
@@ -133,6 +146,7 @@ class Job : public std::enable_shared_from_this<Job> {
   std::map<std::size_t, JobEventHandler> listeners_;
   CancelTarget* cancel_target_ = nullptr;
   std::size_t next_listener_ = 0;
+  std::shared_ptr<const JobPreview> preview_;
 
   AsyncEvent cancel_event_;
   AsyncEvent finished_event_;

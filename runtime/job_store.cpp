@@ -1,5 +1,6 @@
 #include "runtime/job_store.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -107,6 +108,26 @@ class MemoryJobStore final : public JobStore {
       }
   }
   std::string location() const override { return "memory"; }
+  // The cursor is the acceptance sequence number of the last row returned.
+  JobPage list(const JobListQuery& query) const override {
+    std::lock_guard lock(mutex_);
+    JobPage page;
+    const auto limit = std::max<std::size_t>(query.limit, 1);
+    std::uint64_t last = 0;
+    auto it = query.before == 0 ? order_.end() : order_.lower_bound(query.before);
+    while (it != order_.begin()) {
+      --it;
+      const auto& r = rows_.at(it->second).second;
+      if (!query.status.empty() && r.status != query.status) continue;
+      if (page.jobs.size() == limit) {
+        page.next = last;
+        break;
+      }
+      page.jobs.push_back(r);
+      last = it->first;
+    }
+    return page;
+  }
 
  private:
   template <class Match>

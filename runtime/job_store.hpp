@@ -11,7 +11,8 @@
 // restart, unfinished() lists what was queued or running, in acceptance order;
 // mark_unfinished_interrupted() ends them instead (a batch run resumes from its prompt file).
 // find_done(key) is the newest finished output with a content key (the result cache's
-// second level across restarts).
+// second level across restarts). list(query) pages through every recorded job, newest
+// accepted first (GET /v1/jobs).
 // record_progress records a job's last durable step checkpoint (stages/checkpoint.hpp): its step
 // and the file, so an operator (and a fleet worker on shared storage) can see where it resumes.
 // Thread-safety: every member may be called from any thread. Calls block on I/O (a store
@@ -51,6 +52,18 @@ struct JobRecord {
   double finished_unix = 0;  // when it ended (seconds since the epoch); 0 while unfinished
 };
 
+// One page of JobStore::list: rows accepted before `before` (0: from the newest), with
+// `status` when non-empty, at most `limit` of them, newest accepted first.
+struct JobListQuery {
+  std::string status;        // queued | running | done | failed | cancelled | interrupted, or empty: any
+  std::size_t limit = 50;    // 0 is read as 1
+  std::uint64_t before = 0;  // a JobPage::next from an earlier page; 0: the newest
+};
+struct JobPage {
+  std::vector<JobRecord> jobs;
+  std::uint64_t next = 0;  // the cursor of the following page (JobListQuery::before); 0: this was the last
+};
+
 // The ErrorKind a record carries (nullopt when it names none or an unknown one).
 std::optional<ErrorKind> error_kind_of(const JobRecord& record);
 
@@ -71,6 +84,7 @@ class JobStore {
   virtual std::optional<JobRecord> find_output(const std::string& output) const = 0;
   virtual std::vector<JobRecord> unfinished() const = 0;  // queued or running, in acceptance order
   virtual void mark_unfinished_interrupted() = 0;
+  virtual JobPage list(const JobListQuery& query) const = 0;  // newest accepted first
   virtual std::string location() const = 0;  // for messages: a file, or "memory"
 };
 

@@ -37,10 +37,20 @@ asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, Ba
   self.job = job.shared_from_this();
   self.work = family_job(job);
   std::string key = std::string(to_string(kind)) + "|";
+  std::string base_key;
+  auto outcome = self.outcome;
   if (kind == BatchKind::denoise) {
     self.scheduler = family->make_scheduler(*self.work);
     key += family->denoise_key(*self.work, *self.scheduler);
+    base_key = key;
     if (self.work->state.step > 0) key += "|from step " + std::to_string(self.work->state.step);
+    // A running group of the same loop takes it at its next step boundary if it has room.
+    if (join_running(base_key, self, outcome)) {
+      co_await outcome->done.wait();  // cancellable: the pipeline stops waiting, the group drops it
+      if (outcome->error) std::rethrow_exception(outcome->error);
+      job.throw_if_cancelled();
+      co_return;
+    }
   } else if (kind == BatchKind::decode) {
     key += family->decode_key(*self.work);
   } else {
@@ -57,6 +67,8 @@ asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, Ba
     if (!slot) {
       slot = std::make_shared<Group>();
       slot->key = key;
+      slot->base_key = base_key;
+      slot->cap = std::max<std::size_t>(cap, 1);
       slot->kind = kind;
       slot->family = std::move(family);
       first = true;
@@ -72,9 +84,47 @@ asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, Ba
   // On a strand of its own: collect() races an event against a timer with ||, whose
   // cancellation must not run on two threads at once (ThreadSanitizer, runtime/wait_list.hpp).
   if (first) asio::co_spawn(asio::make_strand(options_.executor->get_executor()), run_group(group), asio::detached);
-  co_await group->done.wait();  // cancellable: the pipeline stops waiting, the group goes on
-  if (group->error) std::rethrow_exception(group->error);
+  co_await outcome->done.wait();  // cancellable: the pipeline stops waiting, the group goes on
+  if (outcome->error) std::rethrow_exception(outcome->error);
   job.throw_if_cancelled();
+}
+
+bool Batcher::join_running(const std::string& base_key, Member& self, std::shared_ptr<Outcome>& outcome) {
+  std::lock_guard lock(mutex_);
+  const auto it = running_.find(base_key);
+  if (it == running_.end()) return false;
+  auto& group = *it->second;
+  std::lock_guard joins(group.joins);
+  const auto cap = std::min(group.cap, caps_.count(group.key) ? caps_[group.key] : group.cap);
+  if (!group.accepting || group.active >= cap) return false;
+  if (options_.devices->waiting() > 0) return false;  // others wait for a device: let this group drain
+  outcome = self.outcome;
+  group.pending.push_back(std::move(self));
+  ++group.active;
+  return true;
+}
+
+// The device of a running denoise group of the same model, if any: no lease (that group's
+// covers the device); the work runs on its compute thread between the group's steps.
+std::optional<Placement> Batcher::borrow(const Group& group) {
+  const auto prefix = "denoise|" + group.family->key_prefix() + "|";
+  std::lock_guard lock(mutex_);
+  for (const auto& [key, running] : running_)
+    if (key.rfind(prefix, 0) == 0 && running->pool) {
+      Placement p;
+      p.device = running->device;
+      p.pool = running->pool;
+      return p;
+    }
+  return std::nullopt;
+}
+
+// The group takes no more joiners; its loop has ended (or never started).
+void Batcher::stop_running(Group& group) {
+  std::lock_guard lock(mutex_);
+  if (auto it = running_.find(group.base_key); it != running_.end() && it->second.get() == &group) running_.erase(it);
+  std::lock_guard joins(group.joins);
+  group.accepting = false;
 }
 
 void Batcher::close(Group& group) {
@@ -123,9 +173,19 @@ asio::awaitable<void> Batcher::run_group(std::shared_ptr<Group> group) {
     // jobs that arrive join this group instead of queueing behind it in groups of their own
     // (as a dynamic batcher forms its batch when a model instance frees up). A free device
     // is granted at once, so this adds no wait.
-    std::optional<Placement> placement = co_await place(*group);
+    std::optional<Placement> placement = group->kind == BatchKind::denoise ? std::nullopt : borrow(*group);
+    if (!placement) placement = co_await place(*group);
     close(*group);
     record_size(*group);
+    if (group->kind == BatchKind::denoise) {  // from now on compatible jobs join it running
+      std::lock_guard lock(mutex_);
+      std::lock_guard joins(group->joins);
+      group->accepting = true;
+      group->active = group->members.size();
+      group->device = placement->device;
+      group->pool = placement->pool;
+      running_[group->base_key] = group;
+    }
     std::vector<std::string> out_of_memory_on;
     for (;;) {
       std::exception_ptr failure;
@@ -148,6 +208,17 @@ asio::awaitable<void> Batcher::run_group(std::shared_ptr<Group> group) {
       std::lock_guard lock(mutex_);
       caps_[group->key] = std::max<std::size_t>(1, group->members.size() / 2);  // the retry runs smaller
     }
+  }
+  stop_running(*group);
+  // Members that have not left yet (and joiners never admitted) end with the group.
+  for (auto& m : group->members)
+    if (!m.outcome->done.is_set()) {
+      m.outcome->error = group->error;
+      m.outcome->done.set();
+    }
+  for (auto& m : group->pending) {
+    m.outcome->error = group->error ? group->error : std::make_exception_ptr(Error(ErrorKind::internal, "denoise group ended before admitting a job"));
+    m.outcome->done.set();
   }
   group->done.set();
 }

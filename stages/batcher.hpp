@@ -4,10 +4,18 @@
 //    text-encoder call for the group's uncached prompts);
 //  - denoise: jobs with the same Family::denoise_key (interchangeable loops: shape, steps,
 //    scheduler, guidance on/off) and the same next step (a job resumed from a checkpoint
-//    goes on from its step); the group runs the step loop (stages/denoise_loop.hpp);
+//    goes on from its step); the group runs the step loop (stages/denoise_loop.hpp). While it
+//    runs, a job with the same denoise_key (at any step) joins it at its next step boundary
+//    as long as it holds fewer than max_batch live jobs, and each member leaves the group
+//    (its join() returns) as soon as its own last step is done;
 //  - decode: jobs with the same Family::decode_key; one decode() call.
 // Every key starts with the family name and package id, so jobs of different families never
 // share a group.
+// A preprocess or decode group of a model that a running denoise group holds a device for runs
+// on that device's compute thread between its steps, without a lease of its own (else new jobs
+// could not be prepared to join it, nor its finished members decoded, until it ends). A running
+// group admits joiners only while no other group waits for a device, so it drains and gives the
+// device up as soon as other work needs it.
 // A group collects until it holds max_batch jobs (the joiner that fills it wakes it: no
 // polling) or `wait` has passed since its first job, then asks for the device and keeps
 // collecting until the device is granted: under load the group grows while earlier work
@@ -30,6 +38,7 @@
 #include "runtime/executor.hpp"
 #include "runtime/metrics.hpp"
 #include "stages/family.hpp"
+#include "stages/step_cache.hpp"
 
 #include <boost/asio/awaitable.hpp>
 
@@ -83,21 +92,41 @@ class Batcher {
   // Groups moved to another device after running out of memory.
   std::uint64_t oom_moves() const;
 
+  // How a member's part ended: `done` is set once (its result is in its FamilyJob, or `error`).
+  struct Outcome {
+    AsyncEvent done;
+    std::exception_ptr error;
+  };
   struct Member {
     std::shared_ptr<Job> job;
     std::shared_ptr<FamilyJob> work;  // shared with the job's payload
     std::unique_ptr<Scheduler> scheduler;  // denoise only
     bool dropped = false;
+    std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
+    // Denoise only, owned by the step loop (the group's strand):
+    bool finished = false;  // its last step is done and it has left the group
+    StepState entry;        // its state when the loop took it (restored if the group fails)
+    StepCache cache;        // its step cache (threshold from its spec; off at 0)
   };
   struct Group {
     BatchKind kind = BatchKind::denoise;
     std::string key;
+    std::string base_key;  // denoise: the key without the "from step k" part (who may join it running)
     std::shared_ptr<Family> family;
     std::vector<Member> members;
     bool closed = false;  // no more joins (full, timed out, or running)
     AsyncEvent full;      // set by the joiner that fills the group
     AsyncEvent done;      // set when the group's work has ended (results or error)
     std::exception_ptr error;
+    // Jobs joining the group while its step loop runs (denoise), under `joins`: the loop admits
+    // them at its next step boundary; `accepting` goes false when the loop ends.
+    std::mutex joins;
+    std::vector<Member> pending;
+    bool accepting = false;
+    std::size_t active = 0;  // live members + pending (the loop keeps it up to date)
+    std::size_t cap = 1;     // the most jobs at once (max_batch, or less after out of memory)
+    std::string device;      // where it runs (denoise, while running; under the Batcher's lock)
+    WorkerPool* pool = nullptr;
   };
 
  private:
@@ -109,9 +138,13 @@ class Batcher {
   std::optional<Placement> place_elsewhere(const Group& group, const std::vector<std::string>& avoid);
   void record_size(const Group& group);
   void close(Group& group);
+  bool join_running(const std::string& base_key, Member& self, std::shared_ptr<Outcome>& outcome);
+  std::optional<Placement> borrow(const Group& group);
+  void stop_running(Group& group);
   const BatcherOptions options_;
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Group>> open_;  // collecting groups by key
+  std::map<std::string, std::shared_ptr<Group>> running_;  // running denoise groups by base_key
   std::map<std::pair<BatchKind, std::size_t>, std::uint64_t> sizes_;
   std::vector<std::pair<std::string, std::size_t>> log_;
   std::map<std::string, std::size_t> caps_;  // batch size limits learnt from out-of-memory errors

@@ -4,6 +4,7 @@
 #include "stages/family.hpp"
 #include "stages/ltx/ltx_family.hpp"
 #include "stages/wan/wan_family.hpp"
+#include "stages/wan/wan_i2v_family.hpp"
 
 #include <mutex>
 
@@ -13,6 +14,8 @@ void register_builtin_families() {
   static std::once_flag once;
   std::call_once(once, [] {
     families().add("wan2.1-t2v", &make_wan_family);
+    families().add("wan2.1-i2v", &make_wan_i2v_family);
+    families().add("wan2.2-a14b-t2v", &make_wan_family);  // two experts: WanFamily reads manifest `experts`
     families().add("ltx-video", &make_ltx_family);
   });
 }

@@ -266,7 +266,9 @@ void Checkpoints::after_step(const std::vector<Job*>& jobs, const std::vector<Fa
     for (std::size_t j = 0; j < jobs.size(); ++j) {
       auto it = running_.find(jobs[j]);
       const int step = work[j]->state.step;
-      if (it == running_.end() || step >= total) continue;
+      // A step-cached job's cache state lives in the loop, not in StepState: resumed, it would
+      // not end with the bytes of an uninterrupted run, so it is not checkpointed.
+      if (it == running_.end() || step >= total || work[j]->spec.step_cache > 0) continue;
       auto& t = it->second;
       const bool by_steps = options_.every_steps > 0 && step - t.last_step >= options_.every_steps;
       const bool by_time =

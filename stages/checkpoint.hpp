@@ -10,8 +10,8 @@
 // of everything before it, and a file that does not verify, or whose identity, step count or
 // shapes do not match the job, is ignored (counted, removed): the job starts at step 0.
 //
-// Policy: a job is checkpointed when its steps >= min_steps and its scheduler is resumable
-// (deterministic); then after a step once every_steps steps or every_seconds seconds have
+// Policy: a job is checkpointed when its steps >= min_steps, its scheduler is resumable
+// (deterministic) and it has no step cache (whose state the loop keeps); then after a step once every_steps steps or every_seconds seconds have
 // passed since its last checkpoint (or its start), never after its last step. Disk use is
 // bounded: one file per job content, and the files' total stays under max_bytes (a checkpoint
 // that would pass it is skipped and counted). Files are removed when their job ends (done,

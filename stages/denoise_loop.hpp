@@ -1,19 +1,25 @@
 // The denoise step loop of one batched group, generic over the model-family interface.
 //
-//   begin_denoise -> latents = noise * init_noise_sigma (rows stacked), or for jobs resumed
-//     from a checkpoint their saved rows and scheduler history -> for each remaining step:
-//     drop cancelled jobs; predict (one call for the live rows, guidance inside the family);
-//     one scheduler step for the group's latents as a batch; each live job's StepState (step,
-//     latents row, scheduler row), the after_step hook (checkpoints) and a progress event
-//     -> write the final latents back to each live job.
+//   begin_denoise -> the members form cohorts by their next step (one scheduler instance
+//     each: the first member's): noise * init_noise_sigma, or for jobs resumed from a
+//     checkpoint their saved rows and scheduler history -> until no member is left:
+//       drop cancelled jobs; members whose last step is done take their final latents and
+//       leave (their Batcher::join returns); admit jobs that joined the running group as a
+//       new cohort (and begin_denoise again over all live jobs);
+//       on the compute thread: each live row's step cache decides whether it needs the
+//       denoiser (stages/step_cache.hpp); ONE predict call for the rows that do, each with its
+//       own timestep; the skipped rows reuse their last call's change; one scheduler step per
+//       cohort; each live job's StepState (step, latents row, scheduler row), the after_step
+//       hook (checkpoints) and a progress event.
 //
-// The group's members share one scheduler (same denoise_key: configuration and steps); a
-// scheduler step is row-wise (stages/scheduler.hpp), so dropped rows get a zero prediction and
-// touch no other row. Each member's StepState (stages/family.hpp) holds, after every step,
-// all a job needs to go on elsewhere: checkpoints use it now; the step cache, jobs joining a
-// running group and preemption can attach to it next.
-// Threads: the loop runs on an io thread; each step's compute runs on placement.pool (the
-// device's compute thread). Cancellation: between steps only (a step that started finishes).
+// A cohort's members share one scheduler (same denoise_key: configuration and steps; same
+// step); a scheduler step is row-wise (stages/scheduler.hpp), so dropped rows get a zero
+// prediction and touch no other row, and a job's numbers do not depend on who else is in the
+// call (within the family's batching tolerance, tested to 1e-4).
+// Metrics (BatcherOptions::metrics): vgen_denoise_admitted_total, vgen_step_cache_skipped_total.
+// Threads: the loop runs on the group's strand (an io thread); each step's compute runs on
+// placement.pool (the device's compute thread). Cancellation: between steps only (a step that
+// started finishes).
 #pragma once
 
 #include "stages/batcher.hpp"

@@ -25,6 +25,7 @@ Registry<FamilyFactory>& families() {
 
 std::shared_ptr<Family> load_family(const std::filesystem::path& package_dir, const FamilyOptions& options) {
   auto package = load_model_package(package_dir);
+  if (!options.model_name.empty()) package.limits.model_name = options.model_name;
   auto make = families().get(package.family);  // an unknown family names the known ones
   auto family = make(std::move(package), options);
   if (!family) throw_error(ErrorKind::internal, "the model family factory returned nothing");

@@ -73,7 +73,7 @@ struct FamilyJob {
 struct PredictCall {
   const std::vector<FamilyJob*>& jobs;  // live members, in row order of x
   const at::Tensor& x;                  // [jobs, ...] the scheduler-scaled latents
-  const at::Tensor& timestep;           // the scheduler's timestep for this step (a scalar)
+  const at::Tensor& timestep;           // [jobs]: each row's own scheduler timestep (rows may differ)
   const std::string& device;
 };
 
@@ -110,6 +110,7 @@ struct FamilyOptions {
   std::string backend = "torchscript";  // stages/model_backend.hpp
   std::size_t text_cache_entries = 256;
   std::chrono::steady_clock::duration text_cache_ttl = std::chrono::minutes(30);
+  std::string model_name;  // the name jobs use for it (messages); empty: its directory's name
   std::filesystem::path lora_dir;                  // jobs' "loras" name files here (stages/lora.hpp)
   std::size_t lora_cache_bytes = std::size_t{1} << 30;  // merged LoRA variants kept (0: none)
 };

@@ -64,6 +64,38 @@ int as_int(const json::value& v, std::string_view field) {
   return static_cast<int>(i);
 }
 
+// An image path as the spec carries it: absolute (the front ends resolve relative ones, so a
+// journal replayed from another working directory finds the same file), UTF-8, no NUL.
+void check_image_path(const std::string& path, std::string_view field) {
+  if (path.empty()) return;
+  if (path.size() > 4096) bad(field, "path longer than 4096 bytes");
+  if (path.find('\0') != std::string::npos) bad(field, "path contains a NUL byte");
+  if (path.front() != '/') bad(field, "must be an absolute path (got '" + truncate_utf8(path, 80) + "')");
+}
+
+void check_sha256(const std::string& hex, std::string_view field) {
+  if (hex.empty()) return;
+  const bool ok = hex.size() == 64 && std::all_of(hex.begin(), hex.end(), [](char c) {
+                    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                  });
+  if (!ok) bad(field, "must be 64 lowercase hex digits");
+}
+
+std::string model_named(const SpecLimits& l) { return l.model_name.empty() ? "this model" : "model '" + l.model_name + "'"; }
+
+void check_images(const JobSpec& s, const SpecLimits& l) {
+  check_image_path(s.image, "image");
+  check_image_path(s.last_image, "last_image");
+  check_sha256(s.image_sha256, "image_sha256");
+  check_sha256(s.last_image_sha256, "last_image_sha256");
+  if (s.image.empty() && !s.image_sha256.empty()) bad("image_sha256", "given without image");
+  if (s.last_image.empty() && !s.last_image_sha256.empty()) bad("last_image_sha256", "given without last_image");
+  if (!s.image.empty() && l.image == InputUse::none) bad("image", model_named(l) + " does not take an image");
+  if (s.image.empty() && l.image == InputUse::required) bad("image", "required by " + model_named(l));
+  if (!s.last_image.empty() && l.last_image == InputUse::none) bad("last_image", model_named(l) + " does not take a last image");
+  if (!s.last_image.empty() && s.image.empty()) bad("last_image", "needs image (the first frame) as well");
+}
+
 // "loras": [{"name": "x", "scale": 0.8}, ...]; scale defaults to 1.
 std::vector<LoraRef> parse_loras(const json::value& v) {
   const auto* a = v.if_array();
@@ -90,6 +122,13 @@ std::vector<LoraRef> parse_loras(const json::value& v) {
 }
 
 }  // namespace
+
+InputUse parse_input_use(std::string_view text, std::string_view field) {
+  if (text == "none") return InputUse::none;
+  if (text == "optional") return InputUse::optional;
+  if (text == "required") return InputUse::required;
+  bad(field, "must be none, optional or required (got '" + truncate_utf8(std::string(text), 40) + "')");
+}
 
 std::string checked_output_name(const std::string& name, const char* field) {
   if (name.empty() || name == "." || name == ".." || name.size() > 100 || name.front() == '.')
@@ -139,8 +178,11 @@ void validate_job_spec(const JobSpec& s, const SpecLimits& l) {
   if (!s.scheduler.empty() && !l.schedulers.empty() &&
       std::find(l.schedulers.begin(), l.schedulers.end(), s.scheduler) == l.schedulers.end())
     bad("scheduler", "unknown '" + s.scheduler + "'");
+  if (!(s.step_cache >= 0.0 && s.step_cache <= l.max_step_cache))
+    bad("step_cache", "must be between 0 (off) and " + number_text(l.max_step_cache) + " (got " + number_text(s.step_cache) + ")");
   if (!s.name.empty()) checked_output_name(s.name);
   if (!s.model.empty()) checked_output_name(s.model, "model");
+  check_images(s, l);
 }
 
 JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const SpecLimits& limits) {
@@ -148,7 +190,8 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
   if (!obj) bad("job", "must be a JSON object (got " + shown(value) + ")");
   static const std::set<std::string, std::less<>> known = {"prompt", "negative_prompt", "width", "height", "frames",
                                                           "steps", "guidance", "seed", "fps", "format", "scheduler", "name",
-                                                          "model", "loras"};
+                                                          "model", "image", "last_image", "image_sha256",
+                                                          "last_image_sha256", "loras", "step_cache"};
   for (const auto& kv : *obj)
     if (!known.count(kv.key())) bad(std::string(kv.key()), "unknown field");
   JobSpec s = defaults;
@@ -167,7 +210,12 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
     else if (k == "scheduler") s.scheduler = as_text(v, k);
     else if (k == "name") s.name = as_text(v, k);
     else if (k == "model") s.model = as_text(v, k);
+    else if (k == "image") s.image = as_text(v, k);
+    else if (k == "last_image") s.last_image = as_text(v, k);
+    else if (k == "image_sha256") s.image_sha256 = as_text(v, k);
+    else if (k == "last_image_sha256") s.last_image_sha256 = as_text(v, k);
     else if (k == "loras") s.loras = parse_loras(v);
+    else if (k == "step_cache") s.step_cache = as_number(v, k);
     else if (k == "seed") {
       const auto i = as_integer(v, k);
       if (i < 0) bad("seed", "must be between 0 and " + std::to_string(limits.max_seed) + " (got " + shown(v) + ")");
@@ -184,6 +232,12 @@ json::object to_json(const JobSpec& s) {
           {"guidance", s.guidance}, {"seed", s.seed},                       {"fps", s.fps},
           {"format", s.format},     {"scheduler", s.scheduler},             {"name", s.name}};
   if (!s.model.empty()) o["model"] = s.model;  // absent for the default model: keys stay as they were
+  if (s.step_cache > 0.0) o["step_cache"] = s.step_cache;  // changes the frames; absent when off: keys stay
+  // Absent for text-to-video jobs, so their keys stay as they were too.
+  if (!s.image.empty()) o["image"] = s.image;
+  if (!s.image_sha256.empty()) o["image_sha256"] = s.image_sha256;
+  if (!s.last_image.empty()) o["last_image"] = s.last_image;
+  if (!s.last_image_sha256.empty()) o["last_image_sha256"] = s.last_image_sha256;
   if (!s.loras.empty()) {  // absent without LoRAs: keys stay as they were
     json::array a;
     for (const auto& l : s.loras) a.push_back(json::object{{"name", l.name}, {"scale", l.scale}});
@@ -196,6 +250,10 @@ ContentKey job_content_key(const std::string& model_id, const JobSpec& spec) {
   auto fields = to_json(spec);
   fields.erase("name");
   fields.erase("model");  // the model is identified by model_id (the package's content)
+  // An image is identified by its bytes; the path stays in the key only for a spec that was
+  // never admitted (no hash yet), so two different files never share a key.
+  if (!spec.image_sha256.empty()) fields.erase("image");
+  if (!spec.last_image_sha256.empty()) fields.erase("last_image");
   if (!spec.loras.empty()) {  // a LoRA by its content, not its file name
     json::array a;
     for (const auto& l : spec.loras) a.push_back(json::object{{"sha256", l.sha256}, {"scale", l.scale}});

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace vgen {
@@ -40,8 +41,20 @@ struct JobSpec {
   std::string scheduler;            // empty: the package's scheduler
   std::string name;                 // output file stem; empty: derived from the job id
   std::string model;                // which of the runtime's models; empty: its default one
+  // Image-to-video inputs: absolute paths of PNG/JPEG/WebP files (the CLI, batch files and HTTP
+  // uploads resolve them), empty for none. The *_sha256 fields hold the SHA-256 of the file's
+  // bytes, filled at admission (ModelSet::admit): the content key depends on the bytes, never
+  // on the path, and a resumed job checks that its file still holds them.
+  std::string image, last_image;
+  std::string image_sha256, last_image_sha256;
   std::vector<LoraRef> loras;       // "loras": [{"name", "scale"}], in order; at most 8
+  double step_cache = 0.0;          // step-cache threshold (stages/step_cache.hpp); 0: off
 };
+
+// Whether a model takes an input (manifest "inputs": {"image": ..., "last_image": ...}).
+enum class InputUse { none, optional, required };
+// "none" | "optional" | "required"; anything else is Error(invalid_argument) naming `field`.
+InputUse parse_input_use(std::string_view text, std::string_view field);
 
 struct SpecLimits {
   int size_multiple = 16;
@@ -57,6 +70,10 @@ struct SpecLimits {
   std::uint64_t max_seed = (std::uint64_t{1} << 63) - 1;
   std::vector<std::string> formats = {"mp4", "webm", "gif", "png"};
   std::vector<std::string> schedulers;  // empty: any name (checked later by the registry)
+  double max_step_cache = 1.0;          // step_cache in [0, max_step_cache]
+  InputUse image = InputUse::none;       // a text-to-video package takes no image
+  InputUse last_image = InputUse::none;  // never required: it needs `image` as well
+  std::string model_name;                // in messages ("image: required by model 'x'"); empty: "this model"
 };
 
 // Fields absent from `json` keep the value they have in `defaults`. Unknown fields, wrong

@@ -94,6 +94,25 @@ json::object read_manifest(const Reader& r) {
   return std::move(v.get_object());
 }
 
+// The optional preview.latent_rgb section: 3 rows of latent.channels numbers and 3 biases.
+void read_preview(const Reader& r, const json::object& m, ModelPackage& p) {
+  if (!m.contains("preview")) return;
+  const auto& rgb = r.obj(r.obj(m, "preview"), "latent_rgb");
+  const auto& rows = r.at(rgb, "weight", "preview.latent_rgb.");
+  const auto shape_error = "preview.latent_rgb.weight must be 3 rows of latent.channels (" + std::to_string(p.latent_channels) +
+                           ") finite numbers";
+  if (!rows.is_array() || rows.get_array().size() != 3) r.fail(shape_error);
+  for (const auto& row : rows.get_array()) {
+    if (!row.is_array() || static_cast<int>(row.get_array().size()) != p.latent_channels) r.fail(shape_error);
+    for (const auto& x : row.get_array()) {
+      if (!x.is_number() || !std::isfinite(x.to_number<double>())) r.fail(shape_error);
+      p.preview_weight.push_back(x.to_number<double>());
+    }
+  }
+  p.preview_bias = r.numbers(rgb, "bias", "preview.latent_rgb.");
+  if (p.preview_bias.size() != 3) r.fail("preview.latent_rgb.bias must hold 3 numbers");
+}
+
 // Bounds of the manifest's integers: generous for any real model, small enough that no
 // product of them overflows an int or asks for an absurd allocation.
 constexpr int kMaxTextLength = 65536;   // tokenizer.max_length (Wan: 512)
@@ -235,6 +254,8 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   for (double s : p.latents_std)
     if (!(s > 0.0)) r.fail("latent.latents_std must be positive");
 
+  read_preview(r, m, p);
+
   const auto& res = r.obj(m, "resolution");
   const auto& h = r.obj(res, "height");
   const auto& w = r.obj(res, "width");
@@ -262,6 +283,27 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
     r.fail("frames allows no count: no " + std::to_string(p.limits.frames_step) + "k+1 between " +
            std::to_string(p.limits.min_frames) + " and " + std::to_string(p.limits.max_frames));
 
+  // Image inputs (absent in text-to-video packages: none). The family decides what it does
+  // with them; the generic validation refuses a job that gives one the package does not take.
+  if (const auto* in = m.if_contains("inputs")) {
+    if (!in->is_object()) r.fail("manifest field 'inputs' must be an object");
+    const auto& inputs = in->get_object();
+    for (const auto& kv : inputs)
+      if (kv.key() != "image" && kv.key() != "last_image") r.fail("manifest field 'inputs." + truncate_utf8(std::string(kv.key()), 40) + "' is unknown");
+    try {
+      if (inputs.contains("image")) p.limits.image = parse_input_use(r.str(inputs, "image", "inputs."), "inputs.image");
+      if (inputs.contains("last_image"))
+        p.limits.last_image = parse_input_use(r.str(inputs, "last_image", "inputs."), "inputs.last_image");
+    } catch (const Error& e) {
+      r.fail(std::string("manifest field ") + e.what());
+    }
+    if (p.limits.last_image == InputUse::required) r.fail("manifest field inputs.last_image cannot be required (only none or optional)");
+    if (p.limits.last_image != InputUse::none && p.limits.image == InputUse::none)
+      r.fail("manifest field inputs.last_image needs inputs.image (the first frame) as well");
+  }
+  // The name the default model answers to; a runtime serving it under another name sets its own.
+  p.limits.model_name = (r.dir.has_filename() ? r.dir : r.dir.parent_path()).filename().string();
+
   const auto& d = r.obj(m, "defaults");
   p.defaults.steps = r.int_in(d, "steps", "defaults.", 1, kMaxSteps);
   p.defaults.guidance = r.number(d, "guidance_scale", "defaults.");
@@ -270,10 +312,13 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   p.defaults.frames = r.int_in(d, "frames", "defaults.", 1, kMaxFrames);
   p.defaults.fps = r.number(d, "fps", "defaults.");
   p.defaults.negative_prompt = r.str(d, "negative_prompt", "defaults.");
+  // Optional: the step-cache threshold this package suggests (stages/step_cache.hpp).
+  if (d.contains("step_cache")) p.defaults.step_cache = r.number(d, "step_cache", "defaults.");
   // A job that omits a field takes the default: a default outside the package's own limits
   // would reject that job for a field it never sent.
   JobSpec probe = p.defaults;
   probe.prompt = "x";
+  if (p.limits.image == InputUse::required) probe.image = "/image.png";
   try {
     validate_job_spec(probe, p.limits);
   } catch (const Error& e) {

@@ -52,6 +52,10 @@ struct ModelPackage {
   // latent layout
   int latent_channels = 16, temporal_scale = 4, spatial_scale = 8;
   std::vector<double> latents_mean, latents_std;
+  // live previews (manifest preview.latent_rgb, fitted by tools/vgen_export/latent_preview.py):
+  // rgb in [0, 1] ~ preview_weight (3 x latent_channels, row-major) x loop latent + preview_bias.
+  // Both empty for a package without them: previews are off for its jobs.
+  std::vector<double> preview_weight, preview_bias;
   // limits and defaults for jobs
   SpecLimits limits;
   JobSpec defaults;

@@ -3,6 +3,8 @@
 #include "runtime/errors.hpp"
 #include "stages/batcher.hpp"
 #include "stages/family.hpp"
+#include "stages/image_admission.hpp"
+#include "stages/preview.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
@@ -19,6 +21,7 @@ struct ModelSet::State {
   Executor* executor = nullptr;
   ModelSetOptions options;
   std::shared_ptr<Batcher> batcher;
+  std::map<const Family*, std::shared_ptr<const LatentPreview>> previews;  // families with factors, when on
   std::unique_ptr<Checkpoints> checkpoints;  // null when off
 
   const std::shared_ptr<Family>& family(const std::string& name) const {
@@ -44,6 +47,10 @@ std::string model_field(const json::value& spec) {
 asio::awaitable<void> preprocess(State& st, Job& job) {
   const auto& family = st.family(model_field(job.spec()));
   job.payload = family->create_job(family->validate(job.spec()));
+  if (auto it = st.previews.find(family.get()); it != st.previews.end()) {
+    auto& work = *family_job(job);
+    attach_previews(job, work, it->second, st.options.preview_every, work.spec.steps);
+  }
   co_await st.batcher->join(family, job, BatchKind::preprocess);
 }
 
@@ -111,7 +118,11 @@ ModelSet::ModelSet(std::vector<std::pair<std::string, std::filesystem::path>> mo
   for (auto& [name, dir] : models) {
     for (const auto& [n, f] : state_->models)
       if (n == name) throw_error(ErrorKind::invalid_argument, "model '" + name + "' is given twice");
+    fo.model_name = name;
     state_->models.emplace_back(name, load_family(dir, fo));
+    const auto& family = state_->models.back().second;
+    if (auto preview = LatentPreview::of_package(family->package()); preview && options.preview_every > 0)
+      state_->previews.emplace(family.get(), std::move(preview));
   }
   state_->executor = &executor;
   BatcherOptions bo{.max_batch = std::max<std::size_t>(options.max_batch, 1),
@@ -141,9 +152,17 @@ std::vector<std::string> ModelSet::model_names() const {
   return out;
 }
 
+bool ModelSet::previews(const std::string& name) const { return state_->previews.count(state_->family(name).get()) > 0; }
+
 const ModelPackage& ModelSet::package(const std::string& name) const { return state_->family(name)->package(); }
 
 JobSpec ModelSet::validate(const json::value& spec) const { return state_->family(model_field(spec))->validate(spec); }
+
+JobSpec ModelSet::admit(json::value& spec) const {
+  auto parsed = validate(spec);
+  admit_images(spec, parsed, state_->options.images);
+  return parsed;
+}
 
 void ModelSet::drop_checkpoint(const std::string& key_hex) const {
   if (state_->checkpoints) state_->checkpoints->drop(key_hex);

@@ -24,6 +24,7 @@
 #include "runtime/ttl_cache.hpp"
 #include "stages/checkpoint.hpp"
 #include "stages/encode.hpp"
+#include "stages/image_input.hpp"
 #include "stages/job_spec.hpp"
 #include "stages/model_package.hpp"
 
@@ -56,6 +57,10 @@ struct ModelSetOptions {
   // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
   MetricsRegistry* metrics = nullptr;  // optional (outlives the set): batch-size histograms
+  // Live previews (stages/preview.hpp): every this many denoising steps and at the last; 0: none.
+  // Jobs of a package without preview factors get none.
+  int preview_every = 0;
+  ImageLimits images;                  // what admit() accepts of a job's image files
   // Step checkpoints (stages/checkpoint.hpp): off unless checkpoints.dir is set. on_checkpoint
   // is told each durable checkpoint (the job store's reference), on the checkpoint thread.
   CheckpointOptions checkpoints;
@@ -82,10 +87,18 @@ class ModelSet {
   ModelSet& operator=(const ModelSet&) = delete;
 
   std::vector<std::string> model_names() const;
+  // Whether jobs of model `name` (empty: the default) get previews: preview_every > 0 and its
+  // package has preview factors.
+  bool previews(const std::string& name = {}) const;
   // The package of model `name` (empty: the default); Error(invalid_argument) if unknown.
   const ModelPackage& package(const std::string& name = {}) const;
   // Parses a job spec against its model's defaults and limits (Error(invalid_argument)).
   JobSpec validate(const boost::json::value& spec) const;
+  // validate(), then the job's image files read, decoded and hashed into `spec` (the
+  // "*_sha256" fields; stages/image_admission.hpp): what a Runtime runs before it accepts a
+  // job, so a bad image is refused (invalid_argument naming the field) before anything is
+  // queued or written. Blocks on the files' reads and decodes.
+  JobSpec admit(boost::json::value& spec) const;
   // The identity of the model a parsed spec runs on (ModelPackage::id), for content keys.
   std::string model_id(const JobSpec& spec) const;
 

@@ -8,6 +8,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
+for f in index.html app.js style.css; do  # the page vgen serve shows at /
+  test -s "$work/prefix/share/vgen/web/$f" || { echo "not installed: share/vgen/web/$f"; exit 1; }
+done
 torch_cmake="$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 cmake -S "$root/apps/example" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$work/prefix;$torch_cmake" >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; exit 1; }

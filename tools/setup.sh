@@ -24,6 +24,7 @@ APT_PACKAGES=(
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
   doctest-dev libspdlog-dev libfmt-dev libcli11-dev libssl-dev libsentencepiece-dev
   libsqlite3-dev nlohmann-json3-dev
+  chromium chromium-driver  # the web page's browser test (tests/python/test_web_browser.py)
   nats-server libnats-dev
 )
 missing=()

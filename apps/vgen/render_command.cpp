@@ -1,4 +1,5 @@
-// `vgen render PROMPT -o FILE [--model DIR] [--config FILE] [job flags] [--json]`: one job
+// `vgen render PROMPT -o FILE [--model DIR] [--config FILE] [job flags] [--image PATH
+// [--last-image PATH]] [--json]`: one job
 // through a vgen::Runtime. Progress on stderr (a bar on a terminal); the output path, or with
 // --json the result object, on stdout. Exit codes come from the error kind (main.cpp).
 #include "api/engine.hpp"
@@ -27,6 +28,7 @@ struct RenderFlags {
   std::string prompt, output;
   RuntimeFlags runtime;
   JobFlags job;
+  std::string image, last_image;  // image-to-video inputs (paths; relative to the working directory)
   bool json = false;
 };
 
@@ -68,6 +70,9 @@ int run_render(const RenderFlags& f) {
   spec["prompt"] = f.prompt;
   spec["name"] = stem;
   spec["format"] = format;
+  // The spec carries absolute paths (a journal may be read from another working directory).
+  if (!f.image.empty()) spec["image"] = fs::absolute(f.image).lexically_normal().string();
+  if (!f.last_image.empty()) spec["last_image"] = fs::absolute(f.last_image).lexically_normal().string();
 
   Runtime runtime(config);
   runtime.validate(spec);  // bad input fails here, before any work
@@ -94,6 +99,8 @@ Run add_render_command(CLI::App& app) {
   cmd->add_option("-o,--output", f->output, "output file (.mp4, .webm, .gif) or frame directory (--format png)")->required();
   add_runtime_flags(*cmd, f->runtime);
   add_job_flags(*cmd, f->job);
+  cmd->add_option("--image", f->image, "first frame for an image-to-video model (PNG, JPEG or WebP)");
+  cmd->add_option("--last-image", f->last_image, "last frame, for models that take one (needs --image)");
   cmd->add_flag("--json", f->json, "print the result as one JSON object on stdout");
   return [f] { return run_render(*f); };
 }

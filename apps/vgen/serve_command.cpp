@@ -1,8 +1,12 @@
 // `vgen serve [--listen HOST:PORT] [--config FILE] [--model DIR] [--device D] [--output-dir DIR]
-//             [--token T] [--max-body BYTES] [--job-ttl SECONDS] [--print-routes] [--queue nats://HOST:PORT]`:
-// the HTTP API (api/http_api.hpp) over one vgen::Runtime, or with --queue (or the config's
-// queue.url) over the fleet (api/fleet_client.hpp): no model loaded, no job state here, the jobs
-// run on `vgen worker`s; several such front ends can stand behind one load balancer. The first line on stdout is
+//             [--token T] [--max-body BYTES] [--job-ttl SECONDS] [--preview-every STEPS] [--print-routes]
+//             [--queue nats://HOST:PORT]`:
+// the HTTP API (api/http_api.hpp) over one vgen::Runtime, and the page at / (api/web_page.hpp;
+// its files from default_web_dir(); without them the API runs and / answers 404). Previews
+// are on (every RuntimeConfig::kServePreviewEvery steps) unless the config or the flag says.
+// With --queue (or the config's queue.url) it serves the fleet (api/fleet_client.hpp) instead:
+// no model loaded, no job state here, the jobs run on `vgen worker`s, and several such front
+// ends can stand behind one load balancer. The first line on stdout is
 // "listening on http://HOST:PORT" with the real port (port 0 picks a free one). SIGINT or
 // SIGTERM stops it gracefully: the server stops accepting and ends its connections, then the
 // runtime cancels unfinished jobs; a second signal kills the process at once.
@@ -15,6 +19,7 @@
 #endif
 #include "api/http_api.hpp"
 #include "api/http_server.hpp"
+#include "api/web_page.hpp"
 #include "apps/vgen/commands.hpp"
 #include "apps/vgen/options.hpp"
 
@@ -35,6 +40,7 @@ struct ServeFlags {
   std::string listen, token, queue;
   std::optional<std::size_t> max_body;
   std::optional<long> job_ttl;
+  std::optional<int> preview_every;
   bool print_routes = false;
 };
 
@@ -44,8 +50,10 @@ RuntimeConfig serve_config(const ServeFlags& f) {
   if (!f.token.empty()) c.service.token = f.token;
   if (f.max_body) c.service.max_body_bytes = *f.max_body;
   if (f.job_ttl) c.job_ttl = std::chrono::seconds(*f.job_ttl);
+  if (f.preview_every) c.preview_every = *f.preview_every;
   if (!f.queue.empty()) c.queue = parse_queue_config({{"url", f.queue}}, "--queue: ", c.queue);
   if (!c.queue.url.empty()) return c;  // the fleet keeps job state in the broker
+  if (!c.preview_every) c.preview_every = RuntimeConfig::kServePreviewEvery;  // watching is what a service is for
   default_journal(c, /*resume=*/true);  // accepted jobs survive a crash and resume on restart
   c.overwrite_outputs = false;           // a reused name answers 409, never replaces a finished video
   return c;
@@ -78,7 +86,10 @@ void serve_until_signal(JobService& jobs, boost::asio::any_io_executor executor,
   options.listen = config.service.listen;
   options.max_body_bytes = config.service.max_body_bytes;
   options.max_connections = config.service.max_connections;
-  http::HttpServer server(executor, std::make_shared<HttpApi>(jobs), options);
+  const auto web_dir = default_web_dir();
+  if (web_dir.empty()) spdlog::warn("serve: the web page's files were not found (set VGEN_WEB_DIR): / answers 404");
+  else spdlog::info("serve: the web page from {}", web_dir.string());
+  http::HttpServer server(executor, std::make_shared<HttpApi>(jobs, web_dir), options);
   const auto endpoint = server.listen();
   warn_if_open_to_the_network(endpoint, url_of(endpoint), config);
   server.start();
@@ -138,6 +149,8 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option("--token", f->token, "require 'Authorization: Bearer TOKEN' on every route but /healthz")->envname("VGEN_TOKEN");
   cmd->add_option("--max-body", f->max_body, "largest request body in bytes (413 beyond)")->check(CLI::Range(64, 64 << 20));
   cmd->add_option("--job-ttl", f->job_ttl, "seconds a finished job stays queryable")->check(CLI::Range(1L, 365L * 86400));
+  cmd->add_option("--preview-every", f->preview_every, "a preview image every N denoising steps; 0: none (default: config, else 2)")
+      ->check(CLI::Range(0, 100000));
   cmd->add_option("--queue", f->queue, "serve the fleet on this NATS broker (nats://HOST:PORT): jobs run on `vgen worker`s");
   cmd->add_flag("--print-routes", f->print_routes, "print the API's routes (METHOD PATH) and exit");
   return [f] { return run_serve(*f); };

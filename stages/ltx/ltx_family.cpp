@@ -19,7 +19,6 @@ namespace json = boost::json;
 namespace {
 
 LtxJob& ltx(FamilyJob& job) { return static_cast<LtxJob&>(job); }
-const LtxJob& ltx(const FamilyJob& job) { return static_cast<const LtxJob&>(job); }
 
 [[noreturn]] void bad_manifest(const ModelPackage& p, const std::string& what) {
   throw_error(ErrorKind::invalid_argument, "model package '" + p.dir.string() + "': " + what);
@@ -256,7 +255,8 @@ at::Tensor LtxFamily::predict(const PredictCall& call) {
   }
   auto tokens = ltx_pack(call.x);
   auto input = cfg ? tokens.repeat_interleave(2, 0) : tokens;  // job j's rows 2j (uncond), 2j+1 (cond)
-  auto t = call.timestep.to(at::kFloat).expand({input.size(0)}).contiguous();
+  auto t = call.timestep.to(at::kFloat).reshape({-1});  // one per job
+  t = (cfg ? t.repeat_interleave(2, 0) : t.expand({input.size(0)})).contiguous();
   auto pred = transformer_call(call.device, input, t, at::cat(embeds, 0), at::cat(masks, 0), at::cat(coords, 0).contiguous())
                   .to(at::kCPU)
                   .to(at::kFloat);  // LTXPipeline: noise_pred.float()

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -95,6 +97,23 @@ WanFamily::WanFamily(ModelPackage package, const FamilyOptions& options) : packa
   for (const char* name : {"tokenizer", "text_encoder", "transformer", "vae_decoder"}) p.component(name);  // named if missing
   tokenizer_ = Tokenizer::load(p.component("tokenizer").file,
                                {.max_length = p.max_length, .pad_id = p.pad_id, .eos_id = p.eos_id, .add_eos = p.add_eos});
+  // Two experts: the manifest's `experts` section (stages/model_package reads only what every
+  // family shares, so the family reads its own section).
+  std::ifstream in(p.dir / "manifest.json");  // absent for a package built in memory
+  std::stringstream text;
+  if (in) text << in.rdbuf();
+  boost::system::error_code ec;
+  const auto manifest = in ? json::parse(text.str(), ec) : json::value();
+  const auto* ex = manifest.is_object() ? manifest.get_object().if_contains("experts") : nullptr;
+  if (ex) {
+    const auto* ratio = ex->is_object() ? ex->as_object().if_contains("boundary_ratio") : nullptr;
+    if (!ratio || !ratio->is_number() || ratio->to_number<double>() <= 0 || ratio->to_number<double>() >= 1)
+      throw Error(ErrorKind::invalid_argument, "model package " + p.dir.string() + ": manifest field 'experts.boundary_ratio' must be a number in (0, 1)");
+    p.component("transformer_2");
+    double train = 1000;
+    if (const auto* n = p.scheduler_config.if_contains("num_train_timesteps"); n && n->is_number()) train = n->to_number<double>();
+    boundary_timestep_ = ratio->to_number<double>() * train;
+  }
   if (options.text_cache_entries > 0)
     text_cache_ = std::make_shared<TtlCache<at::Tensor>>(TtlCacheOptions{
         .max_entries = options.text_cache_entries, .max_cost = 1ull << 30, .default_ttl = options.text_cache_ttl});
@@ -111,13 +130,20 @@ JobSpec WanFamily::validate(const json::value& spec) const {
   limits.schedulers = scheduler_names();
   auto s = parse_job_spec(spec, package_.defaults, limits);
   if (s.loras.empty()) return s;
-  // LoRAs: each file resolved under lora_dir and hashed (its sha256 joins the content key);
-  // mapped onto the transformer's parameters when one is loaded already, so a file that fits
-  // no layer is refused here (HTTP 400) rather than when its group starts.
+  if (boundary_timestep_ >= 0)
+    throw Error(ErrorKind::invalid_argument, "loras: not supported by the two-expert " + package_.family + " package");
+  // LoRAs: each file resolved under lora_dir and hashed (its sha256 joins the content key) and
+  // mapped onto the transformer's parameters, so a file that fits no layer is refused here
+  // (exit 2 / HTTP 400), before anything runs. The parameter shapes come from a loaded
+  // transformer; before any job has loaded one, the first LoRA job's validation loads a CPU
+  // copy once to read them (and drops it: it is not the device's module).
   auto set = loras_->resolve(s.loras);
   std::lock_guard lock(shapes_mutex_);
-  if (!transformer_shapes_.empty())
-    for (const auto& c : set) c.file->map_onto(transformer_shapes_);
+  if (transformer_shapes_.empty()) {
+    const auto& c = package_.component("transformer");
+    transformer_shapes_ = parameter_shapes(*load_module(backend_, c.file, "cpu", parse_dtype(c.dtype)));
+  }
+  for (const auto& c : set) c.file->map_onto(transformer_shapes_);
   return s;
 }
 
@@ -233,8 +259,11 @@ void WanFamily::prepare(const std::string& device, const std::vector<FamilyJob*>
     w.state.latents = at::randn({1, p.latent_channels, (w.spec.frames - 1) / p.temporal_scale + 1,
                                  w.spec.height / p.spatial_scale, w.spec.width / p.spatial_scale},
                                 gen, at::TensorOptions().dtype(at::kFloat));
+    condition(device, w);
   }
 }
+
+void WanFamily::condition(const std::string&, WanJob&) {}
 
 std::unique_ptr<Scheduler> WanFamily::make_scheduler(const FamilyJob& job) const {
   auto s = make_wan_scheduler(package_, job.spec.scheduler);
@@ -265,12 +294,46 @@ void WanFamily::begin_denoise(const std::vector<FamilyJob*>& group, const std::s
   }
 }
 
+const std::string& WanFamily::expert_for(double timestep) const {
+  static const std::string high = "transformer", low = "transformer_2";
+  return boundary_timestep_ >= 0 && timestep < boundary_timestep_ ? low : high;
+}
+
+// Two experts and rows at different steps (jobs that joined a running group): each expert
+// gets its own rows in one call, and the predictions go back in row order. Undefined when
+// every row has the same expert (the usual case: one call).
+at::Tensor WanFamily::predict_by_expert(const PredictCall& call) {
+  if (boundary_timestep_ < 0) return {};
+  const auto ts = call.timestep.to(at::kDouble).reshape({-1}).contiguous();
+  if (ts.numel() < 2) return {};
+  std::map<std::string, std::vector<std::int64_t>> rows;
+  for (std::int64_t r = 0; r < ts.numel(); ++r) rows[expert_for(ts[r].item<double>())].push_back(r);
+  if (rows.size() < 2) return {};
+  at::Tensor out;
+  for (const auto& [expert, idx] : rows) {
+    std::vector<FamilyJob*> jobs;
+    for (auto r : idx) jobs.push_back(call.jobs[static_cast<std::size_t>(r)]);
+    const auto index = at::tensor(idx, at::kLong);
+    const auto x = call.x.index_select(0, index);
+    const auto t = ts.index_select(0, index).to(call.timestep.scalar_type());
+    auto pred = predict(PredictCall{jobs, x, t, call.device});
+    if (!out.defined()) {
+      std::vector<std::int64_t> shape(pred.sizes().begin(), pred.sizes().end());
+      shape[0] = call.x.size(0);
+      out = at::zeros(shape, pred.options());
+    }
+    out.index_copy_(0, index, pred);
+  }
+  return out;
+}
+
 at::Tensor WanFamily::predict_flow(const std::string& device, const at::Tensor& x, const at::Tensor& t,
-                                   const at::Tensor& context, const at::Tensor& bias,
+                                   const at::Tensor& context, const at::Tensor& bias, const at::Tensor& image,
                                    std::shared_ptr<const Module> transformer) {
   if (!transformer) transformer = module("transformer", device);
   auto in = x.to(transformer->dtype());
   auto c = context.to(transformer->dtype());
+  if (image.defined()) return transformer->forward({in, t, c, image.to(transformer->dtype())});
   if (!bias.defined()) return transformer->forward({in, t, c});
   return transformer->call("forward_compact", {in, t, c, bias});  // float32 bias: the graph casts it
 }
@@ -279,17 +342,29 @@ at::Tensor WanFamily::predict_flow(const std::string& device, const at::Tensor& 
 // in the transformer's dtype, as WanPipeline does (so a bf16 package follows diffusers' bf16
 // numerics too).
 at::Tensor WanFamily::predict(const PredictCall& call) {
+  if (auto split = predict_by_expert(call); split.defined()) return split;
   const auto& live = call.jobs;
   const bool cfg = live.front()->spec.guidance > 1.0;
-  std::vector<at::Tensor> contexts, biases;
+  std::vector<at::Tensor> contexts, biases, conditions, images;
   for (auto* j : live) {
     contexts.push_back(wan(*j).text.context);  // [2 or 1, rows, D]: cond (, uncond)
     if (wan(*j).text.bias.defined()) biases.push_back(wan(*j).text.bias);
+    if (wan(*j).condition.defined()) conditions.push_back(wan(*j).condition);
+    if (wan(*j).image_embeds.defined()) images.push_back(wan(*j).image_embeds);
   }
   auto cat = [](const std::vector<at::Tensor>& xs) { return xs.empty() ? at::Tensor() : xs.size() == 1 ? xs[0] : at::cat(xs, 0); };
-  auto input = cfg ? call.x.repeat_interleave(2, 0) : call.x;  // job j's rows 2j (cond), 2j+1 (uncond)
-  auto t = call.timestep.to(at::kFloat).expand({input.size(0)}).contiguous();  // float32 always
-  auto pred = predict_flow(call.device, input, t, cat(contexts), cat(biases), group_transformer(live, call.device)).to(at::kCPU);
+  // Image-to-video: each job's mask and condition latents after its latents' channels.
+  auto x = conditions.empty() ? call.x : at::cat({call.x, cat(conditions).to(call.x.scalar_type())}, 1);
+  auto input = cfg ? x.repeat_interleave(2, 0) : x;  // job j's rows 2j (cond), 2j+1 (uncond)
+  auto image = images.empty() ? at::Tensor() : cfg ? cat(images).repeat_interleave(2, 0) : cat(images);
+  auto t = call.timestep.to(at::kFloat).reshape({-1});  // float32 always; one per job
+  t = (cfg ? t.repeat_interleave(2, 0) : t.expand({input.size(0)})).contiguous();
+  // Two experts: the one for these rows' timestep (predict_by_expert split the rows so that they
+  // share one). LoRAs are merged into the package's single transformer only (validate refuses
+  // them with two experts).
+  const auto& expert = expert_for(call.timestep.reshape({-1})[0].item<double>());
+  auto transformer = expert == "transformer" ? group_transformer(live, call.device) : module(expert, call.device);
+  auto pred = predict_flow(call.device, input, t, cat(contexts), cat(biases), image, transformer).to(at::kCPU);
   if (!cfg) return pred;
   auto cond = pred.slice(0, 0, pred.size(0), 2), uncond = pred.slice(0, 1, pred.size(0), 2);
   const double g = live.front()->spec.guidance;
@@ -330,13 +405,25 @@ void WanFamily::warm_up(const std::string& device) {
   const std::int64_t lf = (frames - 1) / p.temporal_scale + 1, lh = side / p.spatial_scale, lw = side / p.spatial_scale;
   auto vae = module("vae_decoder", device);
   for (int call = 0; call < 2; ++call) {
-    auto text = encode_text(device, {"warm up", ""});  // cond and uncond rows, as with guidance
-    const auto rows = context_rows(text.lengths, p.max_length, p.transformer_compact_context);
-    const auto inputs = make_context(text, rows, p.max_length, p.transformer_compact_context);
-    auto z = at::zeros({2, p.latent_channels, lf, lh, lw}, at::kFloat);
-    auto t = at::full({2}, 500.0, at::kFloat);
-    predict_flow(device, z, t, inputs.context, inputs.bias);
-    vae->forward({z.narrow(0, 0, 1).to(vae->dtype())});
+    WanJob job;  // one job with guidance: cond and uncond rows
+    job.spec = p.defaults;
+    job.spec.guidance = std::max(job.spec.guidance, 2.0);
+    job.spec.height = job.spec.width = side;
+    job.spec.frames = frames;
+    auto text = encode_text(device, {"warm up", ""});
+    job.embeds = text.embeds;
+    job.embed_lengths = text.lengths;
+    job.state.latents = at::zeros({1, p.latent_channels, lf, lh, lw}, at::kFloat);
+    job.image = at::zeros({3, side, side}, at::kFloat);  // a blank first frame, for image-to-video
+    condition(device, job);
+    begin_denoise({&job}, device);
+    const std::vector<FamilyJob*> jobs{&job};
+    // Both experts when there are two: one timestep above the boundary, one below.
+    for (double tv : boundary_timestep_ >= 0 ? std::vector<double>{999.0, 0.0} : std::vector<double>{500.0}) {
+      const auto t = at::scalar_tensor(tv, at::kFloat);
+      predict(PredictCall{jobs, job.state.latents, t, device});
+    }
+    vae->forward({job.state.latents.to(vae->dtype())});
   }
 }
 

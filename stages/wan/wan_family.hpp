@@ -9,6 +9,10 @@
 //            context at one row count per group (stages/text_context.hpp: the compact form
 //            with a package that has forward_compact), then each job's guidance.
 //  decode    un-normalise with latents mean/std, VAE decode, frames in [0, 1].
+// Two experts (Wan 2.2 A14B, "wan2.2-a14b-t2v"; manifest `experts`): `transformer` predicts
+// while the step's timestep >= boundary_ratio * num_train_timesteps, `transformer_2` below,
+// each with the job's guidance (diffusers' guidance_scale_2 default). A denoise group's jobs
+// share the scheduler and its timesteps, so a group never mixes experts within a step.
 // Ownership: shared by the jobs of its package; the text cache and the module cache are
 // thread-safe. Includes LibTorch.
 #pragma once
@@ -21,15 +25,20 @@
 
 namespace vgen {
 
-// A Wan job's state: the generic FamilyJob plus its text rows.
+// A Wan job's state: the generic FamilyJob plus its text rows and, for image-to-video
+// (stages/wan/wan_i2v_family.hpp), its image conditioning.
 struct WanJob : FamilyJob {
   at::Tensor embeds;  // [1 or 2, L, D]: cond (and uncond when guidance > 1), zero past each text
   std::vector<std::int64_t> embed_lengths;  // per row of embeds: its text's rows
   TextContext text;  // the rows at the denoise group's row count (set by begin_denoise)
+  // Image-to-video only (undefined for text-to-video):
+  at::Tensor image;         // [3, H, W] float32 in [0, 1] at the job's size: the first frame
+  at::Tensor condition;     // [1, mask + C, F', H', W'] concatenated to the latents' channels
+  at::Tensor image_embeds;  // [1, N, D] image tokens, the same for the cond and uncond rows
   std::shared_ptr<const Module> transformer;  // with the group's LoRA set merged (set by predict)
 };
 
-class WanFamily final : public Family {
+class WanFamily : public Family {
  public:
   WanFamily(ModelPackage package, const FamilyOptions& options);
 
@@ -47,14 +56,23 @@ class WanFamily final : public Family {
   LoraVariantStats lora_stats() const { return variants_->stats(); }
 
   // One transformer call on `device`: forward on the zero-padded max_length context (bias
-  // undefined), or forward_compact with the compact form's key bias. x is cast to the
-  // transformer's dtype, t is float32; returns the flow prediction on the device.
-  // `transformer`: the module to call (a LoRA variant); null: the package's.
+  // undefined), or forward_compact with the compact form's key bias; with `image` defined
+  // (image-to-video) forward(x, t, context, image). x is cast to the transformer's dtype, t
+  // is float32; returns the flow prediction on the device.
+  // `transformer`: the module to call (a LoRA variant, the step's expert); null: the package's.
   at::Tensor predict_flow(const std::string& device, const at::Tensor& x, const at::Tensor& t, const at::Tensor& context,
-                          const at::Tensor& bias, std::shared_ptr<const Module> transformer = nullptr);
+                          const at::Tensor& bias, const at::Tensor& image = {}, std::shared_ptr<const Module> transformer = nullptr);
+  // The transformer component that predicts at `timestep` ("transformer" without experts).
+  const std::string& expert_for(double timestep) const;
+  at::Tensor predict_by_expert(const PredictCall& call);
+
+ protected:
+  // A family that conditions on more than text (image-to-video) sets the job's condition and
+  // image_embeds here; called at the end of prepare and by warm_up, on the compute thread.
+  virtual void condition(const std::string& device, WanJob& job);
+  std::shared_ptr<const Module> module(const std::string& component, const std::string& device) const;
 
  private:
-  std::shared_ptr<const Module> module(const std::string& component, const std::string& device) const;
   TextRows encode_text(const std::string& device, const std::vector<std::string>& texts);
   ContentKey text_key(const std::string& device, const std::string& text) const;
   std::shared_ptr<const Module> group_transformer(const std::vector<FamilyJob*>& live, const std::string& device);
@@ -63,10 +81,11 @@ class WanFamily final : public Family {
   std::string backend_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<TtlCache<at::Tensor>> text_cache_;  // null when off
+  double boundary_timestep_ = -1;                      // < 0: one transformer
   std::shared_ptr<LoraLibrary> loras_;                // files under lora_dir
   std::shared_ptr<LoraVariants> variants_;            // merged transformers, per device
   mutable std::mutex shapes_mutex_;
-  mutable ParameterShapes transformer_shapes_;        // once a transformer is loaded: validate maps LoRA keys
+  mutable ParameterShapes transformer_shapes_;        // read from the first loaded transformer: validate maps LoRA keys onto it
 };
 
 std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOptions& options);

@@ -7,10 +7,13 @@
 
 #include <boost/json.hpp>
 
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <streambuf>
 #include <string>
+
+#include <unistd.h>
 
 using namespace vgen;
 namespace json = boost::json;
@@ -166,4 +169,33 @@ TEST_CASE("peek reads ahead without consuming; an empty input fails at the peek"
   CHECK_FALSE(reader.next());
   BatchReader empty(std::make_unique<std::istringstream>("\n# nothing\n"), {}, false, "prompt file 'e'");
   CHECK_THROWS_WITH_AS(empty.peek(), "prompt file 'e' holds no prompt", Error);
+}
+
+TEST_CASE("JSONL image paths: relative ones name files beside the prompt file; absolute ones stay") {
+  const auto dir = std::filesystem::temp_directory_path() / ("vgen-batch-img-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "jobs");
+  const auto file = dir / "jobs" / "b.jsonl";
+  {
+    std::ofstream out(file);
+    out << R"({"prompt":"a","image":"in/first.png","last_image":"../last.webp"})" << "\n"
+        << R"({"prompt":"b","image":"/abs/x.jpg"})" << "\n"
+        << R"({"prompt":"c","image":7})" << "\n";
+  }
+  auto reader = BatchReader::open_file(file);
+  const auto a = reader.next();
+  const auto b = reader.next();
+  const auto c = reader.next();
+  REQUIRE(a);
+  REQUIRE(b);
+  REQUIRE(c);
+  const auto base = std::filesystem::absolute(dir);
+  CHECK(a->spec.at("image").as_string() == (base / "jobs" / "in" / "first.png").string());
+  CHECK(a->spec.at("last_image").as_string() == (base / "last.webp").string());
+  CHECK(b->spec.at("image").as_string() == "/abs/x.jpg");
+  CHECK(c->spec.at("image").is_int64());  // left for validation to name
+  // Text from a stream (no file): relative to the working directory.
+  const auto items = parse_batch_text(R"({"prompt":"a","image":"x.png"})", {}, true);
+  REQUIRE(items.size() == 1);
+  CHECK(items[0].spec.at("image").as_string() == (std::filesystem::current_path() / "x.png").string());
+  std::filesystem::remove_all(dir);
 }

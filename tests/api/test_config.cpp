@@ -60,6 +60,7 @@ TEST_CASE("every key is read, with comments and relative paths") {
     "retry": {"attempts": 1, "initial_backoff_ms": 0, "max_backoff_ms": 0, "multiplier": 1},
     "encoder": {"crf": 30, "preset": "ultrafast", "threads": 2},
     "job_ttl_s": 60, "batching": {"max_batch": 8, "wait_ms": 5}, "warmup": true,
+    "images": {"max_bytes": 1000, "max_pixels": 4096},
     "service": {"listen": "0.0.0.0:9000", "max_body_bytes": 1024, "token": "t", "max_connections": 3}
   })"));
   CHECK(c.model == dir / "pkg");
@@ -88,6 +89,9 @@ TEST_CASE("every key is read, with comments and relative paths") {
   CHECK(c.service.listen == "0.0.0.0:9000");
   CHECK(c.service.token == "t");
   CHECK(c.service.max_connections == 3);
+  CHECK(c.image_max_bytes == 1000);
+  CHECK(c.image_max_pixels == 4096);
+  CHECK(RuntimeConfig{}.image_max_bytes == 32u << 20);
   // The JSON form round-trips through apply_config.
   auto j = to_json(c);
   j["service"].as_object()["token"] = "t";
@@ -95,6 +99,49 @@ TEST_CASE("every key is read, with comments and relative paths") {
   CHECK(again.denoise.workers == 5);
   CHECK(again.warmup);
   CHECK(again.model == c.model);
+  CHECK(again.image_max_pixels == 4096);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("preview_every: unset by default, read, round-tripped and bounded") {
+  CHECK_FALSE(RuntimeConfig{}.preview_every);  // each app chooses: serve previews, batch and render do not
+  const auto dir = test::temp_dir("vgen-config-");
+  const auto c = load_config(write(dir, R"({"preview_every": 3})"));
+  REQUIRE(c.preview_every);
+  CHECK(*c.preview_every == 3);
+  auto round_trip = [](const RuntimeConfig& from) {
+    auto j = to_json(from);
+    j.erase("model");  // unset here: the JSON form names it only when set
+    return apply_config(RuntimeConfig{}, j, "again", "/");
+  };
+  CHECK(*round_trip(c).preview_every == 3);
+  CHECK_FALSE(round_trip(RuntimeConfig{}).preview_every);
+  CHECK(*load_config(write(dir, R"({"preview_every": 0})")).preview_every == 0);  // off, said so
+  CHECK(error_of(write(dir, R"({"preview_every": -1})")).find("preview_every: must be between 0 and 100000") != std::string::npos);
+  CHECK(error_of(write(dir, R"({"preview_every": "often"})")).find("preview_every: must be an integer") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoints: defaults, read, round-tripped and bounded") {
+  const RuntimeConfig d;
+  CHECK(d.checkpoints.every_steps == 0);
+  CHECK(d.checkpoints.every_seconds == 30);
+  CHECK(d.checkpoints.min_steps == 10);
+  const auto dir = test::temp_dir("vgen-config-");
+  const auto c = load_config(write(dir, R"({"checkpoints": {"every_steps": 4, "every_seconds": 0, "min_steps": 2, "max_mb": 5, "dir": "ck"}})"));
+  CHECK(c.checkpoints.every_steps == 4);
+  CHECK(c.checkpoints.every_seconds == 0);
+  CHECK(c.checkpoints.min_steps == 2);
+  CHECK(c.checkpoints.max_mb == 5);
+  CHECK(c.checkpoints.dir == dir / "ck");  // relative to the config file
+  auto j = to_json(c);
+  j.erase("model");
+  const auto again = apply_config(RuntimeConfig{}, j, "again", "/");
+  CHECK(again.checkpoints.every_steps == 4);
+  CHECK(again.checkpoints.max_mb == 5);
+  CHECK(again.checkpoints.dir == dir / "ck");
+  CHECK(error_of(write(dir, R"({"checkpoints": {"every_steps": -1}})")).find("checkpoints.every_steps") != std::string::npos);
+  CHECK(error_of(write(dir, R"({"checkpoints": {"often": 1}})")).find("checkpoints.often") != std::string::npos);
   fs::remove_all(dir);
 }
 
@@ -122,6 +169,8 @@ TEST_CASE("unknown keys and bad values name the key path") {
       {R"({"threads": {"io": 64.0}, "job_ttl_s": 9.3e18})", "job_ttl_s: must be between 1 and 31536000"},
       {R"({"warmup": 1})", "warmup: must be true or false (got 1)"},
       {R"({"colour": 1})", "colour: unknown key"},
+      {R"({"images": {"max_bytes": 0}})", "images.max_bytes: must be between 1 and"},
+      {R"({"images": {"max_width": 10}})", "images.max_width: unknown key"},
       {R"([1, 2])", "must be a JSON object"},
       {R"({"model": )", "not valid JSON"},
   };

@@ -4,6 +4,8 @@
 #include "api/engine.hpp"
 #include "runtime/fault_injector.hpp"
 #include "runtime/errors.hpp"
+#include "stages/image_input.hpp"
+#include "stages/libav.hpp"
 #include "stages/model_backend.hpp"
 #include "tests/support/fake_family.hpp"
 #include "tests/support/python_reference.hpp"
@@ -12,8 +14,10 @@
 
 #include <boost/json.hpp>
 
+#include <atomic>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <set>
 
 #undef CHECK  // LibTorch's glog-style CHECK (via ATen in fake_family.hpp): use doctest's
@@ -430,4 +434,159 @@ TEST_CASE("ids are UUIDv7, unique across Runtimes on one journal; a finished job
     CHECK(e.kind() == ErrorKind::already_exists);
   }
   rt.drain();
+}
+
+// ---- image input (wt-img): a family that takes an image gets the admitted spec ----
+
+namespace {
+
+std::string png_of_size(int w, int h) {
+  const AVCodec* codec = avcodec_find_encoder(AV_CODEC_ID_PNG);
+  REQUIRE(codec);
+  av::CodecContextPtr ctx(avcodec_alloc_context3(codec));
+  ctx->width = w;
+  ctx->height = h;
+  ctx->pix_fmt = AV_PIX_FMT_RGB24;
+  ctx->time_base = {1, 25};
+  av::check(avcodec_open2(ctx.get(), codec, nullptr), "open");
+  auto frame = av::alloc_frame();
+  frame->width = w;
+  frame->height = h;
+  frame->format = AV_PIX_FMT_RGB24;
+  av::check(av_frame_get_buffer(frame.get(), 0), "buffer");
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w * 3; ++x) frame->data[0][y * frame->linesize[0] + x] = static_cast<std::uint8_t>(x + y);
+  av::check(avcodec_send_frame(ctx.get(), frame.get()), "send");
+  avcodec_send_frame(ctx.get(), nullptr);
+  auto packet = av::alloc_packet();
+  REQUIRE(avcodec_receive_packet(ctx.get(), packet.get()) >= 0);
+  return std::string(reinterpret_cast<const char*>(packet->data), static_cast<std::size_t>(packet->size));
+}
+
+struct SeenImage {
+  std::mutex mutex;
+  std::vector<std::pair<RgbImage, std::string>> images;  // decoded by the family, with the spec's hash
+};
+std::shared_ptr<SeenImage> seen_images = std::make_shared<SeenImage>();
+
+void register_fake_i2v_family() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    families().add("fake-i2v", [](ModelPackage p, const FamilyOptions&) {
+      auto f = std::make_shared<test::FakeFamily>(std::move(p), "fake-i2v");
+      f->on_create_job = [](const JobSpec& spec) {
+        auto img = decode_image_file(spec.image, "image");  // what an image-to-video family does first
+        std::lock_guard lock(seen_images->mutex);
+        seen_images->images.emplace_back(std::move(img), spec.image_sha256);
+      };
+      return std::shared_ptr<Family>(f);
+    });
+  });
+}
+
+}  // namespace
+
+TEST_CASE("image jobs: refused by name before queueing; the family gets the admitted image" * doctest::timeout(300)) {
+  const auto pkg = package_or_skip();
+  if (pkg.empty()) return;
+  register_fake_i2v_family();
+  TempDir out;
+  const auto dir = out.path / "i2v-pkg";
+  fake_package_dir(pkg, dir);
+  {
+    std::ifstream in(dir / "manifest.json");
+    auto manifest = json::parse(std::string(std::istreambuf_iterator<char>(in), {})).as_object();
+    manifest["family"] = "fake-i2v";
+    manifest["inputs"] = {{"image", "required"}};
+    std::ofstream(dir / "manifest.json", std::ios::trunc) << json::serialize(manifest);
+  }
+  const auto picture = png_of_size(40, 24);
+  std::ofstream(out.path / "in.png", std::ios::binary) << picture;
+  std::ofstream(out.path / "bad.png", std::ios::binary) << picture.substr(0, picture.size() / 2);
+  auto config = small_config(pkg, out.path / "videos");
+  config.models = {{"i2v", dir}};
+  Runtime rt(config);
+
+  auto refused = [&](json::object s) {
+    try {
+      rt.submit(s);
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::invalid_argument);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  auto i2v = spec("a cat", "cat");
+  i2v["model"] = "i2v";
+  CHECK(refused(i2v) == "image: required by model 'i2v'");
+  i2v["image"] = (out.path / "bad.png").string();
+  CHECK(refused(i2v).starts_with("image: cannot decode the png data"));
+  auto t2v = spec("a cat", "t2v");
+  t2v["image"] = (out.path / "in.png").string();
+  const auto t2v_error = refused(t2v);
+  CHECK(t2v_error.starts_with("image: model '"));
+  CHECK(t2v_error.ends_with("' does not take an image"));
+  CHECK((!fs::exists(out.path / "videos") || fs::is_empty(out.path / "videos")));  // nothing written for refused jobs
+  CHECK(rt.stats().submitted == 0);
+
+  i2v["image"] = (out.path / "in.png").string();
+  const auto r = rt.submit(i2v).wait();
+  REQUIRE_MESSAGE(r.state == JobState::done, r.error);
+  CHECK(r.spec.image == (out.path / "in.png").string());
+  CHECK(r.spec.image_sha256 == image_sha256(picture));
+  std::lock_guard lock(seen_images->mutex);
+  REQUIRE(seen_images->images.size() >= 1);
+  const auto& [img, hash] = seen_images->images.back();
+  CHECK(img.width == 40);
+  CHECK(img.height == 24);
+  CHECK(img.rgb[3 * 5 + 1] == 5 * 3 + 1);  // pixel (5, 0), green: the bytes the test wrote
+  CHECK(hash == image_sha256(picture));
+
+TEST_CASE("previews reach the progress callback and JobHandle::preview when preview_every is set; list_jobs is newest first" *
+          doctest::timeout(300)) {
+  const auto bundled = fs::path(VGEN_TEST_SOURCE_DIR) / "models" / "vgen-shapes";
+  if (!fs::exists(bundled / "manifest.json")) return;
+  const json::object quick{{"prompt", "a red circle moving left"}, {"width", 128}, {"height", 128}, {"frames", 8}, {"steps", 4}};
+  TempDir out;
+  auto config = small_config(bundled, out.path);
+  config.preview_every = 2;
+  Runtime rt(config);
+  CHECK(rt.previews());
+  std::mutex m;
+  std::vector<std::shared_ptr<const JobPreview>> previews;
+  auto h = rt.submit(quick, {.on_progress = [&](const JobEvent& e) {
+                       std::lock_guard lock(m);
+                       if (e.preview) previews.push_back(e.preview);
+                     }});
+  REQUIRE(h.wait().state == JobState::done);
+  {
+    std::lock_guard lock(m);
+    REQUIRE(previews.size() == 2);
+    CHECK(previews[0]->step == 2);
+    CHECK(previews[1]->step == 4);
+    CHECK(previews[1]->total == 4);
+    CHECK(previews[1]->content_type == "image/png");
+    CHECK(previews[1]->bytes.substr(1, 3) == "PNG");
+    CHECK(h.preview() == previews[1]);  // the latest stays with the job
+  }
+  auto other = quick;
+  other["seed"] = 9;
+  auto second = rt.submit(other);
+  second.wait();
+  const auto page = rt.list_jobs({});
+  REQUIRE(page.jobs.size() == 2);
+  CHECK(page.jobs[0].id == second.id());
+  CHECK(page.jobs[1].id == h.id());
+  CHECK(rt.list_jobs({.status = "done", .limit = 1}).next != 0);
+
+  TempDir off_dir;
+  Runtime off(small_config(bundled, off_dir.path));  // unset: the library makes none
+  CHECK_FALSE(off.previews());
+  std::atomic<bool> any{false};
+  auto quiet = off.submit(quick, {.on_progress = [&](const JobEvent& e) {
+                            if (e.preview) any = true;
+                          }});
+  REQUIRE(quiet.wait().state == JobState::done);
+  CHECK_FALSE(any);
+  CHECK_FALSE(quiet.preview());
 }

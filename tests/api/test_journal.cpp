@@ -90,6 +90,15 @@ TEST_CASE("the SQLite journal keeps the job store contract across reopening") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("the SQLite journal lists its jobs newest first, by status, in pages") {
+  const auto dir = test::temp_dir("vgen-journal-list-");
+  {
+    Journal j(dir / "j.db");
+    test::check_job_store_list_contract(j);
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a journal from before the attempts column gains it and keeps its rows") {
   const auto dir = test::temp_dir("vgen-journal-old-");
   const auto file = dir / "old.db";

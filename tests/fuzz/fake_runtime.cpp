@@ -11,8 +11,11 @@
 // never sees. cancel() changes nothing. Files live in a temporary directory removed at exit.
 #include "api/engine.hpp"
 
+#include <boost/asio/io_context.hpp>
+
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -34,6 +37,7 @@ class RuntimeImpl {
   explicit RuntimeImpl(RuntimeConfig c) : config(std::move(c)) {
     dir = fs::temp_directory_path() / ("vgen-fuzz-http-" + std::to_string(::getpid()));
     fs::create_directories(dir / "frames");
+    config.output_dir = dir;  // HttpApi's uploads folder (dir/uploads), swept at start
     std::ofstream(dir / "video.mp4", std::ios::binary) << std::string(4096, 'v');
     add("done", JobState::done, true, dir / "video.mp4");
     add("frames", JobState::done, true, dir / "frames");
@@ -48,6 +52,7 @@ class RuntimeImpl {
 
   RuntimeConfig config;
   fs::path dir;
+  boost::asio::io_context io;  // never run: upload watchers spawned on it just end with it
   std::map<std::string, std::shared_ptr<JobEntry>, std::less<>> jobs;
 
  private:
@@ -89,7 +94,30 @@ std::optional<JobHandle> Runtime::find(const std::string& id) const {
   return detail::RuntimeImpl::handle(it->second);
 }
 
+// The fixed jobs, newest (by name) first; `before` counts from the end of that order.
+JobPage Runtime::list_jobs(const JobListQuery& query) const {
+  JobPage page;
+  std::uint64_t position = impl_->jobs.size();
+  for (auto it = impl_->jobs.rbegin(); it != impl_->jobs.rend(); ++it, --position) {
+    if (query.before != 0 && position >= query.before) continue;
+    JobRecord r;
+    r.id = it->first;
+    r.status = std::string(to_string(it->second->result.state));
+    if (!query.status.empty() && r.status != query.status) continue;
+    if (page.jobs.size() == std::max<std::size_t>(query.limit, 1)) {
+      page.next = position + 1;
+      break;
+    }
+    page.jobs.push_back(std::move(r));
+  }
+  return page;
+}
+bool Runtime::previews(const std::string&) const { return false; }
+
 const RuntimeConfig& Runtime::config() const { return impl_->config; }
+JobSpec Runtime::validate(const json::value& spec) const { return parse_job_spec(spec, JobSpec{}, SpecLimits{}); }
+std::vector<JobHandle> Runtime::unfinished() const { return {}; }
+boost::asio::any_io_executor Runtime::executor() const { return impl_->io.get_executor(); }
 std::string Runtime::metrics_text() const { return "# TYPE vgen_jobs_submitted_total counter\nvgen_jobs_submitted_total 0\n"; }
 
 const std::string& JobHandle::id() const { return entry_->result.id; }
@@ -98,6 +126,7 @@ bool JobHandle::cancel(std::string) { return !entry_->finished; }
 JobResult JobHandle::result() const { return entry_->result; }
 boost::asio::awaitable<JobResult> JobHandle::async_wait() const { co_return entry_->result; }
 std::size_t JobHandle::subscribe(JobEventHandler) const { return 0; }
+std::shared_ptr<const JobPreview> JobHandle::preview() const { return nullptr; }
 void JobHandle::unsubscribe(std::size_t) const {}
 
 JobSnapshot JobHandle::snapshot() const {

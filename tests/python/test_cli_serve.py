@@ -171,7 +171,8 @@ def test_submit_events_video(server, tmp_path):
 
     events = server.events(job)
     names = [e for e, _ in events]
-    assert names[-1] == "done" and set(names[:-1]) == {"progress"}, events
+    # serve previews by default: the tiny package's exporter fitted its factors (test_web.py has more)
+    assert names[-1] == "done" and set(names[:-1]) == {"progress", "preview"}, events
     steps = [d["step"] for e, d in events if e == "progress" and d["state"] == "denoise" and d["total"] == 3]
     assert steps and max(steps) == 3, events
     final = events[-1][1]

@@ -30,6 +30,33 @@ TEST_CASE("a job moves through its states and ends exactly once") {
   CHECK_THROWS_AS(job.finish(JobState::denoise), Error);
 }
 
+TEST_CASE("a preview is kept as the latest and announced once, never after the end") {
+  Job job("j1", boost::json::object{{"prompt", "x"}});
+  std::vector<JobEvent> events;
+  job.subscribe([&](const JobEvent& e) { events.push_back(e); });
+  job.enter_stage(JobState::denoise);
+  CHECK_FALSE(job.latest_preview());
+  auto first = std::make_shared<JobPreview>(JobPreview{2, 8, 4, 4, "image/png", "one"});
+  auto second = std::make_shared<JobPreview>(JobPreview{4, 8, 4, 4, "image/png", "two"});
+  job.report_preview(first);
+  job.report_progress(3, 8);
+  job.report_preview(second);
+  CHECK(job.latest_preview() == second);
+  job.report_preview(nullptr);  // no image: nothing changes
+  CHECK(job.latest_preview() == second);
+  job.finish(JobState::done);
+  job.report_preview(first);  // after the end: ignored
+  CHECK(job.latest_preview() == second);
+  REQUIRE(events.size() == 5);  // denoise, preview, progress, preview, done
+  CHECK(events[1].preview == first);
+  CHECK(events[1].step == 2);
+  CHECK(events[1].total == 8);
+  CHECK_FALSE(events[2].preview);
+  CHECK(events[3].preview->bytes == "two");
+  CHECK(events[3].state == JobState::denoise);
+  CHECK_FALSE(events[4].preview);
+}
+
 TEST_CASE("failure keeps a classified error") {
   Job job("j2", {});
   job.finish(JobState::failed, std::make_exception_ptr(Error(ErrorKind::invalid_argument, "width must be a multiple of 16")));

@@ -12,6 +12,11 @@ TEST_CASE("the in-memory store keeps the job store contract") {
   test::check_job_store_contract([&](bool) -> JobStore& { return *store; });
 }
 
+TEST_CASE("the in-memory store lists its jobs newest first, by status, in pages") {
+  auto store = job_stores().get("memory")({});
+  test::check_job_store_list_contract(*store);
+}
+
 TEST_CASE("an unknown store kind names the known ones") {
   try {
     job_stores().get("redis");

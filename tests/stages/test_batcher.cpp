@@ -287,3 +287,86 @@ TEST_CASE("jobs at different steps never share a denoise group" * doctest::timeo
   CHECK(((log[0].first.find("from step 2") != std::string::npos) != (log[1].first.find("from step 2") != std::string::npos)));
   CHECK(at::equal(family_job(*resumed)->state.latents, family_job(*src)->state.latents));
 }
+
+namespace {
+
+std::shared_ptr<Job> named_job(const std::shared_ptr<Family>& family, std::uint64_t seed, int steps, const std::string& name,
+                               double step_cache = 0.0) {
+  boost::json::object spec{{"prompt", "p" + std::to_string(seed)}, {"seed", seed}, {"steps", steps}, {"name", name}};
+  if (step_cache > 0) spec["step_cache"] = step_cache;
+  auto job = std::make_shared<Job>("job-" + name, spec);
+  job->payload = family->create_job(family->validate(spec));
+  return job;
+}
+
+// A job's final latents rendered alone with `family_of()`'s family.
+at::Tensor solo_latents(const std::function<std::shared_ptr<Family>()>& family_of, std::uint64_t seed, int steps, double cache = 0.0) {
+  Bench b(1, std::chrono::milliseconds(0));
+  auto family = family_of();
+  auto job = named_job(family, seed, steps, "solo", cache);
+  for (auto& e : render_all(b, of(family, {job}))) REQUIRE(e == nullptr);
+  return family_job(*job)->state.latents.clone();
+}
+
+}  // namespace
+
+TEST_CASE("a job submitted mid-denoise joins the running group at the next step; both end as they would alone" *
+          doctest::timeout(60)) {
+  const int steps = 10;
+  Bench b(4, std::chrono::milliseconds(0));
+  auto family = unipc_family();  // multistep: each cohort keeps its own history
+  auto first = named_job(family, 61, steps, "a");
+  auto late = named_job(family, 62, steps, "b");
+  std::mutex m;
+  std::vector<std::size_t> rows_per_call;
+  std::future<std::exception_ptr> late_done;
+  std::atomic<bool> spawned{false};
+  test::fake(*family).on_predict = [&](std::size_t call, std::size_t rows) {
+    std::lock_guard lock(m);
+    rows_per_call.push_back(rows);
+    if (call == 3 && !spawned.exchange(true))  // arrives while the group is at its third step
+      late_done = asio::co_spawn(b.executor.get_executor(), render(*b.batcher, family, late), asio::use_future);
+  };
+  for (auto& e : render_all(b, of(family, {first}))) CHECK(e == nullptr);
+  REQUIRE(spawned.load());
+  CHECK(late_done.get() == nullptr);
+  // One denoise group: the late job was prepared between the group's steps and joined it.
+  CHECK(b.batcher->group_sizes(BatchKind::denoise) == std::map<std::size_t, std::uint64_t>{{1, 1}});
+  std::size_t joined_at = 0;
+  for (std::size_t i = 0; i < rows_per_call.size() && !joined_at; ++i)
+    if (rows_per_call[i] == 2) joined_at = i + 1;
+  CAPTURE(rows_per_call);
+  CHECK(joined_at >= 4);
+  CHECK(joined_at <= 5);  // within two step times of its arrival, not after the group's 10 steps
+  CHECK(rows_per_call.size() == steps + joined_at - 1);  // b ran its own 10 steps from there
+  CHECK(test::fake(*family).predicted("a") == steps);
+  CHECK(test::fake(*family).predicted("b") == steps);
+  const auto alone_a = solo_latents(unipc_family, 61, steps), alone_b = solo_latents(unipc_family, 62, steps);
+  CHECK((family_job(*first)->state.latents - alone_a).abs().max().item<float>() <= 1e-6f);
+  CHECK((family_job(*late)->state.latents - alone_b).abs().max().item<float>() <= 1e-6f);
+}
+
+TEST_CASE("the step cache sends only the rows that need the call to the denoiser" * doctest::timeout(60)) {
+  const int steps = 20;
+  auto flow = [] { return test::make_fake_family("fake-a"); };
+  Bench b(2, std::chrono::seconds(30));
+  auto family = flow();
+  auto cached = named_job(family, 71, steps, "cached", 0.5);
+  auto plain = named_job(family, 72, steps, "plain");
+  for (auto& e : render_all(b, of(family, {cached, plain}))) CHECK(e == nullptr);
+  CHECK(b.batcher->group_sizes(BatchKind::denoise) == std::map<std::size_t, std::uint64_t>{{2, 1}});
+  const int calls = test::fake(*family).predicted("cached");
+  CHECK(calls >= StepCache::warmup_steps(steps) + 1);  // the warm-up and the last step always run
+  CHECK(calls < steps);
+  CHECK(test::fake(*family).predicted("plain") == steps);
+  CHECK(test::fake(*family).max_rows_after(StepCache::warmup_steps(steps)) == 2);
+  // The uncached job is untouched by its neighbour's cache; the cached one is close to uncached
+  // and the same as the cached job alone.
+  CHECK(at::equal(family_job(*plain)->state.latents, solo_latents(flow, 72, steps)));
+  const auto exact = solo_latents(flow, 71, steps);
+  const auto got = family_job(*cached)->state.latents;
+  const double rel = ((got - exact).abs().max() / exact.abs().max()).item<double>();
+  MESSAGE("step cache 0.5 on the fake family: ", calls, " of ", steps, " calls, max relative error ", rel);
+  CHECK(rel < 0.1);
+  CHECK(at::equal(got, solo_latents(flow, 71, steps, 0.5)));
+}

@@ -195,6 +195,18 @@ TEST_CASE("short jobs, stochastic schedulers and the disk budget write nothing")
     drain(rig.pool);
     CHECK(rig.written.empty());
   }
+  SUBCASE("a step-cached job (its cache state is not in StepState)") {
+    Rig rig({.every_steps = 1, .every_seconds = 0, .min_steps = 1});
+    Job job("j", boost::json::object{{"prompt", "c"}});
+    FamilyJob work;
+    work.spec.steps = 5;
+    work.spec.step_cache = 0.1;
+    work.state.latents = at::ones({1, 2, 1, 4, 4});
+    rig.checkpoints->begin(job, "k6", 0);
+    run_steps(*rig.checkpoints, job, work, 5);
+    drain(rig.pool);
+    CHECK(rig.written.empty());
+  }
   SUBCASE("over the budget: skipped and counted") {
     Rig rig({.every_steps = 1, .every_seconds = 0, .min_steps = 1, .max_bytes = 512});
     Job job("j", boost::json::object{{"prompt", "c"}});

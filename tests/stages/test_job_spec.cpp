@@ -156,6 +156,90 @@ TEST_CASE("messages that quote a long value cut it on a character boundary") {
         "name: must not contain '\xC3\xA9' (only [A-Za-z0-9._-]; no paths)");
 }
 
+namespace {
+
+// The invalid_argument message parsing `text` raises under `limits` ("" if none).
+std::string image_error_of(const std::string& text, const SpecLimits& limits) {
+  try {
+    parse_job_spec(json::parse(text), JobSpec{}, limits);
+    return "";
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);
+    return e.what();
+  }
+}
+
+const std::string kHash(64, 'a');
+
+}  // namespace
+
+TEST_CASE("image fields: what the package takes decides, and the error names the field and the model") {
+  SpecLimits t2v;
+  t2v.model_name = "wan-t2v";
+  SpecLimits i2v;
+  i2v.model_name = "wan-i2v";
+  i2v.image = InputUse::required;
+  SpecLimits flf2v = i2v;
+  flf2v.last_image = InputUse::optional;
+
+  CHECK(image_error_of(R"({"prompt":"p","image":"/in.png"})", t2v) == "image: model 'wan-t2v' does not take an image");
+  CHECK(image_error_of(R"({"prompt":"p","image":"/in.png"})", SpecLimits{}) == "image: this model does not take an image");
+  CHECK(image_error_of(R"({"prompt":"p"})", i2v) == "image: required by model 'wan-i2v'");
+  CHECK(image_error_of(R"({"prompt":"p","image":"/a.png"})", i2v).empty());
+  CHECK(image_error_of(R"({"prompt":"p","image":"/a.png","last_image":"/b.png"})", i2v) ==
+        "last_image: model 'wan-i2v' does not take a last image");
+  CHECK(image_error_of(R"({"prompt":"p","image":"/a.png","last_image":"/b.png"})", flf2v).empty());
+  SpecLimits optional = flf2v;
+  optional.image = InputUse::optional;
+  CHECK(image_error_of(R"({"prompt":"p"})", optional).empty());
+  CHECK(image_error_of(R"({"prompt":"p","last_image":"/b.png"})", optional).starts_with("last_image: needs image"));
+
+  CHECK(image_error_of(R"({"prompt":"p","image":"in.png"})", i2v).starts_with("image: must be an absolute path"));
+  CHECK(image_error_of(R"({"prompt":"p","image":""})", i2v) == "image: required by model 'wan-i2v'");
+  CHECK(image_error_of(R"({"prompt":"p","image":7})", i2v).starts_with("image: must be a string"));
+  CHECK(image_error_of(R"({"prompt":"p","image":"/a.png","image_sha256":"xyz"})", i2v).starts_with("image_sha256: must be 64"));
+  CHECK(image_error_of(R"({"prompt":"p","image_sha256":")" + kHash + R"("})", optional).starts_with("image_sha256: given without image"));
+  CHECK(image_error_of(R"({"prompt":"p","image":"/a\u0000.png"})", i2v).starts_with("image: path contains a NUL"));
+  CHECK(parse_input_use("optional", "f") == InputUse::optional);
+  CHECK_THROWS_AS(parse_input_use("maybe", "inputs.image"), Error);
+}
+
+TEST_CASE("image fields round-trip through to_json; the content key follows the bytes, not the path") {
+  SpecLimits flf2v;
+  flf2v.image = InputUse::required;
+  flf2v.last_image = InputUse::optional;
+  const auto s = parse_job_spec(json::parse(R"({"prompt":"p","image":"/up/a.png","image_sha256":")" + kHash +
+                                            R"(","last_image":"/up/b.png","last_image_sha256":")" + std::string(64, 'b') + R"("})"),
+                                JobSpec{}, flf2v);
+  const auto back = parse_job_spec(json::value(to_json(s)), JobSpec{}, flf2v);
+  CHECK(back.image == "/up/a.png");
+  CHECK(back.image_sha256 == kHash);
+  CHECK(back.last_image == "/up/b.png");
+  CHECK(back.last_image_sha256 == std::string(64, 'b'));
+
+  auto moved = s;
+  moved.image = "/elsewhere/same-bytes.png";
+  CHECK(job_content_key("m", moved) == job_content_key("m", s));
+  auto other = s;
+  other.image_sha256 = std::string(64, 'c');
+  CHECK(job_content_key("m", other) != job_content_key("m", s));
+  auto no_last = s;
+  no_last.last_image.clear();
+  no_last.last_image_sha256.clear();
+  CHECK(job_content_key("m", no_last) != job_content_key("m", s));
+  // Not admitted yet (no hash): two paths never share a key.
+  auto a = s, b = s;
+  a.image_sha256.clear();
+  b.image_sha256.clear();
+  b.image = "/b.png";
+  CHECK(job_content_key("m", a) != job_content_key("m", b));
+  // A text-to-video spec's JSON and key do not change with the new fields.
+  JobSpec t2v;
+  t2v.prompt = "p";
+  CHECK_FALSE(to_json(t2v).contains("image"));
+  CHECK_FALSE(to_json(t2v).contains("image_sha256"));
+}
+
 TEST_CASE("loras: names without paths, a scale in range, each once; the content key follows the files' hashes") {
   auto spec = parse_job_spec(json::parse(R"({"prompt":"p","loras":[{"name":"style_a","scale":0.8},{"name":"b"}]})"), JobSpec{},
                              SpecLimits{});
@@ -182,4 +266,18 @@ TEST_CASE("loras: names without paths, a scale in range, each once; the content 
   c.loras[0].scale = 0.7;
   CHECK(job_content_key("m", a).hex() != job_content_key("m", c).hex());
   CHECK(job_content_key("m", plain).hex() != job_content_key("m", a).hex());
+}
+
+TEST_CASE("step_cache: a threshold in [0, 1], part of the content key only when on") {
+  JobSpec base;
+  base.prompt = "p";
+  const auto spec = parse_job_spec(json::parse(R"({"prompt": "p", "step_cache": 0.1})"), base, SpecLimits{});
+  CHECK(spec.step_cache == doctest::Approx(0.1));
+  CHECK(error_of(R"({"prompt": "p", "step_cache": -0.5})").find("step_cache: must be between 0 (off) and 1") == 0);
+  CHECK(error_of(R"({"prompt": "p", "step_cache": "fast"})").find("step_cache: must be a number") == 0);
+  // Off (the default) keeps every existing key; on, the frames differ, so the key does too.
+  CHECK_FALSE(to_json(base).contains("step_cache"));
+  auto cached = base;
+  cached.step_cache = 0.1;
+  CHECK(job_content_key("m", cached).hex() != job_content_key("m", base).hex());
 }

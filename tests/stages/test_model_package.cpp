@@ -122,6 +122,34 @@ TEST_CASE("the bundled model package loads") {
   const auto p = load_model_package(dir, {.verify_limit = 0});
   CHECK(p.limits.size_multiple == 32);
   CHECK(p.defaults.frames == 16);
+  CHECK(p.preview_weight.size() == 9);  // fitted by tools/vgen_export/latent_preview.py
+}
+
+TEST_CASE("preview factors are read when present and named when malformed; without them previews are off") {
+  TempDir tmp;
+  write_package(tmp.path() / "none");
+  const auto none = load_model_package(tmp.path() / "none");
+  CHECK(none.preview_weight.empty());
+  CHECK(none.preview_bias.empty());
+  write_package(tmp.path() / "pkg", set("preview", json::parse(R"({"latent_rgb": {
+      "weight": [[0.5, 0, 0], [0, 0.25, 0], [0, 0, 0.125]], "bias": [0.5, 0.4, 0.3], "fit": {"rmse": 0.01}}})")));
+  const auto p = load_model_package(tmp.path() / "pkg");
+  REQUIRE(p.preview_weight.size() == 9);
+  CHECK(p.preview_weight[0] == 0.5);
+  CHECK(p.preview_weight[4] == 0.25);
+  CHECK(p.preview_weight[8] == 0.125);
+  CHECK(p.preview_bias == std::vector<double>{0.5, 0.4, 0.3});
+  CHECK(contains(error_with("preview", json::parse(R"({"latent_rgb": {"weight": [[1, 0], [0, 1], [0, 0]], "bias": [0, 0, 0]}})")),
+                 "preview.latent_rgb.weight must be 3 rows of latent.channels (3)"));
+  CHECK(contains(error_with("preview", json::parse(R"({"latent_rgb": {"weight": [[1, 0, 0], [0, 1, 0]], "bias": [0, 0, 0]}})")),
+                 "preview.latent_rgb.weight"));
+  CHECK(contains(error_with("preview", json::parse(R"({"latent_rgb": {"weight": [[1, 0, 0], [0, 1, 0], [0, 0, "x"]], "bias": [0, 0, 0]}})")),
+                 "preview.latent_rgb.weight"));
+  CHECK(contains(error_with("preview", json::parse(R"({"latent_rgb": {"weight": [[1, 0, 0], [0, 1, 0], [0, 0, 1]], "bias": [0, 0]}})")),
+                 "preview.latent_rgb.bias must hold 3 numbers"));
+  CHECK(contains(error_with("preview", json::parse(R"({"latent_rgb": {"weight": [[1, 0, 0], [0, 1, 0], [0, 0, 1]]}})")),
+                 "manifest lacks preview.latent_rgb.bias"));
+  CHECK(contains(error_with("preview", json::parse(R"({"other": 1})")), "latent_rgb"));
 }
 
 TEST_CASE("a zero divisor is refused at load, naming the field and its range") {
@@ -240,4 +268,24 @@ TEST_CASE("a symlink that leaves the package is refused; one that stays inside l
   fs::create_directory_symlink(tmp.path() / "pkg3", tmp.path() / "current");
   const auto p = load_model_package(tmp.path() / "current");
   CHECK(p.component("transformer").file == fs::canonical(tmp.path() / "pkg3" / "blobs" / "t"));  // what is loaded
+}
+
+TEST_CASE("inputs: what images a package takes, none when absent; bad values are refused by name") {
+  TempDir tmp;
+  write_package(tmp.path() / "t2v");
+  const auto t2v = load_model_package(tmp.path() / "t2v");
+  CHECK(t2v.limits.image == InputUse::none);
+  CHECK(t2v.limits.last_image == InputUse::none);
+  CHECK(t2v.limits.model_name == "t2v");
+  write_package(tmp.path() / "i2v", [](json::object& m) { m["inputs"] = {{"image", "required"}, {"last_image", "optional"}}; });
+  const auto i2v = load_model_package(tmp.path() / "i2v/");
+  CHECK(i2v.limits.image == InputUse::required);
+  CHECK(i2v.limits.last_image == InputUse::optional);
+  CHECK(i2v.limits.model_name == "i2v");
+  CHECK(contains(error_with("inputs", "required"), "'inputs' must be an object"));
+  CHECK(contains(error_with("inputs", json::object{{"image", "sometimes"}}), "inputs.image: must be none, optional or required"));
+  CHECK(contains(error_with("inputs", json::object{{"image", 1}}), "inputs.image' must be a string"));
+  CHECK(contains(error_with("inputs", json::object{{"video", "required"}}), "inputs.video' is unknown"));
+  CHECK(contains(error_with("inputs", json::object{{"image", "optional"}, {"last_image", "required"}}), "cannot be required"));
+  CHECK(contains(error_with("inputs", json::object{{"last_image", "optional"}}), "needs inputs.image"));
 }

@@ -29,6 +29,7 @@ class FakeFamily final : public Family {
     return parse_job_spec(spec, package_.defaults, package_.limits);
   }
   std::shared_ptr<FamilyJob> create_job(JobSpec spec) const override {
+    if (on_create_job) on_create_job(spec);
     auto j = std::make_shared<FamilyJob>();
     j->spec = std::move(spec);
     return j;
@@ -66,7 +67,9 @@ class FakeFamily final : public Family {
       throw_error(ErrorKind::out_of_memory, "fake family: out of memory on " + call.device);
     if (oom_above_rows && call.jobs.size() > oom_above_rows && call.jobs.front()->state.step >= oom_from_step)
       throw_error(ErrorKind::out_of_memory, "fake family: out of memory at " + std::to_string(call.jobs.size()) + " rows");
-    return call.x * gain_ + call.timestep.to(at::kFloat) / 1000.0;
+    // Each row its own timestep ([jobs]; a 0-dim one applies to all).
+    const auto t = call.timestep.to(at::kFloat).reshape({-1, 1, 1, 1, 1});
+    return call.x * gain_ + t / 1000.0;
   }
   void decode(const std::string&, const std::vector<FamilyJob*>& jobs) override {
     for (auto* j : jobs) {
@@ -105,6 +108,7 @@ class FakeFamily final : public Family {
   std::function<void(std::size_t call, std::size_t rows)> on_predict;
   std::string scheduler_name = "FlowMatchEulerDiscreteScheduler";  // set before jobs run
   SchedulerParams scheduler_params;
+  std::function<void(const JobSpec&)> on_create_job;  // e.g. an image-to-video test decoding spec.image
   std::string expect_model;  // the "model" field this family's jobs carry
   std::size_t oom_above_rows = 0;  // 0: never
   int oom_from_step = 0;

@@ -97,4 +97,59 @@ inline void check_job_store_contract(const std::function<JobStore&(bool reopen)>
   CHECK(s.find("a")->status == "interrupted");
 }
 
+// JobStore::list on a fresh, empty store: newest accepted first, a status filter, pages that
+// neither repeat nor skip a row, and a cursor that stays valid while rows are added.
+inline void check_job_store_list_contract(JobStore& s) {
+  CHECK(s.list({}).jobs.empty());
+  CHECK(s.list({}).next == 0);
+  for (const char* id : {"j1", "j2", "j3", "j4", "j5"}) s.record_accepted(id, "k", {{"prompt", id}});
+  s.record_accepted("gone", "k", {{"prompt", "gone"}});
+  s.forget("gone");
+  for (const char* id : {"j2", "j4"}) {
+    JobRecord r;
+    r.id = id;
+    r.status = "done";
+    r.output = std::string("/out/") + id + ".mp4";
+    s.record_finished(r);
+  }
+  s.claim("j5");
+  const auto all = s.list({});
+  REQUIRE(all.jobs.size() == 5);
+  CHECK(all.jobs[0].id == "j5");
+  CHECK(all.jobs[0].status == "running");
+  CHECK(all.jobs[4].id == "j1");
+  CHECK(all.jobs[1].spec.at("prompt").as_string() == "j4");
+  CHECK(all.next == 0);
+
+  auto first = s.list({.status = "", .limit = 2});
+  REQUIRE(first.jobs.size() == 2);
+  CHECK(first.jobs[0].id == "j5");
+  CHECK(first.jobs[1].id == "j4");
+  REQUIRE(first.next != 0);
+  s.record_accepted("j6", "k", {{"prompt", "j6"}});  // a newer row does not shift later pages
+  const auto second = s.list({.status = "", .limit = 2, .before = first.next});
+  REQUIRE(second.jobs.size() == 2);
+  CHECK(second.jobs[0].id == "j3");
+  CHECK(second.jobs[1].id == "j2");
+  REQUIRE(second.next != 0);
+  const auto third = s.list({.status = "", .limit = 2, .before = second.next});
+  REQUIRE(third.jobs.size() == 1);
+  CHECK(third.jobs[0].id == "j1");
+  CHECK(third.next == 0);
+
+  const auto done = s.list({.status = "done", .limit = 1});
+  REQUIRE(done.jobs.size() == 1);
+  CHECK(done.jobs[0].id == "j4");
+  CHECK(done.jobs[0].output == "/out/j4.mp4");
+  const auto done2 = s.list({.status = "done", .limit = 1, .before = done.next});
+  REQUIRE(done2.jobs.size() == 1);
+  CHECK(done2.jobs[0].id == "j2");
+  CHECK(done2.next == 0);
+  CHECK(s.list({.status = "failed"}).jobs.empty());
+  const auto queued = s.list({.status = "queued"});
+  REQUIRE(queued.jobs.size() == 3);
+  CHECK(queued.jobs[0].id == "j6");
+  CHECK(s.list({.status = "", .limit = 0}).jobs.size() == 1);  // 0 is read as 1
+}
+
 }  // namespace vgen::test

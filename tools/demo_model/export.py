@@ -25,6 +25,7 @@ import clips  # noqa: E402
 from model import PixelDecoder, build_models  # noqa: E402
 from vgen_export import manifest as mf  # noqa: E402
 from vgen_export.export_wan import _save  # noqa: E402
+from vgen_export.latent_preview import preview_section, wan_loop_decoder  # noqa: E402
 from vgen_export.reference_loop import check_tokenizer, spm_tokenize  # noqa: E402
 from vgen_export.tiny_wan import make_scheduler, tokenizer_from_spm  # noqa: E402
 
@@ -151,6 +152,7 @@ def export_package(ckpt_path: Path, out_dir: Path, command: str | None = None, w
         "defaults": dict(DEFAULTS),
         "export_checks": checks,
     }
+    manifest["preview"] = preview_section(manifest, wan_loop_decoder(dec, manifest["latent"]))  # live previews' factors
     mf.write_manifest(out_dir, manifest)
     mf.read_manifest(out_dir)
     print(f"wrote {out_dir} (step {ck['step']}, {n_params / 1e6:.2f}M parameters)", flush=True)

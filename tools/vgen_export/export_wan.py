@@ -26,6 +26,11 @@ from typing import Any, List, Tuple
 import torch
 
 from . import manifest as mf
+from .latent_preview import preview_section, torchscript_decoder
+from .detect_wan import UnsupportedWanPipeline, check_exportable, detect_wan
+from .export_wan_i2v import export_i2v_parts
+from .export_common import (_assert_checks, _failed_checks, _graphs, _max_diff, _save,  # noqa: F401
+                            _tolerance, _trace, _two_frames, count_device_constants, make_device_agnostic)
 from .reference_loop import check_tokenizer, compact_context
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -120,15 +125,6 @@ class TransformerExport(torch.nn.Module):
             return self._predict(hidden_states, timestep, encoder_hidden_states)
         finally:
             self._key_bias.bias = None
-
-
-def _two_frames(cache: torch.Tensor) -> torch.Tensor:
-    """Normalise a causal-conv cache to exactly 2 frames (zero frames in front): equivalent
-    for a kernel-3 causal conv, whose own padding would supply those zeros."""
-    if cache.shape[2] >= 2:
-        return cache[:, :, -2:]
-    zero = torch.zeros_like(cache[:, :, :1])
-    return torch.cat([zero] * (2 - cache.shape[2]) + [cache], 2)
 
 
 class VaeFirstChunk(torch.nn.Module):
@@ -230,66 +226,6 @@ class VaeDecoderExport(torch.nn.Module):
     @torch.jit.export
     def decode_step(self, z: torch.Tensor, caches: List[torch.Tensor]) -> Tuple[torch.Tensor, List[torch.Tensor]]:
         return self.step(z, caches)
-
-
-# --------------------------------------------------------------------------- helpers
-def _trace(module, inputs):
-    with warnings.catch_warnings():
-        # Expected: deprecation notices and shape-constant branches (see MODEL_PACKAGE.md).
-        warnings.simplefilter("ignore")
-        return torch.jit.trace(module, inputs, check_trace=False)
-
-
-def _graphs(module: torch.jit.ScriptModule):
-    for name, sub in module.named_modules():
-        for method in sub._c._method_names():  # noqa: SLF001
-            yield f"{name or '<root>'}.{method}", sub._c._get_method(method).graph  # noqa: SLF001
-
-
-def count_device_constants(module: torch.jit.ScriptModule) -> int:
-    return sum(1 for _, g in _graphs(module) for n in g.findAllNodes("prim::Constant")
-               if n.output().type().kind() == "DeviceObjType")
-
-
-def make_device_agnostic(module: torch.jit.ScriptModule) -> int:
-    """Tracing records every ``.to(x.device)`` / ``arange(device=...)`` with the trace-time
-    device as a constant (here "cpu"), which breaks the module on a GPU. Replace each such
-    constant by ``prim::device`` of the graph's first tensor input (all inputs of a package
-    module live on one device). Returns the number of constants replaced."""
-    replaced = 0
-    for name, graph in _graphs(module):
-        consts = [n for n in graph.findAllNodes("prim::Constant")
-                  if n.output().type().kind() == "DeviceObjType"]
-        if not consts:
-            continue
-        tensors = [v for v in graph.inputs() if v.type().kind() == "TensorType"]
-        if not tensors:
-            raise RuntimeError(f"{name}: device constant but no tensor input to take the device from")
-        device = graph.create("prim::device", [tensors[0]], 1)
-        device.output().setType(torch._C.DeviceObjType.get())  # noqa: SLF001
-        device.insertBefore(next(iter(graph.nodes())))
-        for const in consts:
-            const.output().replaceAllUsesWith(device.output())
-            const.destroy()
-            replaced += 1
-    return replaced
-
-
-def _save(module: torch.jit.ScriptModule, path: Path) -> dict[str, int]:
-    replaced = make_device_agnostic(module)
-    module.save(str(path))
-    left = count_device_constants(torch.jit.load(str(path)))
-    if left:
-        raise RuntimeError(f"{path.name}: {left} device constants survive")
-    return {"device_constants_replaced": replaced, "device_constants_left": left}
-
-
-def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).abs().max())
-
-
-def _tolerance(dtype: torch.dtype, ref: torch.Tensor) -> float:
-    return 1e-5 if dtype == torch.float32 else 1e-2 * (1.0 + float(ref.float().abs().max()))
 
 
 def _mask_batch(lengths: list[int], length: int, vocab: int, gen: torch.Generator):
@@ -452,20 +388,12 @@ def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
     return report
 
 
-def _failed_checks(report: dict[str, Any]) -> list[dict[str, Any]]:
-    return [c for c in report["checks"] if not c["max_abs_diff"] <= c["tolerance"]]  # NaN fails too
-
-
-def _assert_checks(name: str, report: dict[str, Any]) -> None:
-    for check in _failed_checks(report):
-        raise RuntimeError(f"{name}: exported module differs from eager at {check['shape']}: "
-                           f"{check['max_abs_diff']} > {check['tolerance']}")
-
-
 def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "float32",
                tiny: bool = False, flow_shift: float | None = None, max_side: int = 1280,
                max_frames: int = 81, seed: int = 0, source: dict | None = None) -> dict[str, Any]:
-    """Export the diffusers Wan 2.1 T2V directory into a package directory; returns the manifest."""
+    """Export a diffusers Wan directory into a package directory; returns the manifest. Which
+    pipeline it is comes from detect_wan (Wan 2.1 T2V or I2V); any other is refused, naming it,
+    before anything is written."""
     import diffusers
     import sentencepiece
     import transformers
@@ -473,6 +401,10 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     from transformers import UMT5EncoderModel
 
     diffusers_dir, out_dir = Path(diffusers_dir), Path(out_dir)
+    variant = detect_wan(diffusers_dir)
+    check_exportable(variant)
+    i2v = variant.name == mf.FAMILY_WAN21_I2V
+    experts = variant.name == mf.FAMILY_WAN22_A14B_T2V  # transformer (high noise) + transformer_2
     out_dir.mkdir(parents=True, exist_ok=True)
     tdtype = DTYPES[dtype]
     gen = torch.Generator().manual_seed(1234)
@@ -491,16 +423,28 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         checks["text_encoder"] = export_text_encoder(encoder, out_dir / "text_encoder.pt", max_length, tdtype, gen)
         text_dim = int(encoder.config.d_model)
         del encoder
-        transformer = WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer",
-                                                            dtype=tdtype).eval()
-        tcfg = dict(transformer.config)
-        checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", max_length, tdtype, gen)
-        del transformer
+        if i2v:  # image encoder, VAE encoder and the 36-channel transformer
+            parts = export_i2v_parts(diffusers_dir, out_dir, max_length, tdtype, gen)
+            checks.update(parts["checks"])
+            tcfg = parts["transformer_config"]
+        else:
+            transformer = WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer",
+                                                                dtype=tdtype).eval()
+            tcfg = dict(transformer.config)
+            checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", max_length, tdtype,
+                                                       gen)
+            del transformer
+        if experts:
+            transformer = WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer_2",
+                                                                dtype=tdtype).eval()
+            checks["transformer_2"] = export_transformer(transformer, out_dir / "transformer_2.pt", max_length,
+                                                         tdtype, gen)
+            del transformer
         vae = AutoencoderKLWan.from_pretrained(diffusers_dir, subfolder="vae", dtype=torch.float32).eval()
         vcfg = dict(vae.config)
         checks["vae_decoder"] = export_vae_decoder(vae, out_dir / "vae_decoder.pt", gen)
         del vae
-    for name in ("text_encoder", "transformer", "vae_decoder"):
+    for name in ("text_encoder", "transformer", "vae_decoder") + (("transformer_2",) if experts else ()):
         _assert_checks(name, checks[name])
 
     scheduler = load_scheduler(diffusers_dir, flow_shift)
@@ -517,7 +461,7 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     manifest = {
         "format": mf.FORMAT,
         "format_version": mf.FORMAT_VERSION,
-        "family": mf.FAMILY_WAN21_T2V,
+        "family": variant.name,
         "dtype": dtype,
         "source": {"diffusers_dir": str(diffusers_dir), "tiny": tiny, "seed": seed if tiny else None,
                    "torch": torch.__version__, "diffusers": diffusers.__version__,
@@ -526,8 +470,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
             "tokenizer": mf.component_entry(out_dir, "tokenizer.model", format="sentencepiece"),
             "text_encoder": mf.component_entry(out_dir, "text_encoder.pt", format="torchscript",
                                                dtype=dtype, methods=["forward"]),
-            "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript",
-                                              dtype=dtype, methods=["forward", "forward_compact"]),
+            "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript", dtype=dtype,
+                                              methods=["forward"] if i2v else ["forward", "forward_compact"]),
             "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript",
                                               dtype="float32",
                                               methods=["forward", "decode_first", "decode_step"]),
@@ -547,7 +491,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         "transformer": {"patch_size": patch, "in_channels": int(tcfg["in_channels"]),
                         "out_channels": int(tcfg["out_channels"]), "text_dim": int(tcfg["text_dim"]),
                         "rope_max_seq_len": rope, "prediction": "flow", "timestep_dtype": "float32",
-                        "compact_context": checks["transformer"]["compact_context"]["usable"]},
+                        "compact_context": all(checks[t]["compact_context"]["usable"] for t in
+                                               ("transformer", "transformer_2") if t in checks)},
         "resolution": {"height": side(patch[1]), "width": side(patch[2])},
         "frames": {"rule": "4k+1", "k_multiple": temporal, "min": 1,
                    "max": (frames_max - 1) // temporal * temporal + 1},
@@ -555,17 +500,33 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                                  (frames_max - 1) // temporal * temporal + 1),
         "export_checks": checks,
     }
+    # Live previews: the latent -> RGB factors, fitted against the decoder just written.
+    manifest["preview"] = preview_section(manifest, torchscript_decoder(out_dir, manifest))
+    if i2v:
+        manifest["components"]["image_encoder"] = mf.component_entry(
+            out_dir, "image_encoder.pt", format="torchscript", dtype="float32", methods=["forward"])
+        manifest["components"]["vae_encoder"] = mf.component_entry(
+            out_dir, "vae_encoder.pt", format="torchscript", dtype="float32", methods=["forward", "encode_first"])
+        manifest["image_conditioning"] = parts["image_conditioning"]
+        manifest["inputs"] = {"image": "required", "last_image": "none"}  # what a job must give
+    if experts:  # WanPipeline: transformer while t >= boundary_ratio * num_train_timesteps, then transformer_2
+        manifest["components"]["transformer_2"] = mf.component_entry(
+            out_dir, "transformer_2.pt", format="torchscript", dtype=dtype, methods=["forward", "forward_compact"])
+        manifest["experts"] = {"boundary_ratio": float(variant.boundary_ratio), "high_noise": "transformer",
+                               "low_noise": "transformer_2", "guidance_scale_2": "the job's guidance"}
     mf.write_manifest(out_dir, manifest)
     return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Export diffusers Wan2.1 T2V to a vgen model package")
+    parser = argparse.ArgumentParser(description="Export a diffusers Wan directory (2.1 T2V or I2V) to a vgen "
+                                                 "model package")
     parser.add_argument("--diffusers", type=Path, help="diffusers checkpoint directory")
     parser.add_argument("--out", type=Path, required=True, help="package directory to write")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--tiny", action="store_true", help="build the tiny random test model first")
     parser.add_argument("--seed", type=int, default=0, help="seed for --tiny")
+    parser.add_argument("--tiny-variant", choices=["t2v", "i2v", "a14b-t2v"], default="t2v", help="which tiny pipeline")
     parser.add_argument("--flow-shift", type=float, default=None, help="override the scheduler shift")
     parser.add_argument("--max-side", type=int, default=1280)
     parser.add_argument("--max-frames", type=int, default=81)
@@ -580,11 +541,16 @@ def main(argv: list[str] | None = None) -> int:
         from .tiny_wan import write_tiny_wan
 
         with tempfile.TemporaryDirectory(prefix="vgen_tiny_wan_") as tmp:
-            src = write_tiny_wan(Path(tmp) / "diffusers", seed=args.seed)
+            src = write_tiny_wan(Path(tmp) / "diffusers", seed=args.seed, variant=args.tiny_variant)
             manifest = export_wan(src, args.out, tiny=True, seed=args.seed, **common)
     else:
-        manifest = export_wan(args.diffusers, args.out, **common)
-    worst = max(c["max_abs_diff"] for n in ("text_encoder", "transformer", "vae_decoder")
+        try:
+            manifest = export_wan(args.diffusers, args.out, **common)
+        except UnsupportedWanPipeline as e:
+            print(f"export_wan: refused: {e}", file=sys.stderr)
+            return 2
+    worst = max(c["max_abs_diff"] for n in ("text_encoder", "transformer", "transformer_2", "vae_decoder",
+                                            "image_encoder", "vae_encoder") if n in manifest["export_checks"]
                 for c in manifest["export_checks"][n]["checks"])
     print(f"wrote {args.out} ({manifest['family']}, {manifest['dtype']}); max |jit - eager| = {worst:.3g}")
     return 0

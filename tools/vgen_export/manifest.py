@@ -14,8 +14,12 @@ from typing import Any
 FORMAT = "vgen-model-package"
 FORMAT_VERSION = 1
 FAMILY_WAN21_T2V = "wan2.1-t2v"
+FAMILY_WAN21_I2V = "wan2.1-i2v"
+FAMILY_WAN22_A14B_T2V = "wan2.2-a14b-t2v"
 FAMILY_LTX_VIDEO = "ltx-video"
-FAMILIES = (FAMILY_WAN21_T2V, FAMILY_LTX_VIDEO)
+FAMILIES = (FAMILY_WAN21_T2V, FAMILY_WAN21_I2V, FAMILY_WAN22_A14B_T2V, FAMILY_LTX_VIDEO)
+# Components a family needs besides REQUIRED_COMPONENTS.
+FAMILY_COMPONENTS = {FAMILY_WAN21_I2V: ("image_encoder", "vae_encoder"), FAMILY_WAN22_A14B_T2V: ("transformer_2",)}
 MANIFEST_NAME = "manifest.json"
 
 # Components whose file must exist and whose sha256 is checked by readers.
@@ -102,7 +106,7 @@ def validate_manifest(manifest: dict[str, Any]) -> None:
         raise ManifestError(f"manifest lacks {missing}")
     if manifest["family"] not in FAMILIES:
         raise ManifestError(f"unknown family {manifest['family']!r}")
-    for name in REQUIRED_COMPONENTS:
+    for name in REQUIRED_COMPONENTS + FAMILY_COMPONENTS.get(manifest["family"], ()):
         entry = manifest["components"].get(name)
         if not entry or "file" not in entry or "sha256" not in entry:
             raise ManifestError(f"component {name!r} missing or lacks file/sha256")

@@ -132,15 +132,20 @@ def tiny_text_encoder(vocab_size: int):
     return UMT5EncoderModel(config).eval()
 
 
-def tiny_transformer(text_dim: int = 32):
+def tiny_transformer(text_dim: int = 32, image_dim: int | None = None):
+    """Wan 2.1's transformer shrunk; with ``image_dim`` the image-to-video one (36 input
+    channels: noise 16 + mask 4 + condition 16, and image cross-attention keys/values)."""
     from diffusers import WanTransformer3DModel
 
+    heads, head_dim = 2, 12
     return WanTransformer3DModel(
         patch_size=(1, 2, 2),
-        num_attention_heads=2,
-        attention_head_dim=12,
-        in_channels=16,
+        num_attention_heads=heads,
+        attention_head_dim=head_dim,
+        in_channels=16 if image_dim is None else 36,
         out_channels=16,
+        image_dim=image_dim,
+        added_kv_proj_dim=None if image_dim is None else heads * head_dim,
         text_dim=text_dim,
         freq_dim=256,
         ffn_dim=32,
@@ -149,6 +154,21 @@ def tiny_transformer(text_dim: int = 32):
         qk_norm="rms_norm_across_heads",
         rope_max_seq_len=32,
     ).eval()
+
+
+TINY_CLIP_SIZE = 32
+
+
+def tiny_image_encoder():
+    """A tiny CLIP vision tower (Wan 2.1 I2V uses CLIP ViT-H/14's penultimate hidden states)
+    and its image processor, resizing and cropping to TINY_CLIP_SIZE instead of 224."""
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    config = CLIPVisionConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+                              image_size=TINY_CLIP_SIZE, patch_size=8, projection_dim=32)
+    processor = CLIPImageProcessor(size={"shortest_edge": TINY_CLIP_SIZE},
+                                   crop_size={"height": TINY_CLIP_SIZE, "width": TINY_CLIP_SIZE})
+    return CLIPVisionModel(config).eval(), processor
 
 
 def tiny_vae():
@@ -182,13 +202,23 @@ def make_scheduler(kind: str = "unipc", flow_shift: float = 3.0):
     raise ValueError(f"unknown scheduler kind {kind!r} (unipc | flow_euler)")
 
 
-def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, scheduler: str = "unipc"):
-    """Build the tiny random WanPipeline. ``workdir`` receives the trained ``spiece.model``
-    (a temporary directory is used when None). Returns the pipeline (eval mode, float32)."""
+VARIANTS = ("t2v", "i2v", "a14b-t2v")
+TINY_BOUNDARY_RATIO = 0.875  # Wan2.2-T2V-A14B's
+
+
+def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, scheduler: str = "unipc",
+                            variant: str = "t2v"):
+    """Build the tiny random WanPipeline (``variant`` "t2v"), WanImageToVideoPipeline ("i2v",
+    Wan 2.1 I2V with a tiny CLIP image encoder) or Wan 2.2 A14B's two-expert WanPipeline
+    ("a14b-t2v": transformer for high noise, transformer_2 below boundary_ratio). ``workdir`` receives the trained
+    ``spiece.model`` (a temporary directory is used when None). Returns the pipeline (eval
+    mode, float32)."""
     import tempfile
 
-    from diffusers import WanPipeline
+    from diffusers import WanImageToVideoPipeline, WanPipeline
 
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown tiny Wan variant {variant!r} ({' | '.join(VARIANTS)})")
     if workdir is None:
         workdir = tempfile.mkdtemp(prefix="vgen_tiny_wan_")
     workdir = Path(workdir)
@@ -198,15 +228,25 @@ def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, sc
 
     torch.manual_seed(seed)
     text_encoder = tiny_text_encoder(vocab_size)
-    transformer = tiny_transformer(text_dim=text_encoder.config.d_model)
-    vae = tiny_vae()
-    pipe = WanPipeline(
-        tokenizer=tokenizer,
-        text_encoder=text_encoder,
-        transformer=transformer,
-        vae=vae,
-        scheduler=make_scheduler(scheduler),
-    )
+    if variant == "t2v":
+        transformer = tiny_transformer(text_dim=text_encoder.config.d_model)
+        vae = tiny_vae()
+        pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae,
+                           scheduler=make_scheduler(scheduler))
+    elif variant == "a14b-t2v":
+        transformer = tiny_transformer(text_dim=text_encoder.config.d_model)
+        transformer_2 = tiny_transformer(text_dim=text_encoder.config.d_model)  # other random weights
+        vae = tiny_vae()
+        pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae,
+                           scheduler=make_scheduler(scheduler), transformer_2=transformer_2,
+                           boundary_ratio=TINY_BOUNDARY_RATIO)
+    else:
+        image_encoder, image_processor = tiny_image_encoder()
+        transformer = tiny_transformer(text_dim=text_encoder.config.d_model, image_dim=image_encoder.config.hidden_size)
+        vae = tiny_vae()
+        pipe = WanImageToVideoPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer,
+                                       vae=vae, scheduler=make_scheduler(scheduler), image_encoder=image_encoder,
+                                       image_processor=image_processor)
     pipe.set_progress_bar_config(disable=True)
     pipe._vgen_spm_file = str(spm_file)  # noqa: SLF001 - remembered for save_tiny_wan
     return pipe
@@ -222,12 +262,13 @@ def save_tiny_wan(pipe, out_dir: Path | str) -> Path:
     return out_dir
 
 
-def write_tiny_wan(out_dir: Path | str, seed: int = 0, scheduler: str = "unipc") -> Path:
-    """Build the tiny pipeline and save it as a diffusers directory."""
+def write_tiny_wan(out_dir: Path | str, seed: int = 0, scheduler: str = "unipc", variant: str = "t2v") -> Path:
+    """Build the tiny pipeline (``variant``: see build_tiny_wan_pipeline) and save it as a
+    diffusers directory."""
     import tempfile
 
     out_dir = Path(out_dir)
     with tempfile.TemporaryDirectory(prefix="vgen_spm_") as tmp:
-        pipe = build_tiny_wan_pipeline(seed=seed, workdir=tmp, scheduler=scheduler)
+        pipe = build_tiny_wan_pipeline(seed=seed, workdir=tmp, scheduler=scheduler, variant=variant)
         save_tiny_wan(pipe, out_dir)
     return out_dir

@@ -1,0 +1,42 @@
+// The Wan 2.1 image-to-video family (diffusers' WanImageToVideoPipeline) behind the model-family
+// interface (stages/family.hpp), registered as "wan2.1-i2v" in stages/builtin_families.cpp.
+// It is the text-to-video family (stages/wan/wan_family.hpp: text, noise, guidance, decode)
+// plus the job's image, turned in prepare into:
+//   image_embeds  image_encoder.pt on the image [1,3,H,W] in [0,1] (CLIP's resize, crop and
+//                 normalisation are inside the module): the tokens of the transformer's image
+//                 cross-attention, the same for the cond and uncond rows;
+//   condition     [mask; (mean - latents_mean) / latents_std] where mean = vae_encoder.pt on
+//                 [2 image - 1, zeros...] (F frames) and the mask is 1 on latent frame 0:
+//                 concatenated to the latents' channels at every step (36 = 16 + 4 + 16).
+// Jobs of one denoise group each carry their own image (rows are independent in the call).
+// Ownership and threads: as WanFamily; prepare's module calls run on the compute thread.
+#pragma once
+
+#include "stages/wan/wan_family.hpp"
+
+namespace vgen {
+
+class WanI2VFamily final : public WanFamily {
+ public:
+  WanI2VFamily(ModelPackage package, const FamilyOptions& options);
+
+  // The spec as WanFamily validates it, and an image: Error(invalid_argument) naming "image".
+  JobSpec validate(const boost::json::value& spec) const override;
+
+ protected:
+  void condition(const std::string& device, WanJob& job) override;
+};
+
+std::shared_ptr<Family> make_wan_i2v_family(ModelPackage package, const FamilyOptions& options);
+
+// The job's first frame, [3, H, W] float32 in [0, 1] at the job's size: job.image when it is
+// set (tests, tools), else the spec's image file decoded (stages/image_input) and resized to
+// the job's size. Error(invalid_argument) naming "image" when the job has none or it does not
+// decode. Reads the file: call it on the compute thread (prepare).
+at::Tensor wan_job_image(const WanJob& job);
+
+// The condition for `image` ([3, H, W] in [0, 1]) at `frames` frames, from the package's VAE
+// encoder output `mean` ([1, C, F', H', W']): [1, temporal_scale + C, F', H', W'].
+at::Tensor wan_i2v_condition(const ModelPackage& package, const at::Tensor& mean);
+
+}  // namespace vgen

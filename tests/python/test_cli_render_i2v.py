@@ -1,0 +1,75 @@
+"""`vgen render --image` end to end on the tiny random Wan 2.1 I2V package: the video is
+written and probed, a different first frame gives a different video, and a missing or
+undecodable image exits 2 naming `image`, leaving no file."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "reference"))
+from vgen_export import export_wan as ew  # noqa: E402
+from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+from wan_i2v_parity import test_image as pattern  # noqa: E402
+
+BUILD = Path(os.environ.get("VGEN_BUILD_DIR", Path(__file__).resolve().parents[2] / "build"))
+VGEN = BUILD / "bin" / "vgen"
+pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    import PIL.Image
+
+    root = tmp_path_factory.mktemp("render_i2v")
+    src = write_tiny_wan(root / "diffusers", seed=0, variant="i2v")
+    ew.export_wan(src, root / "pkg", dtype="float32", tiny=True, seed=0)
+    pixels = pattern(32, 48)
+    PIL.Image.fromarray(pixels).save(root / "in.png")
+    PIL.Image.fromarray(pixels[:, ::-1].copy()).resize((96, 64)).save(root / "other.jpg")  # another size too
+    return root
+
+
+def render(root, out, *args):
+    cmd = [str(VGEN), "render", "a red circle moving left", "-o", str(out), "--model", str(root / "pkg"),
+           "--width", "48", "--height", "32", "--frames", "9", "--steps", "2", "--seed", "3", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def frames_of(path):
+    return subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
+                          capture_output=True, check=True).stdout
+
+
+def test_render_with_an_image_writes_the_video(package, tmp_path):
+    out = tmp_path / "clip.mp4"
+    r = render(package, out, "--image", str(package / "in.png"))
+    assert r.returncode == 0, r.stderr
+    s = json.loads(subprocess.run(["ffprobe", "-v", "error", "-count_frames", "-show_entries",
+                                   "stream=width,height,nb_read_frames", "-of", "json", str(out)],
+                                  capture_output=True, text=True, check=True).stdout)["streams"][0]
+    assert (s["width"], s["height"], int(s["nb_read_frames"])) == (48, 32, 9)
+    # A JPEG of another size is resized to the video's: it runs, and its video differs.
+    other = tmp_path / "other.mp4"
+    r = render(package, other, "--image", str(package / "other.jpg"))
+    assert r.returncode == 0, r.stderr
+    assert frames_of(out) != frames_of(other)
+
+
+@pytest.mark.parametrize("args", [[], ["--image", "/nonexistent/in.png"], ["--image", "NOTPNG"]])
+def test_render_without_a_usable_image_exits_2_naming_it(package, tmp_path, args):
+    if args and args[1] == "NOTPNG":
+        bad = tmp_path / "bad.png"
+        bad.write_text("not an image")
+        args = ["--image", str(bad)]
+    out = tmp_path / "o" / "clip.mp4"
+    out.parent.mkdir()
+    r = render(package, out, *args)
+    assert r.returncode == 2, r.stderr
+    assert "image" in r.stderr
+    assert list(out.parent.iterdir()) == []

@@ -1,0 +1,160 @@
+"""Which Wan pipeline a diffusers directory is (tools/vgen_export/detect_wan.py), the refusals
+of what the exporter cannot write, and the tiny Wan 2.1 image-to-video export.
+
+Run: /root/.cache/vgen/venv/bin/python -m pytest -q tests/python/test_export_wan_variants.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+
+from vgen_export import export_wan as ew  # noqa: E402
+from vgen_export import manifest as mf  # noqa: E402
+from vgen_export.detect_wan import UnsupportedWanPipeline, check_exportable, detect_wan  # noqa: E402
+from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+
+torch.set_num_threads(1)
+NONE = [None, None]
+
+
+def config_dir(root: Path, pipeline: str, in_channels: int = 16, z_dim: int = 16, image_encoder: bool = False,
+               transformer_2: bool = False, boundary_ratio=None, expand_timesteps=None, image_dim=None,
+               pos_embed_seq_len=None) -> Path:
+    """A diffusers directory holding only the JSON that detection reads (as real repos lay it out)."""
+    index = {"_class_name": pipeline, "_diffusers_version": "0.42.1",
+             "transformer": ["diffusers", "WanTransformer3DModel"], "vae": ["diffusers", "AutoencoderKLWan"],
+             "text_encoder": ["transformers", "UMT5EncoderModel"], "tokenizer": ["transformers", "T5Tokenizer"],
+             "scheduler": ["diffusers", "UniPCMultistepScheduler"],
+             "transformer_2": ["diffusers", "WanTransformer3DModel"] if transformer_2 else NONE}
+    if pipeline == "WanImageToVideoPipeline":
+        index["image_encoder"] = ["transformers", "CLIPVisionModel"] if image_encoder else NONE
+        index["image_processor"] = ["transformers", "CLIPImageProcessor"] if image_encoder else NONE
+    if boundary_ratio is not None:
+        index["boundary_ratio"] = boundary_ratio
+    if expand_timesteps is not None:
+        index["expand_timesteps"] = expand_timesteps
+    root.mkdir(parents=True)
+    (root / "model_index.json").write_text(json.dumps(index))
+    for sub in ("transformer",) + (("transformer_2",) if transformer_2 else ()):
+        (root / sub).mkdir()
+        (root / sub / "config.json").write_text(json.dumps(
+            {"in_channels": in_channels, "out_channels": z_dim, "image_dim": image_dim,
+             "pos_embed_seq_len": pos_embed_seq_len}))
+    (root / "vae").mkdir()
+    (root / "vae" / "config.json").write_text(json.dumps({"z_dim": z_dim}))
+    return root
+
+
+# The layouts of the real diffusers repos (Wan-AI/*-Diffusers), in the fields detection reads.
+LAYOUTS = {
+    "wan2.1-t2v": dict(pipeline="WanPipeline"),
+    "wan2.1-i2v": dict(pipeline="WanImageToVideoPipeline", in_channels=36, image_encoder=True, image_dim=1280),
+    "wan2.1-flf2v": dict(pipeline="WanImageToVideoPipeline", in_channels=36, image_encoder=True, image_dim=1280,
+                         pos_embed_seq_len=514),
+    "wan2.2-ti2v": dict(pipeline="WanPipeline", in_channels=48, z_dim=48, expand_timesteps=True),
+    "wan2.2-a14b-t2v": dict(pipeline="WanPipeline", transformer_2=True, boundary_ratio=0.875),
+    "wan2.2-a14b-i2v": dict(pipeline="WanImageToVideoPipeline", in_channels=36, transformer_2=True,
+                            boundary_ratio=0.9),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_detects_each_wan_layout(name, tmp_path):
+    assert detect_wan(config_dir(tmp_path / "d", **LAYOUTS[name])).name == name
+
+
+@pytest.mark.parametrize("name", ["wan2.1-flf2v", "wan2.2-ti2v", "wan2.2-a14b-i2v"])
+def test_refuses_what_it_cannot_export_naming_it_and_writes_nothing(name, tmp_path):
+    src = config_dir(tmp_path / "d", **LAYOUTS[name])
+    with pytest.raises(UnsupportedWanPipeline, match=name):
+        ew.export_wan(src, tmp_path / "pkg")
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_cli_refusal_exits_2_with_the_reason(tmp_path, capsys):
+    src = config_dir(tmp_path / "d", **LAYOUTS["wan2.2-ti2v"])
+    assert ew.main(["--diffusers", str(src), "--out", str(tmp_path / "pkg")]) == 2
+    err = capsys.readouterr().err
+    assert "wan2.2-ti2v" in err and "z_dim-48" in err
+
+
+@pytest.mark.parametrize("layout, reason", [
+    (dict(pipeline="WanPipeline", in_channels=36), "in a WanPipeline directory"),
+    (dict(pipeline="WanImageToVideoPipeline", in_channels=36, image_encoder=False), "needs an image_encoder"),
+    (dict(pipeline="WanImageToVideoPipeline", in_channels=20, image_encoder=True, image_dim=8), "needs 36"),
+    (dict(pipeline="WanVACEPipeline"), "WanVACEPipeline is not one vgen exports"),
+])
+def test_refuses_inconsistent_or_other_pipelines(layout, reason, tmp_path):
+    with pytest.raises(UnsupportedWanPipeline, match=reason):
+        check_exportable(detect_wan(config_dir(tmp_path / "d", **layout)))
+
+
+@pytest.fixture(scope="module")
+def i2v_export(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wan_i2v")
+    src = write_tiny_wan(root / "diffusers", seed=0, variant="i2v")
+    return src, root / "pkg", ew.export_wan(src, root / "pkg", dtype="float32", tiny=True, seed=0)
+
+
+def test_i2v_directory_is_exported_as_i2v_not_silently_as_t2v(i2v_export):
+    # Regression: an I2V directory used to be written as wan2.1-t2v (image encoder dropped).
+    src, pkg, manifest = i2v_export
+    assert detect_wan(src).name == "wan2.1-i2v"
+    assert manifest["family"] == mf.FAMILY_WAN21_I2V
+    assert manifest["transformer"]["in_channels"] == 36
+    assert manifest["transformer"]["compact_context"] is False
+    assert {"image_encoder", "vae_encoder"} <= set(manifest["components"])
+    assert manifest["image_conditioning"]["image_tokens"] == 17
+    assert manifest["image_conditioning"]["mask_channels"] == 4
+    assert manifest["inputs"] == {"image": "required", "last_image": "none"}
+    mf.read_manifest(pkg, verify_files=True)
+
+
+def test_i2v_modules_match_eager(i2v_export):
+    checks = i2v_export[2]["export_checks"]
+    for name in ("image_encoder", "vae_encoder", "transformer"):
+        for c in checks[name]["checks"]:
+            assert c["max_abs_diff"] <= c["tolerance"], (name, c)
+    # An image whose shortest edge is CLIP's size is processed exactly as CLIPImageProcessor does.
+    assert checks["image_encoder"]["checks"][0]["max_abs_diff"] <= 1e-5
+
+
+def test_i2v_manifest_without_its_image_encoder_is_refused(i2v_export, tmp_path):
+    manifest = json.loads((i2v_export[1] / "manifest.json").read_text())
+    del manifest["components"]["image_encoder"]
+    with pytest.raises(mf.ManifestError, match="image_encoder"):
+        mf.validate_manifest(manifest)
+
+
+def test_i2v_reference_loop_matches_wan_image_to_video_pipeline(i2v_export):
+    """The exported modules, composed as the C++ family composes them, give diffusers'
+    WanImageToVideoPipeline's latents at every step and its frames (image at the video size)."""
+    import PIL.Image
+    from diffusers import WanImageToVideoPipeline
+    from diffusers.pipelines.wan import pipeline_wan, pipeline_wan_i2v
+
+    from vgen_export.reference_i2v import run_i2v_reference
+    from vgen_export.reference_loop import run_wan_pipeline
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "reference"))
+    from wan_i2v_parity import CASE, test_image
+
+    pipeline_wan_i2v.prompt_clean = pipeline_wan.prompt_clean  # diffusers 0.42.1 calls ftfy unguarded
+    pixels = test_image(CASE["height"], CASE["width"])
+    pipe = WanImageToVideoPipeline.from_pretrained(i2v_export[0])
+    for g in (5.0, 1.0):
+        case = {**CASE, "guidance_scale": g}
+        frames, steps = run_wan_pipeline(pipe, {**case, "image": PIL.Image.fromarray(pixels)}, 7)
+        rec = run_i2v_reference(i2v_export[1], torch.from_numpy(pixels).permute(2, 0, 1).float() / 255.0,
+                                case["prompt"], case["negative_prompt"], case["height"], case["width"],
+                                case["num_frames"], case["num_inference_steps"], g, 7)
+        for i, latents in enumerate(steps):
+            assert float((rec[f"latents_{i:03d}"] - latents).abs().max()) <= 1e-4, (g, i)
+        assert float((rec["frames"] - frames).abs().max()) <= 1e-4, g

@@ -1,0 +1,197 @@
+#include "stages/wan/wan_i2v_family.hpp"
+
+#include <doctest/doctest.h>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+#include <torch/script.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "runtime/errors.hpp"
+#include "stages/job_spec.hpp"
+
+// LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; this file's CHECKs
+// are doctest's.
+#undef CHECK
+#define CHECK DOCTEST_CHECK
+
+using namespace vgen;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The tiny Wan 2.1 I2V package and diffusers' WanImageToVideoPipeline on one case, from the
+// CTest fixture `stages.wan_i2v_parity_reference` (tools/reference/wan_i2v_parity.py).
+struct Reference {
+  nlohmann::json info;
+  torch::jit::Module tensors;
+  at::Tensor get(const std::string& name) { return tensors.attr(name).toTensor(); }
+};
+
+Reference* reference_or_skip() {
+  static std::optional<Reference> ref;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    const char* dir = std::getenv("VGEN_WAN_I2V_PARITY_DIR");
+    if (dir && *dir && fs::is_regular_file(fs::path(dir) / "parity.json")) {
+      std::ifstream in(fs::path(dir) / "parity.json");
+      auto info = nlohmann::json::parse(in);
+      ref = Reference{info, torch::jit::load(info["reference"].get<std::string>())};
+    }
+  }
+  if (!ref) WARN_MESSAGE(false, "VGEN_WAN_I2V_PARITY_DIR not set (no tooling Python): skipped");
+  register_builtin_families();  // as ModelSet does
+  return ref ? &*ref : nullptr;
+}
+
+// The reference case as a job spec; its image is the reference's PNG (the same pixels as
+// diffusers' input, already at the video size).
+boost::json::object case_json(const Reference& ref, std::uint64_t seed, double guidance) {
+  const auto& c = ref.info["case"];
+  return {{"prompt", c["prompt"].get<std::string>()}, {"negative_prompt", c["negative_prompt"].get<std::string>()},
+          {"height", c["height"].get<int>()},         {"width", c["width"].get<int>()},
+          {"frames", c["num_frames"].get<int>()},     {"steps", c["num_inference_steps"].get<int>()},
+          {"guidance", guidance},                     {"seed", seed},
+          {"image", ref.info["image"].get<std::string>()}};
+}
+
+// A job of `family` for `spec`, validated as the runtime validates it; `image`, when given,
+// replaces the spec's picture (wan_job_image takes a job's own tensor first).
+std::shared_ptr<WanJob> make_job(Family& family, const boost::json::object& spec, const at::Tensor& image = {}) {
+  auto job = std::static_pointer_cast<WanJob>(family.create_job(family.validate(spec)));
+  job->image = image;
+  return job;
+}
+
+// The denoise loop of stages/denoise_loop.cpp for one group, on the calling thread: returns
+// each job's latents after every step ([job][step]) and leaves the frames in each job.
+std::vector<std::vector<at::Tensor>> run_group(Family& family, const std::vector<std::shared_ptr<WanJob>>& jobs) {
+  std::vector<FamilyJob*> group;
+  for (auto& j : jobs) group.push_back(j.get());
+  family.prepare("cpu", group);
+  auto scheduler = family.make_scheduler(*group.front());
+  for (auto* j : group) REQUIRE(family.denoise_key(*j, *scheduler) == family.denoise_key(*group.front(), *scheduler));
+  family.begin_denoise(group, "cpu");
+  std::vector<at::Tensor> noise;
+  for (auto* j : group) noise.push_back(j->state.latents * scheduler->init_noise_sigma());
+  auto latents = at::cat(noise, 0);
+  std::vector<std::vector<at::Tensor>> steps(jobs.size());
+  const auto n = static_cast<int>(scheduler->timesteps().size(0));
+  for (int i = 0; i < n; ++i) {
+    auto x = scheduler->scale_model_input(latents, i);
+    auto pred = family.predict(PredictCall{group, x, scheduler->timesteps()[i], "cpu"});
+    latents = scheduler->step(pred, i, latents);
+    for (std::size_t j = 0; j < jobs.size(); ++j) steps[j].push_back(latents.narrow(0, static_cast<std::int64_t>(j), 1).clone());
+  }
+  for (std::size_t j = 0; j < jobs.size(); ++j) group[j]->state.latents = steps[j].back();
+  family.decode("cpu", group);
+  return steps;
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) {
+  REQUIRE(a.sizes() == b.sizes());
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+void check_parity(Reference& ref, const std::string& name, double guidance) {
+  auto family = load_family(ref.info["package"].get<std::string>());
+  // The job's image comes from the PNG through stages/image_input, as in a real job.
+  auto job = make_job(*family, case_json(ref, ref.info["seed"].get<std::uint64_t>(), guidance));
+  auto steps = run_group(*family, {job})[0];
+  CHECK(max_diff(job->condition.narrow(1, 0, 1), at::zeros_like(job->condition.narrow(1, 0, 1))) > 0);  // the mask is set
+  CHECK(max_diff(wan_job_image(*make_job(*family, case_json(ref, 1, 1.0))), ref.get("image")) == 0);
+  CHECK(max_diff(job->image_embeds, ref.get("image_embeds")) <= 1e-5);
+  const int n = ref.info["steps"].get<int>();
+  REQUIRE(static_cast<int>(steps.size()) == n);
+  double worst = 0;
+  for (int i = 0; i < n; ++i) {
+    char key[64];
+    std::snprintf(key, sizeof key, "latents_%s_%03d", name.c_str(), i);
+    worst = std::max(worst, max_diff(steps[i], ref.get(key)));
+  }
+  const double frames = max_diff(job->frames, ref.get("frames_" + name)[0].permute({0, 2, 3, 1}));
+  MESSAGE(name << ": max |vgen - diffusers| latents (every step) = " << worst << ", frames = " << frames);
+  CHECK(worst <= 1e-4);
+  CHECK(frames <= 1e-3);
+}
+
+}  // namespace
+
+TEST_CASE("a wan2.1-i2v package loads as the image-to-video family" * doctest::timeout(300)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  auto family = load_family(ref->info["package"].get<std::string>());
+  CHECK(dynamic_cast<WanI2VFamily*>(family.get()) != nullptr);
+  CHECK(family->package().family == "wan2.1-i2v");
+}
+
+TEST_CASE("vgen's Wan I2V family reproduces diffusers' WanImageToVideoPipeline, every step and the frames" *
+          doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  SUBCASE("with guidance") { check_parity(*ref, "i2v", ref->info["case"]["guidance_scale"].get<double>()); }
+  SUBCASE("without guidance") { check_parity(*ref, "nocfg", 1.0); }
+}
+
+TEST_CASE("an I2V job in a batched group is within 1e-4 of its solo run" * doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  auto family = load_family(ref->info["package"].get<std::string>());
+  const auto flipped = ref->get("image").flip({2}).contiguous();  // another image: each row keeps its own
+  auto other = case_json(*ref, 77, 5.0);
+  other["prompt"] = "a blue square spinning on a white background";
+  const std::vector<std::pair<boost::json::object, at::Tensor>> specs{{case_json(*ref, 5, 5.0), at::Tensor()}, {other, flipped}};
+  std::vector<std::shared_ptr<WanJob>> together;
+  for (const auto& [s, img] : specs) together.push_back(make_job(*family, s, img));
+  const auto batched = run_group(*family, together);
+  for (std::size_t j = 0; j < specs.size(); ++j) {
+    auto solo_job = make_job(*family, specs[j].first, specs[j].second);
+    const auto solo = run_group(*family, {solo_job});
+    double worst = 0;
+    for (std::size_t i = 0; i < solo[0].size(); ++i) worst = std::max(worst, max_diff(batched[j][i], solo[0][i]));
+    const double frames = max_diff(together[j]->frames, solo_job->frames);
+    MESSAGE("job " << j << ": batched vs solo latents " << worst << ", frames " << frames);
+    CHECK(worst <= 1e-4);
+    CHECK(frames <= 1e-4);
+  }
+  // The two rows differ (the check above is not comparing a job with itself).
+  CHECK(max_diff(together[0]->frames, together[1]->frames) > 1e-2);
+}
+
+TEST_CASE("I2V validation names the image; a job without one is refused before any model call" * doctest::timeout(300)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  auto family = load_family(ref->info["package"].get<std::string>());
+  auto spec = case_json(*ref, 1, 5.0);
+  spec.erase("image");
+  try {
+    family->validate(spec);
+    FAIL("a spec without an image was accepted");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);
+    CHECK(std::string(e.what()).rfind("image:", 0) == 0);
+  }
+  auto job = make_job(*family, case_json(*ref, 1, 5.0));
+  job->spec.image.clear();  // as if validation had been skipped
+  CHECK_THROWS_WITH_AS(family->prepare("cpu", {job.get()}), doctest::Contains("image"), Error);
+  // A file that is gone by the time the job runs: named, not a crash.
+  auto gone = make_job(*family, case_json(*ref, 1, 5.0));
+  gone->spec.image = "/nonexistent/vgen-test.png";
+  CHECK_THROWS_WITH_AS(family->prepare("cpu", {gone.get()}), doctest::Contains("image"), Error);
+  // An image of another size than the job's is refused, not silently broadcast.
+  auto wrong = make_job(*family, case_json(*ref, 1, 5.0), at::zeros({3, 16, 16}));
+  CHECK_THROWS_WITH_AS(family->prepare("cpu", {wrong.get()}), doctest::Contains("image"), Error);
+}
+
+TEST_CASE("I2V warm-up calls every module on a blank image" * doctest::timeout(300)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  auto family = load_family(ref->info["package"].get<std::string>());
+  CHECK_NOTHROW(family->warm_up("cpu"));
+}

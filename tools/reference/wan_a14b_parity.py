@@ -1,0 +1,43 @@
+"""Reference for the two-expert (Wan 2.2 A14B) case of tests/stages/test_wan_family.cpp: builds
+the tiny random two-expert WanPipeline (transformer above boundary_ratio * 1000, transformer_2
+below) offline, exports it, and runs diffusers' WanPipeline on one case, recording the latents
+after every step, the frames and which expert each step used.
+
+Usage: wan_a14b_parity.py OUT_DIR  -> prints JSON {package, reference, case, seed, steps, experts}."""
+import json
+import pathlib
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from vgen_export import export_wan as ew  # noqa: E402
+from vgen_export.reference_loop import dump_tensors, run_wan_pipeline  # noqa: E402
+from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+
+CASE = dict(prompt="a red circle moving left on a black background", negative_prompt="blurry, low quality",
+            height=32, width=48, num_frames=9, num_inference_steps=6, guidance_scale=5.0)
+SEED = 1234
+
+
+def main():
+    torch.set_num_threads(1)
+    out = pathlib.Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    src = write_tiny_wan(out / "diffusers", seed=0, variant="a14b-t2v")
+    manifest = ew.export_wan(src, out / "pkg", dtype="float32", tiny=True, seed=0)
+    from diffusers import WanPipeline
+
+    pipe = WanPipeline.from_pretrained(src)
+    frames, steps = run_wan_pipeline(pipe, CASE, SEED)
+    tensors = {"frames_a14b": frames, **{f"latents_a14b_{i:03d}": x for i, x in enumerate(steps)}}
+    pipe.scheduler.set_timesteps(CASE["num_inference_steps"])
+    boundary = manifest["experts"]["boundary_ratio"] * pipe.scheduler.config.num_train_timesteps
+    experts = ["transformer" if float(t) >= boundary else "transformer_2" for t in pipe.scheduler.timesteps]
+    dump_tensors(out / "ref", tensors, {"case": CASE, "seed": SEED})
+    print(json.dumps({"package": str(out / "pkg"), "reference": str(out / "ref" / "reference.pt"), "case": CASE,
+                      "seed": SEED, "steps": CASE["num_inference_steps"], "experts": experts}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Reference for the C++ image-to-video parity test (tests/stages/test_wan_i2v_family.cpp): builds
+the tiny random Wan 2.1 I2V pipeline offline, exports it as a vgen package, and runs diffusers'
+own WanImageToVideoPipeline on one case (an image already at the video size), recording the
+image embeddings, the latents after every step and the output frames.
+
+Usage: wan_i2v_parity.py OUT_DIR  -> prints JSON {package, reference, image, case, seed, steps}.
+reference.pt holds the tensors (C++: attr(NAME)); "image" is the input [3,H,W] in [0,1] and
+OUT_DIR/image.png the same pixels."""
+import json
+import pathlib
+import sys
+
+import numpy as np
+import PIL.Image
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from vgen_export import export_wan as ew  # noqa: E402
+from vgen_export.reference_loop import dump_tensors, run_wan_pipeline  # noqa: E402
+from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+
+CASE = dict(prompt="a red circle moving left on a black background", negative_prompt="blurry, low quality",
+            height=32, width=48, num_frames=9, num_inference_steps=4, guidance_scale=5.0)
+SEED = 1234
+
+
+def test_image(height: int, width: int) -> np.ndarray:
+    """A smooth colour pattern with an edge (uint8 [H,W,3]), the same on every run."""
+    y, x = np.mgrid[0:height, 0:width].astype(np.float64)
+    r = 127.5 + 127.5 * np.sin(x / 5.0)
+    g = 127.5 + 127.5 * np.cos(y / 4.0)
+    b = np.where(x + y > (height + width) / 2, 230.0, 20.0)
+    return np.stack([r, g, b], -1).round().clip(0, 255).astype(np.uint8)
+
+
+def main():
+    torch.set_num_threads(1)
+    out = pathlib.Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    src = write_tiny_wan(out / "diffusers", seed=0, variant="i2v")
+    ew.export_wan(src, out / "pkg", dtype="float32", tiny=True, seed=0)
+    from diffusers import WanImageToVideoPipeline
+    from diffusers.pipelines.wan import pipeline_wan, pipeline_wan_i2v
+
+    # diffusers 0.42.1's I2V prompt_clean calls ftfy even when it is not installed (NameError);
+    # WanPipeline's checks first. The same cleaning without ftfy is what vgen implements.
+    pipeline_wan_i2v.prompt_clean = pipeline_wan.prompt_clean
+
+    pixels = test_image(CASE["height"], CASE["width"])
+    image = PIL.Image.fromarray(pixels)
+    image.save(out / "image.png")
+    pipe = WanImageToVideoPipeline.from_pretrained(src)
+    tensors = {"image": torch.from_numpy(pixels).permute(2, 0, 1).float() / 255.0}
+    with torch.no_grad():
+        tensors["image_embeds"] = pipe.encode_image(image, torch.device("cpu"))
+    frames, steps = run_wan_pipeline(pipe, {**CASE, "image": image}, SEED)
+    tensors["frames_i2v"] = frames
+    for i, latents in enumerate(steps):
+        tensors[f"latents_i2v_{i:03d}"] = latents
+    # Without guidance (one row per job): the unconditional branch skipped.
+    frames, steps = run_wan_pipeline(pipe, {**CASE, "image": image, "guidance_scale": 1.0}, SEED)
+    tensors["frames_nocfg"] = frames
+    for i, latents in enumerate(steps):
+        tensors[f"latents_nocfg_{i:03d}"] = latents
+    dump_tensors(out / "ref", tensors, {"case": CASE, "seed": SEED})
+    print(json.dumps({"package": str(out / "pkg"), "reference": str(out / "ref" / "reference.pt"),
+                      "image": str(out / "image.png"), "case": CASE, "seed": SEED,
+                      "steps": CASE["num_inference_steps"]}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,300 @@
+// vgen's page: submit jobs, watch the queue (progress and previews over the job's event stream),
+// play and download results, cancel. Plain DOM, no libraries, nothing from the network but
+// this origin's API.
+//
+// Security: text from the API or the user (prompts, error messages) is only ever put into the
+// page with textContent, never parsed as HTML. The token is kept in sessionStorage (this tab)
+// and sent as an Authorization header, never in a URL; that is why the event stream is read
+// with fetch() (EventSource cannot send headers) and previews and videos are fetched as blobs.
+"use strict";
+
+const TOKEN_KEY = "vgen.token";
+const PAGE_SIZE = 20;
+const TERMINAL = new Set(["done", "failed", "cancelled", "interrupted"]);
+const STAGE_SHARE = { queued: 0, preprocess: 0.03, running: 0.03, denoise: 0.05, decode: 0.92, encode: 0.96, done: 1 };
+
+let token = sessionStorage.getItem(TOKEN_KEY) || "";
+let tokenPrompt = null;  // the pending dialog, shared by every request that got a 401
+let nextCursor = null;
+const jobs = new Map();  // id -> Job
+
+const $ = (id) => document.getElementById(id);
+
+// ---- the API ------------------------------------------------------------------------------
+
+function askToken(message) {
+  if (tokenPrompt) return tokenPrompt;
+  tokenPrompt = new Promise((resolve) => {
+    const dialog = $("token-dialog");
+    $("token-error").textContent = message;
+    $("token-error").hidden = !message;
+    $("token").value = "";
+    $("token-form").onsubmit = (event) => {
+      event.preventDefault();
+      token = $("token").value.trim();
+      sessionStorage.setItem(TOKEN_KEY, token);
+      dialog.close();
+      tokenPrompt = null;
+      resolve();
+    };
+    dialog.showModal();
+  });
+  return tokenPrompt;
+}
+
+// fetch() on this origin with the token; a 401 asks for the token and tries again.
+async function api(path, options = {}) {
+  for (;;) {
+    const headers = new Headers(options.headers || {});
+    if (token) headers.set("Authorization", "Bearer " + token);
+    const res = await fetch(path, { ...options, headers, cache: "no-store", credentials: "same-origin" });
+    if (res.status !== 401) return res;
+    await askToken(token ? "That token was refused." : "");
+  }
+}
+
+// The API's error message for a failed response ({"error": {"kind", "message"}}).
+async function errorText(res) {
+  try {
+    const body = await res.json();
+    if (body && body.error && body.error.message) return body.error.message;
+  } catch (_) { /* not JSON */ }
+  return `${res.status} ${res.statusText}`;
+}
+
+const jobPath = (id) => "/v1/jobs/" + encodeURIComponent(id);
+
+// ---- one job in the queue -----------------------------------------------------------------
+
+class Job {
+  constructor(id, prompt, atTop) {
+    this.id = id;
+    this.state = "queued";
+    this.el = $("job-template").content.firstElementChild.cloneNode(true);
+    this.el.dataset.id = id;
+    this.q = (cls) => this.el.querySelector("." + cls);
+    this.q("prompt").textContent = prompt || "(no prompt)";
+    this.q("cancel").addEventListener("click", () => this.cancel());
+    this.previewUrl = null;
+    this.videoUrl = null;
+    this.previewSeq = 0;
+    this.watching = false;
+    const list = $("jobs");
+    if (atTop) list.prepend(this.el); else list.append(this.el);
+    $("queue-empty").hidden = true;
+  }
+
+  // Fields of GET /v1/jobs/{id}, of a list item, or of the event stream's final event.
+  update(info) {
+    const progress = info.progress || {};
+    const state = progress.state || info.status || info.state || this.state;
+    this.setState(state, progress.step ?? info.step ?? 0, progress.total ?? info.total ?? 0);
+    if (info.error && info.error.message) this.showError(info.error.message);
+    else if (info.message && TERMINAL.has(state) && state !== "done") this.showError(info.message);
+    if (state === "done" && !this.videoUrl) this.loadVideo(info.output_name);
+  }
+
+  setState(state, step, total) {
+    this.state = state;
+    const badge = this.q("state");
+    badge.textContent = state;
+    badge.dataset.state = state;
+    const bar = this.el.querySelector("progress");
+    let value = STAGE_SHARE[state] ?? (TERMINAL.has(state) ? bar.value : 0);
+    if (state === "denoise" && total > 0) value = 0.05 + 0.85 * (step / total);
+    if (state !== "done" && TERMINAL.has(state)) value = bar.value;  // stays where it stopped
+    bar.value = Math.max(bar.value, Math.min(1, value));
+    this.q("detail").textContent = state === "denoise" && total > 0 ? `step ${step} of ${total}` : "";
+    this.q("cancel").hidden = TERMINAL.has(state);
+  }
+
+  showError(message) {
+    const e = this.q("error");
+    e.textContent = message;
+    e.hidden = false;
+  }
+
+  async cancel() {
+    this.q("cancel").disabled = true;
+    try {
+      const res = await api(jobPath(this.id), { method: "DELETE" });
+      if (!res.ok) this.showError(await errorText(res));
+      else this.update(await res.json());
+    } catch (err) {
+      this.showError(String(err));
+    } finally {
+      this.q("cancel").disabled = false;
+    }
+  }
+
+  async showPreview(step) {
+    const seq = ++this.previewSeq;
+    const res = await api(jobPath(this.id) + "/preview");
+    if (!res.ok || seq !== this.previewSeq || this.videoUrl) return;  // a newer one, or the video, won
+    const url = URL.createObjectURL(await res.blob());
+    const img = this.q("preview");
+    if (this.previewUrl) URL.revokeObjectURL(this.previewUrl);
+    this.previewUrl = url;
+    img.src = url;
+    img.dataset.step = String(step);
+    img.hidden = false;
+  }
+
+  async loadVideo(outputName) {
+    this.videoUrl = "loading";
+    const res = await api(jobPath(this.id) + "/video");
+    if (!res.ok) {
+      this.videoUrl = null;
+      this.showError(await errorText(res));
+      return;
+    }
+    const blob = await res.blob();
+    this.videoUrl = URL.createObjectURL(blob);
+    const video = this.q("video");
+    video.src = this.videoUrl;
+    video.hidden = false;
+    this.q("preview").hidden = true;
+    const link = this.q("download");
+    link.href = this.videoUrl;
+    link.download = outputName || this.id;
+    link.hidden = false;
+    video.play().catch(() => { /* autoplay refused: the controls remain */ });
+  }
+
+  // Reads GET /v1/jobs/{id}/events until the job ends; reconnects if the stream drops first.
+  async watch() {
+    if (this.watching) return;
+    this.watching = true;
+    try {
+      while (!TERMINAL.has(this.state)) {
+        try {
+          await this.readEvents();
+        } catch (_) { /* dropped: ask for the status below */ }
+        if (TERMINAL.has(this.state)) break;
+        const res = await api(jobPath(this.id));
+        if (res.status === 404) break;
+        if (res.ok) this.update(await res.json());
+        if (!TERMINAL.has(this.state)) await new Promise((r) => setTimeout(r, 1000));
+      }
+    } finally {
+      this.watching = false;
+    }
+  }
+
+  async readEvents() {
+    const res = await api(jobPath(this.id) + "/events", { headers: { Accept: "text/event-stream" } });
+    if (!res.ok) throw new Error(await errorText(res));
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += value.replace(/\r\n/g, "\n");
+      for (let end = buffer.indexOf("\n\n"); end >= 0; end = buffer.indexOf("\n\n")) {
+        this.onEvent(parseEvent(buffer.slice(0, end)));
+        buffer = buffer.slice(end + 2);
+      }
+    }
+  }
+
+  onEvent({ name, data }) {
+    let info;
+    try { info = JSON.parse(data); } catch (_) { return; }
+    if (name === "progress") this.update(info);
+    else if (name === "preview") this.showPreview(info.step).catch(() => {});
+    else this.update(info);  // done | failed | cancelled: the job's final status
+  }
+}
+
+// One Server-Sent Event block: its event name and its data lines joined.
+function parseEvent(block) {
+  let name = "message";
+  const data = [];
+  for (const line of block.split("\n")) {
+    if (line.startsWith("event:")) name = line.slice(6).trim();
+    else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+  }
+  return { name, data: data.join("\n") };
+}
+
+// ---- the queue ------------------------------------------------------------------------------
+
+function track(info, atTop) {
+  let job = jobs.get(info.id);
+  if (!job) {
+    job = new Job(info.id, info.spec && info.spec.prompt, atTop);
+    jobs.set(info.id, job);
+  }
+  job.update(info);
+  if (!TERMINAL.has(job.state)) job.watch();
+  return job;
+}
+
+async function loadJobs(cursor) {
+  const query = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  if (cursor) query.set("cursor", cursor);
+  const res = await api("/v1/jobs?" + query);
+  const problem = $("queue-error");
+  if (!res.ok) {
+    problem.textContent = await errorText(res);
+    problem.hidden = false;
+    return;
+  }
+  problem.hidden = true;
+  const page = await res.json();
+  if (cursor) page.jobs.forEach((info) => track(info, false));
+  else [...page.jobs].reverse().forEach((info) => { if (!jobs.has(info.id)) track(info, true); });
+  if (cursor || nextCursor === null) nextCursor = page.next_cursor;
+  $("more").hidden = !nextCursor;
+}
+
+// ---- the form -------------------------------------------------------------------------------
+
+function specFromForm() {
+  const spec = { prompt: $("prompt").value };
+  const text = (id) => $(id).value.trim();
+  if (text("negative_prompt")) spec.negative_prompt = $("negative_prompt").value;
+  for (const id of ["width", "height", "frames", "steps", "seed"]) if (text(id) !== "") spec[id] = Number(text(id));
+  if (text("guidance") !== "") spec.guidance = Number(text("guidance"));
+  if (text("scheduler")) spec.scheduler = text("scheduler");
+  spec.format = text("format") || "mp4";
+  return spec;
+}
+
+async function submitJob(event) {
+  event.preventDefault();
+  const button = $("submit");
+  const problem = $("form-error");
+  problem.hidden = true;
+  button.disabled = true;
+  try {
+    const spec = specFromForm();
+    const res = await api("/v1/jobs", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(spec),
+    });
+    if (!res.ok) {
+      problem.textContent = await errorText(res);
+      problem.hidden = false;
+      return;
+    }
+    const accepted = await res.json();
+    track({ id: accepted.id, status: accepted.status, spec }, true);
+  } catch (err) {
+    problem.textContent = String(err);
+    problem.hidden = false;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function start() {
+  $("job-form").addEventListener("submit", submitJob);
+  $("more").addEventListener("click", () => loadJobs(nextCursor));
+  loadJobs(null).catch((err) => { $("service-state").textContent = String(err); });
+  // Jobs submitted elsewhere (curl, another tab) appear within a few seconds.
+  setInterval(() => loadJobs(null).catch(() => {}), 5000);
+}
+
+start();
