@@ -110,6 +110,10 @@ struct RuntimeConfig {
   // Fault injection (off by default; runtime/fault_injector.hpp). $VGEN_FAULTS (JSON) replaces it.
   FaultPlan faults;
 
+  // When set, the Runtime records its timeline from start to shutdown and writes it here as
+  // Chrome / Perfetto trace JSON (runtime/trace.hpp). `--trace FILE` on every command.
+  std::filesystem::path trace_file;
+
   // Live previews while a job denoises (stages/preview.hpp): every this many steps and at the
   // last, for packages with preview factors; 0: none. Unset: none in the library, `vgen
   // render` and `vgen batch`; `vgen serve` uses kServePreviewEvery. Config key "preview_every".

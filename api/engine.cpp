@@ -14,6 +14,7 @@
 #include "runtime/atomic_file.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/pipeline.hpp"
+#include "runtime/trace.hpp"
 #include "stages/encode.hpp"
 #include "stages/torch_devices.hpp"
 #include "stages/model_set.hpp"
@@ -102,6 +103,8 @@ class RuntimeImpl {
     }
     wo.max_batch = config_.max_batch;
     wo.metrics = &metrics_;
+    wo.tracer = &tracer_;
+    if (!config_.trace_file.empty()) trace_start_ = tracer_.begin();
     wo.batch_wait = config_.batch_wait;
     set_checkpoints(wo);
     models_ = std::make_unique<ModelSet>(model_list(), executor_, *devices_, wo);
@@ -113,6 +116,7 @@ class RuntimeImpl {
     if (config_.warmup) warm_up_devices(devices);
     PipelineOptions po;
     po.metrics = &metrics_;
+    po.tracer = &tracer_;
     po.on_event = [this](const JobEvent& e) {
       if (!e.message.empty() && !is_terminal(e.state)) spdlog::info("job {}: {}", e.job_id, e.message);  // e.g. a resume
       if (auto entry = lookup(e.job_id)) entry->emit(e);
@@ -267,7 +271,24 @@ class RuntimeImpl {
       executor_.run_sync(wait_watchers());
     }
     executor_.stop();
+    write_trace();
   }
+
+  // The --trace capture, once every job has ended (a failure to write it is logged, not thrown:
+  // the jobs' results stand).
+  void write_trace() {
+    if (!trace_start_) return;
+    const auto start = *trace_start_;
+    trace_start_.reset();
+    try {
+      tracer_.end_to_file(start, config_.trace_file);
+      spdlog::info("wrote the trace timeline to {}", config_.trace_file.string());
+    } catch (const std::exception& e) {
+      spdlog::error("could not write the trace to {}: {}", config_.trace_file.string(), e.what());
+    }
+  }
+
+  Tracer& tracer() { return tracer_; }
 
   RuntimeStats stats() const {
     const auto c = pipeline_->counts();
@@ -720,6 +741,8 @@ class RuntimeImpl {
 
   RuntimeConfig config_;
   MetricsRegistry metrics_;
+  Tracer tracer_;  // before everything that records into it
+  std::optional<Tracer::clock::time_point> trace_start_;  // config.trace_file's capture
   Executor executor_;
   std::unique_ptr<FaultInjector> faults_;  // before devices_/models_: stages refer to it
   std::unique_ptr<DevicePool> devices_;
@@ -769,5 +792,6 @@ JobPage Runtime::list_jobs(const JobListQuery& query) const { return impl_->list
 bool Runtime::previews(const std::string& model) const { return impl_->previews(model); }
 std::string Runtime::metrics_text() const { return impl_->metrics_text(); }
 asio::any_io_executor Runtime::executor() const { return impl_->executor(); }
+Tracer& Runtime::tracer() const { return impl_->tracer(); }
 
 }  // namespace vgen

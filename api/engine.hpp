@@ -44,6 +44,8 @@
 
 namespace vgen {
 
+class Tracer;  // runtime/trace.hpp
+
 struct JobResult {
   std::string id;
   JobState state = JobState::queued;  // done | failed | cancelled once finished
@@ -147,6 +149,8 @@ class Runtime : public JobService {  // JobService: the interface the fleet clie
   RuntimeStats stats() const;
   std::string metrics_text() const override;  // Prometheus text exposition
   boost::asio::any_io_executor executor() const override;  // the io threads (for servers built on it)
+  // The runtime's trace recorder (runtime/trace.hpp): captures of its timeline, e.g. GET /v1/trace.
+  Tracer& tracer() const override;
 
  private:
   std::unique_ptr<detail::RuntimeImpl> impl_;

@@ -4,6 +4,7 @@
 #include "api/job_entry.hpp"
 #include "runtime/job_id.hpp"
 #include "runtime/nats_client.hpp"
+#include "runtime/trace.hpp"
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
@@ -87,6 +88,7 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
   QueueConfig queue;
   NatsClient nats;
   asio::thread_pool broker_pool{2};  // async_submit's round trips
+  mutable Tracer tracer{1000};
   mutable std::mutex mutex;
   std::map<std::string, std::shared_ptr<detail::JobEntry>> entries;
   std::map<std::string, FleetRecord> records;  // the last record of each job, for list_jobs
@@ -334,6 +336,8 @@ JobPage FleetClient::list_jobs(const JobListQuery& query) const {
 bool FleetClient::previews(const std::string&) const { return false; }
 
 asio::any_io_executor FleetClient::executor() const { return state_->broker_pool.get_executor(); }
+
+Tracer& FleetClient::tracer() const { return state_->tracer; }
 
 bool FleetClient::cancel(const std::string& id, std::string reason) {
   auto job = state_->find(id);

@@ -4,10 +4,14 @@
 #include "api/multipart.hpp"
 #include "api/web_page.hpp"
 #include "runtime/channel.hpp"
+#include "runtime/trace.hpp"
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/string.hpp>
 
@@ -18,8 +22,10 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 namespace vgen {
 
@@ -47,6 +53,7 @@ constexpr RouteEntry kRoutes[] = {
     {bhttp::verb::get, "/healthz"},
     {bhttp::verb::get, "/"},
     {bhttp::verb::get, "/ui/{id}"},
+    {bhttp::verb::get, "/v1/trace"},
 };
 
 // Routes that need no token: the health check and the page's files (they hold no data; the
@@ -287,6 +294,43 @@ Submission read_json(const http::Request& request, std::uint64_t max_image_bytes
   return s;
 }
 
+// ?seconds=N of GET /v1/trace: 1..60, default 5.
+std::chrono::seconds trace_seconds(std::string_view target) {
+  const auto q = target.find('?');
+  if (q == std::string_view::npos) return std::chrono::seconds(5);
+  auto query = target.substr(q + 1);
+  while (!query.empty()) {
+    const auto amp = std::min(query.find('&'), query.size());
+    const auto pair = query.substr(0, amp);
+    query.remove_prefix(std::min(amp + 1, query.size()));
+    if (pair.substr(0, 8) != "seconds=") continue;
+    const auto text = std::string(pair.substr(8));
+    char* end = nullptr;
+    const long n = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || n < 1 || n > 60)
+      throw_error(ErrorKind::invalid_argument, "seconds: must be a whole number from 1 to 60 (got '" + text + "')");
+    return std::chrono::seconds(n);
+  }
+  return std::chrono::seconds(5);
+}
+
+// Records the runtime's timeline for `seconds`, then sends it as one chunk. The capture ends
+// however the producer ends (a client that goes away cancels the wait).
+asio::awaitable<void> stream_trace(Tracer& tracer, std::chrono::seconds seconds, http::StreamWriter& out) {
+  struct Capture {
+    Tracer& tracer;
+    Tracer::clock::time_point start = tracer.begin();
+    std::optional<json::value> ended;
+    json::value end() { return *(ended = tracer.end(start)); }
+    ~Capture() { if (!ended) tracer.end(start); }
+  } capture{tracer};
+  asio::steady_timer timer(co_await asio::this_coro::executor, seconds);
+  auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  if (ec) co_return;
+  std::string body = json::serialize(capture.end());
+  co_await out.write(std::move(body));
+}
+
 }  // namespace
 
 HttpApi::HttpApi(JobService& runtime, std::filesystem::path web_dir)
@@ -494,6 +538,16 @@ http::Response HttpApi::metrics(const http::Request&, const std::string&) {
   return res;
 }
 
+http::Response HttpApi::trace(const http::Request& request, const std::string&) {
+  const auto seconds = trace_seconds(std::string_view(request.target()));  // 400 before anything is recorded
+  http::StreamResponse s;
+  s.head.result(bhttp::status::ok);
+  s.head.set(bhttp::field::content_type, "application/json");
+  s.head.set(bhttp::field::cache_control, "no-cache");
+  s.produce = [tracer = &runtime_.tracer(), seconds](http::StreamWriter& out) { return stream_trace(*tracer, seconds, out); };
+  return s;
+}
+
 http::Response HttpApi::health(const http::Request&, const std::string&) {
   return http::json_response(200, R"({"status":"ok"})");
 }
@@ -503,7 +557,7 @@ HttpApi::Handler HttpApi::handler_at(std::size_t i) {
   static constexpr Handler handlers[] = {&HttpApi::submit_job, &HttpApi::list_jobs,   &HttpApi::job_status,
                                          &HttpApi::cancel_job, &HttpApi::job_events,  &HttpApi::job_video,
                                          &HttpApi::job_preview, &HttpApi::metrics,    &HttpApi::health,
-                                         &HttpApi::page,       &HttpApi::page_file};
+                                         &HttpApi::page,       &HttpApi::page_file,  &HttpApi::trace};
   static_assert(std::size(handlers) == std::size(kRoutes));
   return handlers[i];
 }

@@ -16,6 +16,8 @@
 //   DELETE /v1/jobs/{id}         cancel
 //   GET    /metrics              Prometheus text (Runtime::metrics_text)
 //   GET    /healthz              {"status": "ok"}
+//   GET    /v1/trace?seconds=N   the runtime's timeline for the next N seconds (1..60, default 5)
+//                                as Chrome / Perfetto trace JSON (runtime/trace.hpp), sent when done
 //   GET    /  and  /ui/{name}    the page (api/web_page.hpp; files from web_dir, 404 without one)
 // docs/openapi.json describes the same routes; tests/api/test_http_api.cpp keeps them in sync
 // with routes().
@@ -86,6 +88,7 @@ class HttpApi : public http::RequestHandler {
   http::Response cancel_job(const http::Request& request, const std::string& id);
   http::Response metrics(const http::Request& request, const std::string& id);
   http::Response health(const http::Request& request, const std::string& id);
+  http::Response trace(const http::Request& request, const std::string& id);
 
   JobHandle find_job(const std::string& id) const;  // Error(not_found)
   // Unpins `files` once `job` ends (unless a graceful stop cancelled it: it resumes).

@@ -22,6 +22,7 @@
 namespace vgen {
 
 class JobHandle;
+class Tracer;
 struct SubmitOptions;
 struct RuntimeConfig;
 
@@ -42,6 +43,7 @@ class JobService {
   virtual const RuntimeConfig& config() const = 0;
   virtual std::string metrics_text() const = 0;  // Prometheus text exposition
   virtual boost::asio::any_io_executor executor() const = 0;  // where a front end runs its coroutines
+  virtual Tracer& tracer() const = 0;  // its timeline recorder (runtime/trace.hpp; GET /v1/trace)
 };
 
 }  // namespace vgen

@@ -1,5 +1,7 @@
 #include "runtime/pipeline.hpp"
 
+#include "runtime/trace.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -42,7 +44,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // emits a terminal cancellation if the job is still the one running there (so a late request
 // never reaches the next job). Shared with posted handlers, which may outlive the Pipeline.
 struct Pipeline::WorkerSlot final : Job::CancelTarget, std::enable_shared_from_this<WorkerSlot> {
-  explicit WorkerSlot(asio::any_io_executor ex) : strand(asio::make_strand(std::move(ex))) {}
+  WorkerSlot(asio::any_io_executor ex, std::string track) : strand(asio::make_strand(std::move(ex))), track(std::move(track)) {}
 
   void interrupt(const std::shared_ptr<Job>& job) override {
     asio::post(strand, [self = shared_from_this(), job] {
@@ -53,6 +55,7 @@ struct Pipeline::WorkerSlot final : Job::CancelTarget, std::enable_shared_from_t
   asio::strand<asio::any_io_executor> strand;
   asio::cancellation_signal signal;
   const Job* current = nullptr;  // only touched on `strand`
+  const std::string track;       // its trace track, "<stage> worker <n>"
 };
 
 Pipeline::Pipeline(asio::any_io_executor executor, std::vector<StageSpec> stages, PipelineOptions options)
@@ -98,7 +101,7 @@ void Pipeline::start() {
     // emitted on that strand, so it is never concurrent with the cancelled operation's own
     // completion (Asio's cancellation slots are not thread-safe).
     for (std::size_t w = 0; w < stages_[k].workers; ++w) {
-      auto slot = std::make_shared<WorkerSlot>(executor_);
+      auto slot = std::make_shared<WorkerSlot>(executor_, stages_[k].name + " worker " + std::to_string(w));
       auto strand = slot->strand;
       auto cancel_slot = slot->signal.slot();
       asio::co_spawn(strand, run_worker(k, std::move(slot)),
@@ -117,6 +120,7 @@ Pipeline::JobPtr Pipeline::make_job(boost::json::value spec, std::string id,
   auto job = std::make_shared<Job>(id, std::move(spec), deadline);
   if (options_.on_event) job->subscribe(options_.on_event);
   active_.emplace(id, job);
+  if (options_.tracer && options_.tracer->enabled()) queued_at_[job.get()] = std::chrono::steady_clock::now();
   ++counts_.submitted;
   ++counts_.in_flight;
   if (in_flight_) in_flight_->inc();
@@ -137,6 +141,7 @@ void Pipeline::reject(const JobPtr& job, std::string why) {
   {
     std::lock_guard lock(mutex_);
     active_.erase(job->id());
+    queued_at_.erase(job.get());
     --counts_.submitted;
     --counts_.in_flight;
     ++counts_.rejected;
@@ -242,6 +247,7 @@ asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job, WorkerSlot& s
     co_await asio::this_coro::reset_cancellation_state();
   const double took = seconds_since(t0);
   job->record_stage_time(stages_[k].name, took);
+  trace_stage(k, *job, slot, t0, error);
   if (stage_metrics_[k].seconds) stage_metrics_[k].seconds->observe(took);
   if (error) {
     // Interrupted by the job's cancellation (operation_aborted from an await): report the
@@ -257,6 +263,7 @@ asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job, WorkerSlot& s
   }
   // The next queue cannot be closed while a worker of this stage is alive (it is closed only
   // when the last of them exits), so this either succeeds or waits: the job is never lost.
+  mark_queued(*job);
   co_await queues_[k + 1]->enqueue(job, asio::use_awaitable);
   if (stage_metrics_[k + 1].depth) stage_metrics_[k + 1].depth->set(static_cast<double>(queues_[k + 1]->size()));
 }
@@ -277,10 +284,13 @@ asio::awaitable<void> Pipeline::run_stage(std::size_t k, Job& job) {
   retry_options.name = stage.name + " of " + job.id();
   retry_options.seed = options_.retry_seed;
   Counter* retries = stage_metrics_[k].retries;
-  retry_options.observer = [&job, retries](const RetryAttempt& a) {
+  retry_options.observer = [&job, retries, tracer = options_.tracer, &stage](const RetryAttempt& a) {
     if (!a.will_retry) return;
     job.record_retry();
     if (retries) retries->inc();
+    if (tracer)
+      tracer->instant("jobs", "job " + job.id(), "retry " + stage.name, std::chrono::steady_clock::now(),
+                      {{"attempt", a.attempt}, {"error", a.error}, {"next_delay_ms", a.next_delay.count()}});
   };
   // An attempt interrupted by the job's cancellation fails with operation_aborted, classified
   // `cancelled` and so not retried; process() then reports the job's own reason.
@@ -293,6 +303,7 @@ void Pipeline::end_job(const JobPtr& job, JobState state, std::exception_ptr err
   {
     std::lock_guard lock(mutex_);
     active_.erase(job->id());
+    queued_at_.erase(job.get());
     --counts_.in_flight;
     if (state == JobState::done) ++counts_.done;
     else if (state == JobState::failed) ++counts_.failed;
@@ -307,6 +318,35 @@ void Pipeline::on_worker_exit(std::size_t k) {
   if (--live_workers_[k] != 0) return;
   if (k + 1 < stages_.size()) queues_[k + 1]->close();  // end of stream flows downstream
   else all_workers_done_.set();
+}
+
+// When the job entered its next queue: the start of its "queued <stage>" span.
+void Pipeline::mark_queued(const Job& job) {
+  if (!options_.tracer || !options_.tracer->enabled()) return;
+  std::lock_guard lock(mutex_);
+  queued_at_[&job] = std::chrono::steady_clock::now();
+}
+
+void Pipeline::trace_stage(std::size_t k, const Job& job, const WorkerSlot& slot, std::chrono::steady_clock::time_point t0,
+                           const std::exception_ptr& error) {
+  auto* tracer = options_.tracer;
+  if (!tracer || !tracer->enabled()) return;
+  std::optional<std::chrono::steady_clock::time_point> queued;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = queued_at_.find(&job); it != queued_at_.end()) {
+      queued = it->second;
+      queued_at_.erase(it);
+    }
+  }
+  const auto now = std::chrono::steady_clock::now();
+  const auto& name = stages_[k].name;
+  const auto track = "job " + job.id();
+  if (queued) tracer->span("jobs", track, "queued " + name, *queued, t0);
+  boost::json::object args{{"job", job.id()}};
+  if (error) args["error"] = describe(error);
+  tracer->span("jobs", track, name, t0, now, args);
+  tracer->span("stages", slot.track, name, t0, now, std::move(args));
 }
 
 void Pipeline::close_intake() {

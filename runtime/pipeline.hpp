@@ -44,6 +44,8 @@
 
 namespace vgen {
 
+class Tracer;  // runtime/trace.hpp
+
 using StageFn = std::function<boost::asio::awaitable<void>(Job&)>;
 
 struct StageSpec {
@@ -61,6 +63,9 @@ struct PipelineOptions {
   JobEventHandler on_event;                          // every job's events (cheap, thread-safe)
   std::optional<std::chrono::milliseconds> default_deadline;  // per job, from submission
   std::uint64_t retry_seed = 0;                      // 0: random jitter
+  // Optional (outlives the pipeline): spans for each job's queue waits and stages on its own
+  // track and its stage worker's, retries as instant events (runtime/trace.hpp).
+  Tracer* tracer = nullptr;
 };
 
 struct PipelineCounts {
@@ -117,6 +122,9 @@ class Pipeline {
   void end_job(const JobPtr& job, JobState state, std::exception_ptr error = {});
   void on_worker_exit(std::size_t stage);
   void close_intake();
+  void mark_queued(const Job& job);
+  void trace_stage(std::size_t stage, const Job& job, const WorkerSlot& slot, std::chrono::steady_clock::time_point t0,
+                   const std::exception_ptr& error);
 
   boost::asio::any_io_executor executor_;
   std::vector<StageSpec> stages_;
@@ -131,6 +139,7 @@ class Pipeline {
   std::map<std::string, JobPtr> active_;
   PipelineCounts counts_;
   std::uint64_t next_id_ = 0;
+  std::map<const Job*, std::chrono::steady_clock::time_point> queued_at_;  // tracing only
 
   Counter* submitted_total_ = nullptr;
   Counter* rejected_total_ = nullptr;

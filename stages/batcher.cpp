@@ -1,6 +1,7 @@
 #include "stages/batcher.hpp"
 
 #include "runtime/errors.hpp"
+#include "runtime/trace.hpp"
 #include "stages/denoise_loop.hpp"
 
 #include <ATen/ATen.h>
@@ -259,7 +260,8 @@ asio::awaitable<void> Batcher::run_once(Group& group, const Placement& placement
   std::vector<FamilyJob*> live;
   for (auto* m : live_members(group)) live.push_back(m->work.get());
   if (live.empty()) co_return;
-  auto run = [&group, &live, device = placement.device] {
+  auto run = [&group, &live, device = placement.device, tracer = options_.tracer] {
+    TraceSpan span(tracer, device, to_string(group.kind), {{"batch", live.size()}});
     if (group.kind == BatchKind::decode) group.family->decode(device, live);
     else group.family->prepare(device, live);
     return 0;

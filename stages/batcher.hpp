@@ -51,6 +51,8 @@
 
 namespace vgen {
 
+class Tracer;  // runtime/trace.hpp
+
 enum class BatchKind { preprocess, denoise, decode };
 std::string_view to_string(BatchKind kind);
 
@@ -67,6 +69,7 @@ struct BatcherOptions {
   Executor* executor = nullptr;  // holds a "device:<id>" pool per device
   DevicePool* devices = nullptr;
   MetricsRegistry* metrics = nullptr;  // optional: histogram vgen_batch_size{stage}
+  Tracer* tracer = nullptr;            // optional: a span per model call on its compute thread's track
   // Called on the compute thread before every denoiser call (fault injection's simulated
   // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;

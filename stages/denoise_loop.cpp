@@ -1,6 +1,7 @@
 #include "stages/denoise_loop.hpp"
 
 #include "runtime/errors.hpp"
+#include "runtime/trace.hpp"
 
 #include <ATen/ATen.h>
 
@@ -216,6 +217,12 @@ void count(const BatcherOptions& options, const char* name, const char* help, st
   if (options.metrics && n > 0) options.metrics->counter(name, help, {}).inc(static_cast<double>(n));
 }
 
+std::size_t rows_in(const std::vector<Cohort>& cohorts) {
+  std::size_t n = 0;
+  for (const auto& co : cohorts) n += co.rows.size();
+  return n;
+}
+
 asio::awaitable<void> run_steps(Batcher::Group& group, const Placement& placement, const BatcherOptions& options) {
   std::vector<Cohort> cohorts;
   for (auto& m : group.members)
@@ -236,6 +243,7 @@ asio::awaitable<void> run_steps(Batcher::Group& group, const Placement& placemen
     if (cohorts.empty()) continue;  // only cancelled joiners: look again
     StepTally tally;
     auto step = [&, device = placement.device] {
+      TraceSpan span(options.tracer, device, "denoise step", {{"batch", rows_in(cohorts)}, {"cohorts", cohorts.size()}});
       tally = step_all(group, cohorts, device, options);
       return 0;
     };

@@ -2,6 +2,8 @@
 
 #include "runtime/errors.hpp"
 
+#include <ATen/ATen.h>
+
 #include <any>
 
 namespace vgen {
@@ -41,6 +43,15 @@ std::shared_ptr<FamilyJob> family_job(Job& job) {
   auto* w = std::any_cast<std::shared_ptr<FamilyJob>>(&job.payload);
   if (!w || !*w) throw_error(ErrorKind::internal, "job " + job.id() + " has no model-family state");
   return *w;
+}
+
+at::Tensor row_timesteps(const PredictCall& call) {
+  auto t = call.timestep.to(at::kFloat).reshape({-1});
+  const auto n = static_cast<std::int64_t>(call.jobs.size());
+  if (t.numel() == 1 && n > 1) return t.expand({n}).contiguous();
+  if (t.numel() != n)
+    throw_error(ErrorKind::internal, "predict: " + std::to_string(t.numel()) + " timesteps for " + std::to_string(n) + " jobs");
+  return t;
 }
 
 }  // namespace vgen

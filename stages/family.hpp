@@ -77,6 +77,10 @@ struct PredictCall {
   const std::string& device;
 };
 
+// The call's timesteps as float32 [jobs]: one per row, or one for all rows given as a scalar
+// (callers that step a whole group together). Error(internal) for any other count.
+at::Tensor row_timesteps(const PredictCall& call);
+
 class Family {
  public:
   virtual ~Family() = default;

@@ -130,6 +130,7 @@ ModelSet::ModelSet(std::vector<std::pair<std::string, std::filesystem::path>> mo
                     .executor = &executor,
                     .devices = &devices,
                     .metrics = options.metrics,
+                    .tracer = options.tracer,
                     .before_denoise = options.before_denoise};
   if (options.checkpoints.enabled()) {
     // One thread: checkpoint writes (and removals) of a key happen in the order they were made.

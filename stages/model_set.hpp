@@ -57,6 +57,7 @@ struct ModelSetOptions {
   // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
   MetricsRegistry* metrics = nullptr;  // optional (outlives the set): batch-size histograms
+  Tracer* tracer = nullptr;            // optional (outlives the set): spans of model calls
   // Live previews (stages/preview.hpp): every this many denoising steps and at the last; 0: none.
   // Jobs of a package without preview factors get none.
   int preview_every = 0;

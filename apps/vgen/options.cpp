@@ -12,6 +12,7 @@ void add_runtime_flags(CLI::App& cmd, RuntimeFlags& f) {
   cmd.add_option("--device,--devices", f.devices, "devices: cpu, cpu,cpu, cuda:0, cuda:0,cuda:1, auto (default: cpu)");
   cmd.add_option("--max-batch", f.max_batch, "cross-job batching: jobs per denoiser call (default 1)")->check(CLI::Range(1, 256));
   cmd.add_option("--lora-dir", f.lora_dir, "folder of LoRA files (NAME.safetensors) that jobs' LoRAs name");
+  cmd.add_option("--trace", f.trace, "write the run's timeline to FILE as Chrome/Perfetto trace JSON (ui.perfetto.dev)");
 }
 
 RuntimeConfig make_config(const RuntimeFlags& f) {
@@ -21,6 +22,7 @@ RuntimeConfig make_config(const RuntimeFlags& f) {
   if (f.output_dir) c.output_dir = *f.output_dir;
   if (f.max_batch) c.max_batch = *f.max_batch;
   if (f.lora_dir) c.lora_dir = *f.lora_dir;
+  if (f.trace) c.trace_file = *f.trace;
   return c;
 }
 

@@ -19,6 +19,7 @@ struct RuntimeFlags {
   std::optional<std::string> output_dir;
   std::optional<std::size_t> max_batch;
   std::optional<std::string> lora_dir;
+  std::optional<std::string> trace;  // --trace FILE
 };
 void add_runtime_flags(CLI::App& cmd, RuntimeFlags& f);
 RuntimeConfig make_config(const RuntimeFlags& f);

@@ -28,6 +28,8 @@
 #include <spdlog/spdlog.h>
 
 #include <csignal>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <pthread.h>
 
@@ -44,8 +46,19 @@ struct ServeFlags {
   bool print_routes = false;
 };
 
+// Where serve writes its videos and journal unless --output-dir or the config's output_dir
+// says: $XDG_DATA_HOME/vgen/serve (default ~/.local/share/vgen/serve), never the directory the
+// service happened to be started in.
+std::filesystem::path default_serve_dir() {
+  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg == '/') return std::filesystem::path(xdg) / "vgen" / "serve";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / ".local/share/vgen/serve";
+  throw_error(ErrorKind::invalid_argument, "--output-dir: needed (neither XDG_DATA_HOME nor HOME is set for the default)");
+}
+
 RuntimeConfig serve_config(const ServeFlags& f) {
   auto c = make_config(f.runtime);
+  // A config's output_dir is resolved against the config's folder, so "." here means unset.
+  if (!f.runtime.output_dir && c.output_dir == ".") c.output_dir = default_serve_dir();
   if (!f.listen.empty()) c.service.listen = f.listen;
   if (!f.token.empty()) c.service.token = f.token;
   if (f.max_body) c.service.max_body_bytes = *f.max_body;
@@ -133,6 +146,7 @@ int run_serve(const ServeFlags& f) {
 #endif
   }
   Runtime runtime(config);
+  spdlog::info("serve: videos and the journal go to {}", std::filesystem::absolute(config.output_dir).string());
   serve_until_signal(runtime, runtime.executor(), config, stop_signals);
   runtime.shutdown();
   return 0;
@@ -144,7 +158,7 @@ Run add_serve_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve the HTTP API (jobs, progress events, videos, metrics)");
   auto f = std::make_shared<ServeFlags>();
   add_runtime_flags(*cmd, f->runtime);
-  cmd->add_option("--output-dir", f->runtime.output_dir, "directory the videos are written to (default: config, else .)");
+  cmd->add_option("--output-dir", f->runtime.output_dir, "directory the videos and the journal are written to (default: config, else $XDG_DATA_HOME/vgen/serve, i.e. ~/.local/share/vgen/serve)");
   cmd->add_option("--listen", f->listen, "HOST:PORT to listen on; port 0 picks a free port (default: config, else 127.0.0.1:8080)");
   cmd->add_option("--token", f->token, "require 'Authorization: Bearer TOKEN' on every route but /healthz")->envname("VGEN_TOKEN");
   cmd->add_option("--max-body", f->max_body, "largest request body in bytes (413 beyond)")->check(CLI::Range(64, 64 << 20));

@@ -33,21 +33,24 @@ from vgen_export import tiny_wan  # noqa: E402
 MEDIUM_TRANSFORMER = dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=64, in_channels=16,
                           out_channels=16, freq_dim=256, ffn_dim=1024, num_layers=6, cross_attn_norm=True,
                           qk_norm="rms_norm_across_heads", rope_max_seq_len=32)
+# issue 24's "larger transformer" (>= 20M parameters, >= 8 layers): hidden 512 = 8 heads x 64, FFN 2048.
+LARGE_TRANSFORMER = {**MEDIUM_TRANSFORMER, "num_attention_heads": 8, "ffn_dim": 2048, "num_layers": 8}
+TRANSFORMERS = {"medium": MEDIUM_TRANSFORMER, "large": LARGE_TRANSFORMER}
 
 
 def build(preset: str, seed: int, workdir: Path):
     pipe = tiny_wan.build_tiny_wan_pipeline(seed=seed, workdir=workdir)
-    if preset == "medium":
+    if preset in TRANSFORMERS:
         from diffusers import WanPipeline, WanTransformer3DModel
 
         torch.manual_seed(seed + 1)
-        transformer = WanTransformer3DModel(text_dim=pipe.text_encoder.config.d_model, **MEDIUM_TRANSFORMER).eval()
+        transformer = WanTransformer3DModel(text_dim=pipe.text_encoder.config.d_model, **TRANSFORMERS[preset]).eval()
         spm = pipe._vgen_spm_file  # noqa: SLF001
         pipe = WanPipeline(**{**pipe.components, "transformer": transformer})
         pipe.set_progress_bar_config(disable=True)
         pipe._vgen_spm_file = spm  # noqa: SLF001
     elif preset != "tiny":
-        raise SystemExit(f"unknown preset {preset!r} (tiny | medium)")
+        raise SystemExit(f"unknown preset {preset!r} (tiny | medium | large)")
     return pipe
 
 
@@ -58,7 +61,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     key = {"preset": a.preset, "seed": a.seed,
-           "transformer": MEDIUM_TRANSFORMER if a.preset == "medium" else "tiny_wan.tiny_transformer",
+           "transformer": TRANSFORMERS.get(a.preset, "tiny_wan.tiny_transformer"),
            "package": "transformer.compact_context"}  # bump to re-export after a manifest change
     key = json.loads(json.dumps(key))
     marker = a.out / "preset.json"

@@ -255,8 +255,8 @@ at::Tensor LtxFamily::predict(const PredictCall& call) {
   }
   auto tokens = ltx_pack(call.x);
   auto input = cfg ? tokens.repeat_interleave(2, 0) : tokens;  // job j's rows 2j (uncond), 2j+1 (cond)
-  auto t = call.timestep.to(at::kFloat).reshape({-1});  // one per job
-  t = (cfg ? t.repeat_interleave(2, 0) : t.expand({input.size(0)})).contiguous();
+  auto t = row_timesteps(call);  // one per job
+  t = (cfg ? t.repeat_interleave(2, 0) : t).contiguous();
   auto pred = transformer_call(call.device, input, t, at::cat(embeds, 0), at::cat(masks, 0), at::cat(coords, 0).contiguous())
                   .to(at::kCPU)
                   .to(at::kFloat);  // LTXPipeline: noise_pred.float()

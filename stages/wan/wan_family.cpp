@@ -357,8 +357,8 @@ at::Tensor WanFamily::predict(const PredictCall& call) {
   auto x = conditions.empty() ? call.x : at::cat({call.x, cat(conditions).to(call.x.scalar_type())}, 1);
   auto input = cfg ? x.repeat_interleave(2, 0) : x;  // job j's rows 2j (cond), 2j+1 (uncond)
   auto image = images.empty() ? at::Tensor() : cfg ? cat(images).repeat_interleave(2, 0) : cat(images);
-  auto t = call.timestep.to(at::kFloat).reshape({-1});  // float32 always; one per job
-  t = (cfg ? t.repeat_interleave(2, 0) : t.expand({input.size(0)})).contiguous();
+  auto t = row_timesteps(call);  // float32 always; one per job
+  t = (cfg ? t.repeat_interleave(2, 0) : t).contiguous();
   // Two experts: the one for these rows' timestep (predict_by_expert split the rows so that they
   // share one). LoRAs are merged into the package's single transformer only (validate refuses
   // them with two experts).

@@ -541,6 +541,7 @@ TEST_CASE("image jobs: refused by name before queueing; the family gets the admi
   CHECK(img.height == 24);
   CHECK(img.rgb[3 * 5 + 1] == 5 * 3 + 1);  // pixel (5, 0), green: the bytes the test wrote
   CHECK(hash == image_sha256(picture));
+}
 
 TEST_CASE("previews reach the progress callback and JobHandle::preview when preview_every is set; list_jobs is newest first" *
           doctest::timeout(300)) {

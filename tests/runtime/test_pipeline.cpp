@@ -1,5 +1,6 @@
 #include "runtime/pipeline.hpp"
 
+#include "runtime/trace.hpp"
 #include "tests/support/async_test.hpp"
 
 #include <boost/asio/detached.hpp>
@@ -280,4 +281,81 @@ TEST_CASE("bad stage descriptions are rejected") {
   stages = stub_stages(ledger);
   stages[3].name = "preprocess";
   CHECK_THROWS_AS(Pipeline(io.get_executor(), stages), Error);
+}
+
+// ---- trace timeline (issue 24): hooks in process() and the retry observer ----
+TEST_CASE("with a tracer recording, each job's queue waits, stages and retries are on its tracks" * doctest::timeout(120)) {
+  for (int threads : {1, 3}) {
+    CAPTURE(threads);
+    Ledger ledger;
+    Tracer tracer;
+    std::mutex m;
+    std::set<std::string> failed_once;
+    boost::json::value trace;
+    run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+      auto flaky = [&](Job& job) -> asio::awaitable<void> {
+        std::lock_guard l(m);
+        if (index_of(job) == 0 && failed_once.insert(job.id()).second) throw Error(ErrorKind::transient, "device busy");
+        co_return;
+      };
+      auto stages = stub_stages(ledger, flaky);
+      stages[1].retry = RetryPolicy{.max_attempts = 3, .base_delay = 1ms, .multiplier = 2.0, .max_delay = 5ms};
+      PipelineOptions opts;
+      opts.tracer = &tracer;
+      Pipeline p(io.get_executor(), std::move(stages), opts);
+      p.start();
+      const auto start = tracer.begin();
+      for (int i = 0; i < 8; ++i) co_await p.submit(spec_for(i));
+      co_await p.drain();
+      trace = tracer.end(start);
+    }, vgen::test::default_timeout, threads);
+    CHECK(check_trace_json(trace).empty());
+    std::map<std::pair<std::int64_t, std::int64_t>, std::string> names;
+    for (const auto& e : trace.at("traceEvents").as_array())
+      if (e.at("ph").as_string() == "M" && e.at("name").as_string() == "thread_name")
+        names[{e.at("pid").to_number<std::int64_t>(), e.at("tid").to_number<std::int64_t>()}] = e.at("args").at("name").as_string().c_str();
+    std::map<std::string, int> on_jobs, on_workers, queued;
+    int retries = 0;
+    for (const auto& v : trace.at("traceEvents").as_array()) {
+      const auto& e = v.as_object();
+      if (e.at("ph").as_string() == "M") continue;
+      const auto track = names[{e.at("pid").to_number<std::int64_t>(), e.at("tid").to_number<std::int64_t>()}];
+      const std::string name(e.at("name").as_string());
+      if (name == "retry denoise") {
+        ++retries;
+        CHECK(track == "job job-1");
+      } else if (name.rfind("queued ", 0) == 0) {
+        ++queued[name.substr(7)];
+        CHECK(track.rfind("job ", 0) == 0);
+      } else if (track.rfind("job ", 0) == 0) {
+        ++on_jobs[name];
+      } else {
+        CHECK(track.rfind(name + " worker ", 0) == 0);
+        ++on_workers[name];
+      }
+    }
+    CHECK(retries == 1);
+    for (const auto* stage : {"preprocess", "denoise", "decode", "encode"}) {
+      CAPTURE(stage);
+      CHECK(queued[stage] == 8);  // a retry runs inside its stage: no second wait
+      CHECK(on_jobs[stage] == 8);
+      CHECK(on_workers[stage] == on_jobs[stage]);
+    }
+  }
+}
+
+TEST_CASE("without a capture the pipeline records nothing") {
+  Ledger ledger;
+  Tracer tracer;
+  run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+    PipelineOptions opts;
+    opts.tracer = &tracer;
+    Pipeline p(io.get_executor(), stub_stages(ledger), opts);
+    p.start();
+    for (int i = 0; i < 4; ++i) co_await p.submit(spec_for(i));
+    co_await p.drain();
+  });
+  const auto start = tracer.begin();
+  const auto trace = tracer.end(start);
+  CHECK(trace.at("traceEvents").as_array().empty());
 }

@@ -302,9 +302,24 @@ def check_padding_invariance(encoder, max_length: int, vocab: int, gen) -> dict[
             "invariant": diff <= tol and tail_zero}
 
 
-def export_transformer(transformer, path: Path, max_length: int, dtype, gen) -> dict[str, Any]:
+def quantize_int8(wrapper: torch.nn.Module) -> tuple[torch.nn.Module, int]:
+    """Dynamic int8 quantization (fbgemm: int8 weights, activations quantized per call) of the
+    Linear layers inside the transformer blocks: attention projections and FFNs, the bulk of
+    the denoiser's work. The embedders and the output head stay float32 (diffusers reads the
+    time embedder's parameter dtype, which a quantized Linear no longer has)."""
+    names = {n for n, m in wrapper.named_modules() if isinstance(m, torch.nn.Linear) and ".blocks." in n}
+    spec = {n: torch.ao.quantization.default_dynamic_qconfig for n in names}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notice
+        return torch.ao.quantization.quantize_dynamic(wrapper, spec, dtype=torch.qint8), len(names)
+
+
+def export_transformer(transformer, path: Path, max_length: int, dtype, gen, quantize: str | None = None) -> dict[str, Any]:
     cfg = transformer.config
     wrapper = TransformerExport(transformer).eval()
+    float_wrapper, quantized = wrapper, 0
+    if quantize == "int8":
+        wrapper, quantized = quantize_int8(wrapper)
     _, ph, pw = cfg.patch_size
 
     def inputs(b, f, h, w):
@@ -335,15 +350,21 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen) -> 
         ref = wrapper(*args)
         checks.append({"shape": list(args[0].shape), "max_abs_diff": _max_diff(loaded(*args), ref),
                        "tolerance": _tolerance(dtype, ref)})
+        if quantized:  # how far int8 moves the prediction from float (reported, not a check)
+            checks[-1]["max_abs_diff_vs_float"] = _max_diff(loaded(*args), float_wrapper(*args))
     b, f, h, w = trace_shape
     return {"trace_shape": [b, cfg.in_channels, f, h * ph, w * pw], **saved, "checks": checks,
-            "compact_context": check_compact_context(loaded, wrapper, inputs, padded, max_length)}
+            **({"quantized_linears": quantized} if quantized else {}),
+            "compact_context": check_compact_context(loaded, float_wrapper, inputs, padded, max_length,
+                                                     int8_slack=max((c.get("max_abs_diff_vs_float", 0.0) for c in checks),
+                                                                    default=0.0))}
 
 
-def check_compact_context(loaded, wrapper, inputs, padded, max_length: int) -> dict[str, Any]:
+def check_compact_context(loaded, wrapper, inputs, padded, max_length: int, int8_slack: float = 0.0) -> dict[str, Any]:
     """Whether forward_compact on the compacted context gives eager diffusers' prediction on the
     zero-padded one (manifest transformer.compact_context). float32's tolerance in every dtype,
-    as for the text encoder's padding: a half-precision ln(n) bias rounds."""
+    as for the text encoder's padding: a half-precision ln(n) bias rounds. An int8 module is
+    held to twice its own distance from float32 (int8_slack) against the float32 prediction."""
     checks = []
     for shape, lengths in (((2, 2, 3, 3), [1, 9]), ((3, 1, 2, 2), [max_length, 2, min(30, max_length)]),
                            ((1, 3, 2, 4), [min(7, max_length)])):
@@ -352,7 +373,8 @@ def check_compact_context(loaded, wrapper, inputs, padded, max_length: int) -> d
         ctx, bias = compact_context(args[2], lengths)
         out = loaded.forward_compact(args[0], args[1], ctx, bias)
         checks.append({"shape": list(args[0].shape), "lengths": lengths, "context_rows": int(ctx.size(1)),
-                       "max_abs_diff": _max_diff(out, ref), "tolerance": _tolerance(torch.float32, ref)})
+                       "max_abs_diff": _max_diff(out, ref),
+                       "tolerance": _tolerance(torch.float32, ref) + 2 * int8_slack})
     return {"checks": checks, "usable": not _failed_checks({"checks": checks})}
 
 
@@ -390,10 +412,14 @@ def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
 
 def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "float32",
                tiny: bool = False, flow_shift: float | None = None, max_side: int = 1280,
-               max_frames: int = 81, seed: int = 0, source: dict | None = None) -> dict[str, Any]:
+               max_frames: int = 81, seed: int = 0, source: dict | None = None,
+               quantize: str | None = None) -> dict[str, Any]:
     """Export a diffusers Wan directory into a package directory; returns the manifest. Which
     pipeline it is comes from detect_wan (Wan 2.1 T2V or I2V); any other is refused, naming it,
-    before anything is written."""
+    before anything is written. quantize="int8": the transformers' block Linears dynamically
+    quantized (quantize_int8; text-to-video packages, float32 exports)."""
+    if quantize not in (None, "int8") or (quantize and dtype != "float32"):
+        raise ValueError(f"quantize: int8 of a float32 export only (got {quantize!r} with {dtype})")
     import diffusers
     import sentencepiece
     import transformers
@@ -424,6 +450,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         text_dim = int(encoder.config.d_model)
         del encoder
         if i2v:  # image encoder, VAE encoder and the 36-channel transformer
+            if quantize:
+                raise ValueError("quantize: not available for Wan I2V packages yet")
             parts = export_i2v_parts(diffusers_dir, out_dir, max_length, tdtype, gen)
             checks.update(parts["checks"])
             tcfg = parts["transformer_config"]
@@ -432,13 +460,13 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                                                                 dtype=tdtype).eval()
             tcfg = dict(transformer.config)
             checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", max_length, tdtype,
-                                                       gen)
+                                                       gen, quantize)
             del transformer
         if experts:
             transformer = WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer_2",
                                                                 dtype=tdtype).eval()
             checks["transformer_2"] = export_transformer(transformer, out_dir / "transformer_2.pt", max_length,
-                                                         tdtype, gen)
+                                                         tdtype, gen, quantize)
             del transformer
         vae = AutoencoderKLWan.from_pretrained(diffusers_dir, subfolder="vae", dtype=torch.float32).eval()
         vcfg = dict(vae.config)
@@ -471,7 +499,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
             "text_encoder": mf.component_entry(out_dir, "text_encoder.pt", format="torchscript",
                                                dtype=dtype, methods=["forward"]),
             "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript", dtype=dtype,
-                                              methods=["forward"] if i2v else ["forward", "forward_compact"]),
+                                              methods=["forward"] if i2v else ["forward", "forward_compact"],
+                                              **({"quantization": "int8-dynamic"} if quantize else {})),
             "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript",
                                               dtype="float32",
                                               methods=["forward", "decode_first", "decode_step"]),
@@ -511,7 +540,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         manifest["inputs"] = {"image": "required", "last_image": "none"}  # what a job must give
     if experts:  # WanPipeline: transformer while t >= boundary_ratio * num_train_timesteps, then transformer_2
         manifest["components"]["transformer_2"] = mf.component_entry(
-            out_dir, "transformer_2.pt", format="torchscript", dtype=dtype, methods=["forward", "forward_compact"])
+            out_dir, "transformer_2.pt", format="torchscript", dtype=dtype, methods=["forward", "forward_compact"],
+            **({"quantization": "int8-dynamic"} if quantize else {}))
         manifest["experts"] = {"boundary_ratio": float(variant.boundary_ratio), "high_noise": "transformer",
                                "low_noise": "transformer_2", "guidance_scale_2": "the job's guidance"}
     mf.write_manifest(out_dir, manifest)
@@ -531,12 +561,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-side", type=int, default=1280)
     parser.add_argument("--max-frames", type=int, default=81)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--quantize", choices=["int8"], default=None,
+                        help="int8: dynamic int8 quantization of the transformer blocks' Linear layers (CPU, fbgemm)")
     args = parser.parse_args(argv)
     if args.tiny == (args.diffusers is not None):
         parser.error("give exactly one of --diffusers DIR or --tiny")
     torch.set_num_threads(args.threads)
     common = dict(dtype=args.dtype, flow_shift=args.flow_shift, max_side=args.max_side,
-                  max_frames=args.max_frames)
+                  max_frames=args.max_frames, quantize=args.quantize)
     if args.tiny:
         from .tiny_wan import write_tiny_wan
 
