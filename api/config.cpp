@@ -206,6 +206,10 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
          register_builtin_job_stores();  // the registry decides which kinds exist
          if (!job_stores().contains(c.job_store)) r.fail(p, "unknown job store '" + c.job_store + "' (known: " + job_stores().known() + ")");
        }},
+      {"queue", [&](const json::value& v, const std::string& p) {
+         if (!v.is_object()) r.fail(p, "must be an object");
+         c.queue = parse_queue_config(v.get_object(), origin + ": ", c.queue);
+       }},
       {"faults", [&](const json::value& v, const std::string& p) {
          if (!v.is_object()) r.fail(p, "must be an object");
          c.faults = parse_fault_plan(v.get_object(), origin + ": " + p);
@@ -280,6 +284,7 @@ json::object to_json(const RuntimeConfig& c) {
          return o;
        }()},
       {"job_store", c.job_store},
+      {"queue", to_json(c.queue)},
       {"service", {{"listen", c.service.listen}, {"max_body_bytes", c.service.max_body_bytes},
                    {"token", c.service.token.empty() ? "" : "(set)"}, {"max_connections", c.service.max_connections}}},
   };

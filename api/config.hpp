@@ -10,6 +10,7 @@
 // Thread-safety: plain values; the functions are pure apart from reading the file.
 #pragma once
 
+#include "api/fleet_queue.hpp"
 #include "runtime/fault_injector.hpp"
 
 #include <boost/json/object.hpp>
@@ -126,6 +127,9 @@ struct RuntimeConfig {
   // or upload, and the most pixels, a job's image may have.
   std::uint64_t image_max_bytes = 32ull << 20;
   std::int64_t image_max_pixels = 8192ll * 8192;
+
+  // The fleet (api/fleet_queue.hpp): `vgen serve --queue` / `vgen worker` over NATS JetStream.
+  QueueConfig queue;
 
   struct Service {
     std::string listen = "127.0.0.1:8080";

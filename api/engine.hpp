@@ -23,6 +23,7 @@
 #pragma once
 
 #include "api/config.hpp"
+#include "api/job_service.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/job.hpp"
 #include "runtime/job_store.hpp"
@@ -70,7 +71,13 @@ struct RuntimeStats {
   CacheStats text_cache, result_cache;
 };
 
-namespace detail { struct JobEntry; class RuntimeImpl; }
+class JobHandle;
+namespace detail {
+struct JobEntry;
+class RuntimeImpl;
+// A handle on an entry made outside the Runtime (the fleet client, api/fleet_client.hpp).
+JobHandle make_job_handle(std::shared_ptr<JobEntry> entry);
+}  // namespace detail
 
 class JobHandle {
  public:
@@ -92,6 +99,7 @@ class JobHandle {
 
  private:
   friend class detail::RuntimeImpl;
+  friend JobHandle detail::make_job_handle(std::shared_ptr<detail::JobEntry>);
   explicit JobHandle(std::shared_ptr<detail::JobEntry> entry) : entry_(std::move(entry)) {}
   std::shared_ptr<detail::JobEntry> entry_;
 };
@@ -103,46 +111,46 @@ struct SubmitOptions {
   bool resuming = false;                     // the store's own unfinished job, resubmitted under its id
 };
 
-class Runtime {
+class Runtime : public JobService {  // JobService: the interface the fleet client shares
  public:
   // Loads the model (Error(invalid_argument / not_found) naming what is wrong) and starts.
   explicit Runtime(RuntimeConfig config);
-  ~Runtime();
+  ~Runtime() override;
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
   // Validates and queues; waits while the first queue is full.
-  JobHandle submit(boost::json::value spec, SubmitOptions options = {});
+  JobHandle submit(boost::json::value spec, SubmitOptions options = {}) override;
   // Never waits: Error(overloaded) when the queue is full or the runtime is shutting down.
-  JobHandle try_submit(boost::json::value spec, SubmitOptions options = {});
-  boost::asio::awaitable<JobHandle> async_submit(boost::json::value spec, SubmitOptions options = {});
+  JobHandle try_submit(boost::json::value spec, SubmitOptions options = {}) override;
+  boost::asio::awaitable<JobHandle> async_submit(boost::json::value spec, SubmitOptions options = {}) override;
   // Parses a spec against the model's defaults and limits without submitting it.
-  JobSpec validate(const boost::json::value& spec) const;
+  JobSpec validate(const boost::json::value& spec) const override;
   // The content key (hex) of a parsed spec on its model: what the output's "vgen:" tag holds.
   std::string content_key(const JobSpec& spec) const;
   // Whether the job store records `path` as the finished output of a job with spec's key.
   bool has_rendered(const JobSpec& spec, const std::filesystem::path& path) const;
 
   // Unfinished jobs and finished ones for job_ttl after they ended.
-  std::optional<JobHandle> find(const std::string& id) const;
+  std::optional<JobHandle> find(const std::string& id) const override;
   // The jobs not finished yet, resumed ones included (their result().spec is set), in no order.
-  std::vector<JobHandle> unfinished() const;
+  std::vector<JobHandle> unfinished() const override;
   // Jobs the job store recorded, newest accepted first (JobStore::list; blocks on its file).
-  JobPage list_jobs(const JobListQuery& query) const;
+  JobPage list_jobs(const JobListQuery& query) const override;
   // Whether jobs of model `model` (empty: the default) get previews (preview_every and factors).
-  bool previews(const std::string& model = {}) const;
-  bool cancel(const std::string& id, std::string reason = "cancelled by request");
+  bool previews(const std::string& model = {}) const override;
+  bool cancel(const std::string& id, std::string reason = "cancelled by request") override;
 
   void drain();     // stops intake, waits for every accepted job to end
   void shutdown();  // cancels unfinished jobs, then drains; idempotent
 
-  const RuntimeConfig& config() const;
+  const RuntimeConfig& config() const override;
   const ModelPackage& package() const;
   RuntimeStats stats() const;
-  std::string metrics_text() const;  // Prometheus text exposition
-  boost::asio::any_io_executor executor() const;  // the io threads (for servers built on it)
+  std::string metrics_text() const override;  // Prometheus text exposition
+  boost::asio::any_io_executor executor() const override;  // the io threads (for servers built on it)
   // The runtime's trace recorder (runtime/trace.hpp): captures of its timeline, e.g. GET /v1/trace.
-  Tracer& tracer() const;
+  Tracer& tracer() const override;
 
  private:
   std::unique_ptr<detail::RuntimeImpl> impl_;

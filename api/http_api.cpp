@@ -333,7 +333,7 @@ asio::awaitable<void> stream_trace(Tracer& tracer, std::chrono::seconds seconds,
 
 }  // namespace
 
-HttpApi::HttpApi(Runtime& runtime, std::filesystem::path web_dir)
+HttpApi::HttpApi(JobService& runtime, std::filesystem::path web_dir)
     : runtime_(runtime),
       uploads_(std::make_shared<UploadStore>(runtime.config().output_dir / "uploads",
                                              ImageLimits{.max_bytes = runtime.config().image_max_bytes,
@@ -440,7 +440,7 @@ http::Response HttpApi::submit_job(const http::Request& request, const std::stri
   }
   JobHandle job;
   try {
-    job = runtime_.try_submit(std::move(spec));  // never waits: Error(overloaded) -> 429
+    job = runtime_.try_submit(std::move(spec), SubmitOptions{});  // never waits: Error(overloaded) -> 429
   } catch (...) {
     for (const auto& f : files) uploads_->unpin(f);  // refused: nothing stays written
     throw;

@@ -1,4 +1,5 @@
-// HttpApi: the vgen HTTP routes over a vgen::Runtime, as a RequestHandler for HttpServer.
+// HttpApi: the vgen HTTP routes over a JobService (a vgen::Runtime, or the fleet's
+// FleetClient for `vgen serve --queue`), as a RequestHandler for HttpServer.
 //
 //   POST   /v1/jobs              submit a job spec (JSON) -> 202 {id, status, links} + Location;
 //                                image jobs: "image"/"last_image" as base64 or data URLs in the
@@ -38,7 +39,7 @@
 // unfinished (resumed) jobs and removes every other upload. Job events arrive on worker
 // threads and reach the event stream through a BoundedChannel; a client too slow to take
 // them misses progress events, never the final one.
-// Lifetime: the Runtime must outlive the HttpApi and every stream it started (stop and join
+// Lifetime: the JobService must outlive the HttpApi and every stream it started (stop and join
 // the server before destroying the Runtime).
 #pragma once
 
@@ -59,7 +60,7 @@ namespace vgen {
 class HttpApi : public http::RequestHandler {
  public:
   // web_dir: the page's files (api/web_page.hpp default_web_dir()); empty: no page.
-  explicit HttpApi(Runtime& runtime, std::filesystem::path web_dir = {});
+  explicit HttpApi(JobService& jobs, std::filesystem::path web_dir = {});
   ~HttpApi() override;
 
   boost::asio::awaitable<http::Response> handle(http::Request request) override;
@@ -98,7 +99,7 @@ class HttpApi : public http::RequestHandler {
     std::set<std::string> ids;
   };
 
-  Runtime& runtime_;
+  JobService& runtime_;  // whoever runs the jobs: a Runtime, or the fleet's FleetClient
   std::shared_ptr<UploadStore> uploads_;
   std::shared_ptr<Cancels> cancels_ = std::make_shared<Cancels>();
   boost::asio::thread_pool upload_thread_{1};

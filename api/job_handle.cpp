@@ -13,6 +13,8 @@ namespace json = boost::json;
 
 // ---- JobHandle ----
 
+JobHandle detail::make_job_handle(std::shared_ptr<JobEntry> entry) { return JobHandle(std::move(entry)); }
+
 const std::string& JobHandle::id() const { return entry_->id; }
 
 JobSnapshot JobHandle::snapshot() const {

@@ -25,6 +25,7 @@ APT_PACKAGES=(
   doctest-dev libspdlog-dev libfmt-dev libcli11-dev libssl-dev libsentencepiece-dev
   libsqlite3-dev nlohmann-json3-dev
   chromium chromium-driver  # the web page's browser test (tests/python/test_web_browser.py)
+  nats-server libnats-dev
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -15,5 +15,6 @@ Run add_devices_command(CLI::App& app);
 Run add_render_command(CLI::App& app);  // needs VGEN_WITH_TORCH
 Run add_batch_command(CLI::App& app);   // needs VGEN_WITH_TORCH
 Run add_serve_command(CLI::App& app);   // needs VGEN_WITH_TORCH
+Run add_worker_command(CLI::App& app);  // needs VGEN_WITH_TORCH and libnats (VGEN_WITH_NATS)
 
 }  // namespace vgen::cli

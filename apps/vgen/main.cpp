@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
   commands["render"] = vgen::cli::add_render_command(app);
   commands["batch"] = vgen::cli::add_batch_command(app);
   commands["serve"] = vgen::cli::add_serve_command(app);
+#ifdef VGEN_WITH_NATS
+  commands["worker"] = vgen::cli::add_worker_command(app);
+#endif
 #endif
 
   try {

@@ -1,8 +1,12 @@
 // `vgen serve [--listen HOST:PORT] [--config FILE] [--model DIR] [--device D] [--output-dir DIR]
-//             [--token T] [--max-body BYTES] [--job-ttl SECONDS] [--preview-every STEPS] [--print-routes]`:
+//             [--token T] [--max-body BYTES] [--job-ttl SECONDS] [--preview-every STEPS] [--print-routes]
+//             [--queue nats://HOST:PORT]`:
 // the HTTP API (api/http_api.hpp) over one vgen::Runtime, and the page at / (api/web_page.hpp;
 // its files from default_web_dir(); without them the API runs and / answers 404). Previews
-// are on (every RuntimeConfig::kServePreviewEvery steps) unless the config or the flag says. The first line on stdout is
+// are on (every RuntimeConfig::kServePreviewEvery steps) unless the config or the flag says.
+// With --queue (or the config's queue.url) it serves the fleet (api/fleet_client.hpp) instead:
+// no model loaded, no job state here, the jobs run on `vgen worker`s, and several such front
+// ends can stand behind one load balancer. The first line on stdout is
 // "listening on http://HOST:PORT" with the real port (port 0 picks a free one). SIGINT or
 // SIGTERM stops it gracefully: the server stops accepting and ends its connections, then the
 // runtime cancels unfinished jobs; a second signal kills the process at once.
@@ -10,12 +14,16 @@
 // is refused at start. A non-loopback address without a token starts with a loud warning
 // (stderr, whatever the log level): the service would be open to the network without auth.
 #include "api/engine.hpp"
+#ifdef VGEN_WITH_NATS
+#include "api/fleet_client.hpp"
+#endif
 #include "api/http_api.hpp"
 #include "api/http_server.hpp"
 #include "api/web_page.hpp"
 #include "apps/vgen/commands.hpp"
 #include "apps/vgen/options.hpp"
 
+#include <boost/asio/thread_pool.hpp>
 #include <boost/json/serialize.hpp>
 #include <spdlog/spdlog.h>
 
@@ -31,7 +39,7 @@ namespace {
 
 struct ServeFlags {
   RuntimeFlags runtime;
-  std::string listen, token;
+  std::string listen, token, queue;
   std::optional<std::size_t> max_body;
   std::optional<long> job_ttl;
   std::optional<int> preview_every;
@@ -56,6 +64,8 @@ RuntimeConfig serve_config(const ServeFlags& f) {
   if (f.max_body) c.service.max_body_bytes = *f.max_body;
   if (f.job_ttl) c.job_ttl = std::chrono::seconds(*f.job_ttl);
   if (f.preview_every) c.preview_every = *f.preview_every;
+  if (!f.queue.empty()) c.queue = parse_queue_config({{"url", f.queue}}, "--queue: ", c.queue);
+  if (!c.queue.url.empty()) return c;  // the fleet keeps job state in the broker
   if (!c.preview_every) c.preview_every = RuntimeConfig::kServePreviewEvery;  // watching is what a service is for
   default_journal(c, /*resume=*/true);  // accepted jobs survive a crash and resume on restart
   c.overwrite_outputs = false;           // a reused name answers 409, never replaces a finished video
@@ -81,26 +91,10 @@ std::string url_of(const http::tcp::endpoint& ep) {
   return "http://" + (ep.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(ep.port());
 }
 
-int run_serve(const ServeFlags& f) {
-  if (f.print_routes) {
-    for (const auto& r : HttpApi::routes()) std::cout << r.method << " " << r.path << "\n";
-    return 0;
-  }
-  auto config = serve_config(f);
-  http::parse_listen_address(config.service.listen);  // a bad address fails before the model loads
-  config.exclusive_output = true;  // a second batch or serve on this directory is refused
-
-  // Block the stop signals before any thread starts, so that every thread inherits the mask
-  // and this thread alone takes them with sigwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
-  Runtime runtime(config);
-  spdlog::info("serve: videos and the journal go to {}", std::filesystem::absolute(config.output_dir).string());
-  spdlog::info("serve: config {}", boost::json::serialize(to_json(runtime.config())));
+// Serves `jobs` until SIGINT/SIGTERM, then stops the server and its connections.
+void serve_until_signal(JobService& jobs, boost::asio::any_io_executor executor, const RuntimeConfig& config,
+                        sigset_t& stop_signals) {
+  spdlog::info("serve: config {}", boost::json::serialize(to_json(config)));
   http::ServerOptions options;
   options.listen = config.service.listen;
   options.max_body_bytes = config.service.max_body_bytes;
@@ -108,7 +102,7 @@ int run_serve(const ServeFlags& f) {
   const auto web_dir = default_web_dir();
   if (web_dir.empty()) spdlog::warn("serve: the web page's files were not found (set VGEN_WEB_DIR): / answers 404");
   else spdlog::info("serve: the web page from {}", web_dir.string());
-  http::HttpServer server(runtime.executor(), std::make_shared<HttpApi>(runtime, web_dir), options);
+  http::HttpServer server(executor, std::make_shared<HttpApi>(jobs, web_dir), options);
   const auto endpoint = server.listen();
   warn_if_open_to_the_network(endpoint, url_of(endpoint), config);
   server.start();
@@ -120,6 +114,40 @@ int run_serve(const ServeFlags& f) {
   spdlog::warn("serve: {} received, shutting down", signal == SIGINT ? "SIGINT" : "SIGTERM");
   server.stop();
   server.join();
+}
+
+int run_serve(const ServeFlags& f) {
+  if (f.print_routes) {
+    for (const auto& r : HttpApi::routes()) std::cout << r.method << " " << r.path << "\n";
+    return 0;
+  }
+  auto config = serve_config(f);
+  http::parse_listen_address(config.service.listen);  // a bad address fails before the model loads
+  const bool fleet = !config.queue.url.empty();
+  if (!fleet) config.exclusive_output = true;  // a second batch or serve on this directory is refused
+
+  // Block the stop signals before any thread starts, so that every thread inherits the mask
+  // and this thread alone takes them with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  if (fleet) {
+#ifdef VGEN_WITH_NATS
+    FleetClient client(config);
+    boost::asio::thread_pool io(std::max<std::size_t>(2, config.io_threads));
+    serve_until_signal(client, io.get_executor(), config, stop_signals);
+    io.join();
+    return 0;
+#else
+    throw_error(ErrorKind::invalid_argument, "--queue: this vgen was built without libnats-dev (no fleet support)");
+#endif
+  }
+  Runtime runtime(config);
+  spdlog::info("serve: videos and the journal go to {}", std::filesystem::absolute(config.output_dir).string());
+  serve_until_signal(runtime, runtime.executor(), config, stop_signals);
   runtime.shutdown();
   return 0;
 }
@@ -137,6 +165,7 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option("--job-ttl", f->job_ttl, "seconds a finished job stays queryable")->check(CLI::Range(1L, 365L * 86400));
   cmd->add_option("--preview-every", f->preview_every, "a preview image every N denoising steps; 0: none (default: config, else 2)")
       ->check(CLI::Range(0, 100000));
+  cmd->add_option("--queue", f->queue, "serve the fleet on this NATS broker (nats://HOST:PORT): jobs run on `vgen worker`s");
   cmd->add_flag("--print-routes", f->print_routes, "print the API's routes (METHOD PATH) and exit");
   return [f] { return run_serve(*f); };
 }
