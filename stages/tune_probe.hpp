@@ -3,8 +3,9 @@
 //
 // measure(setting) starts setting.leases threads, each with setting.intra_op LibTorch threads
 // and its own group of setting.batch jobs (prepared once per lease and batch: text encoding and
-// noise are not timed). Each thread calls the denoiser and the decoder once to warm up (a
-// TorchScript method's first calls profile and optimise), then all together call the denoiser
+// noise are not timed). Each thread calls the denoiser once to warm up (in the first measure
+// the denoiser and the decoder twice: a TorchScript method's first two calls profile and
+// optimise, once per process, not per shape), then all together call the denoiser
 // kCalls times and the decoder once; the wall time of those rounds, divided per call, is the
 // sample. Out of memory on any thread makes the sample out_of_memory; other errors are thrown.
 //

@@ -83,6 +83,7 @@ int run_batch_command(const BatchFlags& f) {
   default_journal(config, /*resume=*/false);  // a rerun resumes from the prompt file instead
   config.exclusive_output = true;             // a second batch or serve on this directory is refused
 
+  config.tune.spec = job_fields(f.job);  // "auto" settings are measured at the jobs' shape (the flags')
   StopSignals signals;  // before the Runtime starts its threads, which inherit the mask
   Runtime runtime(config);
   Progress progress(0);
