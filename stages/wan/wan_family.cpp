@@ -2,6 +2,7 @@
 
 #include "runtime/content_key.hpp"
 #include "runtime/errors.hpp"
+#include "stages/text_lookup.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -42,25 +43,6 @@ std::string html_unescape(const std::string& s) {
   return out;
 }
 
-SchedulerParams to_params(const json::object& config) {
-  SchedulerParams p;
-  for (const auto& kv : config) {
-    const auto& v = kv.value();
-    SchedulerParam x;
-    if (v.is_bool()) x = v.get_bool();
-    else if (v.is_number()) x = v.to_number<double>();
-    else if (v.is_string()) x = std::string(v.get_string());
-    else if (v.is_array()) {
-      std::vector<double> xs;
-      for (const auto& e : v.get_array())
-        if (e.is_number()) xs.push_back(e.to_number<double>());
-      x = std::move(xs);
-    }
-    p.emplace(std::string(kv.key()), std::move(x));
-  }
-  return p;
-}
-
 WanJob& wan(FamilyJob& job) { return static_cast<WanJob&>(job); }
 const WanJob& wan(const FamilyJob& job) { return static_cast<const WanJob&>(job); }
 
@@ -76,7 +58,7 @@ std::string wan_prompt_clean(const std::string& text) {
 
 std::unique_ptr<Scheduler> make_wan_scheduler(const ModelPackage& package, const std::string& override_type) {
   if (override_type.empty() || override_type == package.scheduler_type)
-    return make_scheduler(package.scheduler_type, to_params(package.scheduler_config));
+    return make_scheduler(package.scheduler_type, scheduler_params_of(package.scheduler_config));
   // Another scheduler: carry over the training steps and the flow shift, nothing else.
   json::object carried;
   const auto& c = package.scheduler_config;
@@ -89,7 +71,7 @@ std::unique_ptr<Scheduler> make_wan_scheduler(const ModelPackage& package, const
     carried["use_flow_sigmas"] = true;
     carried["prediction_type"] = "flow_prediction";
   }
-  return make_scheduler(override_type, to_params(carried));
+  return make_scheduler(override_type, scheduler_params_of(carried));
 }
 
 WanFamily::WanFamily(ModelPackage package, const FamilyOptions& options) : package_(std::move(package)), backend_(options.backend) {
@@ -99,12 +81,7 @@ WanFamily::WanFamily(ModelPackage package, const FamilyOptions& options) : packa
                                {.max_length = p.max_length, .pad_id = p.pad_id, .eos_id = p.eos_id, .add_eos = p.add_eos});
   // Two experts: the manifest's `experts` section (stages/model_package reads only what every
   // family shares, so the family reads its own section).
-  std::ifstream in(p.dir / "manifest.json");  // absent for a package built in memory
-  std::stringstream text;
-  if (in) text << in.rdbuf();
-  boost::system::error_code ec;
-  const auto manifest = in ? json::parse(text.str(), ec) : json::value();
-  const auto* ex = manifest.is_object() ? manifest.get_object().if_contains("experts") : nullptr;
+  const auto* ex = p.manifest.if_contains("experts");
   if (ex) {
     const auto* ratio = ex->is_object() ? ex->as_object().if_contains("boundary_ratio") : nullptr;
     if (!ratio || !ratio->is_number() || ratio->to_number<double>() <= 0 || ratio->to_number<double>() >= 1)
@@ -203,51 +180,33 @@ TextRows WanFamily::encode_text(const std::string& device, const std::vector<std
   return {out.narrow(1, 0, std::min(out.size(1), longest)), std::move(lengths)};
 }
 
-ContentKey WanFamily::text_key(const std::string& device, const std::string& text) const {
-  return content_key("text_embedding", json::object{{"package", package_.id()}, {"device", device}, {"text", text}});
-}
-
 void WanFamily::prepare(const std::string& device, const std::vector<FamilyJob*>& jobs) {
-  // Each distinct text once: from the cache, from an earlier job of this group (counted as a
-  // hit: it was not encoded for this job), or encoded with the group's other misses.
-  std::map<std::string, at::Tensor> known;
-  std::vector<std::string> misses;
-  auto want = [&](const std::string& text) {
-    if (known.count(text)) return true;
-    if (text_cache_)
-      if (auto found = text_cache_->get(text_key(device, text))) {
-        known.emplace(text, *found);
-        return true;
-      }
-    known.emplace(text, at::Tensor());
-    misses.push_back(text);
-    return false;
-  };
+  // Each distinct text once (stages/text_lookup): a hit when this job did not pay for encoding.
+  TextLookup lookup(text_cache_.get(), package_.id(), device);
   std::vector<std::pair<std::string, std::string>> texts;  // per job: cleaned prompt, negative ("" without CFG)
   for (auto* w : jobs) {
     const bool cfg = w->spec.guidance > 1.0;
     texts.emplace_back(wan_prompt_clean(w->spec.prompt), cfg ? wan_prompt_clean(w->spec.negative_prompt) : std::string());
-    const bool hit_cond = want(texts.back().first);
-    const bool hit_uncond = !cfg || want(texts.back().second);
+    const bool hit_cond = lookup.want(texts.back().first);
+    const bool hit_uncond = !cfg || lookup.want(texts.back().second);
     w->text_cache_hit = hit_cond && hit_uncond;
   }
-  if (!misses.empty()) {
+  lookup.encode_misses([&](const std::vector<std::string>& misses) {
     auto encoded = encode_text(device, misses);
-    for (std::size_t i = 0; i < misses.size(); ++i) {
-      // The text's own rows [1, length, D] (its length is its row count from here on), copied
-      // so that a cached embedding does not keep the whole batch alive.
-      auto e = encoded.embeds.narrow(0, static_cast<std::int64_t>(i), 1).narrow(1, 0, encoded.lengths[i]).clone();
-      known[misses[i]] = e;
-      if (text_cache_) text_cache_->put(text_key(device, misses[i]), e, static_cast<std::size_t>(e.numel() * e.element_size()));
-    }
-  }
+    std::vector<at::Tensor> out;
+    // The text's own rows [1, length, D] (its length is its row count from here on), copied
+    // so that a cached embedding does not keep the whole batch alive.
+    for (std::size_t i = 0; i < misses.size(); ++i)
+      out.push_back(encoded.embeds.narrow(0, static_cast<std::int64_t>(i), 1).narrow(1, 0, encoded.lengths[i]).clone());
+    return out;
+  });
   const auto& p = package_;
   for (std::size_t j = 0; j < jobs.size(); ++j) {
     auto& w = wan(*jobs[j]);
-    const auto& cond = known.at(texts[j].first);
+    const auto& cond = lookup.get(texts[j].first);
     std::vector<TextRows> rows{{cond, {cond.size(1)}}};
     if (w.spec.guidance > 1.0) {
-      const auto& uncond = known.at(texts[j].second);
+      const auto& uncond = lookup.get(texts[j].second);
       rows.push_back({uncond, {uncond.size(1)}});
     }
     auto stacked = stack_texts(rows);

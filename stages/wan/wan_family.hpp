@@ -74,7 +74,6 @@ class WanFamily : public Family {
 
  private:
   TextRows encode_text(const std::string& device, const std::vector<std::string>& texts);
-  ContentKey text_key(const std::string& device, const std::string& text) const;
   std::shared_ptr<const Module> group_transformer(const std::vector<FamilyJob*>& live, const std::string& device);
 
   ModelPackage package_;
