@@ -35,11 +35,23 @@ at::Tensor wan_job_image(const WanJob& job) {
   return rgb.permute({2, 0, 1}).to(at::kFloat).div(255.0).contiguous();  // copies out of img
 }
 
-at::Tensor wan_i2v_condition(const ModelPackage& p, const at::Tensor& mean) {
+at::Tensor wan_normalised_latents(const ModelPackage& p, const at::Tensor& mean) {
   const auto c = p.latent_channels;
   auto lat_mean = at::tensor(p.latents_mean, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
   auto inv_std = 1.0 / at::tensor(p.latents_std, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
-  auto cond = (mean.to(at::kFloat) - lat_mean) * inv_std;  // diffusers' normalisation, in its order
+  return (mean.to(at::kFloat) - lat_mean) * inv_std;  // diffusers' normalisation, in its order
+}
+
+at::Tensor wan_fitted_image(const WanJob& job) {
+  auto image = wan_job_image(job).to(at::kFloat);
+  if (image.dim() != 3 || image.size(0) != 3 || image.size(1) != job.spec.height || image.size(2) != job.spec.width)
+    throw Error(ErrorKind::invalid_argument, "image: must be fitted to the job's " + std::to_string(job.spec.width) + "x" +
+                                                 std::to_string(job.spec.height) + " before conditioning");
+  return image;
+}
+
+at::Tensor wan_i2v_condition(const ModelPackage& p, const at::Tensor& mean) {
+  auto cond = wan_normalised_latents(p, mean);
   // The mask: one channel per pixel frame of a latent frame (temporal_scale of them); the
   // first latent frame holds the given image, the rest is to be generated.
   auto mask = at::zeros({1, p.temporal_scale, cond.size(2), cond.size(3), cond.size(4)}, at::kFloat);
@@ -49,10 +61,7 @@ at::Tensor wan_i2v_condition(const ModelPackage& p, const at::Tensor& mean) {
 
 void WanI2VFamily::condition(const std::string& device, WanJob& job) {
   const auto& p = package();
-  auto image = wan_job_image(job).to(at::kFloat);
-  if (image.dim() != 3 || image.size(0) != 3 || image.size(1) != job.spec.height || image.size(2) != job.spec.width)
-    throw Error(ErrorKind::invalid_argument, "image: must be fitted to the job's " + std::to_string(job.spec.width) + "x" +
-                                                 std::to_string(job.spec.height) + " before conditioning");
+  auto image = wan_fitted_image(job);
   auto encoder = module("image_encoder", device);
   job.image_embeds = encoder->forward({image.unsqueeze(0).to(encoder->dtype())}).to(at::kCPU).to(at::kFloat);
   // The condition video: the image in [-1, 1] as frame 0, zeros after it.

@@ -39,4 +39,11 @@ at::Tensor wan_job_image(const WanJob& job);
 // encoder output `mean` ([1, C, F', H', W']): [1, temporal_scale + C, F', H', W'].
 at::Tensor wan_i2v_condition(const ModelPackage& package, const at::Tensor& mean);
 
+// The VAE encoder's posterior mean [1, C, F', H', W'] normalised as the denoiser sees latents:
+// (mean - latents_mean) * (1 / latents_std), float32, in diffusers' order of operations.
+at::Tensor wan_normalised_latents(const ModelPackage& package, const at::Tensor& mean);
+
+// The job's image checked against its size (Error(invalid_argument) naming "image" otherwise).
+at::Tensor wan_fitted_image(const WanJob& job);
+
 }  // namespace vgen
