@@ -31,7 +31,8 @@ from .detect_wan import UnsupportedWanPipeline, check_exportable, detect_wan
 from .export_wan_i2v import export_i2v_parts
 from .export_wan_ti2v import add_ti2v_sections, export_ti2v_encoder
 from .export_common import (_assert_checks, _failed_checks, _graphs, _max_diff, _save,  # noqa: F401
-                            _tolerance, _trace, _two_frames, count_device_constants, make_device_agnostic)
+                            _tolerance, _trace, _two_frames, _unpatchify, count_device_constants,
+                            make_device_agnostic)
 from .reference_loop import check_tokenizer, compact_context
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -126,16 +127,6 @@ class TransformerExport(torch.nn.Module):
             return self._predict(hidden_states, timestep, encoder_hidden_states)
         finally:
             self._key_bias.bias = None
-
-
-def _unpatchify(x, patch):
-    """The Wan 2.2 VAE's pixel shuffle after its decoder (identity without a patch size); per
-    chunk, as it acts on each frame alone, and before the clamp, which it commutes with."""
-    if not patch:
-        return x
-    from diffusers.models.autoencoders.autoencoder_kl_wan import unpatchify
-
-    return unpatchify(x, patch_size=patch)
 
 
 class VaeFirstChunk(torch.nn.Module):

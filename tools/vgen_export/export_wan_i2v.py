@@ -23,7 +23,7 @@ from typing import Any, List, Tuple
 
 import torch
 
-from .export_common import _assert_checks, _max_diff, _save, _tolerance, _trace, _two_frames
+from .export_common import _assert_checks, _max_diff, _patchify, _save, _tolerance, _trace, _two_frames
 
 
 # --------------------------------------------------------------------------- image encoder
@@ -92,16 +92,6 @@ def export_image_encoder(model, processor, path, gen) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- VAE encoder
-def _patchify(x, patch):
-    """The Wan 2.2 VAE's pixel unshuffle before its encoder (identity without a patch size):
-    each chunk is patchified on its own, which equals patchifying the whole video (per frame)."""
-    if not patch:
-        return x
-    from diffusers.models.autoencoders.autoencoder_kl_wan import patchify
-
-    return patchify(x, patch_size=patch)
-
-
 class VaeEncodeFirst(torch.nn.Module):
     """Frame 0 [B,3,1,H,W] -> (posterior mean [B,z,1,H/8,W/8], caches)."""
 
