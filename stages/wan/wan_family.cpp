@@ -425,6 +425,7 @@ void WanFamily::warm_up(const std::string& device) {
     job.embed_lengths = text.lengths;
     job.state.latents = at::zeros({1, p.latent_channels, lf, lh, lw}, at::kFloat);
     job.image = at::zeros({3, side, side}, at::kFloat);  // a blank first frame, for image-to-video
+    job.last_image = job.image;                           // and last frame, for first-last-frame
     condition(device, job);
     begin_denoise({&job}, device);
     const std::vector<FamilyJob*> jobs{&job};

@@ -33,6 +33,7 @@ struct WanJob : FamilyJob {
   TextContext text;  // the rows at the denoise group's row count (set by begin_denoise)
   // Image-to-video only (undefined for text-to-video):
   at::Tensor image;         // [3, H, W] float32 in [0, 1] at the job's size: the first frame
+  at::Tensor last_image;    // the same for the last frame (first-last-frame packages)
   at::Tensor condition;     // [1, mask + C, F', H', W'] concatenated to the latents' channels
   at::Tensor image_embeds;  // [1, N, D] image tokens, the same for the cond and uncond rows
   std::shared_ptr<const Module> transformer;  // with the group's LoRA set merged (set by predict)

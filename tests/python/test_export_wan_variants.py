@@ -71,7 +71,7 @@ def test_detects_each_wan_layout(name, tmp_path):
     assert detect_wan(config_dir(tmp_path / "d", **LAYOUTS[name])).name == name
 
 
-@pytest.mark.parametrize("name", ["wan2.1-flf2v", "wan2.2-a14b-i2v"])
+@pytest.mark.parametrize("name", ["wan2.2-a14b-i2v"])
 def test_refuses_what_it_cannot_export_naming_it_and_writes_nothing(name, tmp_path):
     src = config_dir(tmp_path / "d", **LAYOUTS[name])
     with pytest.raises(UnsupportedWanPipeline, match=name):
@@ -86,9 +86,10 @@ def test_cli_refusal_exits_2_with_the_reason(tmp_path, capsys):
     assert "wan2.2-a14b-i2v" in err and "two experts with image conditioning" in err
 
 
-def test_ti2v_is_exportable():
-    # Regression: a Wan 2.2 TI2V directory used to be refused by name ("not implemented").
-    check_exportable(detect_wan_layout("wan2.2-ti2v"))
+@pytest.mark.parametrize("name", ["wan2.2-ti2v", "wan2.1-flf2v"])
+def test_ti2v_and_flf2v_are_exportable(name):
+    # Regression: Wan 2.2 TI2V and Wan 2.1 FLF2V directories used to be refused by name.
+    check_exportable(detect_wan_layout(name))
 
 
 def detect_wan_layout(name, **changes):

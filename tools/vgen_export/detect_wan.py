@@ -20,7 +20,7 @@ from typing import Any
 
 T2V, I2V = "WanPipeline", "WanImageToVideoPipeline"
 # Variants the exporter writes (manifest ``family``).
-EXPORTABLE = ("wan2.1-t2v", "wan2.1-i2v", "wan2.2-a14b-t2v", "wan2.2-ti2v")
+EXPORTABLE = ("wan2.1-t2v", "wan2.1-i2v", "wan2.1-flf2v", "wan2.2-a14b-t2v", "wan2.2-ti2v")
 
 
 class UnsupportedWanPipeline(ValueError):
@@ -107,7 +107,6 @@ def check_exportable(v: WanVariant) -> None:
     if v.name not in EXPORTABLE:
         why = {
             "wan2.2-a14b-i2v": "two experts with image conditioning (no image encoder) are not implemented",
-            "wan2.1-flf2v": "first-last-frame conditioning (pos_embed_seq_len) is not implemented",
         }.get(v.name, "not implemented")
         raise UnsupportedWanPipeline(f"{v.pipeline} directory detected as {v.name}: vgen cannot export it yet "
                                      f"({why}); it exports {', '.join(EXPORTABLE)}")

@@ -440,7 +440,7 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     diffusers_dir, out_dir = Path(diffusers_dir), Path(out_dir)
     variant = detect_wan(diffusers_dir)
     check_exportable(variant)
-    i2v = variant.name == mf.FAMILY_WAN21_I2V
+    i2v = variant.name in (mf.FAMILY_WAN21_I2V, mf.FAMILY_WAN21_FLF2V)  # FLF2V: and a last frame
     experts = variant.name == mf.FAMILY_WAN22_A14B_T2V  # transformer (high noise) + transformer_2
     ti2v = variant.name == mf.FAMILY_WAN22_TI2V  # z_dim-48 VAE, per-token timesteps, optional image
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -552,7 +552,9 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         manifest["components"]["vae_encoder"] = mf.component_entry(
             out_dir, "vae_encoder.pt", format="torchscript", dtype="float32", methods=["forward", "encode_first"])
         manifest["image_conditioning"] = parts["image_conditioning"]
-        manifest["inputs"] = {"image": "required", "last_image": "none"}  # what a job must give
+        # What a job must give; FLF2V's family requires last_image too (a manifest cannot).
+        manifest["inputs"] = {"image": "required",
+                              "last_image": "optional" if variant.name == mf.FAMILY_WAN21_FLF2V else "none"}
     if experts:  # WanPipeline: transformer while t >= boundary_ratio * num_train_timesteps, then transformer_2
         manifest["components"]["transformer_2"] = mf.component_entry(
             out_dir, "transformer_2.pt", format="torchscript", dtype=dtype, methods=["forward", "forward_compact"],
@@ -573,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--tiny", action="store_true", help="build the tiny random test model first")
     parser.add_argument("--seed", type=int, default=0, help="seed for --tiny")
-    parser.add_argument("--tiny-variant", choices=["t2v", "i2v", "a14b-t2v", "ti2v"], default="t2v", help="which tiny pipeline")
+    parser.add_argument("--tiny-variant", choices=["t2v", "i2v", "a14b-t2v", "ti2v", "flf2v"], default="t2v", help="which tiny pipeline")
     parser.add_argument("--flow-shift", type=float, default=None, help="override the scheduler shift")
     parser.add_argument("--max-side", type=int, default=1280)
     parser.add_argument("--max-frames", type=int, default=81)

@@ -176,19 +176,26 @@ def export_vae_encoder(vae, path, gen) -> dict[str, Any]:
 class TransformerI2VExport(torch.nn.Module):
     """forward(x [B,36,F',H',W'], t float32 [B], context [B,512,D], image [B,N,Dimg]) -> flow."""
 
-    def __init__(self, transformer):
+    def __init__(self, transformer, tokens_per_image: int | None = None):
         super().__init__()
         self.transformer = transformer
+        self.tokens_per_image = tokens_per_image
 
     def forward(self, hidden_states, timestep, encoder_hidden_states, encoder_hidden_states_image):
+        if self.tokens_per_image:  # FLF2V: a job's [first; last] tokens [B,2N,D] as diffusers stacks them, [2B,N,D]
+            encoder_hidden_states_image = encoder_hidden_states_image.reshape(
+                -1, self.tokens_per_image, encoder_hidden_states_image.size(2))
         return self.transformer(hidden_states=hidden_states, timestep=timestep,
                                 encoder_hidden_states=encoder_hidden_states,
                                 encoder_hidden_states_image=encoder_hidden_states_image, return_dict=False)[0]
 
 
 def export_transformer_i2v(transformer, path, max_length: int, image_tokens: int, dtype, gen) -> dict[str, Any]:
+    """image_tokens: per image; a first-last-frame transformer (pos_embed_seq_len) takes twice as many."""
     cfg = transformer.config
-    wrapper = TransformerI2VExport(transformer).eval()
+    first_last = cfg.get("pos_embed_seq_len") is not None
+    wrapper = TransformerI2VExport(transformer, image_tokens if first_last else None).eval()
+    image_tokens = 2 * image_tokens if first_last else image_tokens
     _, ph, pw = cfg.patch_size
 
     def inputs(b, f, h, w):
@@ -240,7 +247,8 @@ def export_i2v_parts(diffusers_dir, out_dir, max_length: int, tdtype, gen) -> di
         _assert_checks(name, checks[name])
     section = {"image_tokens": checks["image_encoder"]["tokens"], "image_dim": int(tcfg["image_dim"]),
                "mask_channels": int(tcfg["in_channels"]) - 2 * int(tcfg["out_channels"]),
-               "last_image": False, "image_encoder_input": "float32 [B,3,H,W] in [0,1]",
+               "last_image": tcfg.get("pos_embed_seq_len") is not None,
+               "image_encoder_input": "float32 [B,3,H,W] in [0,1]",
                "vae_encoder_input": "float32 [B,3,F,H,W] in [-1,1]; output: the posterior mean"}
     return {"checks": checks, "image_conditioning": section, "transformer_config": tcfg}
 

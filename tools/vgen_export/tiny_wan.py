@@ -132,14 +132,17 @@ def tiny_text_encoder(vocab_size: int):
     return UMT5EncoderModel(config).eval()
 
 
-def tiny_transformer(text_dim: int = 32, image_dim: int | None = None, latent_channels: int = 16):
+def tiny_transformer(text_dim: int = 32, image_dim: int | None = None, latent_channels: int = 16,
+                     pos_embed_seq_len: int | None = None):
     """Wan 2.1's transformer shrunk; with ``image_dim`` the image-to-video one (36 input
     channels: noise 16 + mask 4 + condition 16, and image cross-attention keys/values);
-    ``latent_channels`` 48: Wan 2.2 TI2V-5B's (the z_dim-48 VAE's latents in and out)."""
+    ``latent_channels`` 48: Wan 2.2 TI2V-5B's (the z_dim-48 VAE's latents in and out);
+    ``pos_embed_seq_len`` (2 x image tokens): Wan 2.1 FLF2V's, first and last frame's tokens
+    with a learned position embedding (drawn at random here: diffusers initialises it to 0)."""
     from diffusers import WanTransformer3DModel
 
     heads, head_dim = 2, 12
-    return WanTransformer3DModel(
+    model = WanTransformer3DModel(
         patch_size=(1, 2, 2),
         num_attention_heads=heads,
         attention_head_dim=head_dim,
@@ -154,7 +157,12 @@ def tiny_transformer(text_dim: int = 32, image_dim: int | None = None, latent_ch
         cross_attn_norm=True,
         qk_norm="rms_norm_across_heads",
         rope_max_seq_len=32,
+        pos_embed_seq_len=pos_embed_seq_len,
     ).eval()
+    if pos_embed_seq_len is not None:
+        with torch.no_grad():
+            model.condition_embedder.image_embedder.pos_embed.normal_(std=0.5)
+    return model
 
 
 TINY_CLIP_SIZE = 32
@@ -231,7 +239,7 @@ def make_scheduler(kind: str = "unipc", flow_shift: float = 3.0):
     raise ValueError(f"unknown scheduler kind {kind!r} (unipc | flow_euler)")
 
 
-VARIANTS = ("t2v", "i2v", "a14b-t2v", "ti2v")
+VARIANTS = ("t2v", "i2v", "a14b-t2v", "ti2v", "flf2v")
 TINY_BOUNDARY_RATIO = 0.875  # Wan2.2-T2V-A14B's
 
 
@@ -241,7 +249,8 @@ def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, sc
     Wan 2.1 I2V with a tiny CLIP image encoder) or Wan 2.2 A14B's two-expert WanPipeline
     ("a14b-t2v": transformer for high noise, transformer_2 below boundary_ratio) or Wan 2.2
     TI2V-5B's WanPipeline ("ti2v": z_dim-48 VAE, expand_timesteps; WanImageToVideoPipeline runs
-    the same components for image-to-video). ``workdir`` receives the trained
+    the same components for image-to-video) or Wan 2.1 FLF2V's WanImageToVideoPipeline ("flf2v":
+    the I2V one with a first and a last frame). ``workdir`` receives the trained
     ``spiece.model`` (a temporary directory is used when None). Returns the pipeline (eval
     mode, float32)."""
     import tempfile
@@ -278,7 +287,9 @@ def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, sc
                            scheduler=make_scheduler(scheduler), expand_timesteps=True)
     else:
         image_encoder, image_processor = tiny_image_encoder()
-        transformer = tiny_transformer(text_dim=text_encoder.config.d_model, image_dim=image_encoder.config.hidden_size)
+        tokens = (TINY_CLIP_SIZE // image_encoder.config.patch_size) ** 2 + 1  # + the class token
+        transformer = tiny_transformer(text_dim=text_encoder.config.d_model, image_dim=image_encoder.config.hidden_size,
+                                       pos_embed_seq_len=2 * tokens if variant == "flf2v" else None)
         vae = tiny_vae()
         pipe = WanImageToVideoPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer,
                                        vae=vae, scheduler=make_scheduler(scheduler), image_encoder=image_encoder,
