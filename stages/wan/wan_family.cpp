@@ -224,6 +224,18 @@ void WanFamily::prepare(const std::string& device, const std::vector<FamilyJob*>
 
 void WanFamily::condition(const std::string&, WanJob&) {}
 
+// Image-to-video (Wan 2.1): each job's mask and condition latents after its latents' channels.
+at::Tensor WanFamily::denoiser_input(const std::vector<FamilyJob*>& jobs, const at::Tensor& x) const {
+  std::vector<at::Tensor> conditions;
+  for (auto* j : jobs)
+    if (wan(*j).condition.defined()) conditions.push_back(wan(*j).condition);
+  if (conditions.empty()) return x;
+  auto c = conditions.size() == 1 ? conditions[0] : at::cat(conditions, 0);
+  return at::cat({x, c.to(x.scalar_type())}, 1);
+}
+
+at::Tensor WanFamily::denoiser_timesteps(const std::vector<FamilyJob*>&, const at::Tensor&, const at::Tensor& t) const { return t; }
+
 std::unique_ptr<Scheduler> WanFamily::make_scheduler(const FamilyJob& job) const {
   auto s = make_wan_scheduler(package_, job.spec.scheduler);
   s->set_timesteps(job.spec.steps);
@@ -304,19 +316,17 @@ at::Tensor WanFamily::predict(const PredictCall& call) {
   if (auto split = predict_by_expert(call); split.defined()) return split;
   const auto& live = call.jobs;
   const bool cfg = live.front()->spec.guidance > 1.0;
-  std::vector<at::Tensor> contexts, biases, conditions, images;
+  std::vector<at::Tensor> contexts, biases, images;
   for (auto* j : live) {
     contexts.push_back(wan(*j).text.context);  // [2 or 1, rows, D]: cond (, uncond)
     if (wan(*j).text.bias.defined()) biases.push_back(wan(*j).text.bias);
-    if (wan(*j).condition.defined()) conditions.push_back(wan(*j).condition);
     if (wan(*j).image_embeds.defined()) images.push_back(wan(*j).image_embeds);
   }
   auto cat = [](const std::vector<at::Tensor>& xs) { return xs.empty() ? at::Tensor() : xs.size() == 1 ? xs[0] : at::cat(xs, 0); };
-  // Image-to-video: each job's mask and condition latents after its latents' channels.
-  auto x = conditions.empty() ? call.x : at::cat({call.x, cat(conditions).to(call.x.scalar_type())}, 1);
+  auto x = denoiser_input(live, call.x);
   auto input = cfg ? x.repeat_interleave(2, 0) : x;  // job j's rows 2j (cond), 2j+1 (uncond)
   auto image = images.empty() ? at::Tensor() : cfg ? cat(images).repeat_interleave(2, 0) : cat(images);
-  auto t = row_timesteps(call);  // float32 always; one per job
+  auto t = denoiser_timesteps(live, call.x, row_timesteps(call));  // float32 always; rows per job
   t = (cfg ? t.repeat_interleave(2, 0) : t).contiguous();
   // Two experts: the one for these rows' timestep (predict_by_expert split the rows so that they
   // share one). LoRAs are merged into the package's single transformer only (validate refuses
@@ -374,6 +384,7 @@ void WanFamily::warm_up(const std::string& device) {
     job.embed_lengths = text.lengths;
     job.state.latents = at::zeros({1, p.latent_channels, lf, lh, lw}, at::kFloat);
     job.image = at::zeros({3, side, side}, at::kFloat);  // a blank first frame, for image-to-video
+    job.last_image = job.image;                           // and last frame, for first-last-frame
     condition(device, job);
     begin_denoise({&job}, device);
     const std::vector<FamilyJob*> jobs{&job};
