@@ -6,22 +6,14 @@
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
 
-#include <fstream>
-#include <sstream>
 
 namespace vgen {
 
 namespace {
 
-// The manifest's image_conditioning.last_image (ModelPackage keeps only what every family shares).
+// The manifest's image_conditioning.last_image (a family's own section of the parsed manifest).
 bool manifest_last_image(const ModelPackage& p) {
-  std::ifstream in(p.dir / "manifest.json");
-  if (!in) return false;  // a package built in memory
-  std::stringstream text;
-  text << in.rdbuf();
-  boost::system::error_code ec;
-  const auto m = boost::json::parse(text.str(), ec);
-  const auto* ic = !ec && m.is_object() ? m.get_object().if_contains("image_conditioning") : nullptr;
+  const auto* ic = p.manifest.if_contains("image_conditioning");
   const auto* last = ic && ic->is_object() ? ic->get_object().if_contains("last_image") : nullptr;
   return last && last->is_bool() && last->get_bool();
 }

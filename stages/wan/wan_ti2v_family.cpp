@@ -6,8 +6,6 @@
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
 
-#include <fstream>
-#include <sstream>
 
 namespace vgen {
 
@@ -17,15 +15,10 @@ namespace {
 
 const WanJob& wan(const FamilyJob& job) { return static_cast<const WanJob&>(job); }
 
-// The manifest's `transformer` section (ModelPackage keeps only what every family shares).
+// The manifest's `transformer` section (a family's own section of the parsed manifest; empty
+// for a package built in memory: the defaults).
 json::object transformer_section(const ModelPackage& p) {
-  std::ifstream in(p.dir / "manifest.json");
-  if (!in) return {};  // a package built in memory: the defaults
-  std::stringstream text;
-  text << in.rdbuf();
-  boost::system::error_code ec;
-  auto manifest = json::parse(text.str(), ec);
-  const auto* t = !ec && manifest.is_object() ? manifest.get_object().if_contains("transformer") : nullptr;
+  const auto* t = p.manifest.if_contains("transformer");
   return t && t->is_object() ? t->get_object() : json::object{};
 }
 
@@ -36,7 +29,7 @@ WanTI2VFamily::WanTI2VFamily(ModelPackage package, const FamilyOptions& options)
   p.component("vae_encoder");  // named if missing
   const auto where = "model package " + p.dir.string() + ": ";
   const auto t = transformer_section(p);
-  if (!p.dir.empty() && std::filesystem::exists(p.dir / "manifest.json")) {
+  if (!p.manifest.empty()) {  // a package read from disk states its timestep mode
     const auto* mode = t.if_contains("timestep");
     if (!mode || !mode->is_string() || mode->get_string() != "per_token")
       throw Error(ErrorKind::invalid_argument, where + "manifest field 'transformer.timestep' must be \"per_token\" for " + p.family);
