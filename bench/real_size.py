@@ -93,10 +93,10 @@ def phase_diffusers(work: Path, a) -> dict:
     from diffusers import WanPipeline
 
     torch.set_num_threads(a.threads)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     pipe = WanPipeline.from_pretrained(work / "diffusers", torch_dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
-    load = time.perf_counter() - t0
+    load, load_cpu = time.perf_counter() - t0, time.process_time() - c0
     marks: dict[str, list[float]] = {"first_call": [], "end": []}
 
     def pre_hook(_m, _args):
@@ -115,13 +115,18 @@ def phase_diffusers(work: Path, a) -> dict:
              output_type="np", callback_on_step_end=on_end)
     total = time.perf_counter() - t1
     steps = [e - s for s, e in zip(marks["first_call"], marks["end"])]
-    return {"load_seconds": load, "render_seconds": total, "step_seconds": steps,
+    return {"load_seconds": load, "load_cpu_seconds": load_cpu, "render_seconds": total, "step_seconds": steps,
             "threads": torch.get_num_threads()}
 
 
 # --------------------------------------------------------------------------- parent
+CPU_SECONDS: dict[str, float] = {}  # the last child's user + system CPU seconds ("last")
+
+
 def timed_child(cmd: list[str], env: dict | None = None) -> tuple[str, float, int, str]:
-    """Runs cmd; returns (stdout, wall seconds, peak RSS bytes, stderr): the child's own peak RSS (ru_maxrss of os.wait4 on its pid)."""
+    """Runs cmd; returns (stdout, wall seconds, peak RSS bytes, stderr): the child's own peak
+    RSS (ru_maxrss of os.wait4 on its pid). Its CPU seconds go to CPU_SECONDS["last"]: on a
+    shared machine wall time includes waiting for a core, CPU time does not."""
     t0 = time.perf_counter()
     with open(os.devnull, "rb") as devnull:
         p = subprocess.Popen(cmd, stdin=devnull, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -137,6 +142,7 @@ def timed_child(cmd: list[str], env: dict | None = None) -> tuple[str, float, in
     for r in readers:
         r.join()
     p.returncode = os.waitstatus_to_exitcode(status)
+    CPU_SECONDS["last"] = usage.ru_utime + usage.ru_stime
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd[:4]))} failed ({p.returncode}):\n{''.join(err)[-4000:]}")
@@ -181,12 +187,13 @@ def main() -> None:
     try:
         if not (a.work / "diffusers" / "model_index.json").exists():
             out, wall, rss, _ = timed_child(me + ["--phase", "build"], env)
-            result["build"] = {**json.loads(out.splitlines()[-1]), "wall_seconds": wall, "peak_rss_gb": rss / GB}
+            result["build"] = {**json.loads(out.splitlines()[-1]), "wall_seconds": wall, "peak_rss_gb": rss / GB,
+                               "cpu_seconds": CPU_SECONDS["last"]}
             print(f"built the diffusers directory in {wall:.0f} s (peak RSS {rss / GB:.2f} GB)", file=sys.stderr)
         if not (pkg / "manifest.json").exists():
             _, wall, rss, _ = timed_child([str(VENV_PY), "tools/export_wan.py", "--diffusers", str(a.work / "diffusers"),
                                            "--out", str(pkg), "--threads", str(a.threads)], env)
-            result["export"] = {"wall_seconds": wall, "peak_rss_gb": rss / GB}
+            result["export"] = {"wall_seconds": wall, "peak_rss_gb": rss / GB, "cpu_seconds": CPU_SECONDS["last"]}
             print(f"exported in {wall:.0f} s (peak RSS {rss / GB:.2f} GB)", file=sys.stderr)
         manifest = json.loads((pkg / "manifest.json").read_text())
         sizes = {n: c["bytes"] for n, c in manifest["components"].items()}
@@ -194,7 +201,8 @@ def main() -> None:
         weights = sum(v for k, v in sizes.items() if k != "tokenizer")
 
         out, wall, rss, _ = timed_child([str(BIN / "bench_load"), "--model", str(pkg)], env)
-        result["vgen_load"] = {**json.loads(out), "wall_seconds": wall, "peak_rss_gb": rss / GB}
+        result["vgen_load"] = {**json.loads(out), "wall_seconds": wall, "peak_rss_gb": rss / GB,
+                               "cpu_seconds": CPU_SECONDS["last"], "loadavg_1m": os.getloadavg()[0]}
         print(f"vgen load: {wall:.1f} s, peak RSS {rss / GB:.2f} GB for {weights / GB:.2f} GB of weights",
               file=sys.stderr)
 
@@ -205,20 +213,22 @@ def main() -> None:
                                          "--seed", "0", "--trace", str(trace), "--json"], env)
         job = json.loads(out.splitlines()[-1])
         result["vgen_render"] = {"wall_seconds": wall, "peak_rss_gb": rss / GB, "step_seconds": step_spans(trace),
+                                 "cpu_seconds": CPU_SECONDS["last"], "loadavg_1m": os.getloadavg()[0],
                                  "stage_seconds": job["stage_seconds"]}
         print(f"vgen render: {wall:.1f} s, peak RSS {rss / GB:.2f} GB, steps {result['vgen_render']['step_seconds']}",
               file=sys.stderr)
 
         if not a.skip_diffusers:
             out, wall, rss, _ = timed_child(me + ["--phase", "diffusers"], env)
-            result["diffusers"] = {**json.loads(out.splitlines()[-1]), "wall_seconds": wall, "peak_rss_gb": rss / GB}
+            result["diffusers"] = {**json.loads(out.splitlines()[-1]), "wall_seconds": wall, "peak_rss_gb": rss / GB,
+                                   "cpu_seconds": CPU_SECONDS["last"], "loadavg_1m": os.getloadavg()[0]}
             print(f"diffusers: {wall:.1f} s, peak RSS {rss / GB:.2f} GB, steps {result['diffusers']['step_seconds']}",
                   file=sys.stderr)
     finally:
         if not a.keep:
             shutil.rmtree(a.work, ignore_errors=True)
     result["weights_gb"] = weights / GB
-    rows = [["vgen", f"{result['vgen_load']['wall_seconds']:.1f}", f"{result['vgen_render']['peak_rss_gb']:.2f}",
+    rows = [["vgen", f"{result['vgen_load']['total_seconds']:.1f}", f"{result['vgen_render']['peak_rss_gb']:.2f}",
              " / ".join(f"{s:.2f}" for s in result["vgen_render"]["step_seconds"]),
              f"{result['vgen_render']['wall_seconds']:.1f}"]]
     if "diffusers" in result:
@@ -228,6 +238,8 @@ def main() -> None:
     print(f"\nreal size Wan2.1-T2V-1.3B (random weights), {a.width}x{a.height}, {a.frames} frames, {a.steps} steps, "
           f"guidance 5, {a.threads} threads; weights {weights / GB:.2f} GB")
     print(table(["runtime", "load s", "peak RSS GB", "s per step", "process wall s"], rows))
+    print(f"load average (1 min) during the phases: vgen {result['vgen_render']['loadavg_1m']:.1f}"
+          + (f", diffusers {result['diffusers']['loadavg_1m']:.1f}" if "diffusers" in result else ""))
     write("real_size", result)
 
 
