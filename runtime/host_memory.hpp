@@ -1,7 +1,7 @@
 // Host memory: whether a model file fits in the memory this machine has left, checked before
 // it is loaded, so that a package too large for the machine fails with an error naming the
-// component and both sizes (exit 2 / HTTP 400) instead of the process being killed by the
-// kernel's out-of-memory killer halfway through the load.
+// component and both sizes (Error(invalid_argument): CLI exit 2, a served job fails with it)
+// instead of the process being killed by the kernel's out-of-memory killer halfway through the load.
 //
 // The figure is /proc/meminfo's MemAvailable (the kernel's estimate of what new allocations
 // can get without swapping: free memory plus reclaimable page cache). VGEN_MEMORY_AVAILABLE
