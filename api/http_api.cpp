@@ -181,6 +181,8 @@ JobListQuery list_query(std::string_view target) {
 json::object event_json(const JobEvent& e) {
   json::object o{{"id", e.job_id}, {"state", to_string(e.state)}, {"step", e.step}, {"total", e.total}};
   if (!e.message.empty()) o["message"] = e.message;
+  if (!e.event.empty()) o["event"] = e.event;
+  if (e.skipped > 0) o["skipped"] = e.skipped;
   return o;
 }
 
