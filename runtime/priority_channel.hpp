@@ -18,7 +18,8 @@
 //  - requeue(v, ticket): for an item a consumer took from this channel and gives back (a job
 //    preempted at a step boundary). It never waits and is accepted even when the channel is full
 //    or closed: the item already held a place, so the bound becomes capacity + consumers, and the
-//    consumer that gives it back dequeues again, so a closed channel still drains it.
+//    consumer that gives it back dequeues again, so a closed channel still drains it. A producer
+//    waiting for room whose item ranks first is served before the accepted items.
 //
 // Thread-safety: every member may be called from any thread (one mutex; completions are posted
 // after it is released). Cancellation: a waiting enqueue or dequeue is cancellable through its
@@ -174,9 +175,11 @@ class PriorityChannel {
     template <class H>
     void start_receive(H&& handler) {
       std::unique_lock lock(mutex);
+      auto promoted = promote_locked();
       if (auto item = take_locked()) {
-        auto released = admit_waiting_sender_locked();
+        auto released = items.size() < capacity ? admit_waiting_sender_locked() : std::nullopt;
         lock.unlock();
+        if (promoted) std::move(*promoted).complete(error_code{});
         if (released) std::move(*released).complete(error_code{});
         complete_now(std::forward<H>(handler), error_code{}, std::move(item));
         return;
@@ -216,11 +219,20 @@ class PriorityChannel {
 
     std::optional<T> try_receive() {
       std::unique_lock lock(mutex);
+      auto promoted = promote_locked();
       auto item = take_locked();
-      auto released = item ? admit_waiting_sender_locked() : std::nullopt;
+      auto released = item && items.size() < capacity ? admit_waiting_sender_locked() : std::nullopt;
       lock.unlock();
+      if (promoted) std::move(*promoted).complete(error_code{});
       if (released) std::move(*released).complete(error_code{});
       return item;
+    }
+
+    // A waiting producer whose item ranks before every accepted one is accepted first, so that
+    // it is the next served (the channel holds more than its capacity only after requeues).
+    std::optional<typename detail::WaitList<Offer, SendSig>::Waiter> promote_locked() {
+      if (blocked.empty() || (!items.empty() && !(blocked.begin()->first < items.begin()->first))) return std::nullopt;
+      return admit_waiting_sender_locked();
     }
 
     void close() {

@@ -108,6 +108,27 @@ TEST_CASE("requeue is accepted when full and when closed, and is served by its r
   });
 }
 
+TEST_CASE("a waiting producer of higher rank is served before requeued items" * doctest::timeout(30)) {
+  asio::io_context io;
+  auto guard = asio::make_work_guard(io);
+  PriorityChannel<std::string> ch(1);
+  std::string low = "low";
+  REQUIRE(ch.try_enqueue(low, at(0, milliseconds(0))));
+  bool accepted = false;
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    co_await ch.enqueue("urgent", at(9, milliseconds(5)));
+    accepted = true;
+  }, asio::detached);
+  io.poll();
+  ch.requeue("preempted", at(0, milliseconds(1)));  // the channel is now over its capacity
+  CHECK(ch.try_dequeue() == "urgent");  // not the requeued one: the waiting producer ranks first
+  io.poll();
+  CHECK(accepted);
+  CHECK(ch.try_dequeue() == "low");
+  CHECK(ch.try_dequeue() == "preempted");
+  CHECK_FALSE(ch.try_dequeue().has_value());
+}
+
 TEST_CASE("a waiting consumer gets the item directly; close ends consumers and refuses producers" * doctest::timeout(30)) {
   run_async(
       [](asio::io_context& io) -> asio::awaitable<void> {
