@@ -261,6 +261,7 @@ asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job, WorkerSlot& s
   if (job->is_finished()) co_return;
   job->throw_if_cancelled();  // cancelled while its last step ran: end it here
   if (job->take_requeue()) {  // preempted: back into this stage's queue (never waits, see requeue)
+    job->enter_stage(JobState::queued);  // queued again: a cancel or deadline ends it at once
     mark_queued(*job);
     queues_[k]->requeue(job, ticket_of(*job));
     if (stage_metrics_[k].depth) stage_metrics_[k].depth->set(static_cast<double>(queues_[k]->size()));

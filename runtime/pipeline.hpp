@@ -15,7 +15,8 @@
 //    runtime/priority_channel.hpp), so a job waits behind newer ones of at most a bounded lead.
 //  - Requeue: a stage that calls Job::request_requeue() (the denoise stage, for a job preempted
 //    at a step boundary) puts the job back into its own input queue, with its original ticket,
-//    instead of passing it on; the worker then takes the best job waiting there.
+//    instead of passing it on (its state is `queued` again until a worker takes it, so a cancel
+//    ends it at once); the worker then takes the best job waiting there.
 //  - Backpressure: a full queue suspends the submitter (submit) or refuses it (try_submit ->
 //    Error(overloaded)), and a full next queue suspends the upstream worker, so memory is
 //    bounded by the queue capacities plus the workers.

@@ -389,3 +389,37 @@ TEST_CASE("queues serve higher priority first; a requeued job goes back into its
     CHECK(p.counts().done == 4);
   });
 }
+
+TEST_CASE("a requeued job is queued again: a cancel ends it at once" * doctest::timeout(60)) {
+  run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+    AsyncEvent gate, bounce_gate;
+    std::map<std::string, int> runs;
+    // Two workers: "hold" and then "hold-2" keep them, "bounce" runs once and goes back.
+    StageFn stage = [&](Job& job) -> asio::awaitable<void> {
+      ++runs[job.id()];
+      if (job.id() == "bounce") {
+        co_await bounce_gate.wait(asio::use_awaitable);
+        job.request_requeue();
+      } else {
+        co_await gate.wait(asio::use_awaitable);
+      }
+    };
+    std::vector<StageSpec> stages{{"only", JobState::denoise, 2, 8, stage}};
+    Pipeline p(io.get_executor(), std::move(stages));
+    p.start();
+    auto hold = p.try_submit(boost::json::object{{"priority", 9}}, "hold");
+    auto bounce = p.try_submit(boost::json::object{{"priority", 1}}, "bounce");
+    while (runs.size() < 2) co_await sleep_for(100us);
+    auto hold2 = p.try_submit(boost::json::object{{"priority", 9}}, "hold-2");
+    bounce_gate.set();
+    while (runs.size() < 3) co_await sleep_for(100us);  // bounce's worker took hold-2 instead
+    CHECK(bounce->state() == JobState::queued);
+    CHECK(p.cancel("bounce"));
+    CHECK(bounce->state() == JobState::cancelled);  // at once, not when a worker frees
+    gate.set();
+    co_await p.drain();
+    CHECK(runs["bounce"] == 1);
+    CHECK(p.counts().done == 2);
+    CHECK(p.counts().cancelled == 1);
+  });
+}
