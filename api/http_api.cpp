@@ -96,7 +96,10 @@ json::object status_json(const JobHandle& job, const JobResult& r) {
     o.erase("output");
   }
   const auto s = job.snapshot();
-  o["progress"] = json::object{{"state", to_string(s.state)}, {"step", s.step}, {"total", s.total}};
+  json::object progress{{"state", to_string(s.state)}, {"step", s.step}, {"total", s.total}};
+  if (s.preemptions > 0) progress["preemptions"] = s.preemptions;
+  if (s.skipped_steps > 0) progress["skipped_steps"] = s.skipped_steps;
+  o["progress"] = std::move(progress);
   o["queued_seconds"] = s.queued_seconds;
   o["links"] = links_of(r.id);
   return o;
