@@ -4,6 +4,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 
@@ -66,7 +67,7 @@ TEST_CASE("bounded: try_enqueue refuses when full; count_above sees waiting item
   REQUIRE(ch.try_enqueue(b, at(1, milliseconds(1))));
   CHECK_FALSE(ch.try_enqueue(c, at(9, milliseconds(2))));
   CHECK(c == "c");  // not moved from
-  // Two producers wait for room; the higher one is admitted first, whatever the order they came in.
+  // Two producers wait for room; the higher one is served first, whatever the order they came in.
   std::vector<std::string> sent;
   auto produce = [&](std::string v, QueueTicket t) -> asio::awaitable<void> {
     co_await ch.enqueue(v, t);
@@ -81,10 +82,11 @@ TEST_CASE("bounded: try_enqueue refuses when full; count_above sees waiting item
   CHECK(ch.count_above(0) == 2);   // b (1) and wait-high (7)
   CHECK(ch.count_above(-1) == 4);
   CHECK(ch.count_above(7) == 0);
-  CHECK(ch.try_dequeue() == "b");  // frees one place: wait-high is accepted
+  CHECK(ch.try_dequeue() == "wait-high");  // it ranks before every accepted item: served first
   io.poll();
   CHECK(sent == std::vector<std::string>{"wait-high"});
-  CHECK(ch.try_dequeue() == "wait-high");
+  CHECK(ch.size() == 2);
+  CHECK(ch.try_dequeue() == "b");  // frees one place: wait-low is accepted
   io.poll();
   CHECK(sent == std::vector<std::string>{"wait-high", "wait-low"});
   CHECK(ch.try_dequeue() == "a");
@@ -162,7 +164,8 @@ TEST_CASE("a cancelled producer's item is not accepted and no longer counts" * d
   REQUIRE(ch.try_enqueue(a, at(0, milliseconds(0))));
   asio::cancellation_signal cancel;
   boost::system::error_code result;
-  ch.enqueue("blocked", at(9, milliseconds(1)), asio::bind_cancellation_slot(cancel.slot(), [&](boost::system::error_code ec) { result = ec; }));
+  ch.enqueue("blocked", at(9, milliseconds(1)),
+             asio::bind_cancellation_slot(cancel.slot(), asio::bind_executor(io, [&](boost::system::error_code ec) { result = ec; })));
   io.poll();
   CHECK(ch.count_above(0) == 1);
   cancel.emit(asio::cancellation_type::terminal);
