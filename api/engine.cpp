@@ -130,6 +130,8 @@ class RuntimeImpl {
       spdlog::info("removed {} temporary file(s) a crashed run left in {}", swept, config_.output_dir.string());
     open_store();
     pipeline_ = std::make_unique<Pipeline>(executor_.get_executor(), make_stages(), po);
+    // Running denoise groups see who waits in the denoise queue: higher priority preempts.
+    models_->set_waiting_probe([p = pipeline_.get()](int priority) { return p->waiting_above("denoise", priority); });
     pipeline_->start();
     resume_unfinished();
   }

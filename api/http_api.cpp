@@ -96,7 +96,10 @@ json::object status_json(const JobHandle& job, const JobResult& r) {
     o.erase("output");
   }
   const auto s = job.snapshot();
-  o["progress"] = json::object{{"state", to_string(s.state)}, {"step", s.step}, {"total", s.total}};
+  json::object progress{{"state", to_string(s.state)}, {"step", s.step}, {"total", s.total}};
+  if (s.preemptions > 0) progress["preemptions"] = s.preemptions;
+  if (s.skipped_steps > 0) progress["skipped_steps"] = s.skipped_steps;
+  o["progress"] = std::move(progress);
   o["queued_seconds"] = s.queued_seconds;
   o["links"] = links_of(r.id);
   return o;
@@ -181,6 +184,8 @@ JobListQuery list_query(std::string_view target) {
 json::object event_json(const JobEvent& e) {
   json::object o{{"id", e.job_id}, {"state", to_string(e.state)}, {"step", e.step}, {"total", e.total}};
   if (!e.message.empty()) o["message"] = e.message;
+  if (!e.event.empty()) o["event"] = e.event;
+  if (e.skipped > 0) o["skipped"] = e.skipped;
   return o;
 }
 

@@ -49,6 +49,10 @@ struct JobSpec {
   std::string image_sha256, last_image_sha256;
   std::vector<LoraRef> loras;       // "loras": [{"name", "scale"}], in order; at most 8
   double step_cache = 0.0;          // step-cache threshold (stages/step_cache.hpp); 0: off
+  // Scheduling, not content: higher first in every queue, and it may preempt lower-priority
+  // denoising (stages/batcher.hpp). In [-Job::kMaxPriority, Job::kMaxPriority] = [-100, 100].
+  // Not part of the content key: the same video at any priority.
+  int priority = 0;
 };
 
 // Whether a model takes an input (manifest "inputs": {"image": ..., "last_image": ...}).

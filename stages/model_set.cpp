@@ -187,6 +187,10 @@ std::vector<StageSpec> ModelSet::stages() const {
   };
 }
 
+void ModelSet::set_waiting_probe(std::function<std::size_t(int)> probe) const {
+  state_->batcher->set_waiting_probe(std::move(probe));
+}
+
 void ModelSet::warm_up(const std::string& device) const {
   for (const auto& [n, f] : state_->models) f->warm_up(device);
 }

@@ -104,6 +104,10 @@ class ModelSet {
   std::string model_id(const JobSpec& spec) const;
 
   std::vector<StageSpec> stages() const;  // preprocess, denoise, decode, encode
+  // How many jobs above a priority wait to enter denoise (e.g. Pipeline::waiting_above on the
+  // "denoise" stage): running denoise groups preempt lower-priority rows for them
+  // (stages/batcher.hpp). Thread-safe; without it nothing is preempted.
+  void set_waiting_probe(std::function<std::size_t(int priority)> probe) const;
   // Calls every model's modules on `device` twice before jobs arrive (Family::warm_up).
   void warm_up(const std::string& device) const;
 

@@ -41,6 +41,7 @@ void add_job_flags(CLI::App& cmd, JobFlags& f) {
   cmd.add_option("--guidance", f.guidance, "classifier-free guidance scale (> 1 enables it)");
   cmd.add_option("--step-cache", f.step_cache, "step-cache threshold: reuse the denoiser's last change while the estimated change stays below it (0: off)");
   cmd.add_option("--seed", f.seed);
+  cmd.add_option("--priority", f.priority, "scheduling priority, -100..100 (default 0): higher first; it may preempt lower-priority denoising");
   cmd.add_option("--fps", f.fps);
   cmd.add_option("--scheduler", f.scheduler, "scheduler class name (default: the package's)");
   cmd.add_option("--negative-prompt", f.negative_prompt);
@@ -57,6 +58,7 @@ boost::json::object job_fields(const JobFlags& f) {
   if (f.guidance) o["guidance"] = *f.guidance;
   if (f.step_cache) o["step_cache"] = *f.step_cache;
   if (f.seed) o["seed"] = *f.seed;
+  if (f.priority) o["priority"] = *f.priority;
   if (f.fps) o["fps"] = *f.fps;
   if (f.scheduler) o["scheduler"] = *f.scheduler;
   if (f.negative_prompt) o["negative_prompt"] = *f.negative_prompt;
