@@ -272,6 +272,15 @@ struct FleetWorker::State : std::enable_shared_from_this<FleetWorker::State> {
     self->changed.notify_all();
   }
 
+  // The content key a done job's output is tagged with (empty if the spec no longer parses).
+  std::string output_key(const JobResult& r) const {
+    try {
+      return runtime.content_key(r.spec);
+    } catch (const Error&) {
+      return {};
+    }
+  }
+
   void complete_now(const std::string& id, JobState state, ErrorKind kind, std::string error) {
     JobResult r;
     r.id = id;
@@ -347,6 +356,10 @@ struct FleetWorker::State : std::enable_shared_from_this<FleetWorker::State> {
         rec.output = r.output.string();
         rec.content_type = r.content_type;
         rec.device = r.device;
+        rec.key = output_key(r);
+        std::error_code ec;
+        const auto bytes = fs::file_size(r.output, ec);
+        rec.output_bytes = ec ? 0 : bytes;
         if (++rec.writes > 1) ++stats.rewrites;
         count = &FleetWorkerStats::done;
       } else if (r.state == JobState::cancelled && !job->cancel_requested && stopping && !finish_held) {
