@@ -58,6 +58,7 @@ class FleetClient : public JobService {
   const RuntimeConfig& config() const override;
   std::string metrics_text() const override;
   boost::asio::any_io_executor executor() const override;  // a two-thread pool of its own
+  bool submit_is_remote() const override { return true; }   // HttpApi submits on executor()
   Tracer& tracer() const override;  // an empty timeline: the work happens on the workers
   FleetClientStats stats() const;
   // Whether the bucket watch has delivered every record that existed when the client started.

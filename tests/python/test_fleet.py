@@ -335,3 +335,35 @@ def test_batch_on_the_queue_reports_like_the_local_batch_and_a_rerun_skips_done_
     assert subprocess.run(["ffprobe", "-v", "error", str(victim)], capture_output=True).returncode == 0
     for w in workers:
         assert w.stop() == 0, w.logs()
+
+
+def test_submissions_waiting_on_the_broker_do_not_block_the_io_threads(fleet):
+    """The fleet's 202 waits for the broker's ack; while the broker does not answer (SIGSTOP),
+    the submissions wait off the io threads, so other requests are still answered at once."""
+    import threading
+
+    broker = fleet.broker()
+    server = fleet.front_end(broker)
+    assert submit(server, "before the stop")  # connected, stream and bucket made
+    answers = []
+
+    def post(i):
+        answers.append(server.request("POST", "/v1/jobs", {"prompt": f"stopped broker {i}", **SMALL}, timeout=120)[0])
+
+    os.kill(broker.proc.pid, signal.SIGSTOP)
+    try:
+        posts = [threading.Thread(target=post, args=(i,)) for i in range(4)]  # more than the 2 io threads
+        for t in posts:
+            t.start()
+        time.sleep(0.5)  # the posts are in the server, waiting on the broker
+        t0 = time.monotonic()
+        status, _, _ = server.request("GET", "/healthz", timeout=30)
+        took = time.monotonic() - t0
+        assert status == 200
+        assert took < 2, f"/healthz took {took:.1f} s behind submissions waiting on the broker"
+        assert not answers, answers  # no 202 without the broker's ack
+    finally:
+        os.kill(broker.proc.pid, signal.SIGCONT)
+    for t in posts:
+        t.join(120)
+    assert len(answers) == 4 and all(a in (202, 503) for a in answers), answers
