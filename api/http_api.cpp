@@ -380,6 +380,11 @@ std::vector<HttpApi::Route> HttpApi::routes() {
 }
 
 asio::awaitable<http::Response> HttpApi::handle(http::Request request) {
+  if (request.method() == bhttp::verb::post && runtime_.submit_is_remote() && !may_carry_images(request))
+    // The fleet's submit is a broker round trip (202 only after its ack): not on an io thread. (wt-nats)
+    co_return co_await asio::co_spawn(
+        runtime_.executor(), [this, &request]() -> asio::awaitable<http::Response> { co_return dispatch(request); },
+        asio::use_awaitable);
   if (!may_carry_images(request)) co_return dispatch(request);
   // Decoding and writing images blocks: on the uploads thread, resuming on this strand after.
   co_return co_await asio::co_spawn(
