@@ -5,6 +5,7 @@
 #include "stages/ltx/ltx_family.hpp"
 #include "stages/wan/wan_family.hpp"
 #include "stages/wan/wan_i2v_family.hpp"
+#include "stages/wan/wan_ti2v_family.hpp"
 
 #include <mutex>
 
@@ -15,7 +16,9 @@ void register_builtin_families() {
   std::call_once(once, [] {
     families().add("wan2.1-t2v", &make_wan_family);
     families().add("wan2.1-i2v", &make_wan_i2v_family);
+    families().add("wan2.1-flf2v", &make_wan_i2v_family);  // and a last frame: manifest image_conditioning.last_image
     families().add("wan2.2-a14b-t2v", &make_wan_family);  // two experts: WanFamily reads manifest `experts`
+    families().add("wan2.2-ti2v", &make_wan_ti2v_family);
     families().add("ltx-video", &make_ltx_family);
   });
 }

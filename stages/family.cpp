@@ -2,6 +2,8 @@
 
 #include "runtime/errors.hpp"
 
+#include <boost/json.hpp>
+
 #include <ATen/ATen.h>
 
 #include <any>
@@ -52,6 +54,25 @@ at::Tensor row_timesteps(const PredictCall& call) {
   if (t.numel() != n)
     throw_error(ErrorKind::internal, "predict: " + std::to_string(t.numel()) + " timesteps for " + std::to_string(n) + " jobs");
   return t;
+}
+
+SchedulerParams scheduler_params_of(const boost::json::object& config) {
+  SchedulerParams p;
+  for (const auto& kv : config) {
+    const auto& v = kv.value();
+    SchedulerParam x;
+    if (v.is_bool()) x = v.get_bool();
+    else if (v.is_number()) x = v.to_number<double>();
+    else if (v.is_string()) x = std::string(v.get_string());
+    else if (v.is_array()) {
+      std::vector<double> xs;
+      for (const auto& e : v.get_array())
+        if (e.is_number()) xs.push_back(e.to_number<double>());
+      x = std::move(xs);
+    }
+    p.emplace(std::string(kv.key()), std::move(x));
+  }
+  return p;
 }
 
 }  // namespace vgen

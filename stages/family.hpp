@@ -33,6 +33,7 @@
 #include "stages/scheduler.hpp"
 
 #include <ATen/core/Tensor.h>
+#include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
 #include <filesystem>
@@ -80,6 +81,10 @@ struct PredictCall {
 // The call's timesteps as float32 [jobs]: one per row, or one for all rows given as a scalar
 // (callers that step a whole group together). Error(internal) for any other count.
 at::Tensor row_timesteps(const PredictCall& call);
+
+// A manifest's scheduler.config as scheduler parameters: numbers as doubles, booleans, strings,
+// arrays of numbers; anything else (null, objects) is present as std::monostate.
+SchedulerParams scheduler_params_of(const boost::json::object& config);
 
 class Family {
  public:

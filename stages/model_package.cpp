@@ -330,6 +330,7 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   // The whole manifest identifies the model: two packages that share a transformer but differ
   // in family, scheduler, VAE or anything else render different videos.
   p.identity = content_key("model-package", m).hex();
+  p.manifest = m;
   return p;
 }
 

@@ -65,6 +65,9 @@ struct ModelPackage {
   // every component's sha256); the transformer's sha256 for a package built in memory.
   std::string id() const;
   std::string identity;  // set by load_model_package
+  // The whole manifest as read (sections only one family reads, e.g. "experts", "transformer",
+  // are taken from here, never by reading the file again); empty for a package built in memory.
+  boost::json::object manifest;
 };
 
 struct PackageLoadOptions {

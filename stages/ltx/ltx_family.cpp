@@ -2,6 +2,7 @@
 
 #include "runtime/content_key.hpp"
 #include "runtime/errors.hpp"
+#include "stages/text_lookup.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -24,18 +25,6 @@ LtxJob& ltx(FamilyJob& job) { return static_cast<LtxJob&>(job); }
   throw_error(ErrorKind::invalid_argument, "model package '" + p.dir.string() + "': " + what);
 }
 
-// The manifest's sections that only this family reads ("transformer", "vae"): ModelPackage
-// keeps the generic fields, so they are read here from the file load_model_package checked.
-json::object read_manifest(const ModelPackage& p) {
-  std::ifstream in(p.dir / "manifest.json", std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  boost::system::error_code ec;
-  auto v = json::parse(text.str(), ec);
-  if (!in || ec || !v.is_object()) bad_manifest(p, "manifest.json cannot be read again as a JSON object");
-  return std::move(v.get_object());
-}
-
 const json::object& section(const ModelPackage& p, const json::object& manifest, const char* name) {
   const auto* v = manifest.if_contains(name);
   if (!v || !v->is_object()) bad_manifest(p, std::string("manifest lacks the object '") + name + "'");
@@ -55,29 +44,9 @@ std::array<std::int64_t, 3> latent_grid(const JobSpec& spec, const ModelPackage&
   return {(spec.frames - 1) / p.temporal_scale + 1, spec.height / p.spatial_scale, spec.width / p.spatial_scale};
 }
 
-// A manifest's scheduler.config as scheduler parameters (numbers as doubles; null stays unset).
-SchedulerParams scheduler_params(const json::object& config) {
-  SchedulerParams p;
-  for (const auto& kv : config) {
-    const auto& v = kv.value();
-    SchedulerParam x;
-    if (v.is_bool()) x = v.get_bool();
-    else if (v.is_number()) x = v.to_number<double>();
-    else if (v.is_string()) x = std::string(v.get_string());
-    else if (v.is_array()) {
-      std::vector<double> xs;
-      for (const auto& e : v.get_array())
-        if (e.is_number()) xs.push_back(e.to_number<double>());
-      x = std::move(xs);
-    }
-    p.emplace(std::string(kv.key()), std::move(x));
-  }
-  return p;
-}
-
 }  // namespace
 
-LtxConfig read_ltx_config(const ModelPackage& p) { return read_ltx_config(p, read_manifest(p)); }
+LtxConfig read_ltx_config(const ModelPackage& p) { return read_ltx_config(p, p.manifest); }
 
 LtxConfig read_ltx_config(const ModelPackage& p, const json::object& manifest) {
   LtxConfig c;
@@ -160,40 +129,22 @@ at::Tensor LtxFamily::encode_texts(const std::string& device, const std::vector<
   return module("text_encoder", device)->forward({ids}).to(at::kCPU).to(at::kFloat);
 }
 
-ContentKey LtxFamily::text_key(const std::string& device, const std::string& text) const {
-  return content_key("text_embedding", json::object{{"package", package_.id()}, {"device", device}, {"text", text}});
-}
-
 void LtxFamily::prepare(const std::string& device, const std::vector<FamilyJob*>& jobs) {
-  // Each distinct text once: from the cache, from an earlier job of this group, or encoded
-  // with the group's other misses.
-  std::map<std::string, at::Tensor> known;
-  std::vector<std::string> misses;
-  auto want = [&](const std::string& text) {
-    if (known.count(text)) return true;
-    if (text_cache_)
-      if (auto found = text_cache_->get(text_key(device, text))) {
-        known.emplace(text, *found);
-        return true;
-      }
-    known.emplace(text, at::Tensor());
-    misses.push_back(text);
-    return false;
-  };
+  // Each distinct text once (stages/text_lookup).
+  TextLookup lookup(text_cache_.get(), package_.id(), device);
   for (auto* j : jobs) {
     const bool cfg = j->spec.guidance > 1.0;
-    const bool hit_cond = want(j->spec.prompt);
-    const bool hit_uncond = !cfg || want(j->spec.negative_prompt);  // asked for even when the prompt missed
+    const bool hit_cond = lookup.want(j->spec.prompt);
+    const bool hit_uncond = !cfg || lookup.want(j->spec.negative_prompt);  // asked for even when the prompt missed
     j->text_cache_hit = hit_cond && hit_uncond;
   }
-  if (!misses.empty()) {
+  lookup.encode_misses([&](const std::vector<std::string>& misses) {
     auto encoded = encode_texts(device, misses);
-    for (std::size_t i = 0; i < misses.size(); ++i) {
-      auto e = encoded.narrow(0, static_cast<std::int64_t>(i), 1).clone();  // its own storage for the cache
-      known[misses[i]] = e;
-      if (text_cache_) text_cache_->put(text_key(device, misses[i]), e, static_cast<std::size_t>(e.numel() * e.element_size()));
-    }
-  }
+    std::vector<at::Tensor> out;
+    for (std::size_t i = 0; i < misses.size(); ++i)
+      out.push_back(encoded.narrow(0, static_cast<std::int64_t>(i), 1).clone());  // its own storage for the cache
+    return out;
+  });
   const auto& p = package_;
   for (auto* job : jobs) {
     auto& j = ltx(*job);
@@ -202,7 +153,7 @@ void LtxFamily::prepare(const std::string& device, const std::vector<FamilyJob*>
     if (cfg) texts.push_back(j.spec.negative_prompt);
     texts.push_back(j.spec.prompt);
     std::vector<at::Tensor> rows;
-    for (const auto& t : texts) rows.push_back(known.at(t));
+    for (const auto& t : texts) rows.push_back(lookup.get(t));
     j.embeds = at::cat(rows, 0);
     const auto tok = tokenizer_->encode_batch(texts, cfg ? "negative_prompt" : "prompt");
     j.text_mask = at::tensor(tok.mask, at::kLong).reshape({tok.batch, tok.length}).to(at::kFloat);
@@ -220,7 +171,7 @@ void LtxFamily::prepare(const std::string& device, const std::vector<FamilyJob*>
 }
 
 std::unique_ptr<Scheduler> LtxFamily::make_scheduler(const FamilyJob& job) const {
-  auto params = scheduler_params(package_.scheduler_config);
+  auto params = scheduler_params_of(package_.scheduler_config);
   const auto [f, h, w] = latent_grid(job.spec, package_);
   params["sigma_schedule"] = std::string("one_to_one_over_n");
   params["image_seq_len"] = static_cast<double>(f * h * w);  // LTXPipeline's video_sequence_length

@@ -66,7 +66,6 @@ class LtxFamily final : public Family {
   at::Tensor transformer_call(const std::string& device, const at::Tensor& latents, const at::Tensor& timestep,
                               const at::Tensor& embeds, const at::Tensor& mask, const at::Tensor& coords) const;
   at::Tensor decode_latents(const std::string& device, const at::Tensor& z, const at::Tensor& noise) const;
-  ContentKey text_key(const std::string& device, const std::string& text) const;
 
   ModelPackage package_;
   LtxConfig config_;

@@ -2,6 +2,7 @@
 
 #include "runtime/content_key.hpp"
 #include "runtime/errors.hpp"
+#include "stages/text_lookup.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -43,25 +44,6 @@ std::string html_unescape(const std::string& s) {
   return out;
 }
 
-SchedulerParams to_params(const json::object& config) {
-  SchedulerParams p;
-  for (const auto& kv : config) {
-    const auto& v = kv.value();
-    SchedulerParam x;
-    if (v.is_bool()) x = v.get_bool();
-    else if (v.is_number()) x = v.to_number<double>();
-    else if (v.is_string()) x = std::string(v.get_string());
-    else if (v.is_array()) {
-      std::vector<double> xs;
-      for (const auto& e : v.get_array())
-        if (e.is_number()) xs.push_back(e.to_number<double>());
-      x = std::move(xs);
-    }
-    p.emplace(std::string(kv.key()), std::move(x));
-  }
-  return p;
-}
-
 WanJob& wan(FamilyJob& job) { return static_cast<WanJob&>(job); }
 const WanJob& wan(const FamilyJob& job) { return static_cast<const WanJob&>(job); }
 
@@ -101,7 +83,8 @@ json::object with_flow_shift(json::object config, const std::string& type, doubl
 
 std::unique_ptr<Scheduler> make_wan_scheduler(const ModelPackage& package, const std::string& override_type, double shift) {
   if (override_type.empty() || override_type == package.scheduler_type)
-    return make_scheduler(package.scheduler_type, to_params(with_flow_shift(package.scheduler_config, package.scheduler_type, shift)));
+    return make_scheduler(package.scheduler_type,
+                          scheduler_params_of(with_flow_shift(package.scheduler_config, package.scheduler_type, shift)));
   // Another scheduler: carry over the training steps and the flow shift, nothing else.
   json::object carried;
   const auto& c = package.scheduler_config;
@@ -114,7 +97,7 @@ std::unique_ptr<Scheduler> make_wan_scheduler(const ModelPackage& package, const
     carried["use_flow_sigmas"] = true;
     carried["prediction_type"] = "flow_prediction";
   }
-  return make_scheduler(override_type, to_params(with_flow_shift(std::move(carried), override_type, shift)));
+  return make_scheduler(override_type, scheduler_params_of(with_flow_shift(std::move(carried), override_type, shift)));
 }
 
 WanFamily::WanFamily(ModelPackage package, const FamilyOptions& options) : package_(std::move(package)), backend_(options.backend) {
@@ -124,12 +107,7 @@ WanFamily::WanFamily(ModelPackage package, const FamilyOptions& options) : packa
                                {.max_length = p.max_length, .pad_id = p.pad_id, .eos_id = p.eos_id, .add_eos = p.add_eos});
   // Two experts: the manifest's `experts` section (stages/model_package reads only what every
   // family shares, so the family reads its own section).
-  std::ifstream in(p.dir / "manifest.json");  // absent for a package built in memory
-  std::stringstream text;
-  if (in) text << in.rdbuf();
-  boost::system::error_code ec;
-  const auto manifest = in ? json::parse(text.str(), ec) : json::value();
-  const auto* ex = manifest.is_object() ? manifest.get_object().if_contains("experts") : nullptr;
+  const auto* ex = p.manifest.if_contains("experts");
   if (ex) {
     const auto* ratio = ex->is_object() ? ex->as_object().if_contains("boundary_ratio") : nullptr;
     if (!ratio || !ratio->is_number() || ratio->to_number<double>() <= 0 || ratio->to_number<double>() >= 1)
@@ -238,51 +216,33 @@ TextRows WanFamily::encode_text(const std::string& device, const std::vector<std
   return {out.narrow(1, 0, std::min(out.size(1), longest)), std::move(lengths)};
 }
 
-ContentKey WanFamily::text_key(const std::string& device, const std::string& text) const {
-  return content_key("text_embedding", json::object{{"package", package_.id()}, {"device", device}, {"text", text}});
-}
-
 void WanFamily::prepare(const std::string& device, const std::vector<FamilyJob*>& jobs) {
-  // Each distinct text once: from the cache, from an earlier job of this group (counted as a
-  // hit: it was not encoded for this job), or encoded with the group's other misses.
-  std::map<std::string, at::Tensor> known;
-  std::vector<std::string> misses;
-  auto want = [&](const std::string& text) {
-    if (known.count(text)) return true;
-    if (text_cache_)
-      if (auto found = text_cache_->get(text_key(device, text))) {
-        known.emplace(text, *found);
-        return true;
-      }
-    known.emplace(text, at::Tensor());
-    misses.push_back(text);
-    return false;
-  };
+  // Each distinct text once (stages/text_lookup): a hit when this job did not pay for encoding.
+  TextLookup lookup(text_cache_.get(), package_.id(), device);
   std::vector<std::pair<std::string, std::string>> texts;  // per job: cleaned prompt, negative ("" without CFG)
   for (auto* w : jobs) {
     const bool cfg = w->spec.guidance > 1.0;
     texts.emplace_back(wan_prompt_clean(w->spec.prompt), cfg ? wan_prompt_clean(w->spec.negative_prompt) : std::string());
-    const bool hit_cond = want(texts.back().first);
-    const bool hit_uncond = !cfg || want(texts.back().second);
+    const bool hit_cond = lookup.want(texts.back().first);
+    const bool hit_uncond = !cfg || lookup.want(texts.back().second);
     w->text_cache_hit = hit_cond && hit_uncond;
   }
-  if (!misses.empty()) {
+  lookup.encode_misses([&](const std::vector<std::string>& misses) {
     auto encoded = encode_text(device, misses);
-    for (std::size_t i = 0; i < misses.size(); ++i) {
-      // The text's own rows [1, length, D] (its length is its row count from here on), copied
-      // so that a cached embedding does not keep the whole batch alive.
-      auto e = encoded.embeds.narrow(0, static_cast<std::int64_t>(i), 1).narrow(1, 0, encoded.lengths[i]).clone();
-      known[misses[i]] = e;
-      if (text_cache_) text_cache_->put(text_key(device, misses[i]), e, static_cast<std::size_t>(e.numel() * e.element_size()));
-    }
-  }
+    std::vector<at::Tensor> out;
+    // The text's own rows [1, length, D] (its length is its row count from here on), copied
+    // so that a cached embedding does not keep the whole batch alive.
+    for (std::size_t i = 0; i < misses.size(); ++i)
+      out.push_back(encoded.embeds.narrow(0, static_cast<std::int64_t>(i), 1).narrow(1, 0, encoded.lengths[i]).clone());
+    return out;
+  });
   const auto& p = package_;
   for (std::size_t j = 0; j < jobs.size(); ++j) {
     auto& w = wan(*jobs[j]);
-    const auto& cond = known.at(texts[j].first);
+    const auto& cond = lookup.get(texts[j].first);
     std::vector<TextRows> rows{{cond, {cond.size(1)}}};
     if (w.spec.guidance > 1.0) {
-      const auto& uncond = known.at(texts[j].second);
+      const auto& uncond = lookup.get(texts[j].second);
       rows.push_back({uncond, {uncond.size(1)}});
     }
     auto stacked = stack_texts(rows);
@@ -299,6 +259,18 @@ void WanFamily::prepare(const std::string& device, const std::vector<FamilyJob*>
 }
 
 void WanFamily::condition(const std::string&, WanJob&) {}
+
+// Image-to-video (Wan 2.1): each job's mask and condition latents after its latents' channels.
+at::Tensor WanFamily::denoiser_input(const std::vector<FamilyJob*>& jobs, const at::Tensor& x) const {
+  std::vector<at::Tensor> conditions;
+  for (auto* j : jobs)
+    if (wan(*j).condition.defined()) conditions.push_back(wan(*j).condition);
+  if (conditions.empty()) return x;
+  auto c = conditions.size() == 1 ? conditions[0] : at::cat(conditions, 0);
+  return at::cat({x, c.to(x.scalar_type())}, 1);
+}
+
+at::Tensor WanFamily::denoiser_timesteps(const std::vector<FamilyJob*>&, const at::Tensor&, const at::Tensor& t) const { return t; }
 
 std::unique_ptr<Scheduler> WanFamily::make_scheduler(const FamilyJob& job) const {
   auto s = make_wan_scheduler(package_, job.spec.scheduler, job.spec.shift);
@@ -385,19 +357,17 @@ at::Tensor WanFamily::predict(const PredictCall& call) {
   if (auto split = predict_by_expert(call); split.defined()) return split;
   const auto& live = call.jobs;
   const bool cfg = live.front()->spec.guidance > 1.0;
-  std::vector<at::Tensor> contexts, biases, conditions, images;
+  std::vector<at::Tensor> contexts, biases, images;
   for (auto* j : live) {
     contexts.push_back(wan(*j).text.context);  // [2 or 1, rows, D]: cond (, uncond)
     if (wan(*j).text.bias.defined()) biases.push_back(wan(*j).text.bias);
-    if (wan(*j).condition.defined()) conditions.push_back(wan(*j).condition);
     if (wan(*j).image_embeds.defined()) images.push_back(wan(*j).image_embeds);
   }
   auto cat = [](const std::vector<at::Tensor>& xs) { return xs.empty() ? at::Tensor() : xs.size() == 1 ? xs[0] : at::cat(xs, 0); };
-  // Image-to-video: each job's mask and condition latents after its latents' channels.
-  auto x = conditions.empty() ? call.x : at::cat({call.x, cat(conditions).to(call.x.scalar_type())}, 1);
+  auto x = denoiser_input(live, call.x);
   auto input = cfg ? x.repeat_interleave(2, 0) : x;  // job j's rows 2j (cond), 2j+1 (uncond)
   auto image = images.empty() ? at::Tensor() : cfg ? cat(images).repeat_interleave(2, 0) : cat(images);
-  auto t = row_timesteps(call);  // float32 always; one per job
+  auto t = denoiser_timesteps(live, call.x, row_timesteps(call));  // float32 always; rows per job
   t = (cfg ? t.repeat_interleave(2, 0) : t).contiguous();
   // Two experts: the one for these rows' timestep (predict_by_expert split the rows so that they
   // share one). LoRAs are merged into the package's single transformer only (validate refuses
@@ -455,6 +425,7 @@ void WanFamily::warm_up(const std::string& device) {
     job.embed_lengths = text.lengths;
     job.state.latents = at::zeros({1, p.latent_channels, lf, lh, lw}, at::kFloat);
     job.image = at::zeros({3, side, side}, at::kFloat);  // a blank first frame, for image-to-video
+    job.last_image = job.image;                           // and last frame, for first-last-frame
     condition(device, job);
     begin_denoise({&job}, device);
     const std::vector<FamilyJob*> jobs{&job};

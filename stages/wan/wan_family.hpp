@@ -33,6 +33,7 @@ struct WanJob : FamilyJob {
   TextContext text;  // the rows at the denoise group's row count (set by begin_denoise)
   // Image-to-video only (undefined for text-to-video):
   at::Tensor image;         // [3, H, W] float32 in [0, 1] at the job's size: the first frame
+  at::Tensor last_image;    // the same for the last frame (first-last-frame packages)
   at::Tensor condition;     // [1, mask + C, F', H', W'] concatenated to the latents' channels
   at::Tensor image_embeds;  // [1, N, D] image tokens, the same for the cond and uncond rows
   std::shared_ptr<const Module> transformer;  // with the group's LoRA set merged (set by predict)
@@ -71,11 +72,17 @@ class WanFamily : public Family {
   // A family that conditions on more than text (image-to-video) sets the job's condition and
   // image_embeds here; called at the end of prepare and by warm_up, on the compute thread.
   virtual void condition(const std::string& device, WanJob& job);
+  // The transformer's input for a call's rows x [jobs, C, F', H', W'] (the scheduler's latents):
+  // by default each job's condition concatenated after its latents' channels (Wan 2.1 I2V), or
+  // x itself. Runs on the compute thread.
+  virtual at::Tensor denoiser_input(const std::vector<FamilyJob*>& jobs, const at::Tensor& x) const;
+  // The transformer's timesteps for those rows, from the rows' own t (float32 [jobs]): by
+  // default t itself (one per row). Rows are per job; predict repeats them for guidance.
+  virtual at::Tensor denoiser_timesteps(const std::vector<FamilyJob*>& jobs, const at::Tensor& x, const at::Tensor& t) const;
   std::shared_ptr<const Module> module(const std::string& component, const std::string& device) const;
 
  private:
   TextRows encode_text(const std::string& device, const std::vector<std::string>& texts);
-  ContentKey text_key(const std::string& device, const std::string& text) const;
   std::shared_ptr<const Module> group_transformer(const std::vector<FamilyJob*>& live, const std::string& device);
   // Resolves, hashes and maps the job's LoRA files, then applies their suggested steps /
   // guidance / shift to the fields `fields` (the job's JSON) leaves out.

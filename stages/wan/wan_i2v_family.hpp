@@ -8,6 +8,11 @@
 //   condition     [mask; (mean - latents_mean) / latents_std] where mean = vae_encoder.pt on
 //                 [2 image - 1, zeros...] (F frames) and the mask is 1 on latent frame 0:
 //                 concatenated to the latents' channels at every step (36 = 16 + 4 + 16).
+// First-last-frame (Wan 2.1 FLF2V, "wan2.1-flf2v": manifest image_conditioning.last_image, a
+// transformer with pos_embed_seq_len): the job's last_image as well (required), as diffusers
+// does with `last_image`: image_embeds = the two images' tokens [1, 2N, D] (first, then last),
+// the condition video [image, zeros, last_image] and the mask also 1 on the last pixel frame
+// (latent frame F'-1, its last of temporal_scale channels).
 // Jobs of one denoise group each carry their own image (rows are independent in the call).
 // Ownership and threads: as WanFamily; prepare's module calls run on the compute thread.
 #pragma once
@@ -20,11 +25,16 @@ class WanI2VFamily final : public WanFamily {
  public:
   WanI2VFamily(ModelPackage package, const FamilyOptions& options);
 
-  // The spec as WanFamily validates it, and an image: Error(invalid_argument) naming "image".
+  // The spec as WanFamily validates it, and an image: Error(invalid_argument) naming "image"
+  // (and, first-last-frame, "last_image" or "frames" below 5).
   JobSpec validate(const boost::json::value& spec) const override;
+  bool first_last_frame() const { return first_last_; }
 
  protected:
   void condition(const std::string& device, WanJob& job) override;
+
+ private:
+  bool first_last_ = false;  // manifest image_conditioning.last_image
 };
 
 std::shared_ptr<Family> make_wan_i2v_family(ModelPackage package, const FamilyOptions& options);
@@ -34,9 +44,20 @@ std::shared_ptr<Family> make_wan_i2v_family(ModelPackage package, const FamilyOp
 // the job's size. Error(invalid_argument) naming "image" when the job has none or it does not
 // decode. Reads the file: call it on the compute thread (prepare).
 at::Tensor wan_job_image(const WanJob& job);
+// The same for the job's last frame (job.last_image, else the spec's last_image; "last_image").
+at::Tensor wan_job_last_image(const WanJob& job);
 
 // The condition for `image` ([3, H, W] in [0, 1]) at `frames` frames, from the package's VAE
-// encoder output `mean` ([1, C, F', H', W']): [1, temporal_scale + C, F', H', W'].
-at::Tensor wan_i2v_condition(const ModelPackage& package, const at::Tensor& mean);
+// encoder output `mean` ([1, C, F', H', W']): [1, temporal_scale + C, F', H', W']. With
+// `last_frame`, the mask also marks the last pixel frame as given.
+at::Tensor wan_i2v_condition(const ModelPackage& package, const at::Tensor& mean, bool last_frame = false);
+
+// The VAE encoder's posterior mean [1, C, F', H', W'] normalised as the denoiser sees latents:
+// (mean - latents_mean) * (1 / latents_std), float32, in diffusers' order of operations.
+at::Tensor wan_normalised_latents(const ModelPackage& package, const at::Tensor& mean);
+
+// The job's image (last image) checked against its size (Error(invalid_argument) naming the field otherwise).
+at::Tensor wan_fitted_image(const WanJob& job);
+at::Tensor wan_fitted_last_image(const WanJob& job);
 
 }  // namespace vgen

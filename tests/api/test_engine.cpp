@@ -8,6 +8,7 @@
 #include "stages/libav.hpp"
 #include "stages/model_backend.hpp"
 #include "tests/support/fake_family.hpp"
+#include "tests/support/png.hpp"
 #include "tests/support/python_reference.hpp"
 
 #include <doctest/doctest.h>
@@ -441,26 +442,7 @@ TEST_CASE("ids are UUIDv7, unique across Runtimes on one journal; a finished job
 namespace {
 
 std::string png_of_size(int w, int h) {
-  const AVCodec* codec = avcodec_find_encoder(AV_CODEC_ID_PNG);
-  REQUIRE(codec);
-  av::CodecContextPtr ctx(avcodec_alloc_context3(codec));
-  ctx->width = w;
-  ctx->height = h;
-  ctx->pix_fmt = AV_PIX_FMT_RGB24;
-  ctx->time_base = {1, 25};
-  av::check(avcodec_open2(ctx.get(), codec, nullptr), "open");
-  auto frame = av::alloc_frame();
-  frame->width = w;
-  frame->height = h;
-  frame->format = AV_PIX_FMT_RGB24;
-  av::check(av_frame_get_buffer(frame.get(), 0), "buffer");
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w * 3; ++x) frame->data[0][y * frame->linesize[0] + x] = static_cast<std::uint8_t>(x + y);
-  av::check(avcodec_send_frame(ctx.get(), frame.get()), "send");
-  avcodec_send_frame(ctx.get(), nullptr);
-  auto packet = av::alloc_packet();
-  REQUIRE(avcodec_receive_packet(ctx.get(), packet.get()) >= 0);
-  return std::string(reinterpret_cast<const char*>(packet->data), static_cast<std::size_t>(packet->size));
+  return test::png_image(w, h, [](int x, int y) { return static_cast<std::uint8_t>(x + y); });
 }
 
 struct SeenImage {

@@ -6,6 +6,7 @@
 
 #include "runtime/errors.hpp"
 #include "stages/libav.hpp"
+#include "tests/support/png.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <cstring>
@@ -18,27 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string png(int w, int h, std::uint8_t shade) {
-  const AVCodec* codec = avcodec_find_encoder(AV_CODEC_ID_PNG);
-  REQUIRE(codec);
-  av::CodecContextPtr ctx(avcodec_alloc_context3(codec));
-  ctx->width = w;
-  ctx->height = h;
-  ctx->pix_fmt = AV_PIX_FMT_RGB24;
-  ctx->time_base = {1, 25};
-  av::check(avcodec_open2(ctx.get(), codec, nullptr), "open");
-  auto frame = av::alloc_frame();
-  frame->width = w;
-  frame->height = h;
-  frame->format = AV_PIX_FMT_RGB24;
-  av::check(av_frame_get_buffer(frame.get(), 0), "buffer");
-  for (int y = 0; y < h; ++y) std::memset(frame->data[0] + y * frame->linesize[0], shade, static_cast<std::size_t>(w) * 3);
-  av::check(avcodec_send_frame(ctx.get(), frame.get()), "send");
-  avcodec_send_frame(ctx.get(), nullptr);
-  auto packet = av::alloc_packet();
-  REQUIRE(avcodec_receive_packet(ctx.get(), packet.get()) >= 0);
-  return std::string(reinterpret_cast<const char*>(packet->data), static_cast<std::size_t>(packet->size));
-}
+std::string png(int w, int h, std::uint8_t shade) { return test::solid_png(w, h, shade); }
 
 std::string base64(std::string_view bytes) {
   static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

@@ -1,5 +1,5 @@
 """Which Wan pipeline a diffusers directory is (tools/vgen_export/detect_wan.py), the refusals
-of what the exporter cannot write, and the tiny Wan 2.1 image-to-video export.
+of what the exporter cannot write, and the tiny Wan 2.1 image-to-video and Wan 2.2 TI2V exports.
 
 Run: /root/.cache/vgen/venv/bin/python -m pytest -q tests/python/test_export_wan_variants.py
 """
@@ -26,7 +26,7 @@ NONE = [None, None]
 
 def config_dir(root: Path, pipeline: str, in_channels: int = 16, z_dim: int = 16, image_encoder: bool = False,
                transformer_2: bool = False, boundary_ratio=None, expand_timesteps=None, image_dim=None,
-               pos_embed_seq_len=None) -> Path:
+               pos_embed_seq_len=None, vae: dict | None = None) -> Path:
     """A diffusers directory holding only the JSON that detection reads (as real repos lay it out)."""
     index = {"_class_name": pipeline, "_diffusers_version": "0.42.1",
              "transformer": ["diffusers", "WanTransformer3DModel"], "vae": ["diffusers", "AutoencoderKLWan"],
@@ -48,7 +48,7 @@ def config_dir(root: Path, pipeline: str, in_channels: int = 16, z_dim: int = 16
             {"in_channels": in_channels, "out_channels": z_dim, "image_dim": image_dim,
              "pos_embed_seq_len": pos_embed_seq_len}))
     (root / "vae").mkdir()
-    (root / "vae" / "config.json").write_text(json.dumps({"z_dim": z_dim}))
+    (root / "vae" / "config.json").write_text(json.dumps({"z_dim": z_dim, **(vae or {})}))
     return root
 
 
@@ -58,7 +58,8 @@ LAYOUTS = {
     "wan2.1-i2v": dict(pipeline="WanImageToVideoPipeline", in_channels=36, image_encoder=True, image_dim=1280),
     "wan2.1-flf2v": dict(pipeline="WanImageToVideoPipeline", in_channels=36, image_encoder=True, image_dim=1280,
                          pos_embed_seq_len=514),
-    "wan2.2-ti2v": dict(pipeline="WanPipeline", in_channels=48, z_dim=48, expand_timesteps=True),
+    "wan2.2-ti2v": dict(pipeline="WanPipeline", in_channels=48, z_dim=48, expand_timesteps=True,
+                        vae={"patch_size": 2, "is_residual": True, "scale_factor_spatial": 16}),
     "wan2.2-a14b-t2v": dict(pipeline="WanPipeline", transformer_2=True, boundary_ratio=0.875),
     "wan2.2-a14b-i2v": dict(pipeline="WanImageToVideoPipeline", in_channels=36, transformer_2=True,
                             boundary_ratio=0.9),
@@ -70,7 +71,7 @@ def test_detects_each_wan_layout(name, tmp_path):
     assert detect_wan(config_dir(tmp_path / "d", **LAYOUTS[name])).name == name
 
 
-@pytest.mark.parametrize("name", ["wan2.1-flf2v", "wan2.2-ti2v", "wan2.2-a14b-i2v"])
+@pytest.mark.parametrize("name", ["wan2.2-a14b-i2v"])
 def test_refuses_what_it_cannot_export_naming_it_and_writes_nothing(name, tmp_path):
     src = config_dir(tmp_path / "d", **LAYOUTS[name])
     with pytest.raises(UnsupportedWanPipeline, match=name):
@@ -79,10 +80,36 @@ def test_refuses_what_it_cannot_export_naming_it_and_writes_nothing(name, tmp_pa
 
 
 def test_cli_refusal_exits_2_with_the_reason(tmp_path, capsys):
-    src = config_dir(tmp_path / "d", **LAYOUTS["wan2.2-ti2v"])
+    src = config_dir(tmp_path / "d", **LAYOUTS["wan2.2-a14b-i2v"])
     assert ew.main(["--diffusers", str(src), "--out", str(tmp_path / "pkg")]) == 2
     err = capsys.readouterr().err
-    assert "wan2.2-ti2v" in err and "z_dim-48" in err
+    assert "wan2.2-a14b-i2v" in err and "two experts with image conditioning" in err
+
+
+@pytest.mark.parametrize("name", ["wan2.2-ti2v", "wan2.1-flf2v"])
+def test_ti2v_and_flf2v_are_exportable(name):
+    # Regression: Wan 2.2 TI2V and Wan 2.1 FLF2V directories used to be refused by name.
+    check_exportable(detect_wan_layout(name))
+
+
+def detect_wan_layout(name, **changes):
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="vgen_layout_")) / "d"
+    return detect_wan(config_dir(root, **{**LAYOUTS[name], **changes}))
+
+
+@pytest.mark.parametrize("changes, reason", [
+    (dict(expand_timesteps=None), "without expand_timesteps"),
+    (dict(in_channels=100), "TI2V denoises the latents alone"),
+    (dict(pipeline="WanImageToVideoPipeline", image_encoder=True), "TI2V takes no image embeddings"),
+    (dict(vae={"patch_size": None}), "needs the Wan 2.2 VAE"),
+])
+def test_refuses_inconsistent_ti2v_directories(changes, reason):
+    v = detect_wan_layout("wan2.2-ti2v", **changes)
+    assert v.name == "wan2.2-ti2v"
+    with pytest.raises(UnsupportedWanPipeline, match=reason):
+        check_exportable(v)
 
 
 @pytest.mark.parametrize("layout, reason", [
@@ -158,3 +185,40 @@ def test_i2v_reference_loop_matches_wan_image_to_video_pipeline(i2v_export):
         for i, latents in enumerate(steps):
             assert float((rec[f"latents_{i:03d}"] - latents).abs().max()) <= 1e-4, (g, i)
         assert float((rec["frames"] - frames).abs().max()) <= 1e-4, g
+
+
+@pytest.fixture(scope="module")
+def ti2v_export(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wan_ti2v")
+    src = write_tiny_wan(root / "diffusers", seed=0, variant="ti2v")
+    return src, root / "pkg", ew.export_wan(src, root / "pkg", dtype="float32", tiny=True, seed=0)
+
+
+def test_ti2v_directory_is_exported_as_one_text_and_image_to_video_package(ti2v_export):
+    src, pkg, manifest = ti2v_export
+    assert detect_wan(src).name == "wan2.2-ti2v"
+    assert manifest["family"] == mf.FAMILY_WAN22_TI2V
+    assert manifest["latent"]["channels"] == 48 and manifest["latent"]["spatial_scale"] == 16
+    assert manifest["resolution"]["height"]["multiple_of"] == 32  # latent scale 16 x patch 2
+    assert manifest["transformer"]["timestep"] == "per_token"
+    assert manifest["inputs"] == {"image": "optional", "last_image": "none"}
+    assert "vae_encoder" in manifest["components"] and "image_encoder" not in manifest["components"]
+    mf.read_manifest(pkg, verify_files=True)
+
+
+def test_ti2v_modules_match_eager(ti2v_export):
+    checks = ti2v_export[2]["export_checks"]
+    for name in ("vae_encoder", "vae_decoder", "transformer"):
+        assert checks[name]["checks"], name
+        for c in checks[name]["checks"]:
+            assert c["max_abs_diff"] <= c["tolerance"], (name, c)
+    # The transformer was checked with per-token timesteps (tokens = F' * H'/2 * W'/2).
+    assert checks["transformer"]["checks"][0]["shape"][1] == 48
+    assert checks["transformer"]["compact_context"]["usable"] is True
+
+
+def test_ti2v_manifest_without_its_vae_encoder_is_refused(ti2v_export):
+    manifest = json.loads((ti2v_export[1] / "manifest.json").read_text())
+    del manifest["components"]["vae_encoder"]
+    with pytest.raises(mf.ManifestError, match="vae_encoder"):
+        mf.validate_manifest(manifest)

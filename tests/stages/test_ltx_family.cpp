@@ -177,7 +177,9 @@ TEST_CASE("the manifest's LTX sections are read, and what vgen cannot run is ref
   m["transformer"].as_object()["patch_size"] = 1;
   m["vae"].as_object()["scaling_factor"] = "x";
   check_invalid([&] { read_ltx_config(p, m); }, "vae.scaling_factor");
-  check_invalid([&] { read_ltx_config(p); }, "manifest.json");  // no such package directory
+  check_invalid([&] { read_ltx_config(p); }, "'transformer'");  // a package built in memory: no manifest sections
+  p.manifest = m;  // the package's own manifest, as load_model_package keeps it
+  check_invalid([&] { read_ltx_config(p); }, "vae.scaling_factor");
 }
 
 TEST_CASE("vgen's LTX stages reproduce diffusers' LTXPipeline (with and without guidance)" * doctest::timeout(600)) {

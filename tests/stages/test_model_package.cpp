@@ -114,6 +114,9 @@ TEST_CASE("a valid package loads with its limits and defaults") {
   CHECK(p.defaults.steps == 16);
   CHECK(p.defaults.fps == 8.0);
   CHECK(p.component("transformer").file == fs::canonical(tmp.path() / "pkg" / "transformer.pt"));
+  // The whole manifest is kept, so a family reads its own sections without reading the file again.
+  CHECK(p.manifest.at("family").as_string() == p.family);
+  CHECK(p.manifest.contains("components"));
 }
 
 TEST_CASE("the bundled model package loads") {

@@ -195,3 +195,102 @@ TEST_CASE("I2V warm-up calls every module on a blank image" * doctest::timeout(3
   auto family = load_family(ref->info["package"].get<std::string>());
   CHECK_NOTHROW(family->warm_up("cpu"));
 }
+
+// ---------------------------------------------------------------- first and last frame (FLF2V)
+namespace {
+
+// The tiny Wan 2.1 FLF2V package and WanImageToVideoPipeline with `last_image`, from the CTest
+// fixture `stages.wan_flf2v_parity_reference` (tools/reference/wan_flf2v_parity.py).
+Reference* flf2v_reference_or_skip() {
+  static std::optional<Reference> ref;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    const char* dir = std::getenv("VGEN_WAN_FLF2V_PARITY_DIR");
+    if (dir && *dir && fs::is_regular_file(fs::path(dir) / "parity.json")) {
+      std::ifstream in(fs::path(dir) / "parity.json");
+      auto info = nlohmann::json::parse(in);
+      ref = Reference{info, torch::jit::load(info["reference"].get<std::string>())};
+    }
+  }
+  if (!ref) WARN_MESSAGE(false, "VGEN_WAN_FLF2V_PARITY_DIR not set (no tooling Python): skipped");
+  register_builtin_families();
+  return ref ? &*ref : nullptr;
+}
+
+boost::json::object flf2v_json(const Reference& ref, std::uint64_t seed, double guidance) {
+  auto o = case_json(ref, seed, guidance);
+  o["last_image"] = ref.info["last_image"].get<std::string>();
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a wan2.1-flf2v package is the I2V family with a last frame; it requires last_image" * doctest::timeout(300)) {
+  auto* ref = flf2v_reference_or_skip();
+  if (!ref) return;
+  auto family = load_family(ref->info["package"].get<std::string>());
+  auto* i2v = dynamic_cast<WanI2VFamily*>(family.get());
+  REQUIRE(i2v != nullptr);
+  CHECK(i2v->first_last_frame());
+  CHECK(family->package().family == "wan2.1-flf2v");
+  CHECK(family->validate(flf2v_json(*ref, 1, 5.0)).last_image == ref->info["last_image"].get<std::string>());
+  auto without = case_json(*ref, 1, 5.0);  // no last_image
+  CHECK_THROWS_WITH_AS(family->validate(without), doctest::Contains("last_image: required"), Error);
+  auto one_frame = flf2v_json(*ref, 1, 5.0);
+  one_frame["frames"] = 1;
+  CHECK_THROWS_WITH_AS(family->validate(one_frame), doctest::Contains("frames:"), Error);
+  // A last image the job cannot read is named when the job runs.
+  auto gone = make_job(*family, flf2v_json(*ref, 1, 5.0));
+  gone->spec.last_image = "/nonexistent/vgen-last.png";
+  CHECK_THROWS_WITH_AS(family->prepare("cpu", {gone.get()}), doctest::Contains("last_image"), Error);
+  CHECK_NOTHROW(family->warm_up("cpu"));
+}
+
+TEST_CASE("vgen's FLF2V reproduces diffusers' WanImageToVideoPipeline with last_image, every step and the frames" *
+          doctest::timeout(600)) {
+  auto* ref = flf2v_reference_or_skip();
+  if (!ref) return;
+  auto family = load_family(ref->info["package"].get<std::string>());
+  for (const auto& [name, g] : {std::pair<std::string, double>{"flf2v", 5.0}, {"nocfg", 1.0}}) {
+    auto job = make_job(*family, flf2v_json(*ref, ref->info["seed"].get<std::uint64_t>(), g));
+    auto steps = run_group(*family, {job})[0];
+    const double tokens = max_diff(job->image_embeds, ref->get("image_embeds"));
+    double worst = 0;
+    for (int i = 0; i < ref->info["steps"].get<int>(); ++i) {
+      char key[64];
+      std::snprintf(key, sizeof key, "latents_%s_%03d", name.c_str(), i);
+      worst = std::max(worst, max_diff(steps[static_cast<std::size_t>(i)], ref->get(key)));
+    }
+    const double frames = max_diff(job->frames, ref->get("frames_" + name)[0].permute({0, 2, 3, 1}));
+    MESSAGE(name << ": max |vgen - diffusers| image tokens = " << tokens << ", latents (every step) = " << worst
+                 << ", frames = " << frames);
+    CHECK(tokens <= 1e-5);
+    CHECK(worst <= 1e-3);
+    CHECK(frames <= 1e-3);
+  }
+}
+
+TEST_CASE("an FLF2V job in a batched group is within 1e-4 of its solo run" * doctest::timeout(600)) {
+  auto* ref = flf2v_reference_or_skip();
+  if (!ref) return;
+  auto family = load_family(ref->info["package"].get<std::string>());
+  auto swapped = flf2v_json(*ref, 9, 5.0);  // the same pictures the other way round
+  swapped["image"] = ref->info["last_image"].get<std::string>();
+  swapped["last_image"] = ref->info["image"].get<std::string>();
+  const std::vector<boost::json::object> specs{flf2v_json(*ref, 9, 5.0), swapped};
+  std::vector<std::shared_ptr<WanJob>> together;
+  for (const auto& s : specs) together.push_back(make_job(*family, s));
+  const auto batched = run_group(*family, together);
+  for (std::size_t j = 0; j < specs.size(); ++j) {
+    auto solo_job = make_job(*family, specs[j]);
+    const auto solo = run_group(*family, {solo_job});
+    double worst = 0;
+    for (std::size_t i = 0; i < solo[0].size(); ++i) worst = std::max(worst, max_diff(batched[j][i], solo[0][i]));
+    const double frames = max_diff(together[j]->frames, solo_job->frames);
+    MESSAGE("flf2v job " << j << ": batched vs solo latents " << worst << ", frames " << frames);
+    CHECK(worst <= 1e-4);
+    CHECK(frames <= 1e-4);
+  }
+  CHECK(max_diff(together[0]->frames, together[1]->frames) > 1e-2);  // the order of the pictures matters
+}

@@ -20,7 +20,7 @@ from typing import Any
 
 T2V, I2V = "WanPipeline", "WanImageToVideoPipeline"
 # Variants the exporter writes (manifest ``family``).
-EXPORTABLE = ("wan2.1-t2v", "wan2.1-i2v", "wan2.2-a14b-t2v")
+EXPORTABLE = ("wan2.1-t2v", "wan2.1-i2v", "wan2.1-flf2v", "wan2.2-a14b-t2v", "wan2.2-ti2v")
 
 
 class UnsupportedWanPipeline(ValueError):
@@ -76,6 +76,16 @@ def detect_wan(diffusers_dir: Path | str) -> WanVariant:
             v.problems.append("transformer_2 and boundary_ratio must come together")
     elif expand or z_dim == 48:
         v.name = "wan2.2-ti2v"
+        # TI2V-5B conditions on the image through the latents (the first latent frame kept
+        # clean), never through extra channels or an image encoder.
+        if in_ch != z_dim:
+            v.problems.append(f"transformer in_channels {in_ch} != vae z_dim {z_dim} (TI2V denoises the latents alone)")
+        if not expand:
+            v.problems.append("a z_dim-48 VAE without expand_timesteps (TI2V needs per-token timesteps)")
+        if v.image_encoder:
+            v.problems.append("an image_encoder with expand_timesteps (TI2V takes no image embeddings)")
+        if not vcfg.get("patch_size") or not vcfg.get("is_residual"):
+            v.problems.append("TI2V needs the Wan 2.2 VAE (patch_size and is_residual set)")
     elif pipeline == I2V or image_model:
         v.name = "wan2.1-flf2v" if tcfg.get("pos_embed_seq_len") else "wan2.1-i2v"
         if pipeline != I2V:
@@ -96,9 +106,7 @@ def check_exportable(v: WanVariant) -> None:
         raise UnsupportedWanPipeline(f"{v.pipeline} directory detected as {v.name}, but: " + "; ".join(v.problems))
     if v.name not in EXPORTABLE:
         why = {
-            "wan2.2-ti2v": "the z_dim-48 Wan 2.2 VAE and expand_timesteps are not implemented",
             "wan2.2-a14b-i2v": "two experts with image conditioning (no image encoder) are not implemented",
-            "wan2.1-flf2v": "first-last-frame conditioning (pos_embed_seq_len) is not implemented",
         }.get(v.name, "not implemented")
         raise UnsupportedWanPipeline(f"{v.pipeline} directory detected as {v.name}: vgen cannot export it yet "
                                      f"({why}); it exports {', '.join(EXPORTABLE)}")

@@ -86,3 +86,23 @@ def _assert_checks(name: str, report: dict[str, Any]) -> None:
     for check in _failed_checks(report):
         raise RuntimeError(f"{name}: exported module differs from eager at {check['shape']}: "
                            f"{check['max_abs_diff']} > {check['tolerance']}")
+
+
+def _patchify(x, patch):
+    """The Wan 2.2 VAE's pixel unshuffle before its encoder (identity without a patch size):
+    each chunk is patchified on its own, which equals patchifying the whole video (per frame)."""
+    if not patch:
+        return x
+    from diffusers.models.autoencoders.autoencoder_kl_wan import patchify
+
+    return patchify(x, patch_size=patch)
+
+
+def _unpatchify(x, patch):
+    """The Wan 2.2 VAE's pixel shuffle after its decoder (identity without a patch size); per
+    chunk, as it acts on each frame alone, and before the clamp, which it commutes with."""
+    if not patch:
+        return x
+    from diffusers.models.autoencoders.autoencoder_kl_wan import unpatchify
+
+    return unpatchify(x, patch_size=patch)

@@ -29,8 +29,10 @@ from . import manifest as mf
 from .latent_preview import preview_section, torchscript_decoder
 from .detect_wan import UnsupportedWanPipeline, check_exportable, detect_wan
 from .export_wan_i2v import export_i2v_parts
+from .export_wan_ti2v import add_ti2v_sections, export_ti2v_encoder
 from .export_common import (_assert_checks, _failed_checks, _graphs, _max_diff, _save,  # noqa: F401
-                            _tolerance, _trace, _two_frames, count_device_constants, make_device_agnostic)
+                            _tolerance, _trace, _two_frames, _unpatchify, count_device_constants,
+                            make_device_agnostic)
 from .reference_loop import check_tokenizer, compact_context
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -134,6 +136,7 @@ class VaeFirstChunk(torch.nn.Module):
         super().__init__()
         self.post_quant_conv, self.decoder = vae.post_quant_conv, vae.decoder
         self.num_convs, self.used = vae._cached_conv_counts["decoder"], list(used)  # noqa: SLF001
+        self.patch = vae.config.get("patch_size")
 
     def forward(self, z):
         from diffusers.models.autoencoders.autoencoder_kl_wan import WanResample
@@ -157,7 +160,7 @@ class VaeFirstChunk(torch.nn.Module):
             if isinstance(cache, str):  # "Rep": the upsampler's time conv starts from zeros
                 cache = torch.zeros_like(captured[i][:, :, :1])
             caches.append(_two_frames(cache))
-        return out.clamp(-1.0, 1.0), caches
+        return _unpatchify(out, self.patch).clamp(-1.0, 1.0), caches
 
 
 class VaeNextChunk(torch.nn.Module):
@@ -167,13 +170,14 @@ class VaeNextChunk(torch.nn.Module):
         super().__init__()
         self.post_quant_conv, self.decoder = vae.post_quant_conv, vae.decoder
         self.num_convs, self.used = vae._cached_conv_counts["decoder"], list(used)  # noqa: SLF001
+        self.patch = vae.config.get("patch_size")
 
     def forward(self, z, caches: List[torch.Tensor]):
         feat: list[Any] = [None] * self.num_convs
         for i, cache in zip(self.used, caches):
             feat[i] = cache
         out = self.decoder(self.post_quant_conv(z), feat_cache=feat, feat_idx=[0])
-        return out.clamp(-1.0, 1.0), [_two_frames(feat[i]) for i in self.used]
+        return _unpatchify(out, self.patch).clamp(-1.0, 1.0), [_two_frames(feat[i]) for i in self.used]
 
 
 def _rms_norm_by_sum_of_squares(self, x: torch.Tensor) -> torch.Tensor:
@@ -314,7 +318,11 @@ def quantize_int8(wrapper: torch.nn.Module) -> tuple[torch.nn.Module, int]:
         return torch.ao.quantization.quantize_dynamic(wrapper, spec, dtype=torch.qint8), len(names)
 
 
-def export_transformer(transformer, path: Path, max_length: int, dtype, gen, quantize: str | None = None) -> dict[str, Any]:
+def export_transformer(transformer, path: Path, max_length: int, dtype, gen, quantize: str | None = None,
+                       per_token_timesteps: bool = False) -> dict[str, Any]:
+    """per_token_timesteps (Wan 2.2 TI2V, expand_timesteps): the module takes timestep float32
+    [B, tokens], one per patch (F' * H'/2 * W'/2), as diffusers passes it; the checks zero the
+    first latent frame's tokens in half the rows, as image-to-video does."""
     cfg = transformer.config
     wrapper = TransformerExport(transformer).eval()
     float_wrapper, quantized = wrapper, 0
@@ -325,6 +333,9 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, qua
     def inputs(b, f, h, w):
         x = torch.randn(b, cfg.in_channels, f, h * ph, w * pw, generator=gen).to(dtype)
         t = torch.rand(b, generator=gen) * 1000.0
+        if per_token_timesteps:
+            t = t[:, None].repeat(1, f * h * w)
+            t[::2, :h * w] = 0  # the clean first frame of an image-to-video row
         ctx = torch.randn(b, max_length, cfg.text_dim, generator=gen).to(dtype)
         return x, t, ctx
 
@@ -429,8 +440,9 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     diffusers_dir, out_dir = Path(diffusers_dir), Path(out_dir)
     variant = detect_wan(diffusers_dir)
     check_exportable(variant)
-    i2v = variant.name == mf.FAMILY_WAN21_I2V
+    i2v = variant.name in (mf.FAMILY_WAN21_I2V, mf.FAMILY_WAN21_FLF2V)  # FLF2V: and a last frame
     experts = variant.name == mf.FAMILY_WAN22_A14B_T2V  # transformer (high noise) + transformer_2
+    ti2v = variant.name == mf.FAMILY_WAN22_TI2V  # z_dim-48 VAE, per-token timesteps, optional image
     out_dir.mkdir(parents=True, exist_ok=True)
     tdtype = DTYPES[dtype]
     gen = torch.Generator().manual_seed(1234)
@@ -460,7 +472,7 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                                                                 dtype=tdtype).eval()
             tcfg = dict(transformer.config)
             checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", max_length, tdtype,
-                                                       gen, quantize)
+                                                       gen, quantize, per_token_timesteps=ti2v)
             del transformer
         if experts:
             transformer = WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer_2",
@@ -471,8 +483,11 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         vae = AutoencoderKLWan.from_pretrained(diffusers_dir, subfolder="vae", dtype=torch.float32).eval()
         vcfg = dict(vae.config)
         checks["vae_decoder"] = export_vae_decoder(vae, out_dir / "vae_decoder.pt", gen)
+        if ti2v:
+            checks["vae_encoder"] = export_ti2v_encoder(vae, out_dir, gen)
         del vae
-    for name in ("text_encoder", "transformer", "vae_decoder") + (("transformer_2",) if experts else ()):
+    for name in ("text_encoder", "transformer", "vae_decoder") + (("transformer_2",) if experts else ()) + \
+            (("vae_encoder",) if ti2v else ()):
         _assert_checks(name, checks[name])
 
     scheduler = load_scheduler(diffusers_dir, flow_shift)
@@ -537,26 +552,30 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         manifest["components"]["vae_encoder"] = mf.component_entry(
             out_dir, "vae_encoder.pt", format="torchscript", dtype="float32", methods=["forward", "encode_first"])
         manifest["image_conditioning"] = parts["image_conditioning"]
-        manifest["inputs"] = {"image": "required", "last_image": "none"}  # what a job must give
+        # What a job must give; FLF2V's family requires last_image too (a manifest cannot).
+        manifest["inputs"] = {"image": "required",
+                              "last_image": "optional" if variant.name == mf.FAMILY_WAN21_FLF2V else "none"}
     if experts:  # WanPipeline: transformer while t >= boundary_ratio * num_train_timesteps, then transformer_2
         manifest["components"]["transformer_2"] = mf.component_entry(
             out_dir, "transformer_2.pt", format="torchscript", dtype=dtype, methods=["forward", "forward_compact"],
             **({"quantization": "int8-dynamic"} if quantize else {}))
         manifest["experts"] = {"boundary_ratio": float(variant.boundary_ratio), "high_noise": "transformer",
                                "low_noise": "transformer_2", "guidance_scale_2": "the job's guidance"}
+    if ti2v:
+        add_ti2v_sections(manifest, out_dir)
     mf.write_manifest(out_dir, manifest)
     return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Export a diffusers Wan directory (2.1 T2V or I2V) to a vgen "
+    parser = argparse.ArgumentParser(description="Export a diffusers Wan directory (2.1 T2V or I2V, 2.2 A14B or TI2V) to a vgen "
                                                  "model package")
     parser.add_argument("--diffusers", type=Path, help="diffusers checkpoint directory")
     parser.add_argument("--out", type=Path, required=True, help="package directory to write")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--tiny", action="store_true", help="build the tiny random test model first")
     parser.add_argument("--seed", type=int, default=0, help="seed for --tiny")
-    parser.add_argument("--tiny-variant", choices=["t2v", "i2v", "a14b-t2v"], default="t2v", help="which tiny pipeline")
+    parser.add_argument("--tiny-variant", choices=["t2v", "i2v", "a14b-t2v", "ti2v", "flf2v"], default="t2v", help="which tiny pipeline")
     parser.add_argument("--flow-shift", type=float, default=None, help="override the scheduler shift")
     parser.add_argument("--max-side", type=int, default=1280)
     parser.add_argument("--max-frames", type=int, default=81)

@@ -23,7 +23,7 @@ from typing import Any, List, Tuple
 
 import torch
 
-from .export_common import _assert_checks, _max_diff, _save, _tolerance, _trace, _two_frames
+from .export_common import _assert_checks, _max_diff, _patchify, _save, _tolerance, _trace, _two_frames
 
 
 # --------------------------------------------------------------------------- image encoder
@@ -99,9 +99,11 @@ class VaeEncodeFirst(torch.nn.Module):
         super().__init__()
         self.encoder, self.quant_conv = vae.encoder, vae.quant_conv
         self.num_convs, self.used, self.z_dim = vae._cached_conv_counts["encoder"], list(used), vae.config.z_dim  # noqa: SLF001
+        self.patch = vae.config.get("patch_size")
 
     def forward(self, x):
         feat: list[Any] = [None] * self.num_convs
+        x = _patchify(x, self.patch)
         out = self.quant_conv(self.encoder(x, feat_cache=feat, feat_idx=[0]))
         return out[:, :self.z_dim], [_two_frames(feat[i]) for i in self.used]
 
@@ -113,11 +115,13 @@ class VaeEncodeNext(torch.nn.Module):
         super().__init__()
         self.encoder, self.quant_conv = vae.encoder, vae.quant_conv
         self.num_convs, self.used, self.z_dim = vae._cached_conv_counts["encoder"], list(used), vae.config.z_dim  # noqa: SLF001
+        self.patch = vae.config.get("patch_size")
 
     def forward(self, x, caches: List[torch.Tensor]):
         feat: list[Any] = [None] * self.num_convs
         for i, cache in zip(self.used, caches):
             feat[i] = cache
+        x = _patchify(x, self.patch)
         out = self.quant_conv(self.encoder(x, feat_cache=feat, feat_idx=[0]))
         return out[:, :self.z_dim], [_two_frames(feat[i]) for i in self.used]
 
@@ -143,45 +147,55 @@ class VaeEncoderExport(torch.nn.Module):
 
 
 def export_vae_encoder(vae, path, gen) -> dict[str, Any]:
-    if vae.config.get("patch_size") is not None:
-        raise RuntimeError("vae: a patchified (Wan 2.2) VAE encoder is not exported")
+    """The Wan 2.1 VAE's encoder, or the Wan 2.2 one (patchified input: sizes in multiples of
+    8 * patch_size pixels)."""
     num_convs = vae._cached_conv_counts["encoder"]  # noqa: SLF001
+    patch = vae.config.get("patch_size") or 1
     feat: list[Any] = [None] * num_convs
-    vae.encoder(torch.zeros(1, 3, 1, 16, 16), feat_cache=feat, feat_idx=[0])
+    vae.encoder(_patchify(torch.zeros(1, 3, 1, 16 * patch, 16 * patch), vae.config.get("patch_size")),
+                feat_cache=feat, feat_idx=[0])
     used = [i for i, c in enumerate(feat) if c is not None]
     first, step = VaeEncodeFirst(vae, used).eval(), VaeEncodeNext(vae, used).eval()
-    x0 = torch.rand(1, 3, 5, 32, 32, generator=gen) * 2 - 1
+    u = 8 * patch  # one latent pixel
+    x0 = torch.rand(1, 3, 5, 4 * u, 4 * u, generator=gen) * 2 - 1
     traced_first = _trace(first, (x0[:, :, :1],))
     _, caches = first(x0[:, :, :1])
     traced_step = _trace(step, (x0[:, :, 1:5], caches))
     saved = _save(torch.jit.script(VaeEncoderExport(traced_first, traced_step)), path)
     loaded = torch.jit.load(str(path))
     checks = []
-    for b, f, h, w in ((1, 9, 32, 48), (2, 1, 16, 16), (1, 5, 24, 40)):
+    for b, f, h, w in ((1, 9, 4 * u, 6 * u), (2, 1, 2 * u, 2 * u), (1, 5, 3 * u, 5 * u)):
         x = torch.rand(b, 3, f, h, w, generator=gen) * 2 - 1
         x[:, :, 1:] = 0 if b == 1 and f == 9 else x[:, :, 1:]  # the I2V condition: an image, then zeros
         ref = vae.encode(x).latent_dist.mode()
         checks.append({"shape": [b, 3, f, h, w], "max_abs_diff": _max_diff(loaded(x), ref), "tolerance": 1e-5})
-    return {"trace_shape": [1, 3, 5, 32, 32], "cache_tensors": len(used), **saved, "checks": checks}
+    return {"trace_shape": list(x0.shape), "cache_tensors": len(used), **saved, "checks": checks}
 
 
 # --------------------------------------------------------------------------- transformer
 class TransformerI2VExport(torch.nn.Module):
     """forward(x [B,36,F',H',W'], t float32 [B], context [B,512,D], image [B,N,Dimg]) -> flow."""
 
-    def __init__(self, transformer):
+    def __init__(self, transformer, tokens_per_image: int | None = None):
         super().__init__()
         self.transformer = transformer
+        self.tokens_per_image = tokens_per_image
 
     def forward(self, hidden_states, timestep, encoder_hidden_states, encoder_hidden_states_image):
+        if self.tokens_per_image:  # FLF2V: a job's [first; last] tokens [B,2N,D] as diffusers stacks them, [2B,N,D]
+            encoder_hidden_states_image = encoder_hidden_states_image.reshape(
+                -1, self.tokens_per_image, encoder_hidden_states_image.size(2))
         return self.transformer(hidden_states=hidden_states, timestep=timestep,
                                 encoder_hidden_states=encoder_hidden_states,
                                 encoder_hidden_states_image=encoder_hidden_states_image, return_dict=False)[0]
 
 
 def export_transformer_i2v(transformer, path, max_length: int, image_tokens: int, dtype, gen) -> dict[str, Any]:
+    """image_tokens: per image; a first-last-frame transformer (pos_embed_seq_len) takes twice as many."""
     cfg = transformer.config
-    wrapper = TransformerI2VExport(transformer).eval()
+    first_last = cfg.get("pos_embed_seq_len") is not None
+    wrapper = TransformerI2VExport(transformer, image_tokens if first_last else None).eval()
+    image_tokens = 2 * image_tokens if first_last else image_tokens
     _, ph, pw = cfg.patch_size
 
     def inputs(b, f, h, w):
@@ -233,9 +247,10 @@ def export_i2v_parts(diffusers_dir, out_dir, max_length: int, tdtype, gen) -> di
         _assert_checks(name, checks[name])
     section = {"image_tokens": checks["image_encoder"]["tokens"], "image_dim": int(tcfg["image_dim"]),
                "mask_channels": int(tcfg["in_channels"]) - 2 * int(tcfg["out_channels"]),
-               "last_image": False, "image_encoder_input": "float32 [B,3,H,W] in [0,1]",
+               "last_image": tcfg.get("pos_embed_seq_len") is not None,
+               "image_encoder_input": "float32 [B,3,H,W] in [0,1]",
                "vae_encoder_input": "float32 [B,3,F,H,W] in [-1,1]; output: the posterior mean"}
     return {"checks": checks, "image_conditioning": section, "transformer_config": tcfg}
 
 
-__all__ = ["export_i2v_parts"]
+__all__ = ["export_i2v_parts", "export_vae_encoder"]

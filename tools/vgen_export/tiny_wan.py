@@ -132,18 +132,22 @@ def tiny_text_encoder(vocab_size: int):
     return UMT5EncoderModel(config).eval()
 
 
-def tiny_transformer(text_dim: int = 32, image_dim: int | None = None):
+def tiny_transformer(text_dim: int = 32, image_dim: int | None = None, latent_channels: int = 16,
+                     pos_embed_seq_len: int | None = None):
     """Wan 2.1's transformer shrunk; with ``image_dim`` the image-to-video one (36 input
-    channels: noise 16 + mask 4 + condition 16, and image cross-attention keys/values)."""
+    channels: noise 16 + mask 4 + condition 16, and image cross-attention keys/values);
+    ``latent_channels`` 48: Wan 2.2 TI2V-5B's (the z_dim-48 VAE's latents in and out);
+    ``pos_embed_seq_len`` (2 x image tokens): Wan 2.1 FLF2V's, first and last frame's tokens
+    with a learned position embedding (drawn at random here: diffusers initialises it to 0)."""
     from diffusers import WanTransformer3DModel
 
     heads, head_dim = 2, 12
-    return WanTransformer3DModel(
+    model = WanTransformer3DModel(
         patch_size=(1, 2, 2),
         num_attention_heads=heads,
         attention_head_dim=head_dim,
-        in_channels=16 if image_dim is None else 36,
-        out_channels=16,
+        in_channels=latent_channels if image_dim is None else 2 * latent_channels + 4,
+        out_channels=latent_channels,
         image_dim=image_dim,
         added_kv_proj_dim=None if image_dim is None else heads * head_dim,
         text_dim=text_dim,
@@ -153,7 +157,12 @@ def tiny_transformer(text_dim: int = 32, image_dim: int | None = None):
         cross_attn_norm=True,
         qk_norm="rms_norm_across_heads",
         rope_max_seq_len=32,
+        pos_embed_seq_len=pos_embed_seq_len,
     ).eval()
+    if pos_embed_seq_len is not None:
+        with torch.no_grad():
+            model.condition_embedder.image_embedder.pos_embed.normal_(std=0.5)
+    return model
 
 
 TINY_CLIP_SIZE = 32
@@ -183,6 +192,34 @@ def tiny_vae():
     ).eval()
 
 
+def tiny_vae_22(seed: int = 0):
+    """Wan 2.2's VAE shrunk: z_dim 48, residual down/up blocks, the video patchified 2x2 into
+    12 channels before the encoder (and back after the decoder), so one latent pixel covers
+    16x16 pixels. Its latents_mean/std are drawn from ``seed`` (not 0/1), so that a runtime
+    that skipped or swapped the normalisation fails the parity test."""
+    from diffusers import AutoencoderKLWan
+
+    g = torch.Generator().manual_seed(seed + 22)
+    mean = [round(float(v), 4) for v in (torch.rand(48, generator=g) - 0.5)]
+    std = [round(float(v), 4) for v in (0.5 + torch.rand(48, generator=g))]
+    return AutoencoderKLWan(
+        base_dim=8,
+        decoder_base_dim=12,
+        z_dim=48,
+        dim_mult=[1, 2, 2, 2],
+        num_res_blocks=1,
+        temperal_downsample=[False, True, True],
+        is_residual=True,
+        in_channels=12,
+        out_channels=12,
+        patch_size=2,
+        scale_factor_temporal=4,
+        scale_factor_spatial=16,
+        latents_mean=mean,
+        latents_std=std,
+    ).eval()
+
+
 def make_scheduler(kind: str = "unipc", flow_shift: float = 3.0):
     """Wan's default UniPC flow scheduler, or FlowMatchEuler as the alternative."""
     if kind == "unipc":
@@ -202,7 +239,7 @@ def make_scheduler(kind: str = "unipc", flow_shift: float = 3.0):
     raise ValueError(f"unknown scheduler kind {kind!r} (unipc | flow_euler)")
 
 
-VARIANTS = ("t2v", "i2v", "a14b-t2v")
+VARIANTS = ("t2v", "i2v", "a14b-t2v", "ti2v", "flf2v")
 TINY_BOUNDARY_RATIO = 0.875  # Wan2.2-T2V-A14B's
 
 
@@ -210,7 +247,10 @@ def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, sc
                             variant: str = "t2v"):
     """Build the tiny random WanPipeline (``variant`` "t2v"), WanImageToVideoPipeline ("i2v",
     Wan 2.1 I2V with a tiny CLIP image encoder) or Wan 2.2 A14B's two-expert WanPipeline
-    ("a14b-t2v": transformer for high noise, transformer_2 below boundary_ratio). ``workdir`` receives the trained
+    ("a14b-t2v": transformer for high noise, transformer_2 below boundary_ratio) or Wan 2.2
+    TI2V-5B's WanPipeline ("ti2v": z_dim-48 VAE, expand_timesteps; WanImageToVideoPipeline runs
+    the same components for image-to-video) or Wan 2.1 FLF2V's WanImageToVideoPipeline ("flf2v":
+    the I2V one with a first and a last frame). ``workdir`` receives the trained
     ``spiece.model`` (a temporary directory is used when None). Returns the pipeline (eval
     mode, float32)."""
     import tempfile
@@ -240,9 +280,16 @@ def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, sc
         pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae,
                            scheduler=make_scheduler(scheduler), transformer_2=transformer_2,
                            boundary_ratio=TINY_BOUNDARY_RATIO)
+    elif variant == "ti2v":
+        transformer = tiny_transformer(text_dim=text_encoder.config.d_model, latent_channels=48)
+        vae = tiny_vae_22(seed)
+        pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae,
+                           scheduler=make_scheduler(scheduler), expand_timesteps=True)
     else:
         image_encoder, image_processor = tiny_image_encoder()
-        transformer = tiny_transformer(text_dim=text_encoder.config.d_model, image_dim=image_encoder.config.hidden_size)
+        tokens = (TINY_CLIP_SIZE // image_encoder.config.patch_size) ** 2 + 1  # + the class token
+        transformer = tiny_transformer(text_dim=text_encoder.config.d_model, image_dim=image_encoder.config.hidden_size,
+                                       pos_embed_seq_len=2 * tokens if variant == "flf2v" else None)
         vae = tiny_vae()
         pipe = WanImageToVideoPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer,
                                        vae=vae, scheduler=make_scheduler(scheduler), image_encoder=image_encoder,
