@@ -53,6 +53,7 @@ struct JobSpec {
   // denoising (stages/batcher.hpp). In [-Job::kMaxPriority, Job::kMaxPriority] = [-100, 100].
   // Not part of the content key: the same video at any priority.
   int priority = 0;
+  double shift = 0.0;               // the scheduler's flow shift; 0: the package's scheduler config's
 };
 
 // Whether a model takes an input (manifest "inputs": {"image": ..., "last_image": ...}).
@@ -75,6 +76,7 @@ struct SpecLimits {
   std::vector<std::string> formats = {"mp4", "webm", "gif", "png"};
   std::vector<std::string> schedulers;  // empty: any name (checked later by the registry)
   double max_step_cache = 1.0;          // step_cache in [0, max_step_cache]
+  double max_shift = 100.0;             // shift in [0, max_shift] (0: the scheduler config's)
   InputUse image = InputUse::none;       // a text-to-video package takes no image
   InputUse last_image = InputUse::none;  // never required: it needs `image` as well
   std::string model_name;                // in messages ("image: required by model 'x'"); empty: "this model"

@@ -201,10 +201,14 @@ RenderOutput ModelSet::result(const Job& job) const {
   return {w->spec, w->output, w->text_cache_hit, w->device};
 }
 
-CacheStats ModelSet::text_cache_stats() const {
+namespace {
+
+// One cache's stats summed over the models (`of` reads them from a family).
+template <class Of>
+CacheStats summed_stats(const ModelSet::State& st, Of of) {
   CacheStats sum;
-  for (const auto& [n, f] : state_->models) {
-    const auto s = f->text_cache_stats();
+  for (const auto& [n, f] : st.models) {
+    const auto s = of(*f);
     sum.hits += s.hits;
     sum.misses += s.misses;
     sum.insertions += s.insertions;
@@ -215,6 +219,12 @@ CacheStats ModelSet::text_cache_stats() const {
   }
   return sum;
 }
+
+}  // namespace
+
+CacheStats ModelSet::text_cache_stats() const { return summed_stats(*state_, [](const Family& f) { return f.text_cache_stats(); }); }
+
+CacheStats ModelSet::lora_cache_stats() const { return summed_stats(*state_, [](const Family& f) { return f.lora_cache_stats(); }); }
 
 std::map<std::size_t, std::uint64_t> ModelSet::group_sizes(std::string_view stage) const {
   for (auto k : {BatchKind::preprocess, BatchKind::denoise, BatchKind::decode})

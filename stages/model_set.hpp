@@ -116,6 +116,7 @@ class ModelSet {
   void drop_checkpoint(const std::string& key_hex) const;
   std::uint64_t checkpoint_bytes() const;  // on disk now (0 when off)
   CacheStats text_cache_stats() const;        // summed over the models
+  CacheStats lora_cache_stats() const;        // merged LoRA variants, summed (Family::lora_cache_stats)
   // Groups run so far by size, for "preprocess", "denoise" or "decode".
   std::map<std::size_t, std::uint64_t> group_sizes(std::string_view stage) const;
   // Every group run so far: its key (stage|family|package|...) and size, in order (tests).
