@@ -27,10 +27,6 @@ namespace vgen {
 namespace fs = std::filesystem;
 namespace json = boost::json;
 
-namespace {
-
-}  // namespace
-
 bool output_is_complete(const Runtime& runtime, const JobSpec& spec, const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return false;
@@ -55,8 +51,8 @@ namespace {
 // submits after it.
 class BatchRun {
  public:
-  BatchRun(Runtime& runtime, const BatchOptions& options)
-      : runtime_(runtime), options_(options) {}
+  BatchRun(JobService& jobs, const OutputCheck& complete, const BatchOptions& options)
+      : jobs_(jobs), complete_(complete), options_(options) {}
 
   BatchSummary run(BatchReader& input) {
     const auto start = std::chrono::steady_clock::now();
@@ -101,14 +97,14 @@ class BatchRun {
       // Admitted here (images read and hashed) so that a rerun's skip check keys the image
       // by its bytes, as the finished job's record does; submit checks them again.
       json::value admitted(std::move(item.spec));
-      auto spec = runtime_.validate(admitted);
+      auto spec = jobs_.validate(admitted);
       admit_images(admitted, spec,
-                   ImageLimits{.max_bytes = runtime_.config().image_max_bytes, .max_pixels = runtime_.config().image_max_pixels});
-      r.output = runtime_.config().output_dir / (item.name + extension_for(spec.format));
-      if (!options_.force && output_is_complete(runtime_, spec, r.output)) return end_item(i, "skipped");
+                   ImageLimits{.max_bytes = jobs_.config().image_max_bytes, .max_pixels = jobs_.config().image_max_pixels});
+      r.output = jobs_.config().output_dir / (item.name + extension_for(spec.format));
+      if (!options_.force && complete_(admitted, spec, r.output)) return end_item(i, "skipped");
       SubmitOptions so;
       if (options_.on_event) so.on_progress = [this, name = item.name](const JobEvent& e) { options_.on_event(name, e); };
-      auto handle = runtime_.submit(std::move(admitted), so);
+      auto handle = jobs_.submit(std::move(admitted), so);
       std::lock_guard lock(mutex_);
       in_flight_.push_back({i, handle});
       if (options_.stop.stop_requested()) handle.cancel(interrupted_reason);  // the callback ran before the push
@@ -173,7 +169,7 @@ class BatchRun {
   // A summary that cannot be written (a full disk) is reported in the summary returned, not
   // thrown: the rows are the only record of which jobs failed, and the caller still prints them.
   void write_summary() {
-    const auto file = options_.summary_file.empty() ? runtime_.config().output_dir / batch_summary_name : options_.summary_file;
+    const auto file = options_.summary_file.empty() ? jobs_.config().output_dir / batch_summary_name : options_.summary_file;
     std::ostringstream out;
     summary_.write_json(out);
     out << "\n";
@@ -186,7 +182,8 @@ class BatchRun {
   }
 
   static constexpr const char* interrupted_reason = "batch interrupted";
-  Runtime& runtime_;
+  JobService& jobs_;
+  const OutputCheck& complete_;
   const BatchOptions& options_;
   BatchSummary summary_;
   std::mutex mutex_;
@@ -197,8 +194,15 @@ class BatchRun {
 
 }  // namespace
 
+BatchSummary run_batch(JobService& jobs, const OutputCheck& complete, BatchReader& input, const BatchOptions& options) {
+  return BatchRun(jobs, complete, options).run(input);
+}
+
 BatchSummary run_batch(Runtime& runtime, BatchReader& input, const BatchOptions& options) {
-  return BatchRun(runtime, options).run(input);
+  const OutputCheck complete = [&runtime](const json::value&, const JobSpec& spec, const fs::path& path) {
+    return output_is_complete(runtime, spec, path);
+  };
+  return run_batch(runtime, complete, input, options);
 }
 
 std::size_t BatchSummary::count(const std::string& status) const {

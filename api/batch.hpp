@@ -1,5 +1,6 @@
-// Batch runs (`vgen batch`): a prompt file becomes jobs, all submitted to one vgen::Runtime
-// (bounded queues: submission waits while they are full), with one summary at the end.
+// Batch runs (`vgen batch`): a prompt file becomes jobs, all submitted to one JobService (a
+// vgen::Runtime in this process, or a FleetClient for `vgen batch --queue`: one path for both;
+// submission waits while the queues are full), with one summary at the end.
 //
 // Input: a BatchReader (api/batch_input.hpp: text or JSONL, one job per line). Items are
 // submitted as they are read, so memory stays flat in the file's length: the reader holds one
@@ -12,7 +13,9 @@
 // Reruns: an existing output is skipped only when probing it shows a complete video of the
 // expected size and frame count whose comment tag carries this job's key (so a file from
 // another prompt or settings is rendered again); anything else, and leftover temporaries from
-// an interrupted run, is redone. `force` renders everything again.
+// an interrupted run, is redone. `force` renders everything again. The service answers that
+// question through an OutputCheck: output_is_complete for a Runtime; for the fleet,
+// FleetClient::has_output (the key comes from the done record its worker wrote).
 // Cancellation: a stop request on BatchOptions::stop (any thread) cancels every submitted
 // job, stops reading, waits for the cancelled jobs to end and still writes the summary
 // (interrupted = true; lines after the last item were not read).
@@ -23,12 +26,13 @@
 // full disk), run_batch still returns the summary with summary_error set rather than throwing:
 // the jobs' results are not lost, the caller prints them and reports the file's failure.
 // Each row with an error carries its kind ("error_kind": transient, invalid_argument, ...).
-// Thread-safety: run_batch blocks the calling thread (not a Runtime io thread); on_event is
-// called from Runtime threads (and from the thread requesting a stop).
+// Thread-safety: run_batch blocks the calling thread (not an io thread of the service);
+// on_event is called from the service's threads (and from the thread requesting a stop).
 #pragma once
 
 #include "api/batch_input.hpp"
 #include "api/engine.hpp"
+#include "api/job_service.hpp"
 #include "runtime/errors.hpp"
 
 #include <boost/json/object.hpp>
@@ -83,7 +87,15 @@ struct BatchOptions {
   std::stop_token stop;                // a stop request interrupts the run (see above)
 };
 
-// Runs every valid item as it is read; writes the summary file atomically; returns the summary.
+// The rerun rule's question: whether `path` already holds the complete output of a job with
+// this spec (`spec`: the line's JSON with its images admitted; `parsed`: the same, validated).
+using OutputCheck =
+    std::function<bool(const boost::json::value& spec, const JobSpec& parsed, const std::filesystem::path& path)>;
+
+// Runs every valid item on `jobs` as it is read; skips the items `complete` says are done
+// (unless options.force); writes the summary file atomically; returns the summary.
+BatchSummary run_batch(JobService& jobs, const OutputCheck& complete, BatchReader& input, const BatchOptions& options = {});
+// The same on a Runtime, with output_is_complete as the rerun rule.
 BatchSummary run_batch(Runtime& runtime, BatchReader& input, const BatchOptions& options = {});
 
 // Whether `path` is a complete output of `spec` on the runtime's model (see above).

@@ -136,6 +136,8 @@ class RuntimeImpl {
       spdlog::info("removed {} temporary file(s) a crashed run left in {}", swept, config_.output_dir.string());
     open_store();
     pipeline_ = std::make_unique<Pipeline>(executor_.get_executor(), make_stages(), po);
+    // Running denoise groups see who waits in the denoise queue: higher priority preempts.
+    models_->set_waiting_probe([p = pipeline_.get()](int priority) { return p->waiting_above("denoise", priority); });
     pipeline_->start();
     resume_unfinished();
   }
@@ -308,6 +310,10 @@ class RuntimeImpl {
       std::lock_guard lock(publish_mutex_);
       publish_cache_stats(metrics_, "text", models_->text_cache_stats(), last_text_);
       publish_cache_stats(metrics_, "results", result_cache_.stats(), last_results_);
+      // Merged LoRA variants (issue 22): misses are merges; the bytes are what cache.loras.mb bounds.
+      const auto lora = models_->lora_cache_stats();
+      publish_cache_stats(metrics_, "lora", lora, last_lora_);
+      metrics_.gauge("vgen_cache_bytes", "Bytes held by the cache's entries", {{"cache", "lora"}}).set(static_cast<double>(lora.cost));
     }
     return metrics_.render_prometheus();
   }
@@ -769,7 +775,7 @@ class RuntimeImpl {
   AsyncEvent no_watchers_;
   std::atomic<bool> drained_{false};
   std::mutex publish_mutex_;
-  CacheStats last_text_, last_results_;
+  CacheStats last_text_, last_results_, last_lora_;
 };
 
 }  // namespace detail

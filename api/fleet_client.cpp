@@ -5,6 +5,7 @@
 #include "runtime/job_id.hpp"
 #include "runtime/nats_client.hpp"
 #include "runtime/trace.hpp"
+#include "stages/probe.hpp"
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
@@ -15,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -94,6 +96,7 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
   std::map<std::string, FleetRecord> records;  // the last record of each job, for list_jobs
   FleetClientStats stats;
   std::atomic<bool> caught_up{false};
+  mutable std::condition_variable caught_up_changed;  // with mutex
   std::uint64_t expected_at_start = 0, seen = 0;
   Subscription watch;
 
@@ -124,6 +127,7 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
       std::lock_guard lock(mutex);
       if (auto it = entries.find(key); it != entries.end() && !it->second->final_result) entries.erase(it);
       records.erase(key);
+      count_seen();  // a delete marker is one of the bucket's messages too
       return;
     }
     FleetRecord rec;
@@ -140,7 +144,7 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
       auto& slot = entries[rec.id];
       if (!slot) slot = make_entry(rec.id, rec.spec);
       entry = slot;
-      if (!caught_up && ++seen >= expected_at_start) caught_up = true;
+      count_seen();
     }
     auto& job = *entry->job;
     if (is_final(rec)) return finish(*entry, rec);
@@ -151,6 +155,13 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
         if (rec.total > 0 && (snap.step != rec.step || snap.total != rec.total)) job.report_progress(rec.step, rec.total);
       }
     }
+  }
+
+  // Under mutex: one more of the bucket's messages delivered.
+  void count_seen() {
+    if (caught_up || ++seen < expected_at_start) return;
+    caught_up = true;
+    caught_up_changed.notify_all();
   }
 
   void finish(detail::JobEntry& entry, const FleetRecord& rec) {
@@ -354,6 +365,36 @@ FleetClientStats FleetClient::stats() const {
 }
 
 bool FleetClient::caught_up() const { return state_->caught_up; }
+
+bool FleetClient::wait_caught_up(std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(state_->mutex);
+  return state_->caught_up_changed.wait_for(lock, timeout, [&] { return state_->caught_up.load(); });
+}
+
+bool FleetClient::has_output(const json::value& spec, const std::filesystem::path& path) const {
+  namespace fs = std::filesystem;
+  if (!wait_caught_up(std::chrono::seconds(5)))
+    spdlog::warn("fleet: the job records are still arriving: {} may be rendered again", path.filename().string());
+  std::optional<FleetRecord> newest;
+  {
+    std::lock_guard lock(state_->mutex);
+    for (const auto& [_, r] : state_->records)
+      if (r.status == "done" && !r.key.empty() && fs::path(r.output).filename() == path.filename() &&
+          json::value(r.spec) == spec && (!newest || r.finished_unix > newest->finished_unix))
+        newest = r;
+  }
+  if (!newest) return false;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return true;  // png frames: a folder, as the local rule takes it
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) != newest->output_bytes || ec) return false;
+  const auto ext = path.extension();
+  if (ext != ".mp4" && ext != ".webm") return true;  // no tag to check: the size the worker recorded
+  try {
+    return probe_video(path).comment == "vgen:" + newest->key;
+  } catch (const Error&) {
+    return false;
+  }
+}
 
 std::string FleetClient::metrics_text() const {
   const auto s = stats();

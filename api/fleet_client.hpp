@@ -28,6 +28,8 @@
 #include "api/engine.hpp"
 #include "api/job_service.hpp"
 
+#include <chrono>
+#include <filesystem>
 #include <memory>
 
 namespace vgen {
@@ -56,10 +58,20 @@ class FleetClient : public JobService {
   const RuntimeConfig& config() const override;
   std::string metrics_text() const override;
   boost::asio::any_io_executor executor() const override;  // a two-thread pool of its own
+  bool submit_is_remote() const override { return true; }   // HttpApi submits on executor()
   Tracer& tracer() const override;  // an empty timeline: the work happens on the workers
   FleetClientStats stats() const;
   // Whether the bucket watch has delivered every record that existed when the client started.
   bool caught_up() const;
+  // Waits (up to `timeout`) until caught_up(); returns it.
+  bool wait_caught_up(std::chrono::milliseconds timeout) const;
+  // The fleet's rerun rule (api/batch.hpp): whether `path` (this client's view of the shared
+  // output storage) holds the output of a done job of exactly this spec: the newest done record
+  // in the bucket with an equal spec names a file of that name, the file has the size that
+  // worker recorded, and an mp4/webm carries the content key it recorded in its tag. Records
+  // expire after queue.record_ttl: later the job is rendered again. Blocks until caught up
+  // (at most the connect timeout) and while probing the file.
+  bool has_output(const boost::json::value& spec, const std::filesystem::path& path) const;
 
  private:
   struct State;

@@ -2,6 +2,7 @@
 
 #include <boost/json/parse.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <functional>
 #include <map>
@@ -127,6 +128,10 @@ json::object to_json(const FleetRecord& r) {
     o["content_type"] = r.content_type;
     o["device"] = r.device;
   }
+  if (!r.key.empty()) {
+    o["key"] = r.key;
+    o["output_bytes"] = r.output_bytes;
+  }
   if (!r.error_kind.empty()) {
     o["error_kind"] = r.error_kind;
     o["error"] = r.error;
@@ -155,6 +160,8 @@ FleetRecord parse_fleet_record(std::string_view text) {
   r.output = str(o, "output");
   r.content_type = str(o, "content_type");
   r.device = str(o, "device");
+  r.key = str(o, "key");
+  r.output_bytes = static_cast<std::uint64_t>(std::max(0.0, num(o, "output_bytes")));
   r.error_kind = str(o, "error_kind");
   r.error = str(o, "error");
   r.seconds = num(o, "seconds");

@@ -65,6 +65,10 @@ struct FleetRecord {
   int returned = 0;               // deliveries handed back by a stopping worker (not crashes)
   int writes = 0;                 // times its output was written: > 1 are idempotent rewrites
   std::string output, content_type, device;
+  // Set when done: the output's content key (what its "vgen:" tag holds) and its size, so that a
+  // batch rerun on a front end (which has no model) can tell that file is this job's output.
+  std::string key;
+  std::uint64_t output_bytes = 0;
   std::string error_kind, error;
   double seconds = 0;             // the last run's time on its worker
   double submitted_unix = 0, finished_unix = 0;

@@ -107,6 +107,12 @@ struct FleetWorker::State : std::enable_shared_from_this<FleetWorker::State> {
 
   // ---- the pull threads ----
 
+  // One thread per model. It holds room only for a fetch of what is waiting (fetch_now, ~100 ms); its
+  // long poll for the next job holds none, so the long poll of a model with no jobs never keeps
+  // the other models' jobs waiting (it did, up to fetch_wait per job: every worker pulls its
+  // model's subject and "default"). A job that a long poll brings after the other threads
+  // filled the room is held (in-progress acked) until a running job ends: at most one beyond
+  // the capacity per model.
   void pull_loop(const std::string& model) {
     // The State keeps the subscription: a message's ack goes through it, after this thread ends.
     PullSubscription& sub = subscriptions.at(model);
@@ -127,7 +133,13 @@ struct FleetWorker::State : std::enable_shared_from_this<FleetWorker::State> {
           sub = nats.pull_subscribe(queue.stream, consumer, subject);
           subscribed = true;
         }
-        got = sub.fetch(static_cast<int>(room), queue.fetch_wait);
+        got = sub.fetch_now(static_cast<int>(room));
+        if (got.empty()) {
+          release(std::exchange(room, 0));
+          got = sub.fetch(1, queue.fetch_wait);  // the long poll, holding no room
+          std::lock_guard lock(mutex);
+          reserved += got.size();
+        }
       } catch (const Error& e) {
         release(room);
         spdlog::warn("worker {}: pulling {}: {}", options.name, subject, e.what());
@@ -135,7 +147,7 @@ struct FleetWorker::State : std::enable_shared_from_this<FleetWorker::State> {
         changed.wait_for(lock, std::chrono::milliseconds(500), [&] { return stopping; });  // the broker is away
         continue;
       }
-      release(room - got.size());
+      if (room) release(room - got.size());
       for (auto& m : got) accept(std::move(m));
     }
   }
@@ -196,7 +208,9 @@ struct FleetWorker::State : std::enable_shared_from_this<FleetWorker::State> {
         return release(1);
       }
       held.emplace(id, job);  // in-progress acks cover it from now on
-      changed.wait(lock, [&] { return stopping || (!alone && (!job->suspect || running == 0)); });
+      changed.wait(lock, [&] {
+        return stopping || (!alone && running < options.capacity && (!job->suspect || running == 0));
+      });
       if (stopping) {
         held.erase(id);
         lock.unlock();
@@ -270,6 +284,15 @@ struct FleetWorker::State : std::enable_shared_from_this<FleetWorker::State> {
       self->completions.emplace_back(std::move(id), std::move(r));
     }
     self->changed.notify_all();
+  }
+
+  // The content key a done job's output is tagged with (empty if the spec no longer parses).
+  std::string output_key(const JobResult& r) const {
+    try {
+      return runtime.content_key(r.spec);
+    } catch (const Error&) {
+      return {};
+    }
   }
 
   void complete_now(const std::string& id, JobState state, ErrorKind kind, std::string error) {
@@ -347,6 +370,10 @@ struct FleetWorker::State : std::enable_shared_from_this<FleetWorker::State> {
         rec.output = r.output.string();
         rec.content_type = r.content_type;
         rec.device = r.device;
+        rec.key = output_key(r);
+        std::error_code ec;
+        const auto bytes = fs::file_size(r.output, ec);
+        rec.output_bytes = ec ? 0 : bytes;
         if (++rec.writes > 1) ++stats.rewrites;
         count = &FleetWorkerStats::done;
       } else if (r.state == JobState::cancelled && !job->cancel_requested && stopping && !finish_held) {

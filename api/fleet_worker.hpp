@@ -17,7 +17,9 @@
 //   crashes >= max_crashes is terminated and recorded failed ("crashed the worker N times"); a
 //   job with crashes > 0 is a suspect and runs alone, so an innocent job held beside the one
 //   that crashed is never quarantined for it.
-// - Backpressure: it holds at most `capacity` jobs (fetches only as many as it has room for).
+// - Backpressure: it runs at most `capacity` jobs and fetches only as many as it has room for;
+//   the long poll for the next job holds no room (so that a model without jobs never delays
+//   another's), and a job it brings when the room is full waits held: at most one per model.
 // Threads: one pull thread per model consumer (blocking fetches, a server-side long poll: no
 // busy polling, an idle worker sleeps in the kernel), one completion thread (records, acks and
 // the in-progress timer), the Runtime's threads for compute, and nats.c's threads (a cancel

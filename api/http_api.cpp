@@ -96,7 +96,10 @@ json::object status_json(const JobHandle& job, const JobResult& r) {
     o.erase("output");
   }
   const auto s = job.snapshot();
-  o["progress"] = json::object{{"state", to_string(s.state)}, {"step", s.step}, {"total", s.total}};
+  json::object progress{{"state", to_string(s.state)}, {"step", s.step}, {"total", s.total}};
+  if (s.preemptions > 0) progress["preemptions"] = s.preemptions;
+  if (s.skipped_steps > 0) progress["skipped_steps"] = s.skipped_steps;
+  o["progress"] = std::move(progress);
   o["queued_seconds"] = s.queued_seconds;
   o["links"] = links_of(r.id);
   return o;
@@ -181,6 +184,8 @@ JobListQuery list_query(std::string_view target) {
 json::object event_json(const JobEvent& e) {
   json::object o{{"id", e.job_id}, {"state", to_string(e.state)}, {"step", e.step}, {"total", e.total}};
   if (!e.message.empty()) o["message"] = e.message;
+  if (!e.event.empty()) o["event"] = e.event;
+  if (e.skipped > 0) o["skipped"] = e.skipped;
   return o;
 }
 
@@ -375,6 +380,11 @@ std::vector<HttpApi::Route> HttpApi::routes() {
 }
 
 asio::awaitable<http::Response> HttpApi::handle(http::Request request) {
+  if (request.method() == bhttp::verb::post && runtime_.submit_is_remote() && !may_carry_images(request))
+    // The fleet's submit is a broker round trip (202 only after its ack): not on an io thread. (wt-nats)
+    co_return co_await asio::co_spawn(
+        runtime_.executor(), [this, &request]() -> asio::awaitable<http::Response> { co_return dispatch(request); },
+        asio::use_awaitable);
   if (!may_carry_images(request)) co_return dispatch(request);
   // Decoding and writing images blocks: on the uploads thread, resuming on this strand after.
   co_return co_await asio::co_spawn(

@@ -43,6 +43,9 @@ class JobService {
   virtual const RuntimeConfig& config() const = 0;
   virtual std::string metrics_text() const = 0;  // Prometheus text exposition
   virtual boost::asio::any_io_executor executor() const = 0;  // where a front end runs its coroutines
+  // Whether try_submit waits on another machine (a broker round trip): a front end then calls it
+  // on executor(), never on its own io threads. (wt-nats, issue 19)
+  virtual bool submit_is_remote() const { return false; }
   virtual Tracer& tracer() const = 0;  // its timeline recorder (runtime/trace.hpp; GET /v1/trace)
 };
 

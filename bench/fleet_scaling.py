@@ -1,22 +1,23 @@
 #!/usr/bin/env python3
-"""Fleet scaling (issue 19): throughput of a fleet of 1, 2 and 4 `vgen worker`s behind one
-`vgen serve --queue` front end and a private nats-server, with simulated compute: fault
-injection adds `--latency-ms` to every denoise call, standing in for a GPU (the model itself is
-tiny, so the latency dominates and the two shared cores are not what limits the fleet).
-Jobs/s = jobs / (last job done - first submission). Then the idle cost: CPU seconds the idle
-workers and the broker use over `--idle-s` seconds (no busy polling: ~0).
+"""Fleet scaling (issue 19): throughput of a fleet of 1, 2 and 4 `vgen worker`s behind a private
+nats-server, fed and followed by `vgen batch --queue` (the jobs' records are watched, not polled),
+with simulated compute: fault injection adds `--latency-ms` to every denoise call, standing in
+for a GPU. The job is the smallest the tiny model renders (32x32, 5 frames, 1 step), so the
+latency dominates and the shared cores are not what limits the fleet.
+Jobs/s = jobs / the batch's run time (first submission to last job done). Then the idle cost:
+CPU seconds the idle workers and the broker use over `--idle-s` seconds (no busy polling: ~0).
+The load average (1 min) before and after each run is recorded: other work on the machine shows.
 
-    python bench/fleet_scaling.py [--jobs-per-worker 6] [--workers 1,2,4] [--latency-ms 1500]
-                                  [--model DIR] [--spec JSON] [--idle-s 5]
+    python bench/fleet_scaling.py [--jobs-per-worker 6] [--workers 1,2,4] [--latency-ms 3000]
+                                  [--model DIR] [--spec JSON] [--idle-s 5] [--out FILE]
 
-Prints a table and writes bench/out/fleet_scaling.json.
+Prints a table and writes bench/out/fleet_scaling.json (or --out).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import re
 import select
 import shutil
 import socket
@@ -24,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,14 +48,6 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
 
 
-def http(port, method, path, body=None):
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
-                                 data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())
-
-
 def run(n_workers, a, tmp):
     procs = []
     try:
@@ -75,12 +67,6 @@ def run(n_workers, a, tmp):
         model = ["--model", a.model] if a.model else []
         env = {**os.environ, "VGEN_FAULTS": json.dumps({"stages": {"denoise": {"latency_ms": a.latency_ms}}}),
                "OMP_NUM_THREADS": "1"}
-        front = subprocess.Popen([str(VGEN), "serve", "--queue", url, "--listen", "127.0.0.1:0", *model],
-                                 stdout=subprocess.PIPE, text=True)
-        procs.append(front)
-        m = re.fullmatch(r"listening on http://127\.0\.0\.1:(\d+)\n", first_line(front))
-        assert m, "front end did not start"
-        http_port = int(m.group(1))
         config = tmp / "worker.json"
         config.write_text(json.dumps({"warmup": True}))  # every worker at steady-state speed before it pulls
         workers = []
@@ -94,16 +80,17 @@ def run(n_workers, a, tmp):
             assert first_line(w).startswith("worker "), "worker did not start"
         spec = {"prompt": "a red circle moving left", **json.loads(a.spec)}
         jobs = n_workers * a.jobs_per_worker
-        t0 = time.monotonic()
-        ids = [http(http_port, "POST", "/v1/jobs", {**spec, "seed": i})["id"] for i in range(jobs)]
-        left = set(ids)
-        while left:
-            for i in list(left):
-                if http(http_port, "GET", f"/v1/jobs/{i}")["status"] in ("done", "failed", "cancelled"):
-                    left.discard(i)
-            time.sleep(0.05)
-        makespan = time.monotonic() - t0
-        failed = [i for i in ids if http(http_port, "GET", f"/v1/jobs/{i}")["status"] != "done"]
+        prompts = tmp / "jobs.jsonl"
+        prompts.write_text("".join(json.dumps({**spec, "seed": i}) + "\n" for i in range(jobs)))
+        load_before = os.getloadavg()[0]
+        r = subprocess.run([str(VGEN), "batch", str(prompts), "--queue", url, "--out", str(out), "--json"],
+                           capture_output=True, text=True, timeout=3600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        load_after = os.getloadavg()[0]
+        assert r.returncode == 0, r.stderr[-2000:]
+        summary = json.loads(r.stdout)
+        makespan = summary["seconds"]
+        failed = [j for j in summary["jobs"] if j["status"] != "done"]
+        job_s = sorted(j["seconds"] for j in summary["jobs"])  # each job's run time on its worker
         idle_pids = [w.pid for w in workers] + [broker.pid]
         time.sleep(1)  # the last acks and records settle
         c0 = {p: cpu_seconds(p) for p in idle_pids}
@@ -111,8 +98,10 @@ def run(n_workers, a, tmp):
         idle = {p: cpu_seconds(p) - c0[p] for p in idle_pids}
         return {"workers": n_workers, "jobs": jobs, "failed": len(failed), "makespan_s": round(makespan, 2),
                 "jobs_per_s": round(jobs / makespan, 3),
+                "job_s_median": round(job_s[len(job_s) // 2], 2), "job_s_max": round(job_s[-1], 2),
                 "idle_cpu_s_per_worker": round(sum(idle[w.pid] for w in workers) / n_workers / a.idle_s, 4),
-                "idle_cpu_s_broker": round(idle[broker.pid] / a.idle_s, 4)}
+                "idle_cpu_s_broker": round(idle[broker.pid] / a.idle_s, 4),
+                "load_1min_before": round(load_before, 2), "load_1min_after": round(load_after, 2)}
     finally:
         for p in reversed(procs):
             if p.poll() is None:
@@ -127,11 +116,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs-per-worker", type=int, default=6)
     ap.add_argument("--workers", default="1,2,4")
-    ap.add_argument("--latency-ms", type=int, default=1500)
+    ap.add_argument("--latency-ms", type=int, default=3000)
     ap.add_argument("--model", default="", help="a model package (default: the bundled model)")
-    ap.add_argument("--spec", default='{"width": 32, "height": 32, "frames": 5, "steps": 2}',
+    ap.add_argument("--spec", default='{"width": 32, "height": 32, "frames": 5, "steps": 1}',
                     help="job fields beside the prompt: small, so that the simulated compute dominates")
     ap.add_argument("--idle-s", type=float, default=5)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "fleet_scaling.json"))
     a = ap.parse_args()
     if not shutil.which("nats-server") or not VGEN.exists():
         sys.exit("needs nats-server and build/bin/vgen")
@@ -143,13 +133,16 @@ def main():
     base = rows[0]["jobs_per_s"] / rows[0]["workers"]
     for r in rows:
         r["scaling_vs_linear"] = round(r["jobs_per_s"] / (base * r["workers"]), 3)
-    print(f"{'workers':>7} {'jobs':>5} {'makespan s':>10} {'jobs/s':>7} {'x linear':>8} {'idle CPU/worker':>15} {'idle CPU broker':>15}")
+    print(f"{'workers':>7} {'jobs':>5} {'makespan s':>10} {'jobs/s':>7} {'x linear':>8} {'job s med/max':>13} {'idle CPU/worker':>15} "
+          f"{'idle CPU broker':>15} {'load 1m':>12}")
     for r in rows:
         print(f"{r['workers']:>7} {r['jobs']:>5} {r['makespan_s']:>10} {r['jobs_per_s']:>7} {r['scaling_vs_linear']:>8} "
-              f"{r['idle_cpu_s_per_worker']:>15} {r['idle_cpu_s_broker']:>15}")
-    out = ROOT / "bench" / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "fleet_scaling.json").write_text(json.dumps({"latency_ms": a.latency_ms, "rows": rows}, indent=2))
+              f"{str(r['job_s_median']) + '/' + str(r['job_s_max']):>13} {r['idle_cpu_s_per_worker']:>15} {r['idle_cpu_s_broker']:>15} "
+              f"{r['load_1min_before']:>5}->{r['load_1min_after']:<5}")
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"latency_ms": a.latency_ms, "spec": json.loads(a.spec), "cpus": os.cpu_count(),
+                               "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

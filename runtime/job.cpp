@@ -1,5 +1,7 @@
 #include "runtime/job.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 namespace vgen {
@@ -22,8 +24,19 @@ bool is_terminal(JobState s) noexcept {
   return s == JobState::done || s == JobState::failed || s == JobState::cancelled;
 }
 
+namespace {
+
+int priority_of(const boost::json::value& spec) {
+  const auto* o = spec.if_object();
+  const auto* p = o ? o->if_contains("priority") : nullptr;
+  if (!p || !p->is_int64()) return 0;  // the job spec's validation names a bad value; the queue needs none
+  return static_cast<int>(std::clamp<std::int64_t>(p->get_int64(), -Job::kMaxPriority, Job::kMaxPriority));
+}
+
+}  // namespace
+
 Job::Job(std::string id, boost::json::value spec, std::optional<clock::time_point> deadline)
-    : id_(std::move(id)), spec_(std::move(spec)), deadline_(deadline) {}
+    : id_(std::move(id)), spec_(std::move(spec)), deadline_(deadline), priority_(priority_of(spec_)) {}
 
 JobState Job::state() const {
   std::lock_guard lock(mutex_);
@@ -45,6 +58,9 @@ JobSnapshot Job::snapshot() const {
   }
   s.attempts = retries_;
   s.resumed_from = resumed_from_;
+  s.priority = priority_;
+  s.preemptions = preemptions_;
+  s.skipped_steps = skipped_;
   s.stage_seconds = stage_seconds_;
   const auto end = finished_at_.value_or(clock::now());
   s.queued_seconds = std::chrono::duration<double>(started_.value_or(end) - submitted_).count();
@@ -73,8 +89,39 @@ void Job::report_progress(int step, int total) {
     step_ = step;
     total_ = total;
     e = {id_, state_, step, total, {}};
+    e.skipped = skipped_;
   }
   emit(e);
+}
+
+void Job::report_scheduling(std::string_view event, int step, int total) {
+  JobEvent e;
+  {
+    std::lock_guard lock(mutex_);
+    if (is_terminal(state_)) return;
+    step_ = step;
+    total_ = total;
+    if (event == "preempted") ++preemptions_;
+    e = {id_, state_, step, total, std::string(event) + " at step " + std::to_string(step) + " of " + std::to_string(total)};
+    e.event = std::string(event);
+    e.skipped = skipped_;
+  }
+  emit(e);
+}
+
+void Job::record_skipped(int n) {
+  std::lock_guard lock(mutex_);
+  skipped_ += n;
+}
+
+void Job::request_requeue() {
+  std::lock_guard lock(mutex_);
+  requeue_ = true;
+}
+
+bool Job::take_requeue() {
+  std::lock_guard lock(mutex_);
+  return std::exchange(requeue_, false);
 }
 
 void Job::report_resumed(int step, int total) {
@@ -87,6 +134,7 @@ void Job::report_resumed(int step, int total) {
     resumed_from_ = step;
     e = {id_, state_, step, total, "resumed at step " + std::to_string(step) + " of " + std::to_string(total) +
                                        " from a checkpoint"};
+    e.event = "resumed";
   }
   emit(e);
 }

@@ -50,6 +50,11 @@ struct JobEvent {
   int total = 0;
   std::string message;  // error text for failed/cancelled; a note for progress (a resume)
   std::shared_ptr<const JobPreview> preview;  // set on the event that announces a new preview only
+  // Scheduling news while denoising: "admitted" (joined a running group at `step`), "preempted"
+  // (left its group at `step` and went back to the queue), "resumed" (went on from `step` after a
+  // preemption or a checkpoint); empty for state changes and plain progress.
+  std::string event;
+  int skipped = 0;  // denoiser calls the step cache skipped for this job so far
 };
 using JobEventHandler = std::function<void(const JobEvent&)>;
 
@@ -61,6 +66,9 @@ struct JobSnapshot {
   std::string error;
   int attempts = 0;  // stage attempts beyond the first (retries)
   int resumed_from = 0;  // > 0: the denoising step a checkpoint brought it back to
+  int priority = 0;
+  int preemptions = 0;    // times it left a denoise group for a higher-priority job
+  int skipped_steps = 0;  // denoiser calls the step cache skipped
   std::map<std::string, double> stage_seconds;
   double queued_seconds = 0;  // submission -> first stage
   double total_seconds = 0;   // submission -> terminal (or now)
@@ -77,6 +85,12 @@ class Job : public std::enable_shared_from_this<Job> {
   const std::string& id() const noexcept { return id_; }
   const boost::json::value& spec() const noexcept { return spec_; }
   std::optional<clock::time_point> deadline() const noexcept { return deadline_; }
+  // The spec's integer "priority" (higher first; 0 when absent; clamped to +-kMaxPriority; the
+  // job spec's validation refuses values outside that range) and when the job was made: the
+  // ticket every stage queue orders it by (runtime/priority_channel.hpp).
+  int priority() const noexcept { return priority_; }
+  clock::time_point submitted() const noexcept { return submitted_; }
+  static constexpr int kMaxPriority = 100;
 
   JobState state() const;
   bool is_finished() const;
@@ -88,6 +102,15 @@ class Job : public std::enable_shared_from_this<Job> {
   // Progress that did not start at 0: the job went on from a checkpoint at `step` (the event's
   // message says so, and snapshot().resumed_from keeps it).
   void report_resumed(int step, int total);
+  // Scheduling news (JobEvent::event): "admitted", "preempted" or "resumed" at `step` of `total`.
+  // A preemption is counted in snapshot().preemptions.
+  void report_scheduling(std::string_view event, int step, int total);
+  // The step cache skipped `n` more denoiser calls for this job (carried by its next progress event).
+  void record_skipped(int n);
+  // A stage asks to go back into its own input queue instead of on to the next stage (the denoise
+  // stage after a preemption); the pipeline takes the request once the stage returns.
+  void request_requeue();
+  bool take_requeue();
   // Keeps `preview` as the job's latest and emits an event carrying it (ignored once finished).
   void report_preview(std::shared_ptr<const JobPreview> preview);
   std::shared_ptr<const JobPreview> latest_preview() const;  // nullptr until the first
@@ -132,12 +155,15 @@ class Job : public std::enable_shared_from_this<Job> {
   const boost::json::value spec_;
   const std::optional<clock::time_point> deadline_;
   const clock::time_point submitted_ = clock::now();
+  const int priority_ = 0;
 
   mutable std::mutex mutex_;
   JobState state_ = JobState::queued;
   int step_ = 0, total_ = 0;
   int retries_ = 0;
   int resumed_from_ = 0;
+  int preemptions_ = 0, skipped_ = 0;
+  bool requeue_ = false;
   std::optional<clock::time_point> started_, finished_at_;
   std::map<std::string, double> stage_seconds_;
   std::exception_ptr error_;

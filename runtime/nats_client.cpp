@@ -110,20 +110,31 @@ PullSubscription::~PullSubscription() {
   if (sub_) natsSubscription_Destroy(sub_);  // the durable consumer stays; its unacked messages come back
 }
 
-std::vector<NatsMessage> PullSubscription::fetch(int batch, std::chrono::milliseconds timeout) {
-  natsMsgList list{};
-  jsErrCode jerr{};
-  const auto s = natsSubscription_Fetch(&list, sub_, batch, timeout.count(), &jerr);
+namespace {
+
+std::vector<NatsMessage> take(natsMsgList& list) {
   std::vector<NatsMessage> out;
   for (int i = 0; i < list.Count; ++i) {
     out.emplace_back(list.Msgs[i]);
     list.Msgs[i] = nullptr;  // owned by `out` now
   }
   natsMsgList_Destroy(&list);
+  return out;
+}
+
+}  // namespace
+
+std::vector<NatsMessage> PullSubscription::fetch(int batch, std::chrono::milliseconds timeout) {
+  natsMsgList list{};
+  jsErrCode jerr{};
+  const auto s = natsSubscription_Fetch(&list, sub_, batch, timeout.count(), &jerr);
+  auto out = take(list);
   if (s == NATS_OK || s == NATS_TIMEOUT) return out;
   if (!out.empty()) return out;
   fail(s, jerr, "fetch");
 }
+
+std::vector<NatsMessage> PullSubscription::fetch_now(int batch) { return fetch(batch, kShortFetch); }
 
 // ---- Subscription ----
 

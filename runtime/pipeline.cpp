@@ -33,6 +33,8 @@ JobState terminal_state_for(const std::exception_ptr& error) {
   return classify(error) == ErrorKind::cancelled ? JobState::cancelled : JobState::failed;
 }
 
+QueueTicket ticket_of(const Job& job) { return {job.priority(), job.submitted()}; }
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -63,6 +65,7 @@ Pipeline::Pipeline(asio::any_io_executor executor, std::vector<StageSpec> stages
       stages_(std::move(stages)),
       options_(std::move(options)),
       live_workers_(stages_.size()) {
+  if (options_.aging.count() <= 0) throw_error(ErrorKind::invalid_argument, "pipeline aging must be positive");
   if (stages_.empty()) throw_error(ErrorKind::invalid_argument, "pipeline needs at least one stage");
   std::set<std::string> names;
   for (const auto& s : stages_) {
@@ -73,7 +76,7 @@ Pipeline::Pipeline(asio::any_io_executor executor, std::vector<StageSpec> stages
     if (s.queue_capacity == 0)
       throw_error(ErrorKind::invalid_argument, "pipeline stage '" + s.name + "': queue_capacity must be >= 1");
     if (s.retry) s.retry->validate();
-    queues_.push_back(std::make_unique<BoundedChannel<JobPtr>>(s.queue_capacity));
+    queues_.push_back(std::make_unique<PriorityChannel<JobPtr>>(s.queue_capacity, options_.aging));
   }
   stage_metrics_.resize(stages_.size());
   if (auto* m = options_.metrics) {
@@ -155,7 +158,7 @@ std::shared_ptr<Job> Pipeline::try_submit(boost::json::value spec, std::string i
                                           std::optional<Job::clock::time_point> deadline) {
   auto job = make_job(std::move(spec), std::move(id), deadline);
   JobPtr queued = job;
-  if (!queues_[0]->try_enqueue(queued)) {
+  if (!queues_[0]->try_enqueue(queued, ticket_of(*job))) {
     reject(job, accepting_ ? "the job queue is full" : "the pipeline is shutting down");
     return job;  // reject() returns only when a cancel already ended the job
   }
@@ -166,7 +169,7 @@ std::shared_ptr<Job> Pipeline::try_submit(boost::json::value spec, std::string i
 asio::awaitable<std::shared_ptr<Job>> Pipeline::submit(boost::json::value spec, std::string id,
                                                       std::optional<Job::clock::time_point> deadline) {
   auto job = make_job(std::move(spec), std::move(id), deadline);
-  auto [ec] = co_await queues_[0]->enqueue(job, asio::as_tuple(asio::use_awaitable));
+  auto [ec] = co_await queues_[0]->enqueue(job, ticket_of(*job), asio::as_tuple(asio::use_awaitable));
   if (ec) {
     reject(job, ec == channel_errc::closed ? "the pipeline is shutting down" : "submission cancelled");
     co_return job;  // reject() returns only when a cancel already ended the job
@@ -257,6 +260,13 @@ asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job, WorkerSlot& s
   }
   if (job->is_finished()) co_return;
   job->throw_if_cancelled();  // cancelled while its last step ran: end it here
+  if (job->take_requeue()) {  // preempted: back into this stage's queue (never waits, see requeue)
+    job->enter_stage(JobState::queued);  // queued again: a cancel or deadline ends it at once
+    mark_queued(*job);
+    queues_[k]->requeue(job, ticket_of(*job));
+    if (stage_metrics_[k].depth) stage_metrics_[k].depth->set(static_cast<double>(queues_[k]->size()));
+    co_return;
+  }
   if (k + 1 == stages_.size()) {
     end_job(job, JobState::done);
     co_return;
@@ -264,7 +274,7 @@ asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job, WorkerSlot& s
   // The next queue cannot be closed while a worker of this stage is alive (it is closed only
   // when the last of them exits), so this either succeeds or waits: the job is never lost.
   mark_queued(*job);
-  co_await queues_[k + 1]->enqueue(job, asio::use_awaitable);
+  co_await queues_[k + 1]->enqueue(job, ticket_of(*job), asio::use_awaitable);
   if (stage_metrics_[k + 1].depth) stage_metrics_[k + 1].depth->set(static_cast<double>(queues_[k + 1]->size()));
 }
 
@@ -369,6 +379,12 @@ asio::awaitable<void> Pipeline::shutdown() {
   }
   for (auto& job : unfinished) cancel(job->id(), "cancelled by shutdown");
   co_await drain();
+}
+
+std::size_t Pipeline::waiting_above(std::string_view stage, int priority) const {
+  for (std::size_t k = 0; k < stages_.size(); ++k)
+    if (stages_[k].name == stage) return queues_[k]->count_above(priority);
+  return 0;
 }
 
 PipelineCounts Pipeline::counts() const {

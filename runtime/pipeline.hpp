@@ -10,6 +10,13 @@
 // Guarantees
 //  - Every accepted job ends exactly once: done, failed or cancelled. A stage exception fails
 //    only that job (failure isolation); other jobs are unaffected.
+//  - Order: every queue serves the job of highest Job::priority() first, the oldest (by
+//    submission) first within a level, with aging (PipelineOptions::aging per level; see
+//    runtime/priority_channel.hpp), so a job waits behind newer ones of at most a bounded lead.
+//  - Requeue: a stage that calls Job::request_requeue() (the denoise stage, for a job preempted
+//    at a step boundary) puts the job back into its own input queue, with its original ticket,
+//    instead of passing it on (its state is `queued` again until a worker takes it, so a cancel
+//    ends it at once); the worker then takes the best job waiting there.
 //  - Backpressure: a full queue suspends the submitter (submit) or refuses it (try_submit ->
 //    Error(overloaded)), and a full next queue suspends the upstream worker, so memory is
 //    bounded by the queue capacities plus the workers.
@@ -24,7 +31,7 @@
 // Lifetime: keep the Pipeline alive until drain() or shutdown() has completed.
 #pragma once
 
-#include "runtime/channel.hpp"
+#include "runtime/priority_channel.hpp"
 #include "runtime/event.hpp"
 #include "runtime/job.hpp"
 #include "runtime/metrics.hpp"
@@ -66,6 +73,8 @@ struct PipelineOptions {
   // Optional (outlives the pipeline): spans for each job's queue waits and stages on its own
   // track and its stage worker's, retries as instant events (runtime/trace.hpp).
   Tracer* tracer = nullptr;
+  // Queue aging: a waiting job gains one priority level per this much waiting (> 0).
+  std::chrono::milliseconds aging = kDefaultAging;
 };
 
 struct PipelineCounts {
@@ -101,6 +110,9 @@ class Pipeline {
   PipelineCounts counts() const;
   const std::vector<StageSpec>& stages() const noexcept { return stages_; }
   std::size_t queue_depth(std::size_t stage) const { return queues_.at(stage)->size(); }
+  // Jobs waiting in the input queue of the stage named `stage` (or offered to it by a worker
+  // waiting for room) whose priority is above `priority`; 0 for an unknown stage. Thread-safe.
+  std::size_t waiting_above(std::string_view stage, int priority) const;
 
  private:
   using JobPtr = std::shared_ptr<Job>;
@@ -129,7 +141,7 @@ class Pipeline {
   boost::asio::any_io_executor executor_;
   std::vector<StageSpec> stages_;
   PipelineOptions options_;
-  std::vector<std::unique_ptr<BoundedChannel<JobPtr>>> queues_;
+  std::vector<std::unique_ptr<PriorityChannel<JobPtr>>> queues_;
   std::vector<StageMetrics> stage_metrics_;
   std::vector<std::atomic<std::size_t>> live_workers_;
   AsyncEvent all_workers_done_;

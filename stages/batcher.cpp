@@ -47,9 +47,7 @@ asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, Ba
     if (self.work->state.step > 0) key += "|from step " + std::to_string(self.work->state.step);
     // A running group of the same loop takes it at its next step boundary if it has room.
     if (join_running(base_key, self, outcome)) {
-      co_await outcome->done.wait();  // cancellable: the pipeline stops waiting, the group drops it
-      if (outcome->error) std::rethrow_exception(outcome->error);
-      job.throw_if_cancelled();
+      co_await await_outcome(job, outcome);  // cancellable: the pipeline stops waiting, the group drops it
       co_return;
     }
   } else if (kind == BatchKind::decode) {
@@ -85,9 +83,35 @@ asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, Ba
   // On a strand of its own: collect() races an event against a timer with ||, whose
   // cancellation must not run on two threads at once (ThreadSanitizer, runtime/wait_list.hpp).
   if (first) asio::co_spawn(asio::make_strand(options_.executor->get_executor()), run_group(group), asio::detached);
-  co_await outcome->done.wait();  // cancellable: the pipeline stops waiting, the group goes on
+  co_await await_outcome(job, std::move(outcome));  // cancellable: the pipeline stops waiting, the group goes on
+}
+
+asio::awaitable<void> Batcher::await_outcome(Job& job, std::shared_ptr<Outcome> outcome) {
+  co_await outcome->done.wait();
   if (outcome->error) std::rethrow_exception(outcome->error);
   job.throw_if_cancelled();
+  if (outcome->preempted) job.request_requeue();  // back into the stage's queue, to go on later
+}
+
+void Batcher::set_waiting_probe(WaitingProbe probe) {
+  auto p = probe ? std::make_shared<const WaitingProbe>(std::move(probe)) : nullptr;
+  std::lock_guard lock(mutex_);
+  probe_ = std::move(p);
+}
+
+std::shared_ptr<const Batcher::WaitingProbe> Batcher::waiting_probe() const {
+  std::lock_guard lock(mutex_);
+  return probe_;
+}
+
+void Batcher::count_preemption() {
+  std::lock_guard lock(mutex_);
+  ++preemptions_;
+}
+
+std::uint64_t Batcher::preemptions() const {
+  std::lock_guard lock(mutex_);
+  return preemptions_;
 }
 
 bool Batcher::join_running(const std::string& base_key, Member& self, std::shared_ptr<Outcome>& outcome) {
@@ -229,7 +253,7 @@ asio::awaitable<void> Batcher::run_group(std::shared_ptr<Group> group) {
 }
 
 asio::awaitable<void> Batcher::run_work(Group& group, const Placement& placement) {
-  if (group.kind == BatchKind::denoise) co_await run_denoise_loop(group, placement, options_);
+  if (group.kind == BatchKind::denoise) co_await run_denoise_loop(group, placement, options_, this);
   else co_await run_once(group, placement);
 }
 

@@ -21,6 +21,19 @@
 // collecting until the device is granted: under load the group grows while earlier work
 // runs, on an idle device it starts at once. max_batch 1 runs each job alone at once.
 //
+// Priority and preemption: with a waiting probe set (set_waiting_probe: how many jobs above a
+// priority wait to enter denoise, e.g. Pipeline::waiting_above), a running group that has no
+// room for them lets its lowest-priority rows (the newest first among equals) go at the next
+// step boundary, one per higher-priority waiter beyond its free room. A preempted job keeps its
+// StepState (latents + scheduler row, as a checkpoint does), its join() returns after
+// Job::request_requeue(), and it resumes later from that step with an identical result (in this
+// group, another or a new one). Not preempted: jobs with the step cache on (its state is not in
+// StepState), schedulers that are not resumable, and a job already preempted
+// BatcherOptions::max_preemptions times (so a stream of higher-priority work cannot bounce it
+// forever). Aging orders the queues but never preempts: only a strictly higher priority does.
+// Waiters the probe does not see are not helped: a job of another denoise key waiting for the
+// device (in a Batcher group), or one held upstream behind a full denoise queue.
+//
 // Ownership and cancellation: a group runs in its own coroutine on the runtime's executor,
 // not in any job's stage, so cancelling one job (its stage stops waiting) never stops the
 // others; the group drops a cancelled job between calls. Results are written into the jobs'
@@ -73,6 +86,8 @@ struct BatcherOptions {
   // Called on the compute thread before every denoiser call (fault injection's simulated
   // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
+  // The most times one job is preempted (then it stays until its group ends or it finishes).
+  int max_preemptions = 3;
   // Called on the compute thread after every denoise step with the live members (jobs and their
   // states, in row order; state.step is the next step) and the group's scheduler: checkpoints
   // (stages/checkpoint.hpp). Must not throw; keep it short (the group's next step waits).
@@ -98,11 +113,22 @@ class Batcher {
   std::vector<std::pair<std::string, std::size_t>> group_log() const;
   // Groups moved to another device after running out of memory.
   std::uint64_t oom_moves() const;
+  // Jobs preempted so far (tests, observability).
+  std::uint64_t preemptions() const;
+
+  // How many jobs with a priority above the argument wait to enter denoise; called by running
+  // groups at step boundaries on an io thread (must be cheap and thread-safe). Unset: no
+  // preemption. May be set at any time, from any thread.
+  using WaitingProbe = std::function<std::size_t(int priority)>;
+  void set_waiting_probe(WaitingProbe probe);
+  std::shared_ptr<const WaitingProbe> waiting_probe() const;
+  void count_preemption();
 
   // How a member's part ended: `done` is set once (its result is in its FamilyJob, or `error`).
   struct Outcome {
     AsyncEvent done;
     std::exception_ptr error;
+    bool preempted = false;  // it left a running group early; its StepState says where to go on
   };
   struct Member {
     std::shared_ptr<Job> job;
@@ -111,7 +137,7 @@ class Batcher {
     bool dropped = false;
     std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
     // Denoise only, owned by the step loop (the group's strand):
-    bool finished = false;  // its last step is done and it has left the group
+    bool finished = false;  // it has left the group: its last step is done, or it was preempted
     StepState entry;        // its state when the loop took it (restored if the group fails)
     StepCache cache;        // its step cache (threshold from its spec; off at 0)
   };
@@ -145,6 +171,7 @@ class Batcher {
   std::optional<Placement> place_elsewhere(const Group& group, const std::vector<std::string>& avoid);
   void record_size(const Group& group);
   void close(Group& group);
+  static boost::asio::awaitable<void> await_outcome(Job& job, std::shared_ptr<Outcome> outcome);
   bool join_running(const std::string& base_key, Member& self, std::shared_ptr<Outcome>& outcome);
   std::optional<Placement> borrow(const Group& group);
   void stop_running(Group& group);
@@ -156,6 +183,8 @@ class Batcher {
   std::vector<std::pair<std::string, std::size_t>> log_;
   std::map<std::string, std::size_t> caps_;  // batch size limits learnt from out-of-memory errors
   std::uint64_t oom_moves_ = 0;
+  std::uint64_t preemptions_ = 0;
+  std::shared_ptr<const WaitingProbe> probe_;
 };
 
 // Members whose jobs are not cancelled (the others are marked dropped).

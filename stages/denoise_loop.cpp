@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <map>
 
 namespace vgen {
@@ -51,17 +52,28 @@ Cohort start_cohort(Batcher::Group& group, std::vector<std::size_t> rows) {
   return c;
 }
 
-// Cohorts for members not yet in one (by their next step), taking their entry state.
-void add_cohorts(Batcher::Group& group, std::size_t from, std::vector<Cohort>& cohorts) {
+void count(const BatcherOptions& options, const char* name, const char* help, std::size_t n) {
+  if (options.metrics && n > 0) options.metrics->counter(name, help, {}).inc(static_cast<double>(n));
+}
+
+// Cohorts for members not yet in one (by their next step), taking their entry state. A job that
+// was preempted goes on from its step here: its "resumed" event.
+void add_cohorts(Batcher::Group& group, std::size_t from, std::vector<Cohort>& cohorts, const BatcherOptions& options) {
   std::map<int, std::vector<std::size_t>> by_step;
+  std::size_t resumed = 0;
   for (std::size_t i = from; i < group.members.size(); ++i) {
     auto& m = group.members[i];
     if (m.finished || m.dropped) continue;
     m.entry = m.work->state;
     m.cache = StepCache(m.work->spec.step_cache);
     by_step[m.work->state.step].push_back(i);
+    if (m.work->state.step > 0 && m.job->snapshot().preemptions > 0) {
+      m.job->report_scheduling("resumed", m.work->state.step, m.work->spec.steps);
+      ++resumed;
+    }
   }
   for (auto& [step, rows] : by_step) cohorts.push_back(start_cohort(group, std::move(rows)));
+  count(options, "vgen_denoise_resumed_total", "Preempted jobs that went on from their step in a denoise group", resumed);
 }
 
 void leave(Member& m) {
@@ -94,7 +106,10 @@ StepTally step_all(Batcher::Group& group, std::vector<Cohort>& cohorts, const st
       if (m.dropped) continue;
       const auto pos = static_cast<std::int64_t>(p);
       part.live.push_back(pos);
-      if (!m.cache.needs_call(co.step, steps, part.x.narrow(0, pos, 1))) continue;
+      if (!m.cache.needs_call(co.step, steps, part.x.narrow(0, pos, 1))) {
+        m.job->record_skipped(1);  // its next progress event says so
+        continue;
+      }
       part.called.push_back(pos);
       jobs.push_back(m.work.get());
       if (!first_job) first_job = m.job.get();
@@ -180,9 +195,86 @@ void settle(Batcher::Group& group, std::vector<Cohort>& cohorts) {
   });
 }
 
+// Whether a member may leave the group and go on later with the same numbers.
+bool preemptible(const Member& m, const Cohort& co, const BatcherOptions& options) {
+  return m.work->spec.step_cache <= 0.0 && co.scheduler->resumable() && m.job->snapshot().preemptions < options.max_preemptions &&
+         co.step < co.scheduler->num_inference_steps();
+}
+
+// A member leaves with its own copy of its StepState (its latents row and scheduler row are
+// views into the cohort's tensors, which the next step overwrites).
+void leave_preempted(Member& m, Cohort& co, std::int64_t pos) {
+  auto& state = m.work->state;
+  if (co.step == 0) {
+    state = m.entry;  // no step yet: its noise as it came (the cohort's row is already scaled)
+  } else {
+    state.step = co.step;
+    state.latents = co.latents.narrow(0, pos, 1).clone();
+    state.scheduler = co.scheduler->save_row(pos);
+    for (auto& t : state.scheduler.tensors)
+      if (t.defined()) t = t.clone();
+  }
+  m.finished = m.dropped = true;  // out of the group: fed zero, never restored, never reported
+  m.outcome->preempted = true;
+  m.job->report_scheduling("preempted", co.step, co.scheduler->num_inference_steps());
+  leave(m);
+}
+
+// Rows give way to waiting jobs of a higher priority when the group has no room for them: the
+// lowest priority first, the newest first among equals, one per waiter beyond the free room.
+void preempt(Batcher::Group& group, std::vector<Cohort>& cohorts, const BatcherOptions& options, Batcher& batcher) {
+  const auto probe = batcher.waiting_probe();
+  if (!probe) return;
+  struct Row {
+    std::size_t cohort;
+    std::int64_t pos;
+    Member* m;
+  };
+  std::vector<Row> rows;
+  std::size_t live = 0;
+  for (std::size_t c = 0; c < cohorts.size(); ++c)
+    for (std::size_t p = 0; p < cohorts[c].rows.size(); ++p) {
+      auto& m = group.members[cohorts[c].rows[p]];
+      if (m.dropped || m.finished) continue;
+      ++live;
+      if (preemptible(m, cohorts[c], options)) rows.push_back({c, static_cast<std::int64_t>(p), &m});
+    }
+  if (rows.empty()) return;
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    if (a.m->job->priority() != b.m->job->priority()) return a.m->job->priority() < b.m->job->priority();
+    return a.m->job->submitted() > b.m->job->submitted();
+  });
+  std::size_t preempted = 0;
+  for (const auto& r : rows) {
+    std::size_t room = 0;
+    {
+      std::lock_guard lock(group.joins);
+      const auto taken = live - preempted + group.pending.size();
+      room = group.cap > taken ? group.cap - taken : 0;
+    }
+    // The probe falls as the priority rises, and rows rise: once no waiter needs a row, none does.
+    if ((*probe)(r.m->job->priority()) <= room) break;
+    leave_preempted(*r.m, cohorts[r.cohort], r.pos);
+    ++preempted;
+    {
+      std::lock_guard lock(group.joins);  // room for the waiter at once: it may join before admit() runs
+      if (group.active > 0) --group.active;
+    }
+    batcher.count_preemption();
+  }
+  count(options, "vgen_denoise_preempted_total", "Jobs that left a denoise group at a step boundary for higher-priority work",
+        preempted);
+  if (preempted > 0)
+    std::erase_if(cohorts, [&](const Cohort& co) {
+      for (auto r : co.rows)
+        if (!group.members[r].dropped && !group.members[r].finished) return false;
+      return true;
+    });
+}
+
 // Admits the jobs that joined while the loop ran; false (and no more joins) when there is
 // nothing left to run. Under the group's lock, so that no joiner is left behind.
-bool admit(Batcher::Group& group, std::vector<Cohort>& cohorts, std::size_t& admitted) {
+bool admit(Batcher::Group& group, std::vector<Cohort>& cohorts, std::size_t& admitted, const BatcherOptions& options) {
   std::vector<Member> joined;
   {
     std::lock_guard lock(group.joins);
@@ -201,7 +293,11 @@ bool admit(Batcher::Group& group, std::vector<Cohort>& cohorts, std::size_t& adm
   if (joined.empty()) return true;
   const auto from = group.members.size();
   for (auto& m : joined) group.members.push_back(std::move(m));
-  add_cohorts(group, from, cohorts);
+  for (auto i = from; i < group.members.size(); ++i) {
+    const auto& w = *group.members[i].work;
+    group.members[i].job->report_scheduling("admitted", w.state.step, w.spec.steps);
+  }
+  add_cohorts(group, from, cohorts, options);  // after: a preempted joiner's "resumed" follows its "admitted"
   return true;
 }
 
@@ -213,26 +309,24 @@ std::vector<FamilyJob*> live_work(Batcher::Group& group, const std::vector<Cohor
   return out;
 }
 
-void count(const BatcherOptions& options, const char* name, const char* help, std::size_t n) {
-  if (options.metrics && n > 0) options.metrics->counter(name, help, {}).inc(static_cast<double>(n));
-}
-
 std::size_t rows_in(const std::vector<Cohort>& cohorts) {
   std::size_t n = 0;
   for (const auto& co : cohorts) n += co.rows.size();
   return n;
 }
 
-asio::awaitable<void> run_steps(Batcher::Group& group, const Placement& placement, const BatcherOptions& options) {
+asio::awaitable<void> run_steps(Batcher::Group& group, const Placement& placement, const BatcherOptions& options,
+                                Batcher* batcher) {
   std::vector<Cohort> cohorts;
   for (auto& m : group.members)
     if (!m.finished && !m.dropped && m.job->cancel_requested()) m.dropped = true;
-  add_cohorts(group, 0, cohorts);
+  add_cohorts(group, 0, cohorts, options);
   group.family->begin_denoise(live_work(group, cohorts), placement.device);
   for (;;) {
     std::size_t admitted = 0;
     settle(group, cohorts);
-    if (!admit(group, cohorts, admitted)) co_return;
+    if (batcher) preempt(group, cohorts, options, *batcher);
+    if (!admit(group, cohorts, admitted, options)) co_return;
     if (admitted > 0) {
       for (auto* w : live_work(group, cohorts)) w->device = placement.device;
       // The family sets the group up again for all live jobs (e.g. one text row count).
@@ -259,10 +353,11 @@ asio::awaitable<void> run_steps(Batcher::Group& group, const Placement& placemen
 
 }  // namespace
 
-asio::awaitable<void> run_denoise_loop(Batcher::Group& group, const Placement& placement, const BatcherOptions& options) {
+asio::awaitable<void> run_denoise_loop(Batcher::Group& group, const Placement& placement, const BatcherOptions& options,
+                                       Batcher* batcher) {
   for (auto& m : group.members) m.work->device = placement.device;
   try {
-    co_await run_steps(group, placement, options);
+    co_await run_steps(group, placement, options, batcher);
   } catch (...) {
     // Members still in the group go back to how they entered it, so that a retry starts clean.
     for (auto& m : group.members)

@@ -112,6 +112,9 @@ class Family {
 
   virtual void warm_up(const std::string& device) = 0;
   virtual CacheStats text_cache_stats() const { return {}; }
+  // Merged LoRA variants (stages/lora_variants.hpp) as cache stats: hits, misses = merges,
+  // evictions, entries, cost = their bytes. None for a family without LoRAs.
+  virtual CacheStats lora_cache_stats() const { return {}; }
 };
 
 // What a family's factory gets besides its package.

@@ -1,6 +1,7 @@
 #include "stages/job_spec.hpp"
 
 #include "runtime/errors.hpp"
+#include "runtime/job.hpp"  // Job::kMaxPriority
 #include "stages/tokenizer.hpp"
 
 #include <boost/json.hpp>
@@ -180,6 +181,11 @@ void validate_job_spec(const JobSpec& s, const SpecLimits& l) {
     bad("scheduler", "unknown '" + s.scheduler + "'");
   if (!(s.step_cache >= 0.0 && s.step_cache <= l.max_step_cache))
     bad("step_cache", "must be between 0 (off) and " + number_text(l.max_step_cache) + " (got " + number_text(s.step_cache) + ")");
+  if (s.priority < -Job::kMaxPriority || s.priority > Job::kMaxPriority)
+    bad("priority", "must be an integer between " + std::to_string(-Job::kMaxPriority) + " and " +
+                        std::to_string(Job::kMaxPriority) + " (got " + std::to_string(s.priority) + ")");
+  if (!(s.shift >= 0.0 && s.shift <= l.max_shift))
+    bad("shift", "must be between 0 (the package's) and " + number_text(l.max_shift) + " (got " + number_text(s.shift) + ")");
   if (!s.name.empty()) checked_output_name(s.name);
   if (!s.model.empty()) checked_output_name(s.model, "model");
   check_images(s, l);
@@ -191,7 +197,7 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
   static const std::set<std::string, std::less<>> known = {"prompt", "negative_prompt", "width", "height", "frames",
                                                           "steps", "guidance", "seed", "fps", "format", "scheduler", "name",
                                                           "model", "image", "last_image", "image_sha256",
-                                                          "last_image_sha256", "loras", "step_cache"};
+                                                          "last_image_sha256", "loras", "step_cache", "priority", "shift"};
   for (const auto& kv : *obj)
     if (!known.count(kv.key())) bad(std::string(kv.key()), "unknown field");
   JobSpec s = defaults;
@@ -216,6 +222,14 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
     else if (k == "last_image_sha256") s.last_image_sha256 = as_text(v, k);
     else if (k == "loras") s.loras = parse_loras(v);
     else if (k == "step_cache") s.step_cache = as_number(v, k);
+    else if (k == "priority") {
+      const auto i = as_integer(v, k);
+      if (i < -Job::kMaxPriority || i > Job::kMaxPriority)
+        bad("priority", "must be an integer between " + std::to_string(-Job::kMaxPriority) + " and " +
+                            std::to_string(Job::kMaxPriority) + " (got " + shown(v) + ")");
+      s.priority = static_cast<int>(i);
+    }
+    else if (k == "shift") s.shift = as_number(v, k);
     else if (k == "seed") {
       const auto i = as_integer(v, k);
       if (i < 0) bad("seed", "must be between 0 and " + std::to_string(limits.max_seed) + " (got " + shown(v) + ")");
@@ -233,6 +247,8 @@ json::object to_json(const JobSpec& s) {
           {"format", s.format},     {"scheduler", s.scheduler},             {"name", s.name}};
   if (!s.model.empty()) o["model"] = s.model;  // absent for the default model: keys stay as they were
   if (s.step_cache > 0.0) o["step_cache"] = s.step_cache;  // changes the frames; absent when off: keys stay
+  if (s.priority != 0) o["priority"] = s.priority;  // scheduling only: job_content_key leaves it out
+  if (s.shift > 0.0) o["shift"] = s.shift;                // the same: absent for the scheduler's own shift
   // Absent for text-to-video jobs, so their keys stay as they were too.
   if (!s.image.empty()) o["image"] = s.image;
   if (!s.image_sha256.empty()) o["image_sha256"] = s.image_sha256;
@@ -249,6 +265,7 @@ json::object to_json(const JobSpec& s) {
 ContentKey job_content_key(const std::string& model_id, const JobSpec& spec) {
   auto fields = to_json(spec);
   fields.erase("name");
+  fields.erase("priority");  // when a job runs, not what it makes
   fields.erase("model");  // the model is identified by model_id (the package's content)
   // An image is identified by its bytes; the path stays in the key only for a spec that was
   // never admitted (no hash yet), so two different files never share a key.

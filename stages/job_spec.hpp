@@ -49,6 +49,11 @@ struct JobSpec {
   std::string image_sha256, last_image_sha256;
   std::vector<LoraRef> loras;       // "loras": [{"name", "scale"}], in order; at most 8
   double step_cache = 0.0;          // step-cache threshold (stages/step_cache.hpp); 0: off
+  // Scheduling, not content: higher first in every queue, and it may preempt lower-priority
+  // denoising (stages/batcher.hpp). In [-Job::kMaxPriority, Job::kMaxPriority] = [-100, 100].
+  // Not part of the content key: the same video at any priority.
+  int priority = 0;
+  double shift = 0.0;               // the scheduler's flow shift; 0: the package's scheduler config's
 };
 
 // Whether a model takes an input (manifest "inputs": {"image": ..., "last_image": ...}).
@@ -71,6 +76,7 @@ struct SpecLimits {
   std::vector<std::string> formats = {"mp4", "webm", "gif", "png"};
   std::vector<std::string> schedulers;  // empty: any name (checked later by the registry)
   double max_step_cache = 1.0;          // step_cache in [0, max_step_cache]
+  double max_shift = 100.0;             // shift in [0, max_shift] (0: the scheduler config's)
   InputUse image = InputUse::none;       // a text-to-video package takes no image
   InputUse last_image = InputUse::none;  // never required: it needs `image` as well
   std::string model_name;                // in messages ("image: required by model 'x'"); empty: "this model"

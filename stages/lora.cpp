@@ -121,6 +121,7 @@ void LoraFile::fail(const std::string& key, const std::string& what) const {
 std::shared_ptr<const LoraFile> LoraFile::open(const fs::path& file) {
   std::shared_ptr<LoraFile> f(new LoraFile(SafetensorsFile::open(file)));
   f->sha256_ = sha256_file(file);
+  f->suggestion_ = read_sampling_suggestion(f->st_.metadata(), "lora file '" + file.string() + "'");
   if (auto it = f->st_.metadata().find("lora_adapter_metadata"); it != f->st_.metadata().end()) {
     boost::json::value meta;
     try {

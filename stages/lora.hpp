@@ -16,8 +16,10 @@
 // dtype. A merged module is a new module that shares every untouched tensor with the base
 // (Module::with_parameters), so the base is never written and needs no restoring.
 //
+// Sampling suggestions: the header's "vgen.steps", "vgen.guidance", "vgen.shift" metadata
+// (stages/sampling_suggestions.hpp), read at open.
 // Errors are Error(invalid_argument) "lora file 'F': key 'K': <what>" naming the first bad
-// key: a key of no known layout, a layer no parameter matches, a shape mismatch, a missing
+// key (a bad suggestion's key is "__metadata__.vgen.steps" etc.): a key of no known layout, a layer no parameter matches, a shape mismatch, a missing
 // lora_up/lora_down half, a non-scalar alpha; a name not under lora_dir or no such file.
 // Thread-safety: LoraFile is immutable once opened; LoraLibrary is thread-safe. Blocking:
 // opening and merging read files; merging computes (run it on a device thread).
@@ -26,6 +28,7 @@
 #include "stages/job_spec.hpp"
 #include "stages/model_backend.hpp"
 #include "stages/safetensors.hpp"
+#include "stages/sampling_suggestions.hpp"
 
 #include <ATen/core/Tensor.h>
 
@@ -66,6 +69,8 @@ class LoraFile {
   const std::filesystem::path& file() const { return st_.file(); }
   const std::string& sha256() const { return sha256_; }
   std::size_t layers() const { return layers_.size(); }
+  // The steps / guidance / shift the file's header suggests (stages/sampling_suggestions.hpp).
+  const SamplingSuggestion& suggestion() const { return suggestion_; }
 
  private:
   struct Layer {
@@ -81,6 +86,7 @@ class LoraFile {
   std::string sha256_;
   std::map<std::string, Layer> layers_;
   double metadata_alpha_ = 0;  // 0: none in the header
+  SamplingSuggestion suggestion_;
 };
 
 // A job's LoRA set: each file with its scale, in the job's order.

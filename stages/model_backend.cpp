@@ -1,6 +1,7 @@
 #include "stages/model_backend.hpp"
 
 #include "runtime/errors.hpp"
+#include "runtime/host_memory.hpp"
 #include "runtime/registry.hpp"
 
 #include <ATen/ATen.h>
@@ -111,6 +112,10 @@ class TorchScriptModule final : public Module {
 
 std::shared_ptr<const Module> load_torchscript(const fs::path& file, c10::Device device, c10::ScalarType dtype) {
   if (!fs::is_regular_file(file)) throw_error(ErrorKind::invalid_argument, "model file '" + file.string() + "' does not exist");
+  // A CPU module's weights live in this process: a file larger than the memory left would get
+  // the process killed mid-load, so it is refused first (a CUDA load only stages each tensor).
+  if (device.is_cpu())
+    check_fits_in_memory("model file '" + file.string() + "'", fs::file_size(file), available_memory_bytes());
   try {
     auto m = torch::jit::load(file.string(), device);
     m.eval();  // the file's own parameter dtypes are kept: `dtype` describes them

@@ -8,7 +8,9 @@
 // at the same time, and shares it with every job on that device.
 // Thread-safety: Module::forward may be called from several threads at once (TorchScript
 // inference is re-entrant); the cache is thread-safe.
-// Errors: a missing, truncated or corrupt file -> Error(invalid_argument) naming the file.
+// Errors: a missing, truncated or corrupt file -> Error(invalid_argument) naming the file; so
+// is a file for a CPU device larger than the memory left (runtime/host_memory.hpp), checked
+// before it is read.
 // Note: this header includes ATen; never include spdlog/fmt next to it (the torch wheel's
 // bundled fmt clashes with Debian's).
 #pragma once

@@ -314,6 +314,9 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   p.defaults.negative_prompt = r.str(d, "negative_prompt", "defaults.");
   // Optional: the step-cache threshold this package suggests (stages/step_cache.hpp).
   if (d.contains("step_cache")) p.defaults.step_cache = r.number(d, "step_cache", "defaults.");
+  // Optional: the flow shift this package suggests over its scheduler config's (issue 22: a
+  // few-step package; a LoRA's or the job's own shift overrides it).
+  if (d.contains("shift")) p.defaults.shift = r.number(d, "shift", "defaults.");
   // A job that omits a field takes the default: a default outside the package's own limits
   // would reject that job for a field it never sent.
   JobSpec probe = p.defaults;

@@ -199,6 +199,10 @@ std::vector<StageSpec> ModelSet::stages() const {
   };
 }
 
+void ModelSet::set_waiting_probe(std::function<std::size_t(int)> probe) const {
+  state_->batcher->set_waiting_probe(std::move(probe));
+}
+
 void ModelSet::warm_up(const std::string& device) const {
   for (const auto& [n, f] : state_->models) f->warm_up(device);
 }
@@ -209,10 +213,14 @@ RenderOutput ModelSet::result(const Job& job) const {
   return {w->spec, w->output, w->text_cache_hit, w->device};
 }
 
-CacheStats ModelSet::text_cache_stats() const {
+namespace {
+
+// One cache's stats summed over the models (`of` reads them from a family).
+template <class Of>
+CacheStats summed_stats(const ModelSet::State& st, Of of) {
   CacheStats sum;
-  for (const auto& [n, f] : state_->models) {
-    const auto s = f->text_cache_stats();
+  for (const auto& [n, f] : st.models) {
+    const auto s = of(*f);
     sum.hits += s.hits;
     sum.misses += s.misses;
     sum.insertions += s.insertions;
@@ -223,6 +231,12 @@ CacheStats ModelSet::text_cache_stats() const {
   }
   return sum;
 }
+
+}  // namespace
+
+CacheStats ModelSet::text_cache_stats() const { return summed_stats(*state_, [](const Family& f) { return f.text_cache_stats(); }); }
+
+CacheStats ModelSet::lora_cache_stats() const { return summed_stats(*state_, [](const Family& f) { return f.lora_cache_stats(); }); }
 
 std::map<std::size_t, std::uint64_t> ModelSet::group_sizes(std::string_view stage) const {
   for (auto k : {BatchKind::preprocess, BatchKind::denoise, BatchKind::decode})

@@ -119,6 +119,10 @@ class ModelSet {
   std::string model_id(const JobSpec& spec) const;
 
   std::vector<StageSpec> stages() const;  // preprocess, denoise, decode, encode
+  // How many jobs above a priority wait to enter denoise (e.g. Pipeline::waiting_above on the
+  // "denoise" stage): running denoise groups preempt lower-priority rows for them
+  // (stages/batcher.hpp). Thread-safe; without it nothing is preempted.
+  void set_waiting_probe(std::function<std::size_t(int priority)> probe) const;
   // Calls every model's modules on `device` twice before jobs arrive (Family::warm_up).
   void warm_up(const std::string& device) const;
 
@@ -127,6 +131,7 @@ class ModelSet {
   void drop_checkpoint(const std::string& key_hex) const;
   std::uint64_t checkpoint_bytes() const;  // on disk now (0 when off)
   CacheStats text_cache_stats() const;        // summed over the models
+  CacheStats lora_cache_stats() const;        // merged LoRA variants, summed (Family::lora_cache_stats)
   // Groups run so far by size, for "preprocess", "denoise" or "decode".
   std::map<std::size_t, std::uint64_t> group_sizes(std::string_view stage) const;
   // Every group run so far: its key (stage|family|package|...) and size, in order (tests).

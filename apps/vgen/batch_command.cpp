@@ -1,12 +1,19 @@
-// `vgen batch PROMPTS --out DIR [--model DIR] [--config FILE] [job flags] [--force] [--json]`:
+// `vgen batch PROMPTS --out DIR [--model DIR] [--config FILE] [job flags] [--force] [--json]
+//             [--queue nats://HOST:PORT]`:
 // every line of a prompt file (text or JSONL) as a job through one vgen::Runtime, concurrently
 // with bounded queues, read and submitted a line at a time. Progress on stderr; a table (or
 // --json, the summary object) on stdout; the summary also goes to DIR/batch-summary.json.
 // One batch or service per output directory (runtime/output_lock.hpp): a second is refused.
+// With --queue (or the config's queue.url) the jobs go to the fleet (api/fleet_client.hpp)
+// instead: no model loaded here, DIR is the workers' shared output directory as seen from
+// here, and the same summary and rerun rules apply (FleetClient::has_output).
 // SIGINT/SIGTERM: the first cancels the jobs in flight, stops reading and still writes the
 // summary (exit 130); a second exits at once (130). Exit code: BatchSummary::exit_code, i.e.
 // exit_code_for of the run's error kind (api/batch.hpp).
 #include "api/batch.hpp"
+#ifdef VGEN_WITH_NATS
+#include "api/fleet_client.hpp"
+#endif
 #include "apps/vgen/commands.hpp"
 #include "apps/vgen/options.hpp"
 #include "apps/vgen/progress.hpp"
@@ -28,7 +35,7 @@ namespace vgen::cli {
 namespace {
 
 struct BatchFlags {
-  std::string prompts, out;
+  std::string prompts, out, queue;
   RuntimeFlags runtime;
   JobFlags job;
   bool force = false, json = false;
@@ -74,18 +81,34 @@ class StopSignals {
   std::thread thread_;
 };
 
+BatchSummary run_on_fleet([[maybe_unused]] const RuntimeConfig& config, [[maybe_unused]] BatchReader& input,
+                          [[maybe_unused]] const BatchOptions& options) {
+#ifdef VGEN_WITH_NATS
+  FleetClient fleet(config);
+  const OutputCheck complete = [&fleet](const boost::json::value& spec, const JobSpec&, const std::filesystem::path& path) {
+    return fleet.has_output(spec, path);
+  };
+  return run_batch(fleet, complete, input, options);
+#else
+  throw_error(ErrorKind::invalid_argument, "--queue: this vgen was built without libnats-dev (no fleet support)");
+#endif
+}
+
 int run_batch_command(const BatchFlags& f) {
   auto input = BatchReader::open_file(f.prompts, job_fields(f.job));
   input.peek();  // an empty, binary or endless (/dev/zero) file is refused before the model loads
   auto flags = f.runtime;
   if (!f.out.empty()) flags.output_dir = f.out;
   auto config = make_config(flags);
-  default_journal(config, /*resume=*/false);  // a rerun resumes from the prompt file instead
-  config.exclusive_output = true;             // a second batch or serve on this directory is refused
+  if (!f.queue.empty()) config.queue = parse_queue_config({{"url", f.queue}}, "--queue: ", config.queue);
+  const bool fleet = !config.queue.url.empty();
+  if (!fleet) {
+    default_journal(config, /*resume=*/false);  // a rerun resumes from the prompt file instead
+    config.exclusive_output = true;             // a second batch or serve on this directory is refused
+  }
 
   config.tune.spec = job_fields(f.job);  // "auto" settings are measured at the jobs' shape (the flags')
-  StopSignals signals;  // before the Runtime starts its threads, which inherit the mask
-  Runtime runtime(config);
+  StopSignals signals;  // before the Runtime (or the broker client) starts its threads, which inherit the mask
   Progress progress(0);
   BatchOptions options;
   options.force = f.force;
@@ -95,7 +118,10 @@ int run_batch_command(const BatchFlags& f) {
     if (total) progress.set_total(total);
     progress.on_job_end(r.name, r.status + (r.cache_hit ? " (cache)" : ""), r.seconds);
   };
-  const auto summary = run_batch(runtime, input, options);
+  const auto summary = fleet ? run_on_fleet(config, input, options) : [&] {
+    Runtime runtime(config);
+    return run_batch(runtime, input, options);
+  }();
   progress.finish();
   if (f.json) {
     summary.write_json(std::cout);
@@ -118,6 +144,7 @@ Run add_batch_command(CLI::App& app) {
   cmd->add_option("--out,-o,--output-dir", f->out, "output directory (created if missing; default: the config's)");
   add_runtime_flags(*cmd, f->runtime);
   add_job_flags(*cmd, f->job);
+  cmd->add_option("--queue", f->queue, "run the jobs on the fleet behind this NATS broker (nats://HOST:PORT); --out: the workers' shared output directory");
   cmd->add_flag("--force", f->force, "render again even when a complete output exists");
   cmd->add_flag("--json", f->json, "print the summary as one JSON object instead of a table");
   return [f] { return run_batch_command(*f); };

@@ -104,7 +104,11 @@ std::shared_ptr<Family> make_ltx_family(ModelPackage package, const FamilyOption
 JobSpec LtxFamily::validate(const json::value& spec) const {
   auto limits = package_.limits;
   limits.schedulers = {package_.scheduler_type};  // the pipeline's sigmas and shift are this scheduler's
-  return parse_job_spec(spec, package_.defaults, limits);
+  auto s = parse_job_spec(spec, package_.defaults, limits);
+  if (s.shift > 0)  // LTXPipeline's shift follows the latent sequence length (mu)
+    throw_error(ErrorKind::invalid_argument, "shift: not settable for " + package_.family + " (its shift follows the latent size)");
+  if (!s.loras.empty()) throw_error(ErrorKind::invalid_argument, "loras: not supported by the " + package_.family + " family");
+  return s;
 }
 
 std::shared_ptr<FamilyJob> LtxFamily::create_job(JobSpec spec) const {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -56,22 +57,47 @@ std::string wan_prompt_clean(const std::string& text) {
   return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
 }
 
-std::unique_ptr<Scheduler> make_wan_scheduler(const ModelPackage& package, const std::string& override_type) {
+namespace {
+
+// The config with `shift` as its flow shift (a job's, a LoRA's or the package's suggested
+// shift, issue 22); a scheduler whose sigmas take no flow shift refuses it, naming "shift".
+json::object with_flow_shift(json::object config, const std::string& type, double shift) {
+  if (shift <= 0) return config;
+  auto flag = [&](const char* key) { const auto* v = config.if_contains(key); return v && v->is_bool() && v->get_bool(); };
+  auto refuse = [&](const std::string& why) {
+    throw_error(ErrorKind::invalid_argument, "shift: scheduler " + type + " " + why);
+  };
+  if (type == "FlowMatchEulerDiscreteScheduler") {
+    if (flag("use_dynamic_shifting")) refuse("shifts by the latent size (use_dynamic_shifting)");
+    config["shift"] = shift;
+  } else if (type == "UniPCMultistepScheduler") {
+    if (!flag("use_flow_sigmas")) refuse("has no flow shift without use_flow_sigmas");
+    config["flow_shift"] = shift;
+  } else {
+    refuse("has no flow shift");
+  }
+  return config;
+}
+
+}  // namespace
+
+std::unique_ptr<Scheduler> make_wan_scheduler(const ModelPackage& package, const std::string& override_type, double shift) {
   if (override_type.empty() || override_type == package.scheduler_type)
-    return make_scheduler(package.scheduler_type, scheduler_params_of(package.scheduler_config));
+    return make_scheduler(package.scheduler_type,
+                          scheduler_params_of(with_flow_shift(package.scheduler_config, package.scheduler_type, shift)));
   // Another scheduler: carry over the training steps and the flow shift, nothing else.
   json::object carried;
   const auto& c = package.scheduler_config;
   if (const auto* n = c.if_contains("num_train_timesteps")) carried["num_train_timesteps"] = *n;
-  const json::value* shift = c.if_contains("flow_shift");
-  if (!shift) shift = c.if_contains("shift");
-  if (shift && override_type == "FlowMatchEulerDiscreteScheduler") carried["shift"] = *shift;
-  if (shift && override_type == "UniPCMultistepScheduler") {
-    carried["flow_shift"] = *shift;
+  const json::value* flow_shift = c.if_contains("flow_shift");
+  if (!flow_shift) flow_shift = c.if_contains("shift");
+  if (flow_shift && override_type == "FlowMatchEulerDiscreteScheduler") carried["shift"] = *flow_shift;
+  if (flow_shift && override_type == "UniPCMultistepScheduler") {
+    carried["flow_shift"] = *flow_shift;
     carried["use_flow_sigmas"] = true;
     carried["prediction_type"] = "flow_prediction";
   }
-  return make_scheduler(override_type, scheduler_params_of(carried));
+  return make_scheduler(override_type, scheduler_params_of(with_flow_shift(std::move(carried), override_type, shift)));
 }
 
 WanFamily::WanFamily(ModelPackage package, const FamilyOptions& options) : package_(std::move(package)), backend_(options.backend) {
@@ -106,7 +132,12 @@ JobSpec WanFamily::validate(const json::value& spec) const {
   auto limits = package_.limits;
   limits.schedulers = scheduler_names();
   auto s = parse_job_spec(spec, package_.defaults, limits);
-  if (s.loras.empty()) return s;
+  if (!s.loras.empty()) validate_loras(s, spec.as_object(), limits);
+  if (s.shift > 0) make_wan_scheduler(package_, s.scheduler, s.shift);  // a scheduler without a flow shift: named here
+  return s;
+}
+
+void WanFamily::validate_loras(JobSpec& s, const json::object& fields, const SpecLimits& limits) const {
   if (boundary_timestep_ >= 0)
     throw Error(ErrorKind::invalid_argument, "loras: not supported by the two-expert " + package_.family + " package");
   // LoRAs: each file resolved under lora_dir and hashed (its sha256 joins the content key) and
@@ -115,13 +146,18 @@ JobSpec WanFamily::validate(const json::value& spec) const {
   // transformer; before any job has loaded one, the first LoRA job's validation loads a CPU
   // copy once to read them (and drops it: it is not the device's module).
   auto set = loras_->resolve(s.loras);
-  std::lock_guard lock(shapes_mutex_);
-  if (transformer_shapes_.empty()) {
-    const auto& c = package_.component("transformer");
-    transformer_shapes_ = parameter_shapes(*load_module(backend_, c.file, "cpu", parse_dtype(c.dtype)));
+  {
+    std::lock_guard lock(shapes_mutex_);
+    if (transformer_shapes_.empty()) {
+      const auto& c = package_.component("transformer");
+      transformer_shapes_ = parameter_shapes(*load_module(backend_, c.file, "cpu", parse_dtype(c.dtype)));
+    }
+    for (const auto& c : set) c.file->map_onto(transformer_shapes_);
   }
-  for (const auto& c : set) c.file->map_onto(transformer_shapes_);
-  return s;
+  // The files' suggested steps / guidance / shift, for the fields the job leaves out.
+  std::vector<NamedSuggestion> suggestions;
+  for (std::size_t i = 0; i < set.size(); ++i) suggestions.push_back({s.loras[i].name, set[i].file->suggestion()});
+  apply_lora_suggestions(s, fields, suggestions, limits);
 }
 
 std::shared_ptr<FamilyJob> WanFamily::create_job(JobSpec spec) const {
@@ -237,7 +273,7 @@ at::Tensor WanFamily::denoiser_input(const std::vector<FamilyJob*>& jobs, const 
 at::Tensor WanFamily::denoiser_timesteps(const std::vector<FamilyJob*>&, const at::Tensor&, const at::Tensor& t) const { return t; }
 
 std::unique_ptr<Scheduler> WanFamily::make_scheduler(const FamilyJob& job) const {
-  auto s = make_wan_scheduler(package_, job.spec.scheduler);
+  auto s = make_wan_scheduler(package_, job.spec.scheduler, job.spec.shift);
   s->set_timesteps(job.spec.steps);
   return s;
 }
@@ -247,6 +283,11 @@ std::string WanFamily::denoise_key(const FamilyJob& job, const Scheduler& s) con
   std::string k = key_prefix() + "|" + std::string(s.name()) + "|" + std::to_string(w.spec.steps) + "|" +
                   (w.spec.guidance > 1.0 ? "cfg" : "nocfg");
   if (!w.spec.loras.empty()) k += "|lora:" + lora_set_key(w.spec.loras);  // one merged transformer per group
+  if (w.spec.shift > 0) {  // other sigmas: another group
+    char shift[32];
+    std::snprintf(shift, sizeof shift, "|shift:%.17g", w.spec.shift);
+    k += shift;
+  }
   for (auto d : w.state.latents.sizes()) k += "|" + std::to_string(d);
   // Text rows of any length share a call: the group pads them to one row count.
   return k + "|" + std::to_string(w.embeds.size(0)) + "x" + std::to_string(w.embeds.size(2));
@@ -398,5 +439,16 @@ void WanFamily::warm_up(const std::string& device) {
 }
 
 CacheStats WanFamily::text_cache_stats() const { return text_cache_ ? text_cache_->stats() : CacheStats{}; }
+
+CacheStats WanFamily::lora_cache_stats() const {
+  const auto v = variants_->stats();
+  CacheStats s;
+  s.hits = v.hits;
+  s.misses = v.merges;  // every miss merges (and so does every get with the cache off)
+  s.evictions = v.evictions;
+  s.entries = v.entries;
+  s.cost = v.bytes;
+  return s;
+}
 
 }  // namespace vgen

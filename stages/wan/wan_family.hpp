@@ -54,6 +54,7 @@ class WanFamily : public Family {
   void decode(const std::string& device, const std::vector<FamilyJob*>& jobs) override;
   void warm_up(const std::string& device) override;
   CacheStats text_cache_stats() const override;
+  CacheStats lora_cache_stats() const override;
   LoraVariantStats lora_stats() const { return variants_->stats(); }
 
   // One transformer call on `device`: forward on the zero-padded max_length context (bias
@@ -83,6 +84,9 @@ class WanFamily : public Family {
  private:
   TextRows encode_text(const std::string& device, const std::vector<std::string>& texts);
   std::shared_ptr<const Module> group_transformer(const std::vector<FamilyJob*>& live, const std::string& device);
+  // Resolves, hashes and maps the job's LoRA files, then applies their suggested steps /
+  // guidance / shift to the fields `fields` (the job's JSON) leaves out.
+  void validate_loras(JobSpec& spec, const boost::json::object& fields, const SpecLimits& limits) const;
 
   ModelPackage package_;
   std::string backend_;
@@ -101,7 +105,8 @@ std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOption
 std::string wan_prompt_clean(const std::string& text);
 
 // The scheduler a job uses: the package's, or `override_type` configured from the package's
-// flow shift and training steps.
-std::unique_ptr<Scheduler> make_wan_scheduler(const ModelPackage& package, const std::string& override_type);
+// flow shift and training steps; `shift` > 0 replaces the flow shift (a job's "shift"), and is
+// Error(invalid_argument) naming "shift" for a scheduler that has none.
+std::unique_ptr<Scheduler> make_wan_scheduler(const ModelPackage& package, const std::string& override_type, double shift = 0);
 
 }  // namespace vgen

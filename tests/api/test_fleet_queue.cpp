@@ -70,11 +70,15 @@ TEST_CASE("fleet record: every field survives JSON; a bad text is refused") {
   r.output = "/shared/0190abc.mp4";
   r.content_type = "video/mp4";
   r.device = "cpu";
+  r.key = "5f0e";
+  r.output_bytes = 123456789012;
   r.seconds = 1.5;
   r.finished_unix = 1700000000.25;
   r.spec = json::object{{"prompt", "p"}, {"name", "0190abc"}};
   const auto back = parse_fleet_record(json::serialize(to_json(r)));
   CHECK(json::serialize(to_json(back)) == json::serialize(to_json(r)));
+  CHECK(back.key == "5f0e");
+  CHECK(back.output_bytes == 123456789012u);
   CHECK(is_final(back));
   r.status = "running";
   CHECK_FALSE(is_final(r));

@@ -194,3 +194,33 @@ TEST_CASE("a stopping worker hands its jobs back; they are no crash for the next
   CHECK(rec.attempts == 2);
   CHECK(next.stats().quarantined == 0);
 }
+
+// Regression: each model's pull thread held the worker's room during its long poll, so a
+// worker serving a model with no jobs (every worker also pulls "default") left the other
+// model's jobs waiting up to fetch_wait each: the fleet bench's gaps between jobs.
+TEST_CASE("a long poll on a model without jobs does not hold back another model's jobs" * doctest::timeout(300)) {
+  REQUIRE_BROKER();
+  const auto pkg = package_or_skip();
+  if (pkg.empty()) return;
+  test::NatsServer broker;
+  test::TempDir out;
+  auto config = worker_config(pkg, out.path(), broker.url());
+  config.queue.fetch_wait = 30s;  // far above 4 tiny jobs' time
+  Runtime runtime(config);
+  FleetWorker worker(runtime, {.name = "w1", .capacity = 1, .models = {"default", "idle"}});
+  worker.start();
+  FleetClient fleet(runtime.config());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<JobHandle> jobs;
+  for (int i = 0; i < 4; ++i) {
+    auto s = spec("clip", i);
+    s["steps"] = 1;
+    jobs.push_back(fleet.try_submit(json::value(s), {}));
+  }
+  for (auto& j : jobs) REQUIRE(j.wait().state == JobState::done);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  MESSAGE("4 jobs in " << std::chrono::duration<double>(took).count() << " s (fetch_wait 30 s)");
+  CHECK(took < 30s);  // before: each handover to the idle model's thread cost a whole long poll
+  worker.stop();
+  CHECK(worker.stats().done == 4);
+}

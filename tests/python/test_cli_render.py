@@ -109,6 +109,7 @@ def test_bad_package_exits_2(package, tmp_path, how, needle):
     (["--guidance", "1e9"], "guidance:"),
     (["--fps", "0"], "fps:"),
     (["--negative-prompt", "x" * 5000], "negative_prompt:"),  # longer than 4096 bytes
+    (["--priority", "101"], "priority: must be an integer between -100 and 100"),
 ])
 def test_bad_job_exits_2(package, tmp_path, args, needle):
     r = render(package, tmp_path / "clip.mp4", *args)

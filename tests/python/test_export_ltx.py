@@ -53,6 +53,34 @@ def test_manifest_describes_the_ltx_package(exported):
             assert check["max_abs_diff"] <= check["tolerance"], (name, check)
 
 
+def test_the_manifest_carries_preview_factors_fitted_against_the_ltx_decoder(exported):
+    # Issue 21: an LTX package previews like a Wan one; the exporter fits the factors against
+    # the decoder it wrote, through LTX's un-normalisation and decode timestep.
+    from vgen_export import latent_preview as lp
+    _, pkg, manifest = exported
+    section = mf.read_manifest(pkg)["preview"]["latent_rgb"]
+    c = manifest["latent"]["channels"]
+    assert len(section["weight"]) == 3 and all(len(row) == c for row in section["weight"])
+    assert len(section["bias"]) == 3
+    assert section["fit"]["size"] == list(lp.fit_size(manifest))
+    refit = lp.preview_section(manifest, lp.torchscript_decoder(pkg, manifest))["latent_rgb"]
+    assert torch.allclose(torch.tensor(refit["weight"]), torch.tensor(section["weight"]), atol=1e-9)
+    # On latents it was not fitted on, the projection beats a flat grey image against the decoder.
+    decode = lp.torchscript_decoder(pkg, manifest)
+    ts, ss = manifest["latent"]["temporal_scale"], manifest["latent"]["spatial_scale"]
+    h, w = lp.fit_size(manifest)
+    weight, bias = torch.tensor(section["weight"]), torch.tensor(section["bias"])
+    gen = torch.Generator().manual_seed(99)
+    with torch.no_grad():
+        for smooth in (True, False):
+            z = lp._random_latents(gen, (1, c, 2, h // ss, w // ss), smooth=smooth, scale=0.8)  # noqa: SLF001
+            target = lp._targets(decode(z), 2, ts, ss)  # noqa: SLF001
+            shown = (torch.einsum("oc,bcfhw->bofhw", weight, z) + bias[None, :, None, None, None]).clamp(0, 1)
+            mse, grey = (shown - target).pow(2).mean().item(), (0.5 - target).pow(2).mean().item()
+            print(f"LTX preview (smooth={smooth}): mse {mse:.3g}, grey {grey:.3g}")
+            assert mse < grey
+
+
 def _copy(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst

@@ -269,3 +269,101 @@ def test_front_end_killed_and_broker_restarted(fleet):
     check_outputs(fleet.out, first + second)
     for w in workers:
         assert w.stop() == 0, w.logs()
+
+
+def run_batch(prompts, out, *args, timeout=600):
+    cmd = [str(VGEN), "batch", str(prompts), "--out", str(out), "--width", "48", "--height", "32", "--frames", "9",
+           "--steps", "3", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def shape(summary):
+    """What must not differ between a local and a fleet batch: the keys, and each row's line,
+    name, status and keys (the timings do)."""
+    return (sorted(summary), summary["counts"], summary["total"],
+            [(j["line"], j["name"], j["status"], sorted(j)) for j in summary["jobs"]])
+
+
+def test_batch_on_the_queue_reports_like_the_local_batch_and_a_rerun_skips_done_lines(fleet, tmp_path):
+    broker = fleet.broker()
+    workers = [fleet.worker(f"b{i}", broker) for i in range(2)]
+    prompts = tmp_path / "jobs.jsonl"
+    lines = [json.dumps({"prompt": f"a {c} circle moving left", "seed": k}) for k, c in enumerate(["red", "green", "blue", "cyan"])]
+    lines.insert(2, json.dumps({"prompt": "escape", "name": "../outside"}))  # invalid: a path as name
+    prompts.write_text("\n".join(lines) + "\n")
+
+    r = run_batch(prompts, fleet.out, "--queue", broker.url, "--config", str(fleet.config), "--json")
+    assert r.returncode == 2, r.stderr  # one invalid line, every job done: as the local batch
+    summary = json.loads(r.stdout)
+    assert summary == json.loads((fleet.out / "batch-summary.json").read_text())
+    assert summary["counts"] == {"done": 4, "skipped": 0, "failed": 0, "cancelled": 0, "invalid": 1}, summary
+    done = [j for j in summary["jobs"] if j["status"] == "done"]
+    for j in done:
+        assert Path(j["output"]).name == j["name"] + ".mp4"
+        probe = subprocess.run(["ffprobe", "-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries",
+                                "stream=nb_read_frames", "-of", "csv=p=0", j["output"]], capture_output=True, text=True)
+        assert probe.stdout.strip() == "9", probe
+    assert {j["name"] for j in done} == {p.stem for p in fleet.out.glob("*.mp4")}
+    assert "line 3" in r.stderr and "name" in r.stderr
+
+    local_out = tmp_path / "local"  # the same file through the local batch: the same summary
+    local = run_batch(prompts, local_out, "--model", str(fleet.package), "--json")
+    assert local.returncode == 2, local.stderr
+    assert shape(json.loads(local.stdout)) == shape(summary)
+    table = run_batch(prompts, fleet.out, "--queue", broker.url, "--config", str(fleet.config))
+    local_table = run_batch(prompts, local_out, "--model", str(fleet.package))
+    totals = re.sub(r"\d+\.\d+ s", "T s", table.stdout.splitlines()[-1])
+    assert table.stdout.splitlines()[0] == local_table.stdout.splitlines()[0]  # the same columns
+    assert totals == re.sub(r"\d+\.\d+ s", "T s", local_table.stdout.splitlines()[-1]), (table.stdout, local_table.stdout)
+    assert "4 skipped" in totals, table.stdout  # the second run of each skipped all four
+
+    # A rerun: a damaged output is rendered again, a complete one skipped (not rewritten), and a
+    # line whose settings changed is rendered again though its file is complete.
+    victim = Path(done[0]["output"])
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    kept = {Path(j["output"]): Path(j["output"]).stat().st_mtime_ns for j in done[1:]}
+    changed = lines[-1].replace('"seed": 3', '"seed": 30')
+    prompts.write_text("\n".join(lines[:-1] + [changed]) + "\n")
+    r = run_batch(prompts, fleet.out, "--queue", broker.url, "--config", str(fleet.config), "--json")
+    assert r.returncode == 2, r.stderr
+    status = {j["name"]: j["status"] for j in json.loads(r.stdout)["jobs"] if j["status"] != "invalid"}
+    last = done[-1]["name"]
+    assert status == {j["name"]: "done" if j["name"] in (victim.stem, last) else "skipped" for j in done}, status
+    for path, mtime in kept.items():
+        if path.stem != last:
+            assert path.stat().st_mtime_ns == mtime, path  # skipped: not rewritten
+    assert subprocess.run(["ffprobe", "-v", "error", str(victim)], capture_output=True).returncode == 0
+    for w in workers:
+        assert w.stop() == 0, w.logs()
+
+
+def test_submissions_waiting_on_the_broker_do_not_block_the_io_threads(fleet):
+    """The fleet's 202 waits for the broker's ack; while the broker does not answer (SIGSTOP),
+    the submissions wait off the io threads, so other requests are still answered at once."""
+    import threading
+
+    broker = fleet.broker()
+    server = fleet.front_end(broker)
+    assert submit(server, "before the stop")  # connected, stream and bucket made
+    answers = []
+
+    def post(i):
+        answers.append(server.request("POST", "/v1/jobs", {"prompt": f"stopped broker {i}", **SMALL}, timeout=120)[0])
+
+    os.kill(broker.proc.pid, signal.SIGSTOP)
+    try:
+        posts = [threading.Thread(target=post, args=(i,)) for i in range(4)]  # more than the 2 io threads
+        for t in posts:
+            t.start()
+        time.sleep(0.5)  # the posts are in the server, waiting on the broker
+        t0 = time.monotonic()
+        status, _, _ = server.request("GET", "/healthz", timeout=30)
+        took = time.monotonic() - t0
+        assert status == 200
+        assert took < 2, f"/healthz took {took:.1f} s behind submissions waiting on the broker"
+        assert not answers, answers  # no 202 without the broker's ack
+    finally:
+        os.kill(broker.proc.pid, signal.SIGCONT)
+    for t in posts:
+        t.join(120)
+    assert len(answers) == 4 and all(a in (202, 503) for a in answers), answers

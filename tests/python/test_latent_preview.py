@@ -62,3 +62,28 @@ def test_add_preview_writes_the_section_and_keeps_checksums(tmp_path):
     refit = lp.preview_section(committed, lp.torchscript_decoder(MODEL, committed))["latent_rgb"]
     assert torch.allclose(torch.tensor(refit["weight"]), torch.tensor(committed["preview"]["latent_rgb"]["weight"]),
                           atol=1e-9)
+
+
+def test_the_ltx_decoder_folds_its_scaling_factor_and_decode_timestep_into_the_fit():
+    # LTX's loop latents are un-normalised as z * std / scaling_factor + mean, and a conditioned
+    # decoder gets the package's decode_timestep: the fit recovers a linear decoder through both.
+    a = torch.tensor([[0.5, -0.2, 0.1], [0.0, 0.3, 0.2], [0.1, 0.0, -0.4]])
+    b = torch.tensor([0.1, -0.2, 0.05])
+    latent = {"channels": 3, "temporal_scale": 8, "spatial_scale": 32,
+              "latents_mean": [0.5, -1.0, 0.25], "latents_std": [2.0, 0.5, 1.0]}
+    vae = {"scaling_factor": 2.0, "timestep_conditioning": True, "decode_timestep": 0.05}
+    seen = []
+
+    def decode(x, t):  # un-normalised [B, 3, F', H', W'] -> [B, 3, 1 + 8 (F' - 1), 32 H', 32 W']
+        seen.append(t)
+        rgb = torch.einsum("oc,bcfhw->bofhw", a, x) * 0.05 + b[None, :, None, None, None]
+        frames = torch.repeat_interleave(rgb, 8, dim=2)[:, :, 7:]
+        return F.interpolate(frames, scale_factor=(1, 32, 32), mode="nearest")
+
+    section = lp.fit_latent_rgb(lp.ltx_loop_decoder(decode, latent, vae), latent, 256, 256, samples=4)
+    std, mean = torch.tensor(latent["latents_std"]), torch.tensor(latent["latents_mean"])
+    want_w = a * 0.05 * std / 2.0 / 2           # x = z * std / 2 + mean, rgb = decode / 2 + 0.5
+    want_b = (a * 0.05 @ mean + b) / 2 + 0.5
+    assert torch.allclose(torch.tensor(section["weight"]), want_w, atol=1e-6)
+    assert torch.allclose(torch.tensor(section["bias"]), want_b, atol=1e-6)
+    assert all(torch.equal(t, torch.full((1,), 0.05)) for t in seen)

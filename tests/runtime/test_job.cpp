@@ -103,3 +103,32 @@ TEST_CASE("concurrent finish calls end the job once" * doctest::timeout(30)) {
     CHECK(winners == 1);
   }
 }
+
+TEST_CASE("priority comes from the spec (clamped); scheduling events are counted and carried") {
+  CHECK(Job("a", boost::json::object{{"prompt", "x"}}).priority() == 0);
+  CHECK(Job("b", boost::json::object{{"priority", 7}}).priority() == 7);
+  CHECK(Job("c", boost::json::object{{"priority", 100000}}).priority() == Job::kMaxPriority);
+  CHECK(Job("d", boost::json::object{{"priority", "high"}}).priority() == 0);  // the spec's validation names it
+  Job job("j", boost::json::object{{"priority", -3}});
+  std::vector<JobEvent> events;
+  job.subscribe([&](const JobEvent& e) { events.push_back(e); });
+  job.enter_stage(JobState::denoise);
+  job.report_scheduling("preempted", 4, 10);
+  job.record_skipped(2);
+  job.report_progress(5, 10);
+  job.report_scheduling("resumed", 4, 10);
+  REQUIRE(events.size() == 4);
+  CHECK(events[1].event == "preempted");
+  CHECK(events[1].message == "preempted at step 4 of 10");
+  CHECK(events[2].event.empty());
+  CHECK(events[2].skipped == 2);
+  CHECK(events[3].event == "resumed");
+  const auto s = job.snapshot();
+  CHECK(s.priority == -3);
+  CHECK(s.preemptions == 1);
+  CHECK(s.skipped_steps == 2);
+  CHECK_FALSE(job.take_requeue());
+  job.request_requeue();
+  CHECK(job.take_requeue());
+  CHECK_FALSE(job.take_requeue());  // taken once
+}

@@ -78,6 +78,32 @@ TEST_CASE("a published message is fetched once, and acked it is gone" * doctest:
   CHECK(pull.fetch(1, 200ms).empty());
 }
 
+TEST_CASE("fetch_now takes what is waiting and answers at once when nothing is" * doctest::timeout(60)) {
+  REQUIRE_BROKER();
+  test::NatsServer broker;
+  NatsClient c({.url = broker.url()});
+  c.ensure_stream(jobs_stream());
+  c.ensure_consumer(jobs_consumer());
+  auto pull = c.pull_subscribe("JOBS", "w", "jobs.m");
+  for (int round = 0; round < 3; ++round) {  // about 100 ms each (with room for a loaded machine)
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(pull.fetch_now(2).empty());
+    CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+  }
+  c.publish("jobs.m", "one");
+  c.publish("jobs.m", "two");
+  c.publish("jobs.m", "three");
+  auto got = pull.fetch_now(2);
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].data() == "one");
+  for (auto& m : got) m.ack_sync();
+  got = pull.fetch_now(2);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].data() == "three");
+  got[0].ack_sync();
+  CHECK(pull.fetch_now(1).empty());
+}
+
 TEST_CASE("an unacked message comes back after the ack wait with a delivery count of 2" * doctest::timeout(60)) {
   REQUIRE_BROKER();
   test::NatsServer broker;

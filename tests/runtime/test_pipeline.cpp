@@ -359,3 +359,67 @@ TEST_CASE("without a capture the pipeline records nothing") {
   const auto trace = tracer.end(start);
   CHECK(trace.at("traceEvents").as_array().empty());
 }
+
+TEST_CASE("queues serve higher priority first; a requeued job goes back into its stage's queue" * doctest::timeout(60)) {
+  run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+    std::vector<std::string> order;  // the stage's runs, in order
+    std::map<std::string, int> runs;
+    AsyncEvent gate;
+    // One worker: the first job holds it until the gate opens, so the others queue behind it.
+    StageFn stage = [&](Job& job) -> asio::awaitable<void> {
+      order.push_back(job.id());
+      if (job.id() == "first") co_await gate.wait(asio::use_awaitable);
+      if (job.id() == "bounce" && ++runs[job.id()] == 1) job.request_requeue();  // like a preempted job
+    };
+    std::vector<StageSpec> stages{{"only", JobState::denoise, 1, 8, stage}};
+    Pipeline p(io.get_executor(), std::move(stages));
+    p.start();
+    auto first = p.try_submit(boost::json::object{}, "first");
+    while (order.empty()) co_await sleep_for(100us);  // the worker holds it
+    auto bounce = p.try_submit(boost::json::object{{"priority", 1}}, "bounce");
+    auto low = p.try_submit(boost::json::object{}, "low");
+    auto high = p.try_submit(boost::json::object{{"priority", 9}}, "high");
+    CHECK(p.waiting_above("only", 0) == 2);
+    CHECK(p.waiting_above("only", 1) == 1);
+    CHECK(p.waiting_above("nothing", 0) == 0);
+    gate.set();
+    co_await p.drain();
+    // high, then bounce (requeued, and still ahead of the older low one by its priority), then low.
+    CHECK(order == std::vector<std::string>{"first", "high", "bounce", "bounce", "low"});
+    CHECK(p.counts().done == 4);
+  });
+}
+
+TEST_CASE("a requeued job is queued again: a cancel ends it at once" * doctest::timeout(60)) {
+  run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+    AsyncEvent gate, bounce_gate;
+    std::map<std::string, int> runs;
+    // Two workers: "hold" and then "hold-2" keep them, "bounce" runs once and goes back.
+    StageFn stage = [&](Job& job) -> asio::awaitable<void> {
+      ++runs[job.id()];
+      if (job.id() == "bounce") {
+        co_await bounce_gate.wait(asio::use_awaitable);
+        job.request_requeue();
+      } else {
+        co_await gate.wait(asio::use_awaitable);
+      }
+    };
+    std::vector<StageSpec> stages{{"only", JobState::denoise, 2, 8, stage}};
+    Pipeline p(io.get_executor(), std::move(stages));
+    p.start();
+    auto hold = p.try_submit(boost::json::object{{"priority", 9}}, "hold");
+    auto bounce = p.try_submit(boost::json::object{{"priority", 1}}, "bounce");
+    while (runs.size() < 2) co_await sleep_for(100us);
+    auto hold2 = p.try_submit(boost::json::object{{"priority", 9}}, "hold-2");
+    bounce_gate.set();
+    while (runs.size() < 3) co_await sleep_for(100us);  // bounce's worker took hold-2 instead
+    CHECK(bounce->state() == JobState::queued);
+    CHECK(p.cancel("bounce"));
+    CHECK(bounce->state() == JobState::cancelled);  // at once, not when a worker frees
+    gate.set();
+    co_await p.drain();
+    CHECK(runs["bounce"] == 1);
+    CHECK(p.counts().done == 2);
+    CHECK(p.counts().cancelled == 1);
+  });
+}

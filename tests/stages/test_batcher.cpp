@@ -10,7 +10,11 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 
+#include <future>
+#include <set>
+
 #include "runtime/errors.hpp"
+#include "runtime/pipeline.hpp"
 #include "tests/support/async_test.hpp"
 #include "tests/support/fake_family.hpp"
 
@@ -383,4 +387,145 @@ TEST_CASE("the step cache sends only the rows that need the call to the denoiser
   MESSAGE("step cache 0.5 on the fake family: ", calls, " of ", steps, " calls, max relative error ", rel);
   CHECK(rel < 0.1);
   CHECK(at::equal(got, solo_latents(flow, 71, steps, 0.5)));
+}
+
+namespace {
+
+asio::awaitable<void> prepare_stage(std::shared_ptr<Batcher> batcher, std::shared_ptr<Family> family, Job& job) {
+  job.payload = family->create_job(family->validate(job.spec()));
+  co_await batcher->join(family, job, BatchKind::preprocess);
+}
+
+asio::awaitable<void> denoise_stage(std::shared_ptr<Batcher> batcher, std::shared_ptr<Family> family, Job& job) {
+  co_await batcher->join(family, job, BatchKind::denoise);
+}
+
+// ModelSet's preprocess and denoise stages over one device, in a Pipeline: max_batch workers
+// each, queues with room for every job, the denoise queue as the batcher's waiting probe.
+// Records each job's scheduling in the order it happened.
+struct Service {
+  Bench bench;
+  std::shared_ptr<Family> family;
+  std::unique_ptr<Pipeline> pipeline;
+  std::mutex mutex;
+  std::vector<std::string> log;  // "<id> entered|admitted|preempted|resumed|done|failed|cancelled"
+  std::set<std::string> started;
+
+  Service(std::size_t max_batch, std::shared_ptr<Family> f) : bench(max_batch, std::chrono::milliseconds(0)), family(std::move(f)) {
+    auto b = bench.batcher;
+    auto fam = family;
+    std::vector<StageSpec> stages{
+        {"preprocess", JobState::preprocess, max_batch, 32, [b, fam](Job& job) { return prepare_stage(b, fam, job); }},
+        {"denoise", JobState::denoise, max_batch, 32, [b, fam](Job& job) { return denoise_stage(b, fam, job); }}};
+    PipelineOptions po;
+    po.on_event = [this](const JobEvent& e) {
+      std::lock_guard lock(mutex);
+      if (!e.event.empty()) log.push_back(e.job_id + " " + e.event);
+      else if (is_terminal(e.state)) log.push_back(e.job_id + " " + std::string(to_string(e.state)));
+      else if (e.state == JobState::denoise && e.total == 0 && started.insert(e.job_id).second)
+        log.push_back(e.job_id + " entered");  // a denoise worker took it (the first time)
+    };
+    pipeline = std::make_unique<Pipeline>(bench.executor.get_executor(), std::move(stages), std::move(po));
+    b->set_waiting_probe([p = pipeline.get()](int priority) { return p->waiting_above("denoise", priority); });
+    pipeline->start();
+  }
+  std::shared_ptr<Job> submit(const std::string& id, std::uint64_t seed, int steps, int priority, double step_cache = 0) {
+    boost::json::object spec{{"prompt", "p" + std::to_string(seed)}, {"seed", seed}, {"steps", steps}, {"name", id}};
+    if (priority != 0) spec["priority"] = priority;
+    if (step_cache > 0) spec["step_cache"] = step_cache;
+    return pipeline->try_submit(spec, id);
+  }
+  std::ptrdiff_t at(const std::string& entry) {
+    std::lock_guard lock(mutex);
+    const auto it = std::find(log.begin(), log.end(), entry);
+    return it == log.end() ? -1 : it - log.begin();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a high-priority job preempts a busy device at a step boundary; preempted jobs end identical" *
+          doctest::timeout(120)) {
+  const int steps = 12;
+  std::function<std::shared_ptr<Family>()> flow = [] { return test::make_fake_family("fake-a"); };
+  for (const auto& [name, family_of] : {std::pair{"euler", flow}, std::pair{"unipc", std::function(unipc_family)}}) {
+    CAPTURE(std::string(name));
+    Service svc(2, family_of());
+    std::vector<std::shared_ptr<Job>> low;
+    std::shared_ptr<Job> high;
+    std::promise<std::ptrdiff_t> submitted;  // the log's length when the high job came
+    std::atomic<bool> sent{false};
+    test::fake(*svc.family).on_predict = [&](std::size_t call, std::size_t rows) {
+      if (call < 3 || rows != 2 || sent.exchange(true)) return;  // low-1 and low-2 share the running group
+      std::ptrdiff_t n;
+      {
+        std::lock_guard lock(svc.mutex);
+        n = static_cast<std::ptrdiff_t>(svc.log.size());
+      }
+      high = svc.submit("high", 100, steps, 5);
+      submitted.set_value(n);
+    };
+    for (int i = 1; i <= 8; ++i) low.push_back(svc.submit("low-" + std::to_string(i), static_cast<std::uint64_t>(i), steps, 0));
+    const auto when = submitted.get_future().get();
+    svc.bench.executor.run_sync(svc.pipeline->drain());
+    CAPTURE(svc.log);
+    CHECK(svc.pipeline->counts().done == 9);
+    const auto high_done = svc.at("high done");
+    REQUIRE(high_done >= 0);
+    // Every low job that had not started when the high one came starts after it has finished.
+    int waited = 0;
+    for (const auto& j : low) {
+      const auto s = svc.at(j->id() + " entered");
+      REQUIRE(s >= 0);
+      if (s < when) continue;
+      ++waited;
+      CHECK(s > high_done);
+    }
+    CHECK(waited >= 6);
+    // It did not wait for the running group: a low row left at a step boundary and the high job
+    // took its place, and the preempted job went on later from its step.
+    CHECK(svc.bench.batcher->preemptions() >= 1);
+    CHECK(svc.at("high admitted") > svc.at("low-2 preempted"));
+    CHECK(svc.at("low-2 preempted") >= 0);  // the newest of the equal-priority rows
+    CHECK(svc.at("low-1 preempted") == -1);
+    CHECK(svc.at("low-2 resumed") > svc.at("low-2 preempted"));
+    CHECK(low[1]->snapshot().preemptions == 1);
+    CHECK(test::fake(*svc.family).predicted("low-2") == steps);  // no step ran twice
+    // Every job's result is that of the job alone, bit for bit.
+    for (std::size_t i = 0; i < low.size(); ++i) {
+      CAPTURE(i);
+      CHECK(at::equal(family_job(*low[i])->state.latents, solo_latents(family_of, i + 1, steps)));
+    }
+    CHECK(at::equal(family_job(*high)->state.latents, solo_latents(family_of, 100, steps)));
+  }
+}
+
+TEST_CASE("equal priorities never preempt; a step-cached job is never preempted" * doctest::timeout(120)) {
+  const int steps = 8;
+  {
+    Service svc(2, test::make_fake_family("fake-a"));
+    for (int i = 1; i <= 4; ++i) svc.submit("eq-" + std::to_string(i), static_cast<std::uint64_t>(i), steps, 0);
+    svc.bench.executor.run_sync(svc.pipeline->drain());
+    CHECK(svc.pipeline->counts().done == 4);
+    CHECK(svc.bench.batcher->preemptions() == 0);
+  }
+  // Its cache state is not part of StepState: leaving would change its result, so it stays.
+  auto flow = [] { return test::make_fake_family("fake-a"); };
+  Service svc(1, flow());
+  std::promise<void> sent;
+  std::atomic<bool> once{false};
+  test::fake(*svc.family).on_predict = [&](std::size_t call, std::size_t) {
+    if (call == 3 && !once.exchange(true)) {
+      svc.submit("urgent", 2, steps, 5);
+      sent.set_value();
+    }
+  };
+  auto cached = svc.submit("cached", 1, steps, 0, 0.5);
+  sent.get_future().get();
+  svc.bench.executor.run_sync(svc.pipeline->drain());
+  CAPTURE(svc.log);
+  CHECK(svc.pipeline->counts().done == 2);
+  CHECK(svc.bench.batcher->preemptions() == 0);
+  CHECK(svc.at("cached done") < svc.at("urgent entered"));
+  CHECK(at::equal(family_job(*cached)->state.latents, solo_latents(flow, 1, steps, 0.5)));
 }

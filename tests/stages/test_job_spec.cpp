@@ -281,3 +281,19 @@ TEST_CASE("step_cache: a threshold in [0, 1], part of the content key only when 
   cached.step_cache = 0.1;
   CHECK(job_content_key("m", cached).hex() != job_content_key("m", base).hex());
 }
+
+TEST_CASE("priority: an integer in [-100, 100], never part of the content key") {
+  JobSpec base;
+  base.prompt = "p";
+  const auto spec = parse_job_spec(json::parse(R"({"prompt": "p", "priority": -7})"), base, SpecLimits{});
+  CHECK(spec.priority == -7);
+  CHECK(error_of(R"({"prompt": "p", "priority": 101})").find("priority: must be an integer between -100 and 100 (got 101)") == 0);
+  CHECK(error_of(R"({"prompt": "p", "priority": -1000})").find("priority: must be an integer between -100 and 100") == 0);
+  CHECK(error_of(R"({"prompt": "p", "priority": 1.5})").find("priority: ") == 0);
+  CHECK(error_of(R"({"prompt": "p", "priority": "high"})").find("priority: ") == 0);
+  CHECK_FALSE(to_json(base).contains("priority"));
+  auto urgent = base;
+  urgent.priority = 100;
+  CHECK(to_json(urgent).at("priority").as_int64() == 100);
+  CHECK(job_content_key("m", urgent).hex() == job_content_key("m", base).hex());  // the same video
+}

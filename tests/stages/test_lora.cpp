@@ -10,11 +10,17 @@
 #include "runtime/executor.hpp"
 #include "runtime/pipeline.hpp"
 #include "stages/family.hpp"
+#include "stages/model_package.hpp"
 #include "stages/model_set.hpp"
 #include "tests/support/python_reference.hpp"
 #include "tests/support/temp_dir.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <boost/json/serialize.hpp>
+
+#include <atomic>
 #include <fstream>
+#include <mutex>
 
 #undef CHECK
 #define CHECK DOCTEST_CHECK
@@ -64,7 +70,8 @@ struct Run {
 
 // Runs `specs` through the real stages on one CPU device, up to `max_batch` per denoise call.
 Run run_jobs(const fs::path& package, const fs::path& lora_dir, const std::vector<boost::json::object>& specs,
-             const fs::path& out, std::size_t max_batch = 1, std::map<std::string, at::Tensor>* frames = nullptr) {
+             const fs::path& out, std::size_t max_batch = 1, std::map<std::string, at::Tensor>* frames = nullptr,
+             const std::string& backend = "torchscript") {
   const auto devs = parse_device_list("cpu");
   Executor executor({.io_threads = 1});
   add_device_pools(executor, devs);
@@ -72,6 +79,7 @@ Run run_jobs(const fs::path& package, const fs::path& lora_dir, const std::vecto
   ModelSetOptions o;
   o.out_dir = out;
   o.lora_dir = lora_dir;
+  o.backend = backend;
   o.max_batch = max_batch;
   o.batch_wait = std::chrono::seconds(20);
   auto set = std::make_shared<ModelSet>(std::vector<std::pair<std::string, fs::path>>{{"m", package}}, executor, pool, o);
@@ -109,6 +117,63 @@ boost::json::object job(const nlohmann::json& ref, const nlohmann::json& loras, 
   for (const auto& l : loras) a.push_back(boost::json::object{{"name", l[0].get<std::string>()}, {"scale", l[1].get<double>()}});
   if (!a.empty()) o["loras"] = std::move(a);
   return o;
+}
+
+// The "counting" model backend: TorchScript modules whose transformer.pt counts the rows (batch
+// size) of every call's first input, merged LoRA variants included.
+std::atomic<long> g_transformer_rows{0}, g_transformer_calls{0};
+
+class CountingModule final : public Module {
+ public:
+  CountingModule(std::shared_ptr<const Module> inner, bool count) : inner_(std::move(inner)), count_(count) {}
+  at::Tensor call(std::string_view method, const std::vector<at::Tensor>& inputs) const override {
+    if (count_ && !inputs.empty()) {
+      g_transformer_rows += inputs[0].size(0);
+      ++g_transformer_calls;
+    }
+    return inner_->call(method, inputs);
+  }
+  c10::Device device() const override { return inner_->device(); }
+  c10::ScalarType dtype() const override { return inner_->dtype(); }
+  std::map<std::string, at::Tensor> parameters() const override { return inner_->parameters(); }
+  std::shared_ptr<const Module> with_parameters(const std::map<std::string, at::Tensor>& replaced) const override {
+    return std::make_shared<CountingModule>(inner_->with_parameters(replaced), count_);
+  }
+
+ private:
+  std::shared_ptr<const Module> inner_;
+  bool count_;
+};
+
+void register_counting_backend() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_model_backend("counting", [](const fs::path& file, c10::Device device, c10::ScalarType dtype) {
+      return std::make_shared<CountingModule>(load_module("torchscript", file, device.str(), dtype),
+                                              file.filename() == "transformer.pt");
+    });
+  });
+}
+
+// The tiny package of the wan_parity fixture, or empty without it.
+fs::path parity_package() {
+  const char* dir = std::getenv("VGEN_WAN_PARITY_DIR");
+  if (!dir || !*dir || !fs::is_regular_file(fs::path(dir) / "parity.json")) return {};
+  std::ifstream in(fs::path(dir) / "parity.json");
+  return nlohmann::json::parse(in)["package"].get<std::string>();
+}
+
+// A rank-2 LoRA on blocks.0.attn1.to_q of `package`'s transformer with `metadata` in its header.
+void write_suggesting_lora(const fs::path& file, const fs::path& package, const std::map<std::string, std::string>& metadata) {
+  const auto pkg = load_model_package(package);
+  const auto& c = pkg.component("transformer");
+  const auto shapes = parameter_shapes(*load_module("torchscript", c.file, "cpu", parse_dtype(c.dtype)));
+  const auto& w = shapes.at("transformer.blocks.0.attn1.to_q.weight");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  write_safetensors(file,
+                    {{"transformer.blocks.0.attn1.to_q.lora_A.weight", "F32", {2, w[1]}, bytes_of(at::randn({2, w[1]}, gen) * 0.1)},
+                     {"transformer.blocks.0.attn1.to_q.lora_B.weight", "F32", {w[0], 2}, bytes_of(at::randn({w[0], 2}, gen) * 0.1)}},
+                    metadata);
 }
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>(); }
@@ -228,4 +293,100 @@ TEST_CASE("LoRA jobs match diffusers' load_lora_weights + set_adapters; base res
     auto s = run_jobs(pkg, loras, {mixed[k]}, out.path(), 1, &solo);
     CHECK(max_diff(solo.at(s.jobs[0]->id()), batched.at(b.jobs[k]->id())) <= 1e-4);
   }
+}
+
+// Issue 22, few-step sampling: a LoRA's suggested steps / guidance / shift apply to the fields a
+// job leaves out, and guidance 1 runs no unconditional rows (counted at the transformer).
+TEST_CASE("a few-step LoRA's suggestions apply unless the job sets the field; guidance 1 runs one row per job" *
+          doctest::timeout(600)) {
+  const auto pkg = parity_package();
+  if (pkg.empty()) {
+    WARN_MESSAGE(false, "VGEN_WAN_PARITY_DIR not set: skipped");
+    return;
+  }
+  register_counting_backend();
+  test::TempDir out, loras;
+  write_suggesting_lora(loras.path() / "fast.safetensors", pkg, {{"vgen.steps", "2"}, {"vgen.guidance", "1"}, {"vgen.shift", "7"}});
+  const boost::json::object base{{"prompt", "a red circle"}, {"width", 32}, {"height", 32}, {"frames", 5}, {"seed", 1}};
+  auto with = [&](boost::json::object extra) {
+    auto o = base;
+    o["loras"] = boost::json::array{boost::json::object{{"name", "fast"}}};
+    for (const auto& kv : extra) o[kv.key()] = kv.value();
+    return o;
+  };
+  struct Case {
+    boost::json::object spec;
+    int steps;
+    double guidance, shift;
+    long rows_per_step;
+  };
+  const std::vector<Case> cases{
+      {with({}), 2, 1.0, 7.0, 1},                                     // all three suggested: no uncond row
+      {with({{"guidance", 5.0}}), 2, 5.0, 7.0, 2},                    // the job's guidance: cond + uncond rows
+      {with({{"steps", 3}, {"shift", 2.5}}), 3, 1.0, 2.5, 1},         // the job's steps and shift
+      {with({{"guidance", 1.0}, {"steps", 3}, {"shift", 7}}), 3, 1.0, 7.0, 1},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(boost::json::serialize(c.spec));
+    g_transformer_rows = 0;
+    g_transformer_calls = 0;
+    auto run = run_jobs(pkg, loras.path(), {c.spec}, out.path(), 1, nullptr, "counting");
+    auto& job = *run.jobs.at(0);
+    REQUIRE_MESSAGE(job.state() == JobState::done, job.snapshot().error);
+    const auto& spec = family_job(job)->spec;  // what the job ran with (the result's spec echo)
+    CHECK(spec.steps == c.steps);
+    CHECK(spec.guidance == c.guidance);
+    CHECK(spec.shift == c.shift);
+    CHECK(g_transformer_calls.load() == c.steps);
+    CHECK(g_transformer_rows.load() == c.steps * c.rows_per_step);
+  }
+  // Without the LoRA, the package's own steps and guidance (> 1: two rows a step).
+  g_transformer_rows = 0;
+  g_transformer_calls = 0;
+  auto plain = base;
+  plain["steps"] = 2;
+  auto run = run_jobs(pkg, loras.path(), {plain}, out.path(), 1, nullptr, "counting");
+  REQUIRE(run.jobs.at(0)->state() == JobState::done);
+  CHECK(family_job(*run.jobs[0])->spec.guidance > 1.0);
+  CHECK(g_transformer_rows.load() == 2 * 2);
+}
+
+// Jobs whose shifts differ have different sigmas: they must not share a denoise group (whose
+// jobs step with one scheduler), and each equals its solo run.
+TEST_CASE("jobs with different shifts never share a denoise group; each equals its solo run" * doctest::timeout(600)) {
+  const auto pkg = parity_package();
+  if (pkg.empty()) {
+    WARN_MESSAGE(false, "VGEN_WAN_PARITY_DIR not set: skipped");
+    return;
+  }
+  test::TempDir out;
+  const boost::json::object base{{"prompt", "a red circle"}, {"width", 32}, {"height", 32}, {"frames", 5}, {"steps", 2}, {"seed", 1}};
+  auto a = base, b = base, c = base;
+  a["shift"] = 2.0;
+  b["shift"] = 9.0;
+  c["shift"] = 2.0;
+  c["seed"] = 2;
+  std::map<std::string, at::Tensor> batched;
+  auto run = run_jobs(pkg, {}, {a, b, c}, out.path(), 3, &batched);
+  std::uint64_t groups = 0;
+  for (const auto& [size, n] : run.groups) groups += n;
+  CHECK(groups == 2);  // a + c, b
+  CHECK(run.groups.count(2) == 1);
+  const std::vector<boost::json::object> specs{a, b, c};
+  for (std::size_t k = 0; k < specs.size(); ++k) {
+    REQUIRE_MESSAGE(run.jobs[k]->state() == JobState::done, run.jobs[k]->snapshot().error);
+    std::map<std::string, at::Tensor> solo;
+    auto s = run_jobs(pkg, {}, {specs[k]}, out.path(), 1, &solo);
+    CHECK(max_diff(solo.at(s.jobs[0]->id()), batched.at(run.jobs[k]->id())) <= 1e-4);
+  }
+  // The shift changes the video (so the checks above can fail).
+  CHECK(max_diff(batched.at(run.jobs[0]->id()), batched.at(run.jobs[1]->id())) > 1e-3);
+
+  // A scheduler whose sigmas take no flow shift refuses one, naming the field.
+  auto family = load_family(pkg);
+  auto ddim = base;
+  ddim["scheduler"] = "DDIMScheduler";
+  CHECK_NOTHROW(family->validate(ddim));
+  ddim["shift"] = 5.0;
+  CHECK(error_of([&] { family->validate(ddim); }) == "shift: scheduler DDIMScheduler has no flow shift");
 }

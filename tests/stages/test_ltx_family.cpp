@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/script.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -13,6 +14,7 @@
 
 #include "runtime/errors.hpp"
 #include "stages/model_set.hpp"
+#include "stages/preview.hpp"
 #include "tests/support/python_reference.hpp"
 
 // LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; this file's CHECKs
@@ -68,8 +70,9 @@ std::vector<StageSpec> capturing(std::vector<StageSpec> stages, Capture& cap) {
     auto inner = s.fn;
     const auto name = s.name;
     s.fn = [inner, name, &cap](Job& job) -> asio::awaitable<void> {
-      if (name == "denoise")
-        family_job(job)->on_step = [&cap, id = job.id()](int, const at::Tensor& latents) {
+      if (name == "denoise")  // after the job's own hook (its previews), if any
+        family_job(job)->on_step = [&cap, id = job.id(), own = family_job(job)->on_step](int step, const at::Tensor& latents) {
+          if (own) own(step, latents);
           std::lock_guard l(cap.m);
           cap.steps[id].push_back(latents.clone());
         };
@@ -90,7 +93,8 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) {
 
 std::vector<std::shared_ptr<Job>> run_jobs(const fs::path& package, const std::vector<boost::json::object>& jobs,
                                           Capture& cap, const fs::path& out_dir,
-                                          std::shared_ptr<ModelSet>* keep = nullptr, std::size_t max_batch = 1) {
+                                          std::shared_ptr<ModelSet>* keep = nullptr, std::size_t max_batch = 1,
+                                          int preview_every = 0) {
   const auto specs = parse_device_list("cpu");
   Executor executor({.io_threads = 1});
   add_device_pools(executor, specs);
@@ -99,6 +103,7 @@ std::vector<std::shared_ptr<Job>> run_jobs(const fs::path& package, const std::v
   options.out_dir = out_dir;
   options.max_batch = max_batch;
   options.batch_wait = std::chrono::seconds(20);  // every job joins (they arrive well within it)
+  options.preview_every = preview_every;
   auto models = std::make_shared<ModelSet>(std::vector<std::pair<std::string, fs::path>>{{"m", package}}, executor, pool, options);
   if (keep) *keep = models;
   Pipeline pipeline(executor.get_executor(), capturing(models->stages(), cap));
@@ -250,6 +255,7 @@ TEST_CASE("cross-job batching: jobs with different prompts, seeds, guidance and 
 TEST_CASE("LTX job limits come from the manifest: sizes multiple of 32, frames 8k+1, the package's scheduler") {
   auto* ref = reference_or_skip();
   if (!ref) return;
+  register_builtin_families();
   auto family = load_family(ref->info["package"].get<std::string>());
   CHECK(family->package().family == "ltx-video");
   check_invalid([&] { family->validate(boost::json::object{{"prompt", "x"}, {"width", 48}}); }, "width");
@@ -261,4 +267,64 @@ TEST_CASE("LTX job limits come from the manifest: sizes multiple of 32, frames 8
   CHECK(spec.width == 64);
   CHECK(spec.fps == 25.0);
   CHECK(spec.negative_prompt.empty());  // LTXPipeline's negative prompt when none is given
+}
+
+// Issue 21 for LTX: the exporter fits preview factors against the LTX decoder (through its
+// un-normalisation and decode timestep), so an LTX job gets previews, and on the tiny package
+// the preview at a step beats a flat grey image against the decoded frame of the same latents.
+TEST_CASE("LTX previews: the package has factors, a job gets them, and they beat grey against the decoded frame" *
+          doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  const fs::path pkg = ref->info["package"].get<std::string>();
+  register_builtin_families();
+  auto family = load_family(pkg);
+  const auto preview = LatentPreview::of_package(family->package());
+  REQUIRE_MESSAGE(preview, "the LTX exporter wrote no preview.latent_rgb");
+
+  // Through the stages: previews every step (and at the last) as the job's events.
+  const auto& c = ref->info["cases"]["cfg"];
+  const OutDir out;
+  Capture cap;
+  auto jobs = run_jobs(pkg, {case_json(c, 5)}, cap, out.path, nullptr, 1, /*preview_every=*/1);
+  REQUIRE_MESSAGE(jobs[0]->state() == JobState::done, jobs[0]->snapshot().error);
+  const auto last = jobs[0]->latest_preview();
+  REQUIRE(last);
+  CHECK(last->step == c["num_inference_steps"].get<int>());
+  CHECK(last->content_type == "image/png");
+  CHECK(last->width == c["width"].get<int>());  // latents upscaled by the spatial scale (32)
+
+  // Against the decoder, at every step of the captured loop.
+  auto psnr = [](const at::Tensor& a, const at::Tensor& b) {
+    const double mse = (a.to(at::kDouble) - b.to(at::kDouble)).pow(2).mean().item<double>();
+    return 10.0 * std::log10(1.0 / std::max(mse, 1e-12));
+  };
+  const auto& steps = cap.steps[jobs[0]->id()];
+  REQUIRE(!steps.empty());
+  const auto spec = family->validate(case_json(c, 5));
+  double worst_margin = 1e9;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    auto decoded = family->create_job(spec);
+    decoded->state.latents = steps[i].clone();
+    family->decode("cpu", {decoded.get()});  // no decode noise: the latents themselves
+    const int mid = preview->middle_frame(steps[i]);
+    const auto frame = decoded->frames[preview->decoded_frame(mid)];
+    const auto shown = preview->image(steps[i], mid, family->package().spatial_scale);
+    REQUIRE(shown.sizes() == frame.sizes());
+    const double p = psnr(shown, frame), grey = psnr(at::full_like(frame, 0.5), frame);
+    MESSAGE("LTX step " << i + 1 << "/" << steps.size() << ": preview PSNR " << p << " dB, grey " << grey << " dB");
+    CHECK(p > grey);
+    worst_margin = std::min(worst_margin, p - grey);
+  }
+  MESSAGE("LTX: smallest margin over grey: " << worst_margin << " dB");
+}
+
+TEST_CASE("an LTX job refuses a shift and LoRAs instead of ignoring them") {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  register_builtin_families();
+  auto family = load_family(ref->info["package"].get<std::string>());
+  check_invalid([&] { family->validate(boost::json::object{{"prompt", "p"}, {"shift", 5}}); }, "shift: not settable");
+  check_invalid([&] { family->validate(boost::json::object{{"prompt", "p"}, {"loras", boost::json::array{boost::json::object{{"name", "x"}}}}}); },
+                "loras: not supported");
 }

@@ -99,3 +99,32 @@ TEST_CASE("missing, corrupt and unknown things are reported by name") {
   CHECK(static_cast<int>(parse_dtype("bfloat16")) == static_cast<int>(at::kBFloat16));
   fs::remove_all(dir);
 }
+
+TEST_CASE("a CPU model file larger than the memory left is refused before it is read") {
+  const auto dir = vgen::test::temp_dir("vgen-test-");
+  { std::ofstream(dir / "transformer.pt") << std::string(4096, 'x'); }  // not TorchScript: never read
+  const char* old = std::getenv("VGEN_MEMORY_AVAILABLE");
+  const std::string saved = old ? old : "";
+  ::setenv("VGEN_MEMORY_AVAILABLE", "999", 1);  // a machine with 999 bytes left
+  try {
+    ModuleCache::instance().get("torchscript", dir / "transformer.pt", "cpu", at::kFloat);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);
+    const std::string m = e.what();
+    CHECK(m.find("transformer.pt") != std::string::npos);
+    CHECK(m.find("4 kB") != std::string::npos);     // the file
+    CHECK(m.find("999 bytes") != std::string::npos);   // what is left
+    CHECK(m.find("corrupt") == std::string::npos);  // refused before torch::jit::load read it
+  }
+  ::setenv("VGEN_MEMORY_AVAILABLE", "8192", 1);  // enough: now it is read, and found corrupt
+  try {
+    load_module("torchscript", dir / "transformer.pt", "cpu", at::kFloat);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("corrupt") != std::string::npos);
+  }
+  if (old) ::setenv("VGEN_MEMORY_AVAILABLE", saved.c_str(), 1);
+  else ::unsetenv("VGEN_MEMORY_AVAILABLE");
+  fs::remove_all(dir);
+}

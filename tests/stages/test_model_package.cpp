@@ -220,6 +220,19 @@ TEST_CASE("defaults outside the package's own limits are refused at load") {
   CHECK(contains(error_with("defaults.guidance_scale", 1e300), "manifest defaults: guidance:"));
 }
 
+TEST_CASE("defaults.shift: the package's suggested flow shift, optional (0: the scheduler config's), checked") {
+  {
+    TempDir tmp;
+    write_package(tmp.path() / "pkg");
+    CHECK(load_model_package(tmp.path() / "pkg").defaults.shift == 0.0);
+  }
+  TempDir tmp;
+  write_package(tmp.path() / "pkg", set("defaults.shift", 5.0));
+  CHECK(load_model_package(tmp.path() / "pkg").defaults.shift == 5.0);
+  CHECK(contains(error_with("defaults.shift", -1.0), "manifest defaults: shift:"));
+  CHECK(contains(error_with("defaults.shift", "x"), "defaults.shift"));
+}
+
 TEST_CASE("a component file must lie inside the package, compared by path components") {
   TempDir tmp;
   // The evil sibling: "<tmp>/pkg-evil/..." starts with the string "<tmp>/pkg".

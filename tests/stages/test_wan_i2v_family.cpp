@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "runtime/errors.hpp"
+#include "tests/support/family_group.hpp"
 #include "stages/job_spec.hpp"
 
 // LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; this file's CHECKs
@@ -69,35 +70,8 @@ std::shared_ptr<WanJob> make_job(Family& family, const boost::json::object& spec
   return job;
 }
 
-// The denoise loop of stages/denoise_loop.cpp for one group, on the calling thread: returns
-// each job's latents after every step ([job][step]) and leaves the frames in each job.
-std::vector<std::vector<at::Tensor>> run_group(Family& family, const std::vector<std::shared_ptr<WanJob>>& jobs) {
-  std::vector<FamilyJob*> group;
-  for (auto& j : jobs) group.push_back(j.get());
-  family.prepare("cpu", group);
-  auto scheduler = family.make_scheduler(*group.front());
-  for (auto* j : group) REQUIRE(family.denoise_key(*j, *scheduler) == family.denoise_key(*group.front(), *scheduler));
-  family.begin_denoise(group, "cpu");
-  std::vector<at::Tensor> noise;
-  for (auto* j : group) noise.push_back(j->state.latents * scheduler->init_noise_sigma());
-  auto latents = at::cat(noise, 0);
-  std::vector<std::vector<at::Tensor>> steps(jobs.size());
-  const auto n = static_cast<int>(scheduler->timesteps().size(0));
-  for (int i = 0; i < n; ++i) {
-    auto x = scheduler->scale_model_input(latents, i);
-    auto pred = family.predict(PredictCall{group, x, scheduler->timesteps()[i], "cpu"});
-    latents = scheduler->step(pred, i, latents);
-    for (std::size_t j = 0; j < jobs.size(); ++j) steps[j].push_back(latents.narrow(0, static_cast<std::int64_t>(j), 1).clone());
-  }
-  for (std::size_t j = 0; j < jobs.size(); ++j) group[j]->state.latents = steps[j].back();
-  family.decode("cpu", group);
-  return steps;
-}
-
-double max_diff(const at::Tensor& a, const at::Tensor& b) {
-  REQUIRE(a.sizes() == b.sizes());
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
+using test::max_diff;
+using test::run_group;
 
 void check_parity(Reference& ref, const std::string& name, double guidance) {
   auto family = load_family(ref.info["package"].get<std::string>());

@@ -40,6 +40,7 @@ import torch
 
 from . import manifest as mf
 from .export_wan import DTYPES, _assert_checks, _max_diff, _save, _tolerance, _trace, find_spm_file
+from .latent_preview import preview_section, torchscript_decoder
 from .reference_loop import check_tokenizer
 
 ACCEPTED_PIPELINES = ("LTXPipeline", "LTXImageToVideoPipeline")
@@ -290,6 +291,9 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         "defaults": defaults,
         "export_checks": checks,
     }
+    # Live previews: the latent -> RGB factors, fitted against the decoder just written (the same
+    # least-squares fit as the Wan exporter's, over LTX's own un-normalisation).
+    manifest["preview"] = preview_section(manifest, torchscript_decoder(out_dir, manifest))
     mf.write_manifest(out_dir, manifest)
     return manifest
 

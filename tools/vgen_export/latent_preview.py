@@ -13,8 +13,9 @@ VAE call. The factors are fitted here by least squares against the package's own
   pixel's ``spatial_scale x spatial_scale`` patch, latent frame ``k`` against output frame
   ``k * temporal_scale``;
 * ``decode`` takes the loop's latents as they are between steps and does the family's own
-  un-normalisation (Wan: ``latents / (1 / std) + mean``, :func:`wan_loop_decoder`), so the fit
-  folds it into the factors. Another family's exporter passes its own ``decode``.
+  un-normalisation (Wan: ``latents / (1 / std) + mean``, :func:`wan_loop_decoder`; LTX:
+  ``latents * std / scaling_factor + mean`` and the decode timestep, :func:`ltx_loop_decoder`),
+  so the fit folds it into the factors. Another family's exporter passes its own ``decode``.
 
 The manifest gains ``preview.latent_rgb`` = ``{"weight": [3][C], "bias": [3], "fit": {...}}``.
 Exporters call :func:`preview_section` with the decoder they wrote; this script adds the section
@@ -127,11 +128,32 @@ def wan_loop_decoder(vae: Callable[[torch.Tensor], torch.Tensor], latent: dict[s
     return lambda z: vae((z / (1.0 / std) + mean).to(dtype)).float()
 
 
+def ltx_loop_decoder(vae: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], latent: dict[str, Any],
+                     vae_section: dict[str, Any], dtype=torch.float32) -> Decoder:
+    """LTX's decode of loop latents (stages/ltx/ltx_family.cpp, decode_latents): ``z * std /
+    scaling_factor + mean``, then the decoder at the package's decode_timestep when it is
+    timestep-conditioned (0 otherwise). The decode noise a conditioned decoder mixes in at
+    decode_noise_scale is left out: the preview is of the latents themselves."""
+    c = int(latent["channels"])
+    mean = torch.tensor(latent["latents_mean"], dtype=torch.float32).view(1, c, 1, 1, 1)
+    std = torch.tensor(latent["latents_std"], dtype=torch.float32).view(1, c, 1, 1, 1)
+    scaling = float(vae_section.get("scaling_factor", 1.0))
+    t = float(vae_section.get("decode_timestep", 0.0)) if vae_section.get("timestep_conditioning") else 0.0
+
+    def decode(z: torch.Tensor) -> torch.Tensor:
+        x = z * std / scaling + mean
+        return vae(x.to(dtype), torch.full((z.shape[0],), t, dtype=torch.float32)).float()
+    return decode
+
+
 def torchscript_decoder(pkg_dir: Path, manifest: dict[str, Any]) -> Decoder:
-    """The package's vae_decoder.pt behind Wan's un-normalisation (the wan2.1 families)."""
+    """The package's vae_decoder.pt behind its family's un-normalisation (Wan's, or LTX's for an
+    ``ltx-video`` package)."""
     entry = manifest["components"]["vae_decoder"]
     module = torch.jit.load(str(Path(pkg_dir) / entry["file"]), map_location="cpu").eval()
     dtype = getattr(torch, entry.get("dtype", manifest.get("dtype", "float32")))
+    if manifest.get("family") == mf.FAMILY_LTX_VIDEO:
+        return ltx_loop_decoder(module, manifest["latent"], manifest.get("vae", {}), dtype)
     return wan_loop_decoder(module, manifest["latent"], dtype)
 
 
