@@ -65,15 +65,15 @@ RuntimeTuning::RuntimeTuning(RuntimeConfig& c, const LoadedModels& models, const
     json::object spec = c.tune.spec;
     if (!spec.contains("prompt")) spec["prompt"] = "auto-tune probe";
     try {
-      TuneProbe probe(models, spec, device.id);
-      model_ = probe.model();
-      space.steps = probe.steps();
-      batcher_key_ = probe.key();
-      tuner_key_ = probe.key() + "|" + device_;
+      probe_ = std::make_unique<TuneProbe>(models, spec, device.id);
+      model_ = probe_->model();
+      space.steps = probe_->steps();
+      tuner_key_ = probe_->shape_key() + "|" + device_;
       tuner_ = std::make_unique<AutoTuner>(AutoTuner::Options{
           .cache_dir = c.tune.dir.empty() ? default_tune_cache_dir() : c.tune.dir,
           .budget = std::chrono::duration<double>(c.tune.budget_s)});
-      choice_ = tuner_->choose(tuner_key_, space, [&probe](const TuneSetting& s) { return probe.measure(s); });
+      choice_ = tuner_->choose(tuner_key_, space, [this](const TuneSetting& s) { return probe_->measure(s); });
+      if (choice_.source == "probe") probe_->key();  // prepared already: the Batcher's key for on_capped
     } catch (const std::exception& e) {
       // A shape the model refuses fails its jobs anyway (with a clear error): no warning twice.
       const auto level = classify(std::current_exception()) == ErrorKind::invalid_argument ? spdlog::level::debug : spdlog::level::warn;
@@ -82,8 +82,8 @@ RuntimeTuning::RuntimeTuning(RuntimeConfig& c, const LoadedModels& models, const
       choice_.setting = {space.batch.value_or(1), space.leases.value_or(1),
                          space.intra_op.value_or(std::max<std::size_t>(1, space.cores / space.leases.value_or(1)))};
       choice_.source = "fallback";
-      batcher_key_.clear();
       tuner_.reset();
+      probe_.reset();
     }
   }
   c.max_batch = choice_.setting.batch;
@@ -113,8 +113,14 @@ void RuntimeTuning::export_choice(const std::string& model, const std::string& d
       .set(choice_.probe_s);
 }
 
+std::string RuntimeTuning::key() {
+  if (!probe_) return {};
+  std::lock_guard lock(mutex_);
+  return probe_->key();
+}
+
 void RuntimeTuning::on_capped(const std::string& batcher_key, std::size_t cap) {
-  if (!tuner_ || batcher_key != batcher_key_) return;
+  if (!tuner_ || batcher_key != key()) return;  // a cache hit computes the key here, once (out of memory is rare)
   if (tuner_->cap_batch(tuner_key_, cap) > 0)
     spdlog::info("auto-tune: out of memory capped model '{}' at batch {} on {}; the cached choice follows", model_, cap, device_);
   const Labels labels{{"model", model_}, {"device", device_}, {"source", choice_.source}};

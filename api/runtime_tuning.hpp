@@ -20,8 +20,10 @@
 #include "runtime/device_list.hpp"
 #include "runtime/metrics.hpp"
 #include "stages/model_set.hpp"
+#include "stages/tune_probe.hpp"
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,8 +39,9 @@ class RuntimeTuning {
 
   // What was chosen (source "config" when nothing was left to tune: no probe ran).
   const TuneChoice& choice() const noexcept { return choice_; }
-  // The Batcher's group key of the tuned shape (empty when nothing was probed).
-  const std::string& key() const noexcept { return batcher_key_; }
+  // The Batcher's group key of the tuned shape (empty when nothing was tuned). After a cache
+  // hit, the first call prepares one probe job to compute it.
+  std::string key();
 
   // The Batcher capped `batcher_key` at `cap` after running out of memory.
   void on_capped(const std::string& batcher_key, std::size_t cap);
@@ -47,9 +50,11 @@ class RuntimeTuning {
   void export_choice(const std::string& model, const std::string& device);
 
   std::unique_ptr<AutoTuner> tuner_;
+  std::unique_ptr<TuneProbe> probe_;  // the tuned shape (its key is computed on first need)
+  std::mutex mutex_;                  // guards probe_->key()
   MetricsRegistry& metrics_;
   TuneChoice choice_;
-  std::string batcher_key_, tuner_key_, model_, device_;
+  std::string tuner_key_, model_, device_;
 };
 
 }  // namespace vgen

@@ -22,6 +22,7 @@ namespace {
 constexpr int kFormat = 1;          // bump when the file's meaning changes: old files are reprobed
 constexpr double kSlower = 1.10;    // a batch this much slower per job than the split's best ends its sweep
 constexpr double kSameSpeed = 1.03; // settings within this of the best count as equally fast
+constexpr double kDominated = 2.0;  // a split this much slower per job than another at the same batch ends its sweep
 
 json::object space_json(const TuneSpace& s) {
   auto opt = [](const std::optional<std::size_t>& v) { return v ? json::value(*v) : json::value(nullptr); };
@@ -71,6 +72,7 @@ std::string to_string(const TuneSetting& s) {
 }
 
 fs::path default_tune_cache_dir() {
+  if (const char* v = std::getenv("VGEN_TUNE_DIR"); v && *v == '/') return fs::path(v);
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return fs::path(x) / "vgen" / "tune";
   if (const char* h = std::getenv("HOME"); h && *h == '/') return fs::path(h) / ".cache" / "vgen" / "tune";
   return {};
@@ -233,6 +235,16 @@ TuneChoice AutoTuner::choose(const std::string& key, const TuneSpace& space, con
       if (sample.out_of_memory || sample.job_s > split_best[c] * kSlower) active[c] = false;  // it only gets worse
       else split_best[c] = std::min(split_best[c], sample.job_s);
     }
+    // A split twice as slow as another at the same batch will not catch up at larger ones (the
+    // batch helps both); probing it further would spend the budget where it cannot win
+    // (e.g. OpenMP threads on a core another process takes: 100x slower per step).
+    double round_best = std::numeric_limits<double>::infinity();
+    for (const auto& s : choice.samples)
+      if (!s.out_of_memory && s.setting.batch == batches[round]) round_best = std::min(round_best, s.job_s);
+    for (const auto& s : choice.samples)
+      if (!s.out_of_memory && s.setting.batch == batches[round] && s.job_s > round_best * kDominated)
+        for (std::size_t c = 0; c < candidates.size(); ++c)
+          if (candidates[c].leases == s.setting.leases && candidates[c].intra_op == s.setting.intra_op) active[c] = false;
   }
   const auto* best = pick(choice.samples);
   if (!best) throw_error(ErrorKind::internal, "auto-tune: every setting ran out of memory at batch " + std::to_string(batches.front()));

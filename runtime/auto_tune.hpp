@@ -7,8 +7,8 @@
 //
 // Search: for each split (leases L, intra-op threads T with L x T = the device's cores,
 // unless the config fixes either), batch sizes 1, 2, 4, ... up to max_batch, stopping a split's
-// sweep at the first out-of-memory or once a larger batch is clearly slower (it only gets
-// worse). The score is seconds per job: (steps x step time + decode time) / (batch x L) for
+// sweep at the first out-of-memory, once a larger batch is clearly slower (it only gets
+// worse), or once it is twice as slow per job as another split at the same batch. The score is seconds per job: (steps x step time + decode time) / (batch x L) for
 // many jobs (`vgen batch`, `vgen serve`); steps x step time + decode time with batch 1 for one
 // job (`vgen render`). Among settings within 3 % of the best, the smallest batch and the
 // fewest leases win (less memory and latency for the same speed; the probe is noisy).
@@ -109,7 +109,8 @@ class AutoTuner {
   std::map<std::string, std::vector<std::pair<TuneSpace, std::filesystem::path>>> chosen_;  // key -> spaces chosen here
 };
 
-// $XDG_CACHE_HOME/vgen/tune, else $HOME/.cache/vgen/tune; empty when neither is set.
+// $VGEN_TUNE_DIR, else $XDG_CACHE_HOME/vgen/tune, else $HOME/.cache/vgen/tune (absolute paths
+// only); empty when none is set.
 std::filesystem::path default_tune_cache_dir();
 
 }  // namespace vgen

@@ -43,7 +43,7 @@ struct TuneProbe::State {
   std::string model;
   JobSpec spec;
   std::string device;
-  std::string key;
+  std::string shape_key, key;
   std::map<std::pair<std::size_t, std::size_t>, Prepared> prepared;  // (lease, batch)
   std::atomic<bool> warm{false};  // the modules' first calls are made
 
@@ -80,14 +80,27 @@ TuneProbe::TuneProbe(const LoadedModels& models, const json::value& spec, std::s
   if (!state_->family) throw_error(ErrorKind::invalid_argument, "auto-tune: model '" + name + "' is not loaded");
   state_->spec = state_->family->validate(spec);
   state_->device = std::move(device);
-  auto& first = state_->prepared[{0, 1}];
-  state_->prepare(first, 1);
-  state_->key = "denoise|" + state_->family->denoise_key(*first.jobs.front(), *first.scheduler);
+  auto shape = to_json(state_->spec);
+  for (const char* field : {"prompt", "negative_prompt", "seed", "name", "priority", "fps", "format", "image", "last_image",
+                            "image_sha256", "last_image_sha256"})
+    shape.erase(field);
+  shape["image"] = !state_->spec.image.empty();
+  shape["last_image"] = !state_->spec.last_image.empty();
+  state_->shape_key = state_->family->key_prefix() + "|" + json::serialize(shape);
 }
 
 TuneProbe::~TuneProbe() = default;
 
-const std::string& TuneProbe::key() const { return state_->key; }
+const std::string& TuneProbe::shape_key() const { return state_->shape_key; }
+
+const std::string& TuneProbe::key() {
+  if (state_->key.empty()) {
+    auto& first = state_->prepared[{0, 1}];
+    state_->prepare(first, 1);
+    state_->key = "denoise|" + state_->family->denoise_key(*first.jobs.front(), *first.scheduler);
+  }
+  return state_->key;
+}
 int TuneProbe::steps() const { return state_->spec.steps; }
 const std::string& TuneProbe::model() const { return state_->model; }
 

@@ -10,10 +10,15 @@
 // sample. Out of memory on any thread makes the sample out_of_memory; other errors are thrown.
 //
 // The shape is the job spec's (validated by its model; unset fields take the package defaults).
-// key() is the denoise group key jobs of that shape get ("denoise|" + Family::denoise_key),
-// which is also what the Batcher reports to on_capped.
+// shape_key() names the package and what of the spec decides the model calls' cost (size,
+// frames, steps, guidance on/off, shift, LoRAs, step cache, an image or not; not the prompt,
+// seed, name, format or priority): the AutoTuner's cache key, computed without running any
+// model (a start that finds its choice cached costs nothing). key() is the denoise group key
+// jobs of that shape get ("denoise|" + Family::denoise_key), what the Batcher reports to
+// on_capped; computing it prepares one job (text encoding), so it is done on first use.
 // This header does not include LibTorch (api/ uses it). Thread-safety: one measure() at a time;
-// it blocks the caller until its threads end. Not cancellable.
+// it blocks the caller until its threads end; key() and measure() must not run at once.
+// Not cancellable.
 #pragma once
 
 #include "runtime/auto_tune.hpp"
@@ -36,7 +41,8 @@ class TuneProbe {
   TuneProbe(const TuneProbe&) = delete;
   TuneProbe& operator=(const TuneProbe&) = delete;
 
-  const std::string& key() const;  // the shape's denoise group key
+  const std::string& shape_key() const;  // the tuner's cache key (cheap)
+  const std::string& key();              // the shape's denoise group key (prepares one job)
   int steps() const;               // the shape's denoising steps
   const std::string& model() const;  // the model's name
 

@@ -5,6 +5,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <optional>
+
 #include <fstream>
 #include <map>
 #include <tuple>
@@ -113,6 +116,24 @@ TEST_CASE("choose: a batch clearly slower per job ends that split's sweep") {
   CHECK(c.setting.intra_op == 2);
   CHECK(c.setting.batch == 1);
   CHECK(dev.calls.size() == 4);
+}
+
+TEST_CASE("choose: a split twice as slow as another at the same batch is not probed further") {
+  // One lease of two threads 3x slower than two single-thread leases (OpenMP on a core another
+  // process takes): after batch 1 only the two leases go on (5 calls, not 8).
+  struct Slow {
+    FakeDevice dev{.overhead = 4.0, .per_row = 1.0, .contention = 0.1};
+    TuneSample operator()(const TuneSetting& s) {
+      auto out = dev(s);
+      if (s.intra_op == 2) out.step_s *= 3, out.decode_s *= 3;
+      return out;
+    }
+  } slow;
+  AutoTuner tuner({});
+  const auto c = tuner.choose("k", two_cores(), [&slow](const TuneSetting& s) { return slow(s); });
+  CHECK(c.setting == TuneSetting{8, 2, 1});
+  REQUIRE(slow.dev.calls.size() == 5);
+  CHECK(std::count_if(slow.dev.calls.begin(), slow.dev.calls.end(), [](const TuneSetting& s) { return s.intra_op == 2; }) == 1);
 }
 
 TEST_CASE("choose: out of memory stops the sweep; all out of memory is an error") {
@@ -239,15 +260,21 @@ TEST_CASE("cap_batch: out of memory at run time lowers the cached batch for that
   CHECK(next.setting.leases == c.setting.leases);
 }
 
-TEST_CASE("default_tune_cache_dir follows XDG_CACHE_HOME, then HOME") {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const std::string saved = xdg ? xdg : "";
+TEST_CASE("default_tune_cache_dir follows VGEN_TUNE_DIR, then XDG_CACHE_HOME, then HOME") {
+  auto saved = [](const char* name) { const char* v = std::getenv(name); return v ? std::optional<std::string>(v) : std::nullopt; };
+  const auto vgen_dir = saved("VGEN_TUNE_DIR"), xdg = saved("XDG_CACHE_HOME");
+  ::setenv("VGEN_TUNE_DIR", "/tmp/tune-here", 1);
   ::setenv("XDG_CACHE_HOME", "/tmp/x-cache", 1);
+  CHECK(default_tune_cache_dir() == std::filesystem::path("/tmp/tune-here"));
+  ::setenv("VGEN_TUNE_DIR", "relative", 1);  // not absolute: ignored
+  CHECK(default_tune_cache_dir() == std::filesystem::path("/tmp/x-cache/vgen/tune"));
+  ::unsetenv("VGEN_TUNE_DIR");
   CHECK(default_tune_cache_dir() == std::filesystem::path("/tmp/x-cache/vgen/tune"));
   ::unsetenv("XDG_CACHE_HOME");
   if (const char* home = std::getenv("HOME"); home && *home == '/')
     CHECK(default_tune_cache_dir() == std::filesystem::path(home) / ".cache" / "vgen" / "tune");
-  if (xdg) ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  if (vgen_dir) ::setenv("VGEN_TUNE_DIR", vgen_dir->c_str(), 1);
+  if (xdg) ::setenv("XDG_CACHE_HOME", xdg->c_str(), 1);
 }
 
 TEST_CASE("to_string names the setting") { CHECK(to_string(TuneSetting{4, 2, 1}) == "batch 4, 2 leases x 1 thread"); }

@@ -1,6 +1,7 @@
 #include "stages/tune_probe.hpp"
 
 #include "runtime/errors.hpp"
+#include "stages/family.hpp"
 
 #include <doctest/doctest.h>
 
@@ -35,6 +36,31 @@ TEST_CASE("the probe's key is the shape's denoise group key and its steps the sp
   bigger.as_object()["width"] = 192;
   CHECK(TuneProbe(bundled(), bigger, "cpu").key() != probe.key());
   CHECK(TuneProbe(bundled(), small_spec(), "cpu").key() == probe.key());
+}
+
+TEST_CASE("the tuner's cache key is the package and the shape, computed without running a model") {
+  const auto& family = *bundled().models.front().second;
+  const auto before = family.text_cache_stats();
+  TuneProbe probe(bundled(), small_spec(), "cpu");
+  const auto key = probe.shape_key();
+  CHECK(key.rfind(family.key_prefix() + "|", 0) == 0);
+  const auto after = family.text_cache_stats();
+  CHECK(after.hits + after.misses == before.hits + before.misses);  // no text was encoded
+  // Prompt and seed do not change what a model call costs; size and steps do.
+  auto other = small_spec();
+  other.as_object()["prompt"] = "a blue square";
+  other.as_object()["seed"] = 7;
+  CHECK(TuneProbe(bundled(), other, "cpu").shape_key() == key);
+  auto longer = small_spec();
+  longer.as_object()["steps"] = 4;
+  CHECK(TuneProbe(bundled(), longer, "cpu").shape_key() != key);
+  auto taller = small_spec();
+  taller.as_object()["height"] = 192;
+  CHECK(TuneProbe(bundled(), taller, "cpu").shape_key() != key);
+  // The group key does encode (so the check above can see an encoding).
+  probe.key();
+  const auto encoded = family.text_cache_stats();
+  CHECK(encoded.hits + encoded.misses > after.hits + after.misses);
 }
 
 TEST_CASE("measure times denoiser and decoder calls at a batch and split" * doctest::timeout(300)) {
