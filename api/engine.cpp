@@ -108,6 +108,7 @@ class RuntimeImpl {
     store_pool_ = &executor_.add_pool(WorkerPool::Options{.name = "store", .threads = 1, .spin = std::chrono::microseconds(0)});
     devices_ = std::make_unique<DevicePool>(devices, DevicePoolOptions{.policy = config_.device_policy, .metrics = &metrics_});
     wo.max_batch = config_.max_batch;
+    wo.leases = devices.size() * config_.threads_per_device;
     wo.metrics = &metrics_;
     wo.tracer = &tracer_;
     if (!config_.trace_file.empty()) trace_start_ = tracer_.begin();

@@ -189,12 +189,14 @@ std::vector<StageSpec> ModelSet::stages() const {
   auto st = state_;
   auto bind = [st](asio::awaitable<void> (*fn)(State&, Job&)) { return StageFn([st, fn](Job& job) { return fn(*st, job); }); };
   const auto& o = st->options;
-  const auto batch = std::max<std::size_t>(o.max_batch, 1);
+  // Each job in a forming or running group holds a worker, and every lease may run a group:
+  // at least max_batch x leases workers, or a second lease idles while the first group's jobs
+  // hold all the workers.
+  const auto slots = std::max<std::size_t>(o.max_batch, 1) * std::max<std::size_t>(o.leases, 1);
   return {
-      // Each job waiting in a forming group holds a worker: at least max_batch of them.
-      {"preprocess", JobState::preprocess, std::max(o.preprocess_workers, batch), 16, bind(preprocess)},
-      {"denoise", JobState::denoise, std::max(o.denoise_workers, batch), 4, bind(denoise)},
-      {"decode", JobState::decode, std::max(o.decode_workers, batch), 4, bind(decode)},
+      {"preprocess", JobState::preprocess, std::max(o.preprocess_workers, slots), 16, bind(preprocess)},
+      {"denoise", JobState::denoise, std::max(o.denoise_workers, slots), 4, bind(denoise)},
+      {"decode", JobState::decode, std::max(o.decode_workers, slots), 4, bind(decode)},
       {"encode", JobState::encode, o.encode_workers, 4, bind(encode)},
   };
 }
