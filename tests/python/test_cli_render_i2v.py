@@ -1,6 +1,7 @@
-"""`vgen render --image` end to end on the tiny random Wan 2.1 I2V package: the video is
-written and probed, a different first frame gives a different video, and a missing or
-undecodable image exits 2 naming `image`, leaving no file."""
+"""`vgen render --image` end to end on each tiny random image-to-video Wan package (Wan 2.1 I2V,
+Wan 2.2 I2V-A14B's two experts): the video is written and probed, a different first frame
+gives a different video, and a missing or undecodable image exits 2 naming `image`, leaving
+no file."""
 from __future__ import annotations
 
 import json
@@ -22,12 +23,12 @@ VGEN = BUILD / "bin" / "vgen"
 pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
 
 
-@pytest.fixture(scope="module")
-def package(tmp_path_factory):
+@pytest.fixture(scope="module", params=["i2v", "a14b-i2v"])
+def package(tmp_path_factory, request):
     import PIL.Image
 
-    root = tmp_path_factory.mktemp("render_i2v")
-    src = write_tiny_wan(root / "diffusers", seed=0, variant="i2v")
+    root = tmp_path_factory.mktemp("render_" + request.param)
+    src = write_tiny_wan(root / "diffusers", seed=0, variant=request.param)
     ew.export_wan(src, root / "pkg", dtype="float32", tiny=True, seed=0)
     pixels = pattern(32, 48)
     PIL.Image.fromarray(pixels).save(root / "in.png")
