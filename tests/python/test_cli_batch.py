@@ -226,7 +226,9 @@ def test_a_signal_after_the_whole_file_was_read_cancels_the_running_jobs(package
     """All lines fit in the queues, so the batch is only waiting for its jobs when the signal
     comes: those must be cancelled too, not run to their end."""
     config = tmp_path / "c.json"
-    config.write_text(json.dumps({"stages": {"preprocess": {"queue": 16}}}))
+    # One job at a time: an auto-tuned group of several would finish them together.
+    config.write_text(json.dumps({"stages": {"preprocess": {"queue": 16}}, "batching": {"max_batch": 1},
+                                  "threads": {"per_device": 1}}))
     out = tmp_path / "out"
     proc = start_batch(package, long_jsonl(tmp_path / "jobs.jsonl", 6, steps=80), out, "--json", "--config", str(config))
     try:
