@@ -75,8 +75,22 @@ def make_device_agnostic(module: torch.jit.ScriptModule) -> int:
     return replaced
 
 
+class Handoff:
+    """Carries the only reference to a large module into the function that may free it (a
+    caller's local variable would keep it alive for the whole call)."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def take(self):
+        module, self.module = self.module, None
+        return module
+
+
 def _weights(module: torch.jit.ScriptModule) -> list[tuple[str, torch.Tensor]]:
-    return list(module.named_parameters()) + list(module.named_buffers())
+    """Every parameter and buffer slot, shared ones under each of their names (a tied weight,
+    e.g. T5's embedding, is written once per name: the loaders fill slots by name)."""
+    return list(module.named_parameters(remove_duplicate=False)) + list(module.named_buffers(remove_duplicate=False))
 
 
 def _owner(module: torch.jit.ScriptModule, name: str):
