@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -143,4 +144,25 @@ TEST_CASE("the weights file must be a plain name beside the TorchScript file") {
     CAPTURE(bad);
     CHECK_THROWS_AS(weights_file_for("/p/t.pt", bad), Error);
   }
+}
+
+TEST_CASE("a split component whose weights do not fit in memory is refused before mapping") {
+  test::TempDir dir;
+  torch::jit::Module m("Big");
+  m.register_parameter("w", at::ones({256, 1024}), false);  // 1 MiB
+  m.define("def forward(self, x):\n  return x.matmul(self.w)\n");
+  write_safetensors(dir / "big.safetensors", {{"w", "F32", {256, 1024}, bytes_of(m.attr("w").toTensor())}});
+  m.setattr("w", at::empty({0}));
+  m.save((dir / "split.pt").string(), {{kWeightsExtraFile, R"({"file": "big.safetensors"})"}});
+  REQUIRE(fs::file_size(dir / "split.pt") < (512u << 10));
+  ::setenv("VGEN_MEMORY_AVAILABLE", std::to_string(512u << 10).c_str(), 1);
+  std::string msg;
+  try {
+    load_module("torchscript", dir / "split.pt", "cpu", c10::kFloat);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  ::unsetenv("VGEN_MEMORY_AVAILABLE");
+  CHECK(msg.find("model weights '") != std::string::npos);
+  CHECK(msg.find("big.safetensors") != std::string::npos);
 }
