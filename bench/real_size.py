@@ -172,14 +172,17 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--skip-diffusers", action="store_true")
+    ap.add_argument("--layers", type=int, default=TRANSFORMER["num_layers"],
+                    help="transformer blocks (30: the real 1.3B; fewer for a quicker, smaller run)")
     ap.add_argument("--phase", choices=["build", "diffusers"], help=argparse.SUPPRESS)  # child mode
     a = ap.parse_args()
+    TRANSFORMER["num_layers"] = a.layers
     if a.phase:
         print(json.dumps(phase_build(a.work, a.seed) if a.phase == "build" else phase_diffusers(a.work, a)))
         return
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads)}
     me = [str(VENV_PY), str(Path(__file__).resolve()), "--work", str(a.work), "--threads", str(a.threads),
-          "--steps", str(a.steps), "--width", str(a.width), "--height", str(a.height), "--frames", str(a.frames)]
+          "--steps", str(a.steps), "--width", str(a.width), "--height", str(a.height), "--frames", str(a.frames), "--layers", str(a.layers)]
     a.work.mkdir(parents=True, exist_ok=True)
     pkg, result = a.work / "pkg", {"machine": machine(), "params": {k: str(v) for k, v in vars(a).items()},
                                    "config_sources": CONFIG_SOURCES, "transformer_config": TRANSFORMER}

@@ -3,6 +3,7 @@
 #include "runtime/errors.hpp"
 #include "runtime/host_memory.hpp"
 #include "runtime/registry.hpp"
+#include "stages/mapped_weights.hpp"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -117,7 +118,16 @@ std::shared_ptr<const Module> load_torchscript(const fs::path& file, c10::Device
   if (device.is_cpu())
     check_fits_in_memory("model file '" + file.string() + "'", fs::file_size(file), available_memory_bytes());
   try {
-    auto m = torch::jit::load(file.string(), device);
+    torch::jit::ExtraFilesMap extra{{kWeightsExtraFile, ""}};
+    auto m = torch::jit::load(file.string(), device, extra);
+    // A split component (stages/mapped_weights.hpp): the TorchScript file was only the code;
+    // its weights are mapped, read when first used; one larger than memory would thrash.
+    if (const auto weights = weights_file_for(file, extra[kWeightsExtraFile]); !weights.empty()) {
+      if (device.is_cpu() && fs::is_regular_file(weights))
+        check_fits_in_memory("model weights '" + weights.string() + "'", fs::file_size(weights),
+                             available_memory_bytes());
+      attach_mapped_weights(m, weights, device);
+    }
     m.eval();  // the file's own parameter dtypes are kept: `dtype` describes them
     return std::make_shared<TorchScriptModule>(std::move(m), device, dtype);
   } catch (const c10::Error& e) {

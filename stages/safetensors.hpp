@@ -39,6 +39,7 @@ class SafetensorsFile {
 
   const std::filesystem::path& file() const { return file_; }
   std::uint64_t file_size() const { return file_size_; }
+  std::uint64_t data_start() const { return data_start_; }  // file offset of the data region
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }  // in header order
   const SafetensorsTensor* find(std::string_view name) const;                 // nullptr if absent
   const std::map<std::string, std::string>& metadata() const { return metadata_; }

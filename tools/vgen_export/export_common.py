@@ -3,11 +3,25 @@ without warnings noise, device-agnostic saving, and the jit-vs-eager checks."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import struct
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
+
+# Components whose weights reach this many bytes are saved split: the TorchScript file keeps
+# the code and empty placeholders, the weights go to <stem>.safetensors beside it, named in
+# the extra file "vgen_weights" ({"file", "sha256"}). vgen maps that file instead of copying
+# it (stages/mapped_weights.hpp); load_saved() does the same here. 0 splits every component.
+SPLIT_ABOVE = int(os.environ.get("VGEN_SPLIT_WEIGHTS_ABOVE", str(256 << 20)))
+WEIGHTS_EXTRA = "vgen_weights"
+_ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
+              torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+              torch.bool: "BOOL"}
 
 
 def _two_frames(cache: torch.Tensor) -> torch.Tensor:
@@ -61,13 +75,109 @@ def make_device_agnostic(module: torch.jit.ScriptModule) -> int:
     return replaced
 
 
-def _save(module: torch.jit.ScriptModule, path: Path) -> dict[str, int]:
+class Handoff:
+    """Carries the only reference to a large module into the function that may free it (a
+    caller's local variable would keep it alive for the whole call)."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def take(self):
+        module, self.module = self.module, None
+        return module
+
+
+def _weights(module: torch.jit.ScriptModule) -> list[tuple[str, torch.Tensor]]:
+    """Every parameter and buffer slot, shared ones under each of their names (a tied weight,
+    e.g. T5's embedding, is written once per name: the loaders fill slots by name)."""
+    return list(module.named_parameters(remove_duplicate=False)) + list(module.named_buffers(remove_duplicate=False))
+
+
+def _owner(module: torch.jit.ScriptModule, name: str):
+    c = module._c  # noqa: SLF001 - the C++ module: slots are replaced there, not in eager modules
+    *path, leaf = name.split(".")
+    for part in path:
+        c = c.getattr(part)
+    return c, leaf
+
+
+def write_weights(path: Path, named: list[tuple[str, torch.Tensor]]) -> str:
+    """Streams the tensors into a safetensors file, largest element size first (so that every
+    tensor starts at a multiple of its element size) with the data region 64-byte aligned;
+    no second copy of the weights is made. Returns the file's sha256."""
+    named = sorted(named, key=lambda kv: -kv[1].element_size())
+    header, offset = {}, 0
+    for name, t in named:
+        if t.dtype not in _ST_DTYPES:
+            raise ValueError(f"{path.name}: tensor '{name}' has dtype {t.dtype}, not storable in safetensors")
+        header[name] = {"dtype": _ST_DTYPES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + t.numel() * t.element_size()]}
+        offset += t.numel() * t.element_size()
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-(8 + len(text)) % 64)
+    digest = hashlib.sha256()
+    with open(path, "wb") as f:
+        for chunk in (struct.pack("<Q", len(text)), text):
+            f.write(chunk)
+            digest.update(chunk)
+        for _, t in named:
+            data = memoryview(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy())
+            f.write(data)
+            digest.update(data)
+    return digest.hexdigest()
+
+
+def load_weights(module: torch.jit.ScriptModule, path: Path) -> None:
+    """Points the module's parameters and buffers at a private mapping of `path` (no copy)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    header.pop("__metadata__", None)
+    start, size = 8 + n, path.stat().st_size
+    storage = torch.UntypedStorage.from_file(str(path), shared=False, nbytes=size)
+    named = dict(_weights(module))
+    if set(named) != set(header):
+        raise RuntimeError(f"{path.name}: tensors {sorted(set(header) ^ set(named))[:5]} do not match the module")
+    with torch.no_grad():
+        for name, t in named.items():
+            begin = start + header[name]["data_offsets"][0]
+            t.set_(storage, begin // t.element_size(), header[name]["shape"])
+
+
+def load_saved(path: Path, map_location=None) -> torch.jit.ScriptModule:
+    """torch.jit.load for a component _save wrote, split or not."""
+    extra = {WEIGHTS_EXTRA: ""}
+    module = torch.jit.load(str(path), map_location=map_location, _extra_files=extra)
+    info = extra[WEIGHTS_EXTRA]
+    if info:
+        load_weights(module, Path(path).parent / json.loads(info)["file"])
+    return module
+
+
+def _save(module: torch.jit.ScriptModule, path: Path, split_above: int | None = None) -> dict[str, Any]:
     replaced = make_device_agnostic(module)
-    module.save(str(path))
+    named = _weights(module)
+    total = sum(t.numel() * t.element_size() for _, t in named)
+    split_above = SPLIT_ABOVE if split_above is None else split_above
+    extra, stripped, weights = {}, [], None
+    if named and total >= split_above:
+        weights = path.with_suffix(".safetensors")
+        sha = write_weights(weights, named)
+        extra = {WEIGHTS_EXTRA: json.dumps({"file": weights.name, "sha256": sha})}
+        for name, t in named:  # placeholders in the saved file; the traced module is restored
+            owner, leaf = _owner(module, name)
+            owner.setattr(leaf, torch.empty(0, dtype=t.dtype))
+            stripped.append((owner, leaf, t))
+    try:
+        module.save(str(path), _extra_files=extra)
+    finally:
+        for owner, leaf, t in stripped:
+            owner.setattr(leaf, t)
     left = count_device_constants(torch.jit.load(str(path)))
     if left:
         raise RuntimeError(f"{path.name}: {left} device constants survive")
-    return {"device_constants_replaced": replaced, "device_constants_left": left}
+    return {"device_constants_replaced": replaced, "device_constants_left": left,
+            **({"weights_file": weights.name, "weights_bytes": total} if weights else {})}
 
 
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from . import manifest as mf
+from .export_common import load_saved
 from .export_wan import DTYPES, _assert_checks, _max_diff, _save, _tolerance, _trace, find_spm_file
 from .latent_preview import preview_section, torchscript_decoder
 from .reference_loop import check_tokenizer
@@ -159,7 +160,7 @@ def export_text_encoder(encoder, path: Path, max_length: int, dtype, gen) -> dic
     vocab = encoder.config.vocab_size
     traced = _trace(wrapper, (torch.randint(0, vocab, (2, max_length), generator=gen),))
     saved = _save(traced, path)
-    loaded = torch.jit.load(str(path))
+    loaded = load_saved(path)
     checks = []
     for batch in (1, 3):
         ids = torch.randint(0, vocab, (batch, max_length), generator=gen)
@@ -189,7 +190,7 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, tem
     trace = inputs(2, 2, 2, 3, 25.0, [3, max_length], per_token=True)
     traced = _trace(wrapper, trace)
     saved = _save(traced, path)
-    loaded = torch.jit.load(str(path))
+    loaded = load_saved(path)
     checks = []
     for b, f, h, w, fps, lengths, per_token in ((1, 3, 2, 2, 24.0, [5], False), (3, 1, 1, 1, 25.0, [1, 7, max_length], False),
                                                 (2, 2, 2, 3, 30.0, [3, 4], False), (3, 3, 2, 2, 24.0, [5, 2, 9], True)):
@@ -209,7 +210,7 @@ def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
     c = vae.config.latent_channels
     traced = _trace(wrapper, (torch.randn(1, c, 2, 2, 2, generator=gen), torch.tensor([0.05])))
     saved = _save(traced, path)
-    loaded = torch.jit.load(str(path))
+    loaded = load_saved(path)
     checks = []
     for b, f, h, w in ((1, 1, 1, 1), (2, 3, 2, 3), (1, 2, 2, 2)):
         z = torch.randn(b, c, f, h, w, generator=gen)
@@ -224,7 +225,7 @@ def export_vae_encoder(vae, path: Path, gen) -> dict[str, Any]:
     t, s = int(vae.temporal_compression_ratio), int(vae.spatial_compression_ratio)
     traced = _trace(wrapper, (torch.rand(1, 3, 1, 2 * s, 2 * s, generator=gen) * 2 - 1,))
     saved = _save(traced, path)
-    loaded = torch.jit.load(str(path))
+    loaded = load_saved(path)
     checks = []
     for b, f, h, w in ((1, 1, 2, 3), (2, 1, 1, 1), (1, t + 1, 2, 2)):
         x = torch.rand(b, 3, f, h * s, w * s, generator=gen) * 2 - 1

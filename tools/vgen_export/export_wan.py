@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import inspect
 import json
 import shutil
@@ -32,7 +33,7 @@ from .export_wan_i2v import a14b_image_conditioning, add_i2v_sections, export_i2
 from .export_wan_ti2v import add_ti2v_sections, export_ti2v_encoder
 from .export_common import (_assert_checks, _failed_checks, _graphs, _max_diff, _save,  # noqa: F401
                             _tolerance, _trace, _two_frames, _unpatchify, count_device_constants,
-                            make_device_agnostic)
+                            Handoff, load_saved, make_device_agnostic)
 from .reference_loop import check_tokenizer, compact_context
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -276,7 +277,7 @@ def export_text_encoder(encoder, path: Path, max_length: int, dtype, gen) -> dic
     trace_lens = [min(5, max_length), max(1, max_length // 3)]
     traced = _trace(wrapper, _mask_batch(trace_lens, max_length, vocab, gen))
     saved = _save(traced, path)
-    loaded = torch.jit.load(str(path))
+    loaded = load_saved(path)
     checks = []
     for lengths, length in (([1, min(7, max_length), max_length], max_length),
                             ([max_length], max_length), ([3, 16], min(16, max_length))):
@@ -322,9 +323,16 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, qua
                        per_token_timesteps: bool = False) -> dict[str, Any]:
     """per_token_timesteps (Wan 2.2 TI2V, expand_timesteps): the module takes timestep float32
     [B, tokens], one per patch (F' * H'/2 * W'/2), as diffusers passes it; the checks zero the
-    first latent frame's tokens in half the rows, as image-to-video does."""
+    first latent frame's tokens in half the rows, as image-to-video does.
+
+    A Handoff as `transformer` gives this function the only reference: the eager module is
+    then freed once the references are computed and the file written, before the saved copy
+    is loaded for the checks, so the export never holds two copies of the weights."""
+    owned = isinstance(transformer, Handoff)
+    transformer = transformer.take() if owned else transformer
     cfg = transformer.config
     wrapper = TransformerExport(transformer).eval()
+    del transformer  # the wrapper holds it
     float_wrapper, quantized = wrapper, 0
     if quantize == "int8":
         wrapper, quantized = quantize_int8(wrapper)
@@ -353,34 +361,48 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, qua
         traced = torch.jit.trace_module(wrapper, {"forward": trace_full,
                                                   "forward_compact": (*trace_full[:2], trace_ctx, trace_bias)},
                                         check_trace=False)
-    saved = _save(traced, path)
-    loaded = torch.jit.load(str(path))
-    checks = []
+    # Eager references first (the same draws of `gen`, in the same order, as the checks use).
+    refs = []
     for shape in ((1, 3, 3, 4), (3, 1, 1, 1), trace_shape):
         args = inputs(*shape)
-        ref = wrapper(*args)
+        refs.append((args, wrapper(*args), float_wrapper(*args) if quantized else None))
+    compact_refs = compact_context_refs(float_wrapper, inputs, padded, max_length)
+    saved = _save(traced, path)
+    if owned:  # the traced module shares the eager weights: both go before the reload
+        del traced, wrapper, float_wrapper
+        gc.collect()
+    loaded = load_saved(path)
+    checks = []
+    for args, ref, float_ref in refs:
         checks.append({"shape": list(args[0].shape), "max_abs_diff": _max_diff(loaded(*args), ref),
                        "tolerance": _tolerance(dtype, ref)})
         if quantized:  # how far int8 moves the prediction from float (reported, not a check)
-            checks[-1]["max_abs_diff_vs_float"] = _max_diff(loaded(*args), float_wrapper(*args))
+            checks[-1]["max_abs_diff_vs_float"] = _max_diff(loaded(*args), float_ref)
     b, f, h, w = trace_shape
     return {"trace_shape": [b, cfg.in_channels, f, h * ph, w * pw], **saved, "checks": checks,
             **({"quantized_linears": quantized} if quantized else {}),
-            "compact_context": check_compact_context(loaded, float_wrapper, inputs, padded, max_length,
+            "compact_context": check_compact_context(loaded, compact_refs,
                                                      int8_slack=max((c.get("max_abs_diff_vs_float", 0.0) for c in checks),
                                                                     default=0.0))}
 
 
-def check_compact_context(loaded, wrapper, inputs, padded, max_length: int, int8_slack: float = 0.0) -> dict[str, Any]:
+def compact_context_refs(wrapper, inputs, padded, max_length: int) -> list[tuple[Any, list[int], torch.Tensor]]:
+    """Eager predictions on zero-padded contexts, for check_compact_context: (args, lengths, ref)."""
+    refs = []
+    for shape, lengths in (((2, 2, 3, 3), [1, 9]), ((3, 1, 2, 2), [max_length, 2, min(30, max_length)]),
+                           ((1, 3, 2, 4), [min(7, max_length)])):
+        args = padded(inputs(*shape), lengths)
+        refs.append((args, lengths, wrapper(*args)))
+    return refs
+
+
+def check_compact_context(loaded, refs, int8_slack: float = 0.0) -> dict[str, Any]:
     """Whether forward_compact on the compacted context gives eager diffusers' prediction on the
     zero-padded one (manifest transformer.compact_context). float32's tolerance in every dtype,
     as for the text encoder's padding: a half-precision ln(n) bias rounds. An int8 module is
     held to twice its own distance from float32 (int8_slack) against the float32 prediction."""
     checks = []
-    for shape, lengths in (((2, 2, 3, 3), [1, 9]), ((3, 1, 2, 2), [max_length, 2, min(30, max_length)]),
-                           ((1, 3, 2, 4), [min(7, max_length)])):
-        args = padded(inputs(*shape), lengths)
-        ref = wrapper(*args)
+    for args, lengths, ref in refs:
         ctx, bias = compact_context(args[2], lengths)
         out = loaded.forward_compact(args[0], args[1], ctx, bias)
         checks.append({"shape": list(args[0].shape), "lengths": lengths, "context_rows": int(ctx.size(1)),
@@ -407,7 +429,7 @@ def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
             _, caches = first(z0[:, :, :1])
             traced_step = _trace(step, (z0[:, :, 1:2], caches))
         saved = _save(torch.jit.script(VaeDecoderExport(traced_first, traced_step)), path)
-        loaded = torch.jit.load(str(path))
+        loaded = load_saved(path)
         checks = [{"shape": list(z.shape), "max_abs_diff": _max_diff(loaded(z), ref), "tolerance": 1e-5}
                   for z, ref in zip(zs, refs)]
         return {"trace_shape": [1, z_dim, 1, 4, 4], "cache_tensors": len(used), "rms_norms_rewritten": rewritten,
@@ -470,15 +492,15 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
             checks.update(parts["checks"])
             tcfg = parts["transformer_config"]
         else:
-            transformer = WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer",
-                                                                dtype=tdtype).eval()
-            tcfg = dict(transformer.config)
+            transformer = Handoff(WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer",
+                                                                        dtype=tdtype).eval())
+            tcfg = dict(transformer.module.config)
             checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", max_length, tdtype,
                                                        gen, quantize, per_token_timesteps=ti2v)
             del transformer
         if experts:
-            transformer = WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer_2",
-                                                                dtype=tdtype).eval()
+            transformer = Handoff(WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer_2",
+                                                                        dtype=tdtype).eval())
             checks["transformer_2"] = export_transformer(transformer, out_dir / "transformer_2.pt", max_length,
                                                          tdtype, gen, quantize)
             del transformer

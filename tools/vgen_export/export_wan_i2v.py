@@ -28,7 +28,7 @@ from typing import Any, List, Tuple
 
 import torch
 
-from .export_common import _assert_checks, _max_diff, _patchify, _save, _tolerance, _trace, _two_frames
+from .export_common import _assert_checks, _max_diff, _patchify, _save, _tolerance, _trace, _two_frames, load_saved
 
 
 # --------------------------------------------------------------------------- image encoder
@@ -81,7 +81,7 @@ def export_image_encoder(model, processor, path, gen) -> dict[str, Any]:
     driver = ImageEncoderExport(traced, int(size), int(crop["height"]), int(crop["width"]),
                                 processor.image_mean, processor.image_std, modes[int(processor.resample)])
     saved = _save(torch.jit.script(driver), path)
-    loaded = torch.jit.load(str(path))
+    loaded = load_saved(path)
     checks = []
     # Images whose shortest edge is the processor's size: exact. A larger one: PIL's uint8
     # resize against torch's antialiased float resize (recorded, looser).
@@ -167,7 +167,7 @@ def export_vae_encoder(vae, path, gen) -> dict[str, Any]:
     _, caches = first(x0[:, :, :1])
     traced_step = _trace(step, (x0[:, :, 1:5], caches))
     saved = _save(torch.jit.script(VaeEncoderExport(traced_first, traced_step)), path)
-    loaded = torch.jit.load(str(path))
+    loaded = load_saved(path)
     checks = []
     for b, f, h, w in ((1, 9, 4 * u, 6 * u), (2, 1, 2 * u, 2 * u), (1, 5, 3 * u, 5 * u)):
         x = torch.rand(b, 3, f, h, w, generator=gen) * 2 - 1
@@ -215,7 +215,7 @@ def export_transformer_i2v(transformer, path, max_length: int, image_tokens: int
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(wrapper, inputs(*trace_shape), check_trace=False)
     saved = _save(traced, path)
-    loaded = torch.jit.load(str(path))
+    loaded = load_saved(path)
     checks = []
     for shape in ((1, 3, 3, 4), (3, 1, 1, 1), trace_shape):
         args = inputs(*shape)

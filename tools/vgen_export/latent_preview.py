@@ -35,9 +35,11 @@ import torch.nn.functional as F
 
 if __package__:
     from . import manifest as mf
+    from .export_common import load_saved
 else:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from vgen_export import manifest as mf  # noqa: E402
+    from vgen_export.export_common import load_saved  # noqa: E402
 
 Decoder = Callable[[torch.Tensor], torch.Tensor]  # loop latents [B, C, F', H', W'] -> [B, 3, F, H, W] in [-1, 1]
 
@@ -150,7 +152,7 @@ def torchscript_decoder(pkg_dir: Path, manifest: dict[str, Any]) -> Decoder:
     """The package's vae_decoder.pt behind its family's un-normalisation (Wan's, or LTX's for an
     ``ltx-video`` package)."""
     entry = manifest["components"]["vae_decoder"]
-    module = torch.jit.load(str(Path(pkg_dir) / entry["file"]), map_location="cpu").eval()
+    module = load_saved(Path(pkg_dir) / entry["file"], map_location="cpu").eval()
     dtype = getattr(torch, entry.get("dtype", manifest.get("dtype", "float32")))
     if manifest.get("family") == mf.FAMILY_LTX_VIDEO:
         return ltx_loop_decoder(module, manifest["latent"], manifest.get("vae", {}), dtype)

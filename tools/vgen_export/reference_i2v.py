@@ -20,12 +20,13 @@ from typing import Any
 
 import torch
 
+from .export_common import load_saved
 from .reference_loop import encode_prompts, initial_noise, load_package, unnormalise
 
 
 def condition_latents(pkg, image: torch.Tensor, frames: int) -> torch.Tensor:
     """image [3,H,W] in [0,1] -> [1, 4 + C, F', H', W'] (mask, then normalised condition)."""
-    enc = torch.jit.load(str(pkg.root / pkg.manifest["components"]["vae_encoder"]["file"]))
+    enc = load_saved(pkg.root / pkg.manifest["components"]["vae_encoder"]["file"])
     lat = pkg.manifest["latent"]
     c, t = lat["channels"], lat["temporal_scale"]
     video = torch.zeros(1, 3, frames, image.shape[1], image.shape[2])
@@ -45,7 +46,7 @@ def run_i2v_reference(pkg, image: torch.Tensor, prompt: str, negative_prompt: st
     man = pkg.manifest
     cfg = guidance_scale > 1.0
     embeds = encode_prompts(pkg, [prompt] + ([negative_prompt] if cfg else []))["prompt_embeds"].to(pkg.dtype)
-    load = lambda name: torch.jit.load(str(pkg.root / man["components"][name]["file"]))  # noqa: E731
+    load = lambda name: load_saved(pkg.root / man["components"][name]["file"])  # noqa: E731
     tokens = man["image_conditioning"].get("image_encoder", True)
     experts = man.get("experts")
     rec: dict[str, Any] = {}

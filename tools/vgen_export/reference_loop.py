@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from .export_common import load_saved
 from .manifest import read_manifest
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -101,7 +102,7 @@ def load_package(pkg_dir: Path | str) -> WanPackage:
     comp = manifest["components"]
 
     def load(name: str):
-        return torch.jit.load(str(root / comp[name]["file"]), map_location="cpu").eval()
+        return load_saved(root / comp[name]["file"], map_location="cpu").eval()
 
     return WanPackage(root, manifest, load("text_encoder"), load("transformer"), load("vae_decoder"))
 
