@@ -2,7 +2,8 @@
 
 #include "api/job_entry.hpp"
 
-#include "api/journal.hpp"
+#include "api/job_recovery.hpp"
+#include "api/output_reservations.hpp"
 #include "api/result_cache.hpp"
 #include "api/runtime_tuning.hpp"
 #include "runtime/content_key.hpp"
@@ -57,7 +58,8 @@ class RuntimeImpl {
       : config_(std::move(config)),
         executor_(Executor::Options{.io_threads = config_.io_threads,
                                     .spin = std::chrono::microseconds(config_.spin_us)}),
-        result_cache_(config_.result_cache_entries, config_.result_cache_ttl) {
+        result_cache_(config_.result_cache_entries, config_.result_cache_ttl),
+        outputs_(config_.output_dir, config_.journal, config_.overwrite_outputs) {
     if (config_.model.empty()) config_.model = default_model_dir();
     std::error_code ec;
     fs::create_directories(config_.output_dir, ec);
@@ -131,7 +133,7 @@ class RuntimeImpl {
     // The lock and the job store come before any worker starts: a store that cannot be opened
     // fails the constructor with nothing running (it used to open after the workers had
     // started, which then ran on a freed pipeline).
-    if (config_.exclusive_output) lock_outputs();
+    if (config_.exclusive_output) locks_ = lock_output_dirs(config_.output_dir, config_.journal);
     // What a crashed writer of this directory left (skipping live writers' temporaries).
     if (const auto swept = sweep_temporaries(config_.output_dir))
       spdlog::info("removed {} temporary file(s) a crashed run left in {}", swept, config_.output_dir.string());
@@ -140,7 +142,7 @@ class RuntimeImpl {
     // Running denoise groups see who waits in the denoise queue: higher priority preempts.
     models_->set_waiting_probe([p = pipeline_.get()](int priority) { return p->waiting_above("denoise", priority); });
     pipeline_->start();
-    resume_unfinished();
+    recovery_->resume_unfinished(executor_.get_executor());
   }
 
   // Step checkpoints need a journal (a job found after a restart is what resumes from one).
@@ -247,7 +249,10 @@ class RuntimeImpl {
   std::optional<JobHandle> find(const std::string& id) {
     expire_finished();
     if (auto e = lookup(id)) return JobHandle(e);
-    if (auto e = from_journal(id)) return JobHandle(e);
+    if (auto e = recovery_->from_journal(id)) {
+      std::lock_guard lock(mutex_);
+      return JobHandle(entries_.emplace(id, e).first->second);
+    }
     return std::nullopt;
   }
 
@@ -344,7 +349,12 @@ class RuntimeImpl {
     entry->id = o.id.empty() ? new_job_id() : o.id;  // time-ordered and unique across processes
     if (entries_.count(entry->id) || (!o.id.empty() && !o.resuming && store_->find(o.id)))
       throw_error(ErrorKind::already_exists, "id: a job with id '" + entry->id + "' already exists");
-    reserve_output(*entry, spec, o.resuming);
+    // Outputs may not be overwritten (the service) unless the store says this same job (same
+    // content key) wrote the file; the runtime's own files are never outputs.
+    entry->output = outputs_.reserve(entry->id, spec, o.resuming, [&](const fs::path& path) {
+      const auto rec = store_->find_output(path.string());
+      return rec && rec->key == content_key(spec);
+    });
     entry->spec = spec;  // what JobHandle::result() shows before the job ends
     if (o.on_progress) entry->listeners.emplace(entry->next_listener++, o.on_progress);
     entries_.emplace(entry->id, entry);
@@ -357,8 +367,7 @@ class RuntimeImpl {
     {
       std::lock_guard lock(mutex_);
       if (auto it = entries_.find(id); it != entries_.end()) {
-        if (auto c = claimed_outputs_.find(it->second->output); c != claimed_outputs_.end() && c->second == id)
-          claimed_outputs_.erase(c);
+        outputs_.release(it->second->output, id);
         entries_.erase(it);
       }
     }
@@ -368,152 +377,37 @@ class RuntimeImpl {
   // ---- job store ----
 
   void journal_submitted(const JobEntry& entry, const JobSpec& spec, const json::value& raw) {
-    store_->record_accepted(entry.id, job_content_key(models_->model_id(spec), spec).hex(), raw.as_object());
+    recovery_->record_submitted(entry.id, job_content_key(models_->model_id(spec), spec).hex(), raw.as_object());
   }
 
-  void journal_finished(const JobEntry& entry, const JobResult& r) {
-    // A job cancelled by a graceful stop (not by its client) stays unfinished: it resumes, and
-    // the attempt the stop ended is not a crash.
-    if (stopping_ && r.state == JobState::cancelled && !entry.cancelled_by_request) {
-      try {
-        store_->unclaim(r.id);
-      } catch (const std::exception& e) {
-        spdlog::error("job store {}: {}", store_->location(), e.what());
-      }
-      return;
-    }
-    if (entry.key) models_->drop_checkpoint(entry.key->hex());  // ended for good: no resume needs it
-    JobRecord rec;
-    rec.id = r.id;
-    rec.status = std::string(to_string(r.state));
-    rec.output = r.output.string();
-    std::error_code ec;
-    if (r.state == JobState::done && fs::is_regular_file(r.output, ec)) rec.output_bytes = fs::file_size(r.output, ec);
-    rec.content_type = r.content_type;
-    if (r.error_kind) rec.error_kind = std::string(to_string(*r.error_kind));
-    rec.error = r.error;
-    rec.seconds = r.seconds;
-    rec.retries = r.retries;
-    rec.cache_hit = r.cache_hit;
-    try {
-      store_->record_finished(rec);
-    } catch (const std::exception& e) {
-      spdlog::error("job store {}: could not record the end of {}: {}", store_->location(), r.id, e.what());
-    }
-  }
-
-  void lock_outputs() {
-    locks_.push_back(OutputLock::for_directory(config_.output_dir));
-    // A journal kept elsewhere can be shared by two output directories: it gets its own lock.
-    if (!config_.journal.empty()) {
-      std::error_code e1, e2;
-      const auto journal_dir = fs::weakly_canonical(fs::absolute(config_.journal), e1).parent_path();
-      const auto output_dir = fs::weakly_canonical(fs::absolute(config_.output_dir), e2);
-      if (e1 || e2 || journal_dir != output_dir) locks_.push_back(OutputLock::for_file(config_.journal));
-    }
-  }
-
-  // The configured store: the SQLite journal when a file is given, else memory.
+  // The configured store (api/job_recovery.hpp), with what it needs of the runtime.
   void open_store() {
-    register_builtin_job_stores();
-    store_ = config_.journal.empty() ? job_stores().get("memory")({}) : job_stores().get(config_.job_store)(config_.journal);
+    JobRecovery::Hooks hooks;
+    hooks.validate = [this](const json::value& spec) { return validate(spec); };
+    hooks.register_resumed = [this](const std::string& id, const JobSpec& spec) {
+      SubmitOptions options;
+      options.id = id;
+      options.resuming = true;
+      return register_entry(options, spec);
+    };
+    hooks.resubmit = [this](json::value spec, std::shared_ptr<JobEntry> entry) { return resubmit(std::move(spec), std::move(entry)); };
+    hooks.end_entry = [this](const std::shared_ptr<JobEntry>& entry, const JobResult& r) { end_unrun(entry, r); };
+    hooks.drop_checkpoint = [this](const std::string& key) { models_->drop_checkpoint(key); };
+    hooks.stopping = [this] { return stopping_.load() || drained_.load(); };
+    recovery_ = std::make_unique<JobRecovery>(config_, metrics_, std::move(hooks));
+    store_ = &recovery_->store();
   }
 
-  // Every unfinished job is registered here, before the constructor returns (so before a
-  // service takes requests): found by id and holding its output name from the start, not only
-  // once the resume coroutine, which waits for queue room, reaches it.
-  void resume_unfinished() {
-    if (!config_.resume_journal) {
-      store_->mark_unfinished_interrupted();
-      return;
-    }
-    auto records = quarantine(store_->unfinished());
-    if (records.empty()) return;
-    spdlog::info("job store {}: resuming {} unfinished job(s)", store_->location(), records.size());
-    std::vector<std::pair<JobRecord, std::shared_ptr<JobEntry>>> pending;
-    for (auto& rec : records) {
-      try {
-        SubmitOptions options;
-        options.id = rec.id;
-        options.resuming = true;
-        pending.emplace_back(rec, register_entry(options, validate(json::value(rec.spec))));
-      } catch (const std::exception& e) {
-        fail_resume(rec, nullptr, e.what());
-      }
-    }
-    asio::co_spawn(executor_.get_executor(), resume(std::move(pending)), asio::detached);
+  // A resumed job (registered by resume_unfinished) back into the pipeline.
+  asio::awaitable<void> resubmit(json::value spec, std::shared_ptr<JobEntry> entry) {
+    SubmitOptions options;  // named locals: GCC 12 mishandles class temporaries inside a co_await expression
+    options.id = entry->id;
+    options.resuming = true;
+    co_await async_submit(std::move(spec), std::move(options), std::move(entry));
   }
 
-  // Fails the records whose compute started quarantine_after times in processes that died
-  // (every claim of an unfinished job is an attempt that never ended); returns the others.
-  std::vector<JobRecord> quarantine(std::vector<JobRecord> records) {
-    if (config_.quarantine_after == 0) return records;
-    std::vector<JobRecord> keep;
-    for (auto& rec : records) {
-      if (static_cast<std::size_t>(rec.attempts) < config_.quarantine_after) {
-        keep.push_back(std::move(rec));
-        continue;
-      }
-      spdlog::error("job {} crashed the worker {} times: quarantined (failed, not run again)", rec.id, rec.attempts);
-      rec.status = "failed";
-      rec.error_kind = std::string(to_string(ErrorKind::internal));
-      rec.error = "crashed the worker " + std::to_string(rec.attempts) + " times";
-      try {
-        store_->record_finished(rec);
-      } catch (const std::exception& e) {
-        spdlog::error("job store {}: {}", store_->location(), e.what());
-      }
-      metrics_.counter("vgen_jobs_quarantined_total", "Jobs failed because they crashed the worker repeatedly", {}).inc();
-    }
-    return keep;
-  }
-
-  // Resubmits a crashed runtime's unfinished jobs under their ids (waiting for queue room).
-  // Suspects first, each alone: a job whose compute had started when a process died (claimed,
-  // attempts >= 1) may be what killed it, or may have been beside the job that did. Run alone,
-  // a crash can only be its own, so an innocent bystander is never quarantined (unless a new
-  // client job crashes the worker while a suspect reruns). Likely-innocent suspects (fewer
-  // attempts) go first; then the jobs that never started, as before.
-  asio::awaitable<void> resume(std::vector<std::pair<JobRecord, std::shared_ptr<JobEntry>>> pending) {
-    const auto order = [](const JobRecord& r) { return r.attempts > 0 ? r.attempts : INT_MAX; };  // suspects by attempts, then the rest
-    std::stable_sort(pending.begin(), pending.end(), [&](const auto& a, const auto& b) { return order(a.first) < order(b.first); });
-    for (auto& [rec, entry] : pending) {
-      try {
-        if (entry->cancelled_by_request) throw_error(ErrorKind::cancelled, "cancelled by request before it resumed");
-        // Named locals: GCC 12 mishandles class temporaries inside a co_await expression.
-        SubmitOptions options;
-        options.id = rec.id;
-        options.resuming = true;
-        json::value spec(rec.spec);
-        auto handle = co_await async_submit(std::move(spec), std::move(options), entry);
-        if (rec.attempts > 0) co_await handle.async_wait();  // a suspect runs alone
-      } catch (const std::exception& e) {
-        fail_resume(rec, entry, e.what());
-      }
-    }
-  }
-
-  // Ends a job that could not be resubmitted: in the store, and (when registered) its entry.
-  // A graceful stop that comes first leaves it unfinished in the store: it resumes next time.
-  void fail_resume(JobRecord rec, const std::shared_ptr<JobEntry>& entry, const std::string& why) {
-    const bool by_client = entry && entry->cancelled_by_request;
-    const bool cancelled = by_client || stopping_ || drained_;
-    rec.status = cancelled ? "cancelled" : "failed";
-    rec.error_kind = std::string(to_string(cancelled ? ErrorKind::cancelled : ErrorKind::invalid_argument));
-    rec.error = cancelled ? why : "could not resume: " + why;
-    if (by_client || !cancelled) {
-      try {
-        store_->record_finished(rec);
-      } catch (const std::exception& again) {
-        spdlog::error("job store {}: {}", store_->location(), again.what());
-      }
-    }
-    if (!entry) return;
-    JobResult r;
-    r.id = rec.id;
-    r.state = cancelled ? JobState::cancelled : JobState::failed;
-    r.error_kind = cancelled ? ErrorKind::cancelled : ErrorKind::invalid_argument;
-    r.error = rec.error;
+  // Publishes the end of a registered job that never ran (one that could not be resumed).
+  void end_unrun(const std::shared_ptr<JobEntry>& entry, const JobResult& r) {
     release_output(*entry);
     {
       std::lock_guard lock(entry->mutex);
@@ -526,36 +420,6 @@ class RuntimeImpl {
     }
     entry->promise.set_value(r);
     entry->ended.set();
-  }
-
-  // A job finished before a restart, as recorded in the store.
-  std::shared_ptr<JobEntry> from_journal(const std::string& id) {
-    auto rec = store_->find(id);
-    if (!rec || rec->status == "queued" || rec->status == "running") return nullptr;
-    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    if (now - rec->finished_unix > static_cast<double>(config_.job_ttl.count())) return nullptr;  // kept as long as in memory
-    auto entry = std::make_shared<JobEntry>();
-    entry->id = id;
-    JobResult r;
-    r.id = id;
-    r.state = rec->status == "done" ? JobState::done : rec->status == "failed" ? JobState::failed : JobState::cancelled;
-    r.output = rec->output;
-    r.content_type = rec->content_type;
-    r.cache_hit = rec->cache_hit;
-    r.retries = rec->retries;
-    r.seconds = rec->seconds;
-    r.error = rec->error.empty() && rec->status == "interrupted" ? "interrupted by a restart" : rec->error;
-    if (r.state != JobState::done) r.error_kind = error_kind_of(*rec).value_or(rec->status == "interrupted" ? ErrorKind::cancelled : ErrorKind::internal);
-    try {
-      r.spec = validate(json::value(rec->spec));
-    } catch (...) {
-    }
-    entry->final_result = r;
-    entry->ended_at = std::chrono::steady_clock::now();
-    entry->promise.set_value(r);
-    entry->ended.set();
-    std::lock_guard lock(mutex_);
-    return entries_.emplace(id, entry).first->second;
   }
 
   JobHandle admitted(const std::shared_ptr<JobEntry>& entry, std::shared_ptr<Job> job) {
@@ -601,7 +465,7 @@ class RuntimeImpl {
     // Before the result is visible (a client that saw it, the store has it), on the store's own
     // thread: an fsync must not stall the io threads that serve HTTP and drive every job.
     auto record = [this, &entry, &r] {
-      journal_finished(entry, r);
+      recovery_->record_finished(entry, r, stopping_);
       return 0;
     };
     co_await store_pool_->run(record);
@@ -661,38 +525,7 @@ class RuntimeImpl {
     if (drained_.load()) throw_error(ErrorKind::overloaded, "the runtime is stopping: it takes no new jobs");
   }
 
-  fs::path output_path(const JobSpec& spec, const std::string& id) const {
-    return config_.output_dir / ((spec.name.empty() ? id : spec.name) + extension_for(spec.format));
-  }
-
-  // Reserves the job's output path (under mutex_): a name another unfinished job writes is
-  // taken (already_exists); so is one holding another job's finished output when outputs may
-  // not be overwritten (the service); the runtime's own files are never outputs.
-  void reserve_output(JobEntry& entry, const JobSpec& spec, bool resuming) {
-    entry.output = output_path(spec, entry.id);
-    const auto file = entry.output.filename().string();
-    const auto journal = config_.journal.empty() ? std::string() : config_.journal.filename().string();
-    if (file == "batch-summary.json" || file == OutputLock::file_name || (!journal.empty() && file == journal))
-      throw_error(ErrorKind::invalid_argument, "name: '" + file + "' is reserved for vgen's own files");
-    if (const auto it = claimed_outputs_.find(entry.output); it != claimed_outputs_.end())
-      throw_error(ErrorKind::already_exists, "name: " + file + " is being written by job " + it->second);
-    std::error_code ec;
-    // A resumed job was accepted under this name already (its output may even be complete: a
-    // stop between the rename and the store's record).
-    if (!config_.overwrite_outputs && !resuming && fs::exists(entry.output, ec)) {
-      // The same job again (same content key) may rewrite its own output: same bytes.
-      const auto rec = store_->find_output(entry.output.string());
-      if (!rec || rec->key != content_key(spec))
-        throw_error(ErrorKind::already_exists, "name: " + file + " already holds another job's output; choose another name");
-    }
-    claimed_outputs_.emplace(entry.output, entry.id);
-  }
-
-  void release_output(const JobEntry& entry) {
-    std::lock_guard lock(mutex_);
-    if (auto it = claimed_outputs_.find(entry.output); it != claimed_outputs_.end() && it->second == entry.id)
-      claimed_outputs_.erase(it);
-  }
+  void release_output(const JobEntry& entry) { outputs_.release(entry.output, entry.id); }
 
   // The first stage: serve the job from the result cache or from an identical job in flight.
   asio::awaitable<void> lookup_stage(Job& job) {
@@ -700,7 +533,7 @@ class RuntimeImpl {
     if (!entry || !result_cache_.enabled()) co_return;
     const auto spec = validate(job.spec());
     entry->key = job_content_key(models_->model_id(spec), spec);
-    const auto out = output_path(spec, job.id());
+    const auto out = outputs_.path_for(spec, job.id());
     for (;;) {
       if (auto hit = result_cache_.get(*entry->key)) {
         auto copy = [from = hit->path, out] { copy_atomically(from, out); };
@@ -763,14 +596,15 @@ class RuntimeImpl {
   std::unique_ptr<ModelSet> models_;
   std::unique_ptr<Pipeline> pipeline_;
   std::vector<OutputLock> locks_;  // held for the Runtime's life (config.exclusive_output)
-  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<JobRecovery> recovery_;  // owns the job store
+  JobStore* store_ = nullptr;              // recovery_'s
   WorkerPool* store_pool_ = nullptr;  // owned by executor_
   ResultCache result_cache_;
+  OutputReservations outputs_;
   std::atomic<std::uint64_t> result_hits_{0};
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<JobEntry>> entries_;
   std::deque<std::pair<std::chrono::steady_clock::time_point, std::string>> finished_order_;  // under mutex_
-  std::map<fs::path, std::string> claimed_outputs_;  // output path -> the unfinished job writing it; under mutex_
   std::atomic<std::size_t> watchers_{0};
   std::atomic<bool> waiting_watchers_{false}, stopping_{false};
   AsyncEvent no_watchers_;

@@ -100,7 +100,7 @@ int run_batch_command(const BatchFlags& f) {
   auto flags = f.runtime;
   if (!f.out.empty()) flags.output_dir = f.out;
   auto config = make_config(flags);
-  if (!f.queue.empty()) config.queue = parse_queue_config({{"url", f.queue}}, "--queue: ", config.queue);
+  apply_queue_flag(config, f.queue);
   const bool fleet = !config.queue.url.empty();
   if (!fleet) {
     default_journal(config, /*resume=*/false);  // a rerun resumes from the prompt file instead

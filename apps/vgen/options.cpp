@@ -3,6 +3,7 @@
 #include <boost/json/array.hpp>
 
 #include <cstdlib>
+#include <pthread.h>
 
 namespace vgen::cli {
 
@@ -100,6 +101,19 @@ boost::json::object job_fields(const JobFlags& f) {
     o["loras"] = std::move(a);
   }
   return o;
+}
+
+void apply_queue_flag(RuntimeConfig& c, const std::string& url) {
+  if (!url.empty()) c.queue = parse_queue_config({{"url", url}}, "--queue: ", c.queue);
+}
+
+sigset_t block_stop_signals() {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  return stop_signals;
 }
 
 }  // namespace vgen::cli

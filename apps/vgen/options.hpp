@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <boost/json/object.hpp>
 
+#include <csignal>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,5 +39,13 @@ struct JobFlags {
 };
 void add_job_flags(CLI::App& cmd, JobFlags& f);
 boost::json::object job_fields(const JobFlags& f);  // only the flags given
+
+// serve, worker and batch: --queue nats://HOST:PORT, over the config's queue (an empty flag: unchanged).
+void apply_queue_flag(RuntimeConfig& c, const std::string& url);
+
+// serve and worker stop on SIGINT/SIGTERM: blocks both in the calling thread and returns the
+// set for sigwait. Call it before any thread starts, so that every thread inherits the mask and
+// the caller alone takes the signals.
+sigset_t block_stop_signals();
 
 }  // namespace vgen::cli

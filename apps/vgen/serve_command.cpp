@@ -64,7 +64,7 @@ RuntimeConfig serve_config(const ServeFlags& f) {
   if (f.max_body) c.service.max_body_bytes = *f.max_body;
   if (f.job_ttl) c.job_ttl = std::chrono::seconds(*f.job_ttl);
   if (f.preview_every) c.preview_every = *f.preview_every;
-  if (!f.queue.empty()) c.queue = parse_queue_config({{"url", f.queue}}, "--queue: ", c.queue);
+  apply_queue_flag(c, f.queue);
   if (!c.queue.url.empty()) return c;  // the fleet keeps job state in the broker
   if (!c.preview_every) c.preview_every = RuntimeConfig::kServePreviewEvery;  // watching is what a service is for
   default_journal(c, /*resume=*/true);  // accepted jobs survive a crash and resume on restart
@@ -126,13 +126,7 @@ int run_serve(const ServeFlags& f) {
   const bool fleet = !config.queue.url.empty();
   if (!fleet) config.exclusive_output = true;  // a second batch or serve on this directory is refused
 
-  // Block the stop signals before any thread starts, so that every thread inherits the mask
-  // and this thread alone takes them with sigwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  auto stop_signals = block_stop_signals();  // before any thread starts: this thread alone takes them
 
   if (fleet) {
 #ifdef VGEN_WITH_NATS

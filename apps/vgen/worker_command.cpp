@@ -28,7 +28,7 @@ struct WorkerFlags {
 
 RuntimeConfig worker_config(const WorkerFlags& f) {
   auto c = make_config(f.runtime);
-  if (!f.queue.empty()) c.queue = parse_queue_config({{"url", f.queue}}, "--queue: ", c.queue);
+  apply_queue_flag(c, f.queue);
   if (c.queue.url.empty()) throw_error(ErrorKind::invalid_argument, "--queue: required (nats://HOST:PORT), or queue.url in --config");
   c.overwrite_outputs = true;  // a redelivered job rewrites its own file (named by job)
   c.journal.clear();           // the fleet's job state is in the broker, not in a local journal
@@ -37,11 +37,7 @@ RuntimeConfig worker_config(const WorkerFlags& f) {
 
 int run_worker(const WorkerFlags& f) {
   const auto config = worker_config(f);
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // every thread inherits it; this one takes them
+  auto stop_signals = block_stop_signals();  // every thread inherits it; this one takes them
 
   Runtime runtime(config);
   FleetWorker worker(runtime, {.name = f.name, .capacity = f.capacity});
