@@ -52,6 +52,10 @@ struct RuntimeConfig {
   // scheduler, guidance on/off) per transformer call, waiting at most batch_wait for company.
   std::size_t max_batch = 1;
   std::chrono::milliseconds batch_wait{20};
+  // Whether a compatible job joins a denoise group that is already running, at its next step
+  // boundary (true), or waits for the next group (false: the batching of before issue 20,
+  // kept for comparison, bench/cpp/bench_admission.cpp). Config key "batching.join_running".
+  bool join_running = true;
 
   // Before the runtime accepts jobs, call every module twice on each device at the package's
   // smallest size (LibTorch's profiling executor profiles a method's first call and optimises
@@ -94,6 +98,10 @@ struct RuntimeConfig {
   // (attempts recorded in the job store, never ended) is failed with "crashed the worker N
   // times" on the next start instead of run again. 0: never.
   std::size_t quarantine_after = 2;
+  // Queue aging (runtime/priority_channel.hpp): a waiting job gains one priority level per this
+  // much waiting, so that nothing starves behind a stream of higher-priority work. Config key
+  // "priority_aging_ms" (1 ms to 1 day; default kDefaultAging, 5 s).
+  std::chrono::milliseconds priority_aging{5000};
   bool resume_journal = true;
   // Step checkpoints (stages/checkpoint.hpp), with a journal only, in `dir` (default
   // <output_dir>/.vgen-checkpoints): a denoising job's state every `every_steps` steps or

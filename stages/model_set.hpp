@@ -53,6 +53,7 @@ struct ModelSetOptions {
   // batch_wait for a group to fill. 1: no batching.
   std::size_t max_batch = 1;
   std::chrono::milliseconds batch_wait{20};
+  bool join_running = true;  // BatcherOptions::join_running
   // Called on the compute thread before every denoiser call (fault injection's simulated
   // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
