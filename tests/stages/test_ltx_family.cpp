@@ -15,6 +15,7 @@
 #include "runtime/errors.hpp"
 #include "stages/model_set.hpp"
 #include "stages/preview.hpp"
+#include "tests/support/family_group.hpp"
 #include "tests/support/python_reference.hpp"
 
 // LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; this file's CHECKs
@@ -327,4 +328,20 @@ TEST_CASE("an LTX job refuses a shift and LoRAs instead of ignoring them") {
   check_invalid([&] { family->validate(boost::json::object{{"prompt", "p"}, {"shift", 5}}); }, "shift: not settable");
   check_invalid([&] { family->validate(boost::json::object{{"prompt", "p"}, {"loras", boost::json::array{boost::json::object{{"name", "x"}}}}}); },
                 "loras: not supported");
+}
+
+// Issue 20: a job joining a running group mid-denoise (the real Batcher and step loop) ends as
+// it would alone, and so does the job it joined (another prompt, seed, guidance and fps).
+TEST_CASE("an LTX job joining a running group at step 2 ends within 1e-4 of its solo run" * doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  register_builtin_families();
+  auto family = load_family(ref->info["package"].get<std::string>());
+  auto other = case_json(ref->info["cases"]["cfg"], 301);
+  other["prompt"] = "a blue square moving up";
+  other["guidance"] = 3.0;
+  other["fps"] = 25.0;
+  const boost::json::object specs[] = {case_json(ref->info["cases"]["cfg"], 300), other};
+  auto make = [&](int i) { return family->create_job(family->validate(specs[i])); };
+  test::check_joined_equals_solo(family, make, 2, "ltx");
 }
