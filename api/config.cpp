@@ -164,7 +164,8 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
                          {"decode", stage(r, c.decode)}, {"encode", stage(r, c.encode)}});
        }},
       {"batching", [&](const json::value& v, const std::string& p) {
-         r.object(v, p, {{"max_batch", count_or_auto(r, c.max_batch, 1, 256)}, {"wait_ms", millis(r, c.batch_wait, 0, 60'000)}});
+         r.object(v, p, {{"max_batch", count_or_auto(r, c.max_batch, 1, 256)}, {"wait_ms", millis(r, c.batch_wait, 0, 60'000)},
+                         {"join_running", [&](const json::value& b, const std::string& bp) { c.join_running = r.boolean(b, bp); }}});
        }},
       {"tune", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {{"budget_s", [&](const json::value& b, const std::string& bp) { c.tune.budget_s = r.number(b, bp, 0.0, 86400.0); }},
@@ -207,6 +208,7 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
          c.preview_every = v.is_null() ? std::nullopt : std::optional<int>(static_cast<int>(r.integer(v, p, 0, 100'000)));
        }},
       {"quarantine_after", count(r, c.quarantine_after, 0, 1000)},
+      {"priority_aging_ms", millis(r, c.priority_aging, 1, 86'400'000)},
       {"checkpoints", [&](const json::value& v, const std::string& p) {
          auto& k = c.checkpoints;
          r.object(v, p, {{"every_steps", count(r, k.every_steps, 0, 100'000)},
@@ -284,7 +286,7 @@ json::object to_json(const RuntimeConfig& c) {
       {"threads", {{"io", c.io_threads}, {"per_device", count_or_auto(c.threads_per_device)}, {"codec", c.codec_threads},
                    {"intra_op", count_or_auto(c.intra_op_threads)}, {"spin_us", c.spin_us}}},
       {"stages", {{"preprocess", stage(c.preprocess)}, {"denoise", stage(c.denoise)}, {"decode", stage(c.decode)}, {"encode", stage(c.encode)}}},
-      {"batching", {{"max_batch", count_or_auto(c.max_batch)}, {"wait_ms", c.batch_wait.count()}}},
+      {"batching", {{"max_batch", count_or_auto(c.max_batch)}, {"wait_ms", c.batch_wait.count()}, {"join_running", c.join_running}}},
       {"tune", {{"budget_s", c.tune.budget_s}, {"dir", c.tune.dir.empty() ? json::value(nullptr) : json::value(c.tune.dir.string())},
                 {"max_batch", c.tune.max_batch}}},
       {"warmup", c.warmup},
@@ -298,6 +300,7 @@ json::object to_json(const RuntimeConfig& c) {
       {"images", {{"max_bytes", c.image_max_bytes}, {"max_pixels", c.image_max_pixels}}},
       {"preview_every", c.preview_every ? json::value(*c.preview_every) : json::value(nullptr)},
       {"quarantine_after", c.quarantine_after},
+      {"priority_aging_ms", c.priority_aging.count()},
       {"checkpoints", [&c] {
          json::object o{{"every_steps", c.checkpoints.every_steps}, {"every_seconds", c.checkpoints.every_seconds},
                         {"min_steps", c.checkpoints.min_steps}, {"max_mb", c.checkpoints.max_mb}};

@@ -60,6 +60,10 @@ struct RuntimeConfig {
   // kAuto: tuned (once the Runtime is built, config() holds the number chosen).
   std::size_t max_batch = kAuto;
   std::chrono::milliseconds batch_wait{20};
+  // Whether a compatible job joins a denoise group that is already running, at its next step
+  // boundary (true), or waits for the next group (false: the batching of before issue 20,
+  // kept for comparison, bench/cpp/bench_admission.cpp). Config key "batching.join_running".
+  bool join_running = true;
 
   // The auto-tuner (runtime/auto_tune.hpp), for the settings left at kAuto. Config key "tune":
   // {"budget_s": N, "dir": "...", "max_batch": N}. The probe measures the default model at
@@ -115,6 +119,10 @@ struct RuntimeConfig {
   // (attempts recorded in the job store, never ended) is failed with "crashed the worker N
   // times" on the next start instead of run again. 0: never.
   std::size_t quarantine_after = 2;
+  // Queue aging (runtime/priority_channel.hpp): a waiting job gains one priority level per this
+  // much waiting, so that nothing starves behind a stream of higher-priority work. Config key
+  // "priority_aging_ms" (1 ms to 1 day; default kDefaultAging, 5 s).
+  std::chrono::milliseconds priority_aging{5000};
   bool resume_journal = true;
   // Step checkpoints (stages/checkpoint.hpp), with a journal only, in `dir` (default
   // <output_dir>/.vgen-checkpoints): a denoising job's state every `every_steps` steps or

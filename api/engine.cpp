@@ -115,6 +115,7 @@ class RuntimeImpl {
     wo.tracer = &tracer_;
     if (!config_.trace_file.empty()) trace_start_ = tracer_.begin();
     wo.batch_wait = config_.batch_wait;
+    wo.join_running = config_.join_running;
     set_checkpoints(wo);
     models_ = std::make_unique<ModelSet>(std::move(loaded), executor_, *devices_, wo);
     if (wo.preview_every > 0)
@@ -126,6 +127,7 @@ class RuntimeImpl {
     PipelineOptions po;
     po.metrics = &metrics_;
     po.tracer = &tracer_;
+    po.aging = config_.priority_aging;
     po.on_event = [this](const JobEvent& e) {
       if (!e.message.empty() && !is_terminal(e.state)) spdlog::info("job {}: {}", e.job_id, e.message);  // e.g. a resume
       if (auto entry = lookup(e.job_id)) entry->emit(e);

@@ -115,6 +115,7 @@ std::uint64_t Batcher::preemptions() const {
 }
 
 bool Batcher::join_running(const std::string& base_key, Member& self, std::shared_ptr<Outcome>& outcome) {
+  if (!options_.join_running) return false;  // the next group takes it
   std::lock_guard lock(mutex_);
   const auto it = running_.find(base_key);
   if (it == running_.end()) return false;

@@ -6,8 +6,9 @@
 //    scheduler, guidance on/off) and the same next step (a job resumed from a checkpoint
 //    goes on from its step); the group runs the step loop (stages/denoise_loop.hpp). While it
 //    runs, a job with the same denoise_key (at any step) joins it at its next step boundary
-//    as long as it holds fewer than max_batch live jobs, and each member leaves the group
-//    (its join() returns) as soon as its own last step is done;
+//    as long as it holds fewer than max_batch live jobs (BatcherOptions::join_running false:
+//    never; it waits for the next group), and each member leaves the group (its join()
+//    returns) as soon as its own last step is done;
 //  - decode: jobs with the same Family::decode_key; one decode() call.
 // Every key starts with the family name and package id, so jobs of different families never
 // share a group.
@@ -79,6 +80,9 @@ struct Placement {
 struct BatcherOptions {
   std::size_t max_batch = 1;
   std::chrono::milliseconds wait{20};
+  // Whether a job may join a denoise group that is already running (at its next step
+  // boundary). false: it waits for the next group, as before joining existed (comparisons).
+  bool join_running = true;
   Executor* executor = nullptr;  // holds a "device:<id>" pool per device
   DevicePool* devices = nullptr;
   MetricsRegistry* metrics = nullptr;  // optional: histogram vgen_batch_size{stage}

@@ -138,6 +138,7 @@ ModelSet::ModelSet(LoadedModels models, Executor& executor, DevicePool& devices,
   state_->executor = &executor;
   BatcherOptions bo{.max_batch = std::max<std::size_t>(options.max_batch, 1),
                     .wait = options.batch_wait,
+                    .join_running = options.join_running,
                     .executor = &executor,
                     .devices = &devices,
                     .metrics = options.metrics,

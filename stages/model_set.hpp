@@ -56,6 +56,7 @@ struct ModelSetOptions {
   // Compute leases of all devices together (threads.per_device x devices): as many groups can
   // run at once, so the model stages get at least max_batch x leases workers.
   std::size_t leases = 1;
+  bool join_running = true;  // BatcherOptions::join_running
   // Called on the compute thread before every denoiser call (fault injection's simulated
   // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;

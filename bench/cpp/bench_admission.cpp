@@ -68,7 +68,7 @@ Result run(const std::shared_ptr<Family>& family, std::size_t max_batch, int ste
         if (i + 1 == steps) tl.a_end = Clock::now();
         if (i + 1 == at && !sent.exchange(true)) {
           tl.submitted = Clock::now();
-          boost::json::object b{{"prompt", "a blue square rotating slowly"}, {"seed", 2}, {"steps", steps}, {"priority", b_priority}};
+          boost::json::object b{{"prompt", "a blue square rotating slowly"}, {"seed", 2}, {"steps", steps}, {"priority", b_priority}, {"step_cache", 0}};
           pipeline->try_submit(b, "B");
         }
       };
@@ -92,7 +92,8 @@ Result run(const std::shared_ptr<Family>& family, std::size_t max_batch, int ste
   pipeline = std::make_unique<Pipeline>(executor.get_executor(), std::move(stages), std::move(po));
   if (probe) batcher->set_waiting_probe([p = pipeline.get()](int priority) { return p->waiting_above("denoise", priority); });
   pipeline->start();
-  pipeline->try_submit(boost::json::object{{"prompt", "a red circle moving left"}, {"seed", 1}, {"steps", steps}}, "A");
+  // step_cache 0: step-cached jobs are never preempted, and the bundled package suggests a threshold.
+  pipeline->try_submit(boost::json::object{{"prompt", "a red circle moving left"}, {"seed", 1}, {"steps", steps}, {"step_cache", 0}}, "A");
   while (!sent) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   executor.run_sync(pipeline->drain());
   executor.stop();

@@ -2,6 +2,7 @@
 // key's path; flags-over-file is the caller's assignment after load_config.
 #include "api/config.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/priority_channel.hpp"  // kDefaultAging
 #include "tests/support/python_reference.hpp"
 
 #include <doctest/doctest.h>
@@ -180,6 +181,34 @@ TEST_CASE("checkpoints: defaults, read, round-tripped and bounded") {
   CHECK(again.checkpoints.dir == dir / "ck");
   CHECK(error_of(write(dir, R"({"checkpoints": {"every_steps": -1}})")).find("checkpoints.every_steps") != std::string::npos);
   CHECK(error_of(write(dir, R"({"checkpoints": {"often": 1}})")).find("checkpoints.often") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("batching.join_running: on by default, read, round-tripped, a boolean") {
+  CHECK(RuntimeConfig{}.join_running);
+  const auto dir = test::temp_dir("vgen-config-");
+  const auto c = load_config(write(dir, R"({"batching": {"max_batch": 4, "join_running": false}})"));
+  CHECK_FALSE(c.join_running);
+  CHECK(c.max_batch == 4);
+  auto j = to_json(c);
+  j.erase("model");
+  CHECK_FALSE(apply_config(RuntimeConfig{}, j, "again", "/").join_running);
+  CHECK(load_config(write(dir, R"({"batching": {"join_running": true}})")).join_running);
+  CHECK(error_of(write(dir, R"({"batching": {"join_running": "no"}})")).find("batching.join_running: must be true or false") !=
+        std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("priority_aging_ms: the priority queues' default, read, round-tripped and bounded") {
+  CHECK(RuntimeConfig{}.priority_aging == kDefaultAging);
+  const auto dir = test::temp_dir("vgen-config-");
+  const auto c = load_config(write(dir, R"({"priority_aging_ms": 250})"));
+  CHECK(c.priority_aging == std::chrono::milliseconds(250));
+  auto j = to_json(c);
+  j.erase("model");
+  CHECK(apply_config(RuntimeConfig{}, j, "again", "/").priority_aging == std::chrono::milliseconds(250));
+  CHECK(error_of(write(dir, R"({"priority_aging_ms": 0})")).find("priority_aging_ms: must be between 1 and 86400000") != std::string::npos);
+  CHECK(error_of(write(dir, R"({"priority_aging_ms": "slow"})")).find("priority_aging_ms: must be an integer") != std::string::npos);
   fs::remove_all(dir);
 }
 

@@ -33,10 +33,11 @@ struct Bench {
   std::shared_ptr<Batcher> batcher;
   std::mutex capped_mutex;
   std::vector<std::pair<std::string, std::size_t>> capped;  // what on_capped was told
-  Bench(std::size_t max_batch, std::chrono::milliseconds wait, const std::string& devices = "cpu")
+  Bench(std::size_t max_batch, std::chrono::milliseconds wait, const std::string& devices = "cpu", bool join_running = true)
       : specs(parse_device_list(devices)), pool(specs) {
     add_device_pools(executor, specs);
-    batcher = std::make_shared<Batcher>(BatcherOptions{.max_batch = max_batch, .wait = wait, .executor = &executor, .devices = &pool,
+    batcher = std::make_shared<Batcher>(BatcherOptions{.max_batch = max_batch, .wait = wait, .join_running = join_running,
+                                                       .executor = &executor, .devices = &pool,
                                                        .on_capped = [this](const std::string& key, std::size_t cap) {
                                                          std::lock_guard lock(capped_mutex);
                                                          capped.emplace_back(key, cap);
@@ -362,6 +363,33 @@ TEST_CASE("a job submitted mid-denoise joins the running group at the next step;
   const auto alone_a = solo_latents(unipc_family, 61, steps), alone_b = solo_latents(unipc_family, 62, steps);
   CHECK((family_job(*first)->state.latents - alone_a).abs().max().item<float>() <= 1e-6f);
   CHECK((family_job(*late)->state.latents - alone_b).abs().max().item<float>() <= 1e-6f);
+}
+
+TEST_CASE("with join_running off, a job submitted mid-denoise waits for the next group (batching before joining)" *
+          doctest::timeout(60)) {
+  const int steps = 6;
+  Bench b(4, std::chrono::milliseconds(0), "cpu", /*join_running=*/false);
+  auto family = unipc_family();
+  auto first = named_job(family, 61, steps, "a");
+  auto late = named_job(family, 62, steps, "b");
+  std::mutex m;
+  std::vector<std::size_t> rows_per_call;
+  std::future<std::exception_ptr> late_done;
+  std::atomic<bool> spawned{false};
+  test::fake(*family).on_predict = [&](std::size_t call, std::size_t rows) {
+    std::lock_guard lock(m);
+    rows_per_call.push_back(rows);
+    if (call == 2 && !spawned.exchange(true))
+      late_done = asio::co_spawn(b.executor.get_executor(), render(*b.batcher, family, late), asio::use_future);
+  };
+  for (auto& e : render_all(b, of(family, {first}))) CHECK(e == nullptr);
+  REQUIRE(spawned.load());
+  CHECK(late_done.get() == nullptr);
+  // Two groups of one, one after the other: never a call with both rows.
+  CHECK(b.batcher->group_sizes(BatchKind::denoise) == std::map<std::size_t, std::uint64_t>{{1, 2}});
+  CAPTURE(rows_per_call);
+  CHECK(rows_per_call == std::vector<std::size_t>(2 * steps, 1));
+  CHECK((family_job(*late)->state.latents - solo_latents(unipc_family, 62, steps)).abs().max().item<float>() <= 1e-6f);
 }
 
 TEST_CASE("the step cache sends only the rows that need the call to the denoiser" * doctest::timeout(60)) {

@@ -435,3 +435,19 @@ TEST_CASE("LTX image errors name the image" * doctest::timeout(300)) {
   CHECK_THROWS_WITH_AS(family->prepare("cpu", {wrong.get()}), doctest::Contains("image"), Error);
   CHECK_NOTHROW(family->warm_up("cpu"));  // the VAE encoder too
 }
+
+// Issue 20: a job joining a running group mid-denoise (the real Batcher and step loop) ends as
+// it would alone, and so does the job it joined (another prompt, seed, guidance and fps).
+TEST_CASE("an LTX job joining a running group at step 2 ends within 1e-4 of its solo run" * doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  register_builtin_families();
+  auto family = load_family(ref->info["package"].get<std::string>());
+  auto other = case_json(ref->info["cases"]["cfg"], 301);
+  other["prompt"] = "a blue square moving up";
+  other["guidance"] = 3.0;
+  other["fps"] = 25.0;
+  const boost::json::object specs[] = {case_json(ref->info["cases"]["cfg"], 300), other};
+  auto make = [&](int i) { return family->create_job(family->validate(specs[i])); };
+  test::check_joined_equals_solo(family, make, 2, "ltx");
+}

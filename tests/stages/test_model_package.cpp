@@ -125,6 +125,7 @@ TEST_CASE("the bundled model package loads") {
   const auto p = load_model_package(dir, {.verify_limit = 0});
   CHECK(p.limits.size_multiple == 32);
   CHECK(p.defaults.frames == 16);
+  CHECK(p.defaults.step_cache == doctest::Approx(0.1));  // suggested: bench/results/step_cache_eval_vgen_shapes.json
   CHECK(p.preview_weight.size() == 9);  // fitted by tools/vgen_export/latent_preview.py
 }
 

@@ -21,6 +21,7 @@
 #include "runtime/errors.hpp"
 #include "stages/text_context.hpp"
 #include "stages/model_set.hpp"
+#include "tests/support/family_group.hpp"
 #include "tests/support/python_reference.hpp"
 
 // LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; this file's CHECKs
@@ -403,4 +404,45 @@ TEST_CASE("two experts (Wan 2.2 A14B): diffusers' WanPipeline with transformer_2
   MESSAGE("a14b: batched vs solo latents " << worst << ", frames " << frames);
   CHECK(worst <= 1e-4);
   CHECK(frames <= 1e-4);
+}
+
+// Issue 20: a job joining a running group mid-denoise (the real Batcher and step loop) ends as
+// it would alone, and so does the job it joined.
+namespace {
+std::shared_ptr<FamilyJob> fresh_job(Family& family, const boost::json::object& spec) {
+  return family.create_job(family.validate(spec));
+}
+}  // namespace
+
+TEST_CASE("a T2V job joining a running group at step 2 (UniPC history per cohort) ends within 1e-4 of its solo run" *
+          doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  register_builtin_families();
+  auto family = load_family(ref->info["package"].get<std::string>());
+  auto other = case_json(ref->info["case"], 77, "");
+  other["prompt"] = "a blue square spinning on a white background";
+  const boost::json::object specs[] = {case_json(ref->info["case"], ref->info["seed"].get<std::uint64_t>(), ""), other};
+  test::check_joined_equals_solo(family, [&](int i) { return fresh_job(*family, specs[i]); }, 2, "wan2.1-t2v");
+}
+
+TEST_CASE("two experts (Wan 2.2 A14B): a job joining across the expert switch ends within 1e-4 of its solo run" *
+          doctest::timeout(600)) {
+  const char* dir = std::getenv("VGEN_WAN_A14B_PARITY_DIR");
+  if (!dir || !*dir || !fs::is_regular_file(fs::path(dir) / "parity.json")) {
+    WARN_MESSAGE(false, "VGEN_WAN_A14B_PARITY_DIR not set (no tooling Python): skipped");
+    return;
+  }
+  std::ifstream in(fs::path(dir) / "parity.json");
+  const auto info = nlohmann::json::parse(in);
+  // The first job's first low-noise step: the late job's high-noise steps share its calls.
+  int at = 0;
+  while (info["experts"][at] == info["experts"][0]) ++at;
+  REQUIRE(at > 0);
+  register_builtin_families();
+  auto family = load_family(info["package"].get<std::string>());
+  auto other = case_json(info["case"], 78, "");
+  other["prompt"] = "a blue square spinning on a white background";
+  const boost::json::object specs[] = {case_json(info["case"], info["seed"].get<std::uint64_t>(), ""), other};
+  test::check_joined_equals_solo(family, [&](int i) { return fresh_job(*family, specs[i]); }, at, "wan2.2-a14b-t2v");
 }

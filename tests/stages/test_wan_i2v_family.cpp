@@ -389,3 +389,27 @@ TEST_CASE("A14B I2V: a batched job, and a job joining a running group mid-denois
     }
   }
 }
+
+// Issue 20: a job joining a running group mid-denoise (the real Batcher and step loop) ends as
+// it would alone, and so does the job it joined.
+TEST_CASE("an I2V job joining a running group at step 1 ends within 1e-4 of its solo run" * doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  auto family = load_family(ref->info["package"].get<std::string>());
+  const auto flipped = ref->get("image").flip({2}).contiguous();
+  auto other = case_json(*ref, 77, 5.0);
+  other["prompt"] = "a blue square spinning on a white background";
+  auto make = [&](int i) { return i == 0 ? make_job(*family, case_json(*ref, 5, 5.0)) : make_job(*family, other, flipped); };
+  test::check_joined_equals_solo(family, make, 1, "wan2.1-i2v");
+}
+
+TEST_CASE("an FLF2V job joining a running group at step 2 ends within 1e-4 of its solo run" * doctest::timeout(600)) {
+  auto* ref = flf2v_reference_or_skip();
+  if (!ref) return;
+  auto family = load_family(ref->info["package"].get<std::string>());
+  auto swapped = flf2v_json(*ref, 9, 5.0);
+  swapped["image"] = ref->info["last_image"].get<std::string>();
+  swapped["last_image"] = ref->info["image"].get<std::string>();
+  auto make = [&](int i) { return make_job(*family, i == 0 ? flf2v_json(*ref, 9, 5.0) : swapped); };
+  test::check_joined_equals_solo(family, make, 2, "wan2.1-flf2v");
+}

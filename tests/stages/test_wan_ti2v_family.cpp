@@ -198,3 +198,20 @@ TEST_CASE("a TI2V package whose transformer takes one timestep per row is refuse
   CHECK_THROWS_WITH_AS(load_family(dir), doctest::Contains("transformer.timestep"), Error);
   fs::remove_all(dir);
 }
+
+// Issue 20: a job joining a running group mid-denoise (the real Batcher and step loop) ends as
+// it would alone, and so does the job it joined: image-to-video joining text-to-video, and the
+// other way round (per-token timesteps with rows at different steps).
+TEST_CASE("TI2V: an I2V job joining a running T2V group, and a T2V job joining an I2V group, each within 1e-4 of solo" *
+          doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  auto family = load_family(ref->info["package"].get<std::string>());
+  auto other = case_json(*ref, 77, 5.0, true);
+  other["prompt"] = "a blue square spinning on a white background";
+  const auto flipped = wan_job_image(*make_job(*family, case_json(*ref, 1, 5.0, true))).flip({2}).contiguous();
+  auto t2v = [&] { return make_job(*family, case_json(*ref, 5, 5.0, false)); };
+  auto i2v = [&] { return make_job(*family, other, flipped); };
+  test::check_joined_equals_solo(family, [&](int i) { return i == 0 ? t2v() : i2v(); }, 1, "wan2.2-ti2v, I2V joins T2V");
+  test::check_joined_equals_solo(family, [&](int i) { return i == 0 ? i2v() : t2v(); }, 2, "wan2.2-ti2v, T2V joins I2V");
+}

@@ -5,6 +5,16 @@
 // Include after <doctest/doctest.h> and a family header; undefine LibTorch's CHECK first.
 #pragma once
 
+#include "runtime/device_pool.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/job.hpp"
+#include "stages/batcher.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <future>
+#include <mutex>
 #include <ATen/ATen.h>
 
 #include <memory>
@@ -103,5 +113,100 @@ inline double max_diff(const at::Tensor& a, const at::Tensor& b) {
   REQUIRE(a.sizes() == b.sizes());
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
+
+namespace detail {
+// Submits `job` to the batcher's denoise stage; says so first (see run_joined).
+inline boost::asio::awaitable<void> join_denoise(std::shared_ptr<Batcher> batcher, std::shared_ptr<Family> family,
+                                                 std::shared_ptr<Job> job, std::shared_ptr<std::promise<void>> started) {
+  started->set_value();
+  co_await batcher->join(std::move(family), *job, BatchKind::denoise);
+}
+}  // namespace detail
+
+// `late` joins a running denoise group: `first` starts alone in a Batcher group (max_batch 2,
+// one CPU device, stages/denoise_loop: per-row timesteps, a cohort and scheduler per join
+// step); after its step `at` (> 0) `late` is submitted to the denoise stage and is admitted at
+// the group's next step boundary. With one io thread this is deterministic: first's on_step
+// (compute thread) waits until late's join has run up to its first suspension, which queues it
+// in the running group before the loop's next boundary can run on that thread. Both jobs are
+// prepared alone before and decoded alone after. CHECKs one denoise group (late joined the
+// running one) and REQUIREs that late made its first step beside one of first's; returns how
+// many steps first had made before that call (== at when admitted at the next boundary).
+template <class JobT>
+int run_joined_batcher(const std::shared_ptr<Family>& family, const std::shared_ptr<JobT>& first, const std::shared_ptr<JobT>& late, int at) {
+  DOCTEST_REQUIRE(at > 0);
+  Executor executor{{.io_threads = 1}};
+  const auto specs = parse_device_list("cpu");
+  DevicePool devices(specs);
+  add_device_pools(executor, specs);
+  auto batcher = std::make_shared<Batcher>(
+      BatcherOptions{.max_batch = 2, .wait = std::chrono::milliseconds(0), .executor = &executor, .devices = &devices});
+  for (FamilyJob* j : {static_cast<FamilyJob*>(first.get()), static_cast<FamilyJob*>(late.get())}) {
+    family->prepare("cpu", {j});
+    j->device = "cpu";
+  }
+  auto job_a = std::make_shared<Job>("first", boost::json::object{});
+  auto job_b = std::make_shared<Job>("late", boost::json::object{});
+  job_a->payload = std::shared_ptr<FamilyJob>(first);  // family_job() reads exactly this type
+  job_b->payload = std::shared_ptr<FamilyJob>(late);
+  std::mutex m;
+  int first_steps = 0, joined_at = -1;
+  std::future<void> late_done;
+  first->on_step = [&](int i, const at::Tensor&) {
+    {
+      std::lock_guard lock(m);
+      first_steps = i + 1;
+    }
+    if (i + 1 != at) return;
+    auto started = std::make_shared<std::promise<void>>();
+    auto queued = started->get_future();
+    late_done = boost::asio::co_spawn(executor.get_executor(), detail::join_denoise(batcher, family, job_b, started),
+                                      boost::asio::use_future);
+    queued.wait();
+  };
+  // In one call first's cohort (older) steps before late's, so at late's first step first_steps
+  // already counts the step first made in that same call.
+  late->on_step = [&](int i, const at::Tensor&) {
+    std::lock_guard lock(m);
+    if (i == 0) joined_at = first_steps - 1;
+  };
+  executor.run_sync(batcher->join(family, *job_a, BatchKind::denoise));
+  DOCTEST_REQUIRE(late_done.valid());
+  late_done.get();
+  executor.stop();
+  first->on_step = nullptr;
+  late->on_step = nullptr;
+  const auto groups = batcher->group_sizes(BatchKind::denoise);
+  DOCTEST_CHECK((groups == std::map<std::size_t, std::uint64_t>{{1, 1}}));  // one group: late joined it
+  const auto first_total = static_cast<int>(family->make_scheduler(*first)->timesteps().size(0));
+  DOCTEST_REQUIRE(joined_at >= at);
+  DOCTEST_REQUIRE(joined_at < first_total);
+  family->decode("cpu", {first.get()});
+  family->decode("cpu", {late.get()});
+  return joined_at;
+}
+
+// The joined-batch check of issue 20: make(0) and make(1) build fresh jobs (first, late) of
+// `family`; late joins first's running group after step `at` (run_joined); each then runs alone
+// (run_group). CHECKs both jobs' final latents and decoded frames within 1e-4 of their solo
+// runs, and that the two jobs differ (rows were not mixed up); MESSAGEs the diffs under `name`.
+template <class Make>
+void check_joined_equals_solo(const std::shared_ptr<Family>& family, Make make, int at, const std::string& name) {
+  auto first = make(0), late = make(1);
+  const int joined_at = run_joined_batcher(family, first, late, at);
+  decltype(first) solo[] = {make(0), make(1)};
+  for (auto& s : solo) run_group(*family, {s});
+  const decltype(first) joined[] = {first, late};
+  for (int j = 0; j < 2; ++j) {
+    const double latents = max_diff(joined[j]->state.latents, solo[j]->state.latents);
+    const double frames = max_diff(joined[j]->frames, solo[j]->frames);
+    DOCTEST_MESSAGE(name << (j ? ": late job (joined at step " + std::to_string(joined_at) + ")" : std::string(": first job"))
+                 << " joined vs solo: final latents " << latents << ", frames " << frames);
+    DOCTEST_CHECK(latents <= 1e-4);
+    DOCTEST_CHECK(frames <= 1e-4);
+  }
+  DOCTEST_CHECK(max_diff(first->frames, late->frames) > 1e-3);
+}
+
 
 }  // namespace vgen::test

@@ -180,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python-reference", action="store_true",
                     help="generate with the Python reference loop instead of vgen render (no video codec)")
     ap.add_argument("--extra", default="", help="extra vgen render arguments, e.g. '--steps 10'")
+    ap.add_argument("--step-cache", type=float, default=None,
+                    help="passed as vgen render --step-cache X (0: off); the package's suggestion is its manifest's defaults.step_cache")
     a = ap.parse_args(argv)
     specs = eval_specs(a.split, a.n, a.seed_offset)
     rows = []
@@ -193,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                     frames = render_python(spec.prompt, a.model, s)
                 else:
                     out = Path(tmp) / "clip.mp4"
-                    times.append(render(spec.prompt, out, a.model, s, a.extra.split()))
+                    extra = a.extra.split() + ([] if a.step_cache is None else ["--step-cache", str(a.step_cache)])
+                    times.append(render(spec.prompt, out, a.model, s, extra))
                     frames = decode_video(out)
                 det = analyse(frames)
                 rows.append({"prompt": spec.prompt, "seed": s, "detected": det, "correct": score(spec, det)})
@@ -202,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(rows)
     if times:
         summary["render_seconds"] = {"mean": float(np.mean(times)), "max": float(np.max(times))}
-    summary.update(split=a.split, model=str(a.model), ground_truth=a.ground_truth, extra=a.extra,
+    summary.update(split=a.split, model=str(a.model), ground_truth=a.ground_truth, extra=a.extra, step_cache=a.step_cache,
                    generator="ground truth" if a.ground_truth else ("python reference loop" if a.python_reference else "vgen render"))
     print(table(summary))
     if times:
