@@ -31,7 +31,8 @@ def check_quantize(quantize: str | None, dtype: str, default_precision: str | No
 
 def quantize_int8(wrapper: torch.nn.Module, inside: str) -> tuple[torch.nn.Module, int]:
     """Dynamic int8 quantization of every Linear whose qualified name contains
-    `inside` (the block list, e.g. ".blocks." for Wan, ".transformer_blocks." for LTX): the
+    `inside` (the block list, e.g. ".blocks." for Wan, ".transformer_blocks." for LTX; "" for
+    every Linear, as for the bundled conv UNet, tools/demo_model/add_int8.py): the
     attention projections and FFNs, the bulk of the denoiser's work. Embedders, caption
     projections and the output head stay float32 (diffusers reads the time embedder's parameter
     dtype, which a quantized Linear no longer has). Returns the module and how many Linears."""
