@@ -96,6 +96,15 @@ template <class T>
 Reader::Setter count(const Reader& r, T& out, std::int64_t min, std::int64_t max) {
   return [&r, &out, min, max](const json::value& v, const std::string& p) { out = static_cast<T>(r.integer(v, p, min, max)); };
 }
+// A count, or "auto" (RuntimeConfig::kAuto).
+template <class T>
+Reader::Setter count_or_auto(const Reader& r, T& out, std::int64_t min, std::int64_t max) {
+  return [&r, &out, min, max](const json::value& v, const std::string& p) {
+    if (v.is_string() && v.get_string() == "auto") out = static_cast<T>(RuntimeConfig::kAuto);
+    else if (v.is_string()) r.fail(p, "must be \"auto\" or an integer (got " + json::serialize(v) + ")");
+    else out = static_cast<T>(r.integer(v, p, min, max));
+  };
+}
 Reader::Setter seconds(const Reader& r, std::chrono::seconds& out, std::int64_t min, std::int64_t max) {
   return [&r, &out, min, max](const json::value& v, const std::string& p) { out = std::chrono::seconds(r.integer(v, p, min, max)); };
 }
@@ -145,9 +154,9 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
       {"journal", [&](const json::value& v, const std::string& p) { c.journal = v.is_null() ? fs::path() : r.path(v, p); }},
       {"threads", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {{"io", count(r, c.io_threads, 1, 64)},
-                         {"per_device", count(r, c.threads_per_device, 1, 64)},
+                         {"per_device", count_or_auto(r, c.threads_per_device, 1, 64)},
                          {"codec", count(r, c.codec_threads, 1, 64)},
-                         {"intra_op", count(r, c.intra_op_threads, 0, 256)},
+                         {"intra_op", count_or_auto(r, c.intra_op_threads, 0, 256)},
                          {"spin_us", count(r, c.spin_us, 0, 100000)}});
        }},
       {"stages", [&](const json::value& v, const std::string& p) {
@@ -155,7 +164,12 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
                          {"decode", stage(r, c.decode)}, {"encode", stage(r, c.encode)}});
        }},
       {"batching", [&](const json::value& v, const std::string& p) {
-         r.object(v, p, {{"max_batch", count(r, c.max_batch, 1, 256)}, {"wait_ms", millis(r, c.batch_wait, 0, 60'000)}});
+         r.object(v, p, {{"max_batch", count_or_auto(r, c.max_batch, 1, 256)}, {"wait_ms", millis(r, c.batch_wait, 0, 60'000)}});
+       }},
+      {"tune", [&](const json::value& v, const std::string& p) {
+         r.object(v, p, {{"budget_s", [&](const json::value& b, const std::string& bp) { c.tune.budget_s = r.number(b, bp, 0.0, 86400.0); }},
+                         {"dir", [&](const json::value& d, const std::string& dp) { c.tune.dir = d.is_null() ? fs::path() : r.path(d, dp); }},
+                         {"max_batch", count(r, c.tune.max_batch, 1, 256)}});
        }},
       {"cache", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {
@@ -249,6 +263,10 @@ RuntimeConfig parse_config(std::string_view text, const std::string& origin, con
   return apply_config(RuntimeConfig{}, v.get_object(), origin, base_dir);
 }
 
+namespace {
+json::value count_or_auto(std::size_t n) { return n == RuntimeConfig::kAuto ? json::value("auto") : json::value(n); }
+}  // namespace
+
 json::object to_json(const RuntimeConfig& c) {
   auto stage = [](const StageConfig& s) { return json::object{{"workers", s.workers}, {"queue", s.queue}}; };
   return json::object{
@@ -263,9 +281,12 @@ json::object to_json(const RuntimeConfig& c) {
       {"output_dir", c.output_dir.string()},
       {"lora_dir", c.lora_dir.empty() ? json::value(nullptr) : json::value(c.lora_dir.string())},  // unset: null, as journal
       {"journal", c.journal.empty() ? json::value(nullptr) : json::value(c.journal.string())},
-      {"threads", {{"io", c.io_threads}, {"per_device", c.threads_per_device}, {"codec", c.codec_threads}, {"intra_op", c.intra_op_threads}, {"spin_us", c.spin_us}}},
+      {"threads", {{"io", c.io_threads}, {"per_device", count_or_auto(c.threads_per_device)}, {"codec", c.codec_threads},
+                   {"intra_op", count_or_auto(c.intra_op_threads)}, {"spin_us", c.spin_us}}},
       {"stages", {{"preprocess", stage(c.preprocess)}, {"denoise", stage(c.denoise)}, {"decode", stage(c.decode)}, {"encode", stage(c.encode)}}},
-      {"batching", {{"max_batch", c.max_batch}, {"wait_ms", c.batch_wait.count()}}},
+      {"batching", {{"max_batch", count_or_auto(c.max_batch)}, {"wait_ms", c.batch_wait.count()}}},
+      {"tune", {{"budget_s", c.tune.budget_s}, {"dir", c.tune.dir.empty() ? json::value(nullptr) : json::value(c.tune.dir.string())},
+                {"max_batch", c.tune.max_batch}}},
       {"warmup", c.warmup},
       {"cache", {{"text", {{"entries", c.text_cache_entries}, {"ttl_s", c.text_cache_ttl.count()}}},
                  {"loras", {{"mb", c.lora_cache_mb}}},

@@ -40,18 +40,39 @@ struct RuntimeConfig {
   std::string device_policy = "least_loaded";
   std::filesystem::path output_dir = ".";
 
+  // "auto" in a config file (and the default) for max_batch, threads.per_device and
+  // threads.intra_op: the Runtime measures the model and chooses (runtime/auto_tune.hpp).
+  static constexpr std::size_t kAuto = 0;
+
   std::size_t io_threads = 1;
-  std::size_t threads_per_device = 1;  // compute worker threads per device
+  // Compute worker threads (and CPU leases) per device; kAuto: tuned.
+  std::size_t threads_per_device = kAuto;
   std::size_t codec_threads = 1;       // encode worker threads
-  std::size_t intra_op_threads = 0;    // LibTorch threads per compute thread; 0: OMP_NUM_THREADS if set, else cores / (devices * per_device)
+  // LibTorch threads per compute thread; kAuto: OMP_NUM_THREADS if set, else tuned with
+  // per_device (their product the cores), else cores / (devices * per_device).
+  std::size_t intra_op_threads = kAuto;
   std::size_t spin_us = 50;            // idle io/compute threads poll this long before blocking
 
   StageConfig preprocess{1, 64}, denoise{1, 4}, decode{1, 4}, encode{1, 4};
 
   // Cross-job batching in denoise: up to max_batch compatible jobs (same size, frames, steps,
   // scheduler, guidance on/off) per transformer call, waiting at most batch_wait for company.
-  std::size_t max_batch = 1;
+  // kAuto: tuned (once the Runtime is built, config() holds the number chosen).
+  std::size_t max_batch = kAuto;
   std::chrono::milliseconds batch_wait{20};
+
+  // The auto-tuner (runtime/auto_tune.hpp), for the settings left at kAuto. Config key "tune":
+  // {"budget_s": N, "dir": "...", "max_batch": N}. The probe measures the default model at
+  // `spec` (a job spec; empty: the package's defaults) on the first device, at most about
+  // budget_s seconds, and caches the choice in `dir` (empty: $XDG_CACHE_HOME/vgen/tune).
+  // `one_job` (`vgen render`): the fastest split for a single job, batch 1.
+  struct Tune {
+    double budget_s = 30;
+    std::filesystem::path dir;
+    std::size_t max_batch = 8;  // the largest batch probed
+    boost::json::object spec;   // set by apps (not a config key): the shape to tune for
+    bool one_job = false;       // set by `vgen render` (not a config key)
+  } tune;
 
   // Before the runtime accepts jobs, call every module twice on each device at the package's
   // smallest size (LibTorch's profiling executor profiles a method's first call and optimises

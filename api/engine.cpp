@@ -4,6 +4,7 @@
 
 #include "api/journal.hpp"
 #include "api/result_cache.hpp"
+#include "api/runtime_tuning.hpp"
 #include "runtime/content_key.hpp"
 #include "runtime/device_pool.hpp"
 #include "runtime/executor.hpp"
@@ -63,16 +64,6 @@ class RuntimeImpl {
     if (!fs::is_directory(config_.output_dir))
       throw_error(ErrorKind::invalid_argument, "output directory '" + config_.output_dir.string() + "' cannot be created" +
                                                    (ec ? " (" + ec.message() + ")" : ""));
-    // A CPU device admits as many concurrent leases as it has compute threads, so that with
-    // threads.per_device > 1 preprocess, denoise and decode of different jobs overlap.
-    const auto devices = parse_device_list(config_.devices, discover_cuda_devices, 0.9, config_.threads_per_device);
-    std::size_t intra = config_.intra_op_threads;
-    if (intra == 0) intra = static_cast<std::size_t>(default_intra_op_threads(devices.size() * config_.threads_per_device));
-    add_device_pools(executor_, devices, config_.threads_per_device, config_.codec_threads,
-                     [intra](std::size_t) { set_intra_op_threads(static_cast<int>(intra)); });
-    // One thread for job-store writes (each may fsync), off the io threads.
-    store_pool_ = &executor_.add_pool(WorkerPool::Options{.name = "store", .threads = 1, .spin = std::chrono::microseconds(0)});
-    devices_ = std::make_unique<DevicePool>(devices, DevicePoolOptions{.policy = config_.device_policy, .metrics = &metrics_});
     ModelSetOptions wo;
     wo.out_dir = config_.output_dir;
     wo.images.max_bytes = config_.image_max_bytes;
@@ -101,13 +92,29 @@ class RuntimeImpl {
           f->check_oom(jobs, device, job, attempt);
         };
     }
+    // The models load before the device threads exist: "auto" settings are measured on them
+    // (api/runtime_tuning.hpp), and the threads follow what was chosen.
+    auto loaded = load_models(model_list(), wo);
+    tuning_ = std::make_unique<RuntimeTuning>(config_, loaded, parse_device_list(config_.devices, discover_cuda_devices, 0.9, 1), metrics_);
+    wo.on_batch_capped = [t = tuning_.get()](const std::string& key, std::size_t cap) { t->on_capped(key, cap); };
+    // A CPU device admits as many concurrent leases as it has compute threads, so that with
+    // threads.per_device > 1 preprocess, denoise and decode of different jobs overlap.
+    const auto devices = parse_device_list(config_.devices, discover_cuda_devices, 0.9, config_.threads_per_device);
+    std::size_t intra = config_.intra_op_threads;
+    if (intra == 0) intra = static_cast<std::size_t>(default_intra_op_threads(devices.size() * config_.threads_per_device));
+    add_device_pools(executor_, devices, config_.threads_per_device, config_.codec_threads,
+                     [intra](std::size_t) { set_intra_op_threads(static_cast<int>(intra)); });
+    // One thread for job-store writes (each may fsync), off the io threads.
+    store_pool_ = &executor_.add_pool(WorkerPool::Options{.name = "store", .threads = 1, .spin = std::chrono::microseconds(0)});
+    devices_ = std::make_unique<DevicePool>(devices, DevicePoolOptions{.policy = config_.device_policy, .metrics = &metrics_});
     wo.max_batch = config_.max_batch;
+    wo.leases = devices.size() * config_.threads_per_device;
     wo.metrics = &metrics_;
     wo.tracer = &tracer_;
     if (!config_.trace_file.empty()) trace_start_ = tracer_.begin();
     wo.batch_wait = config_.batch_wait;
     set_checkpoints(wo);
-    models_ = std::make_unique<ModelSet>(model_list(), executor_, *devices_, wo);
+    models_ = std::make_unique<ModelSet>(std::move(loaded), executor_, *devices_, wo);
     if (wo.preview_every > 0)
       for (const auto& name : models_->model_names())
         if (!models_->previews(name))
@@ -751,6 +758,7 @@ class RuntimeImpl {
   std::optional<Tracer::clock::time_point> trace_start_;  // config.trace_file's capture
   Executor executor_;
   std::unique_ptr<FaultInjector> faults_;  // before devices_/models_: stages refer to it
+  std::unique_ptr<RuntimeTuning> tuning_;  // before models_: its Batcher reports caps to it
   std::unique_ptr<DevicePool> devices_;
   std::unique_ptr<ModelSet> models_;
   std::unique_ptr<Pipeline> pipeline_;

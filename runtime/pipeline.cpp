@@ -259,16 +259,19 @@ asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job, WorkerSlot& s
     std::rethrow_exception(error);
   }
   if (job->is_finished()) co_return;
+  // The last stage returned: its work (the output file) is complete, so a cancel that came
+  // meanwhile is too late, and the job is done (a signal must not call a written video cancelled).
+  const bool requeue = job->take_requeue();
+  if (k + 1 == stages_.size() && !requeue) {
+    end_job(job, JobState::done);
+    co_return;
+  }
   job->throw_if_cancelled();  // cancelled while its last step ran: end it here
-  if (job->take_requeue()) {  // preempted: back into this stage's queue (never waits, see requeue)
+  if (requeue) {  // preempted: back into this stage's queue (never waits, see requeue)
     job->enter_stage(JobState::queued);  // queued again: a cancel or deadline ends it at once
     mark_queued(*job);
     queues_[k]->requeue(job, ticket_of(*job));
     if (stage_metrics_[k].depth) stage_metrics_[k].depth->set(static_cast<double>(queues_[k]->size()));
-    co_return;
-  }
-  if (k + 1 == stages_.size()) {
-    end_job(job, JobState::done);
     co_return;
   }
   // The next queue cannot be closed while a worker of this stage is alive (it is closed only

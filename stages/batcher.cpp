@@ -230,8 +230,12 @@ asio::awaitable<void> Batcher::run_group(std::shared_ptr<Group> group) {
     close(*group);  // a group that failed before it closed takes no more jobs
     group->error = std::current_exception();
     if (classify(group->error) == ErrorKind::out_of_memory && group->members.size() > 1) {
-      std::lock_guard lock(mutex_);
-      caps_[group->key] = std::max<std::size_t>(1, group->members.size() / 2);  // the retry runs smaller
+      const auto cap = std::max<std::size_t>(1, group->members.size() / 2);  // the retry runs smaller
+      {
+        std::lock_guard lock(mutex_);
+        caps_[group->key] = cap;
+      }
+      if (options_.on_capped) options_.on_capped(group->key, cap);
     }
   }
   stop_running(*group);

@@ -92,6 +92,10 @@ struct BatcherOptions {
   // states, in row order; state.step is the next step) and the group's scheduler: checkpoints
   // (stages/checkpoint.hpp). Must not throw; keep it short (the group's next step waits).
   std::function<void(const std::vector<Job*>&, const std::vector<FamilyJob*>&, const Scheduler&)> after_step;
+  // Called (on an io thread, outside the Batcher's lock) when out of memory caps a key's batch:
+  // the group key ("denoise|<Family::denoise_key>", ...) and its new cap. The auto-tuner's
+  // cached batch for that shape follows it (runtime/auto_tune.hpp).
+  std::function<void(const std::string& key, std::size_t cap)> on_capped;
 };
 
 class Batcher {

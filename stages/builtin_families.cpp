@@ -18,6 +18,7 @@ void register_builtin_families() {
     families().add("wan2.1-i2v", &make_wan_i2v_family);
     families().add("wan2.1-flf2v", &make_wan_i2v_family);  // and a last frame: manifest image_conditioning.last_image
     families().add("wan2.2-a14b-t2v", &make_wan_family);  // two experts: WanFamily reads manifest `experts`
+    families().add("wan2.2-a14b-i2v", &make_wan_i2v_family);  // the two experts with the I2V condition, no image encoder
     families().add("wan2.2-ti2v", &make_wan_ti2v_family);
     families().add("ltx-video", &make_ltx_family);
   });

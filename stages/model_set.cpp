@@ -107,23 +107,34 @@ asio::awaitable<void> encode(State& st, Job& job) {
 
 }  // namespace
 
-ModelSet::ModelSet(std::vector<std::pair<std::string, std::filesystem::path>> models, Executor& executor, DevicePool& devices,
-                   ModelSetOptions options)
-    : state_(std::make_shared<State>()) {
+LoadedModels load_models(const std::vector<std::pair<std::string, std::filesystem::path>>& models,
+                         const ModelSetOptions& options) {
   if (models.empty()) throw_error(ErrorKind::invalid_argument, "no model to serve");
   register_builtin_families();
   FamilyOptions fo{.backend = options.backend, .text_cache_entries = options.text_cache_entries,
                    .text_cache_ttl = options.text_cache_ttl, .lora_dir = options.lora_dir,
                    .lora_cache_bytes = options.lora_cache_bytes};
-  for (auto& [name, dir] : models) {
-    for (const auto& [n, f] : state_->models)
+  LoadedModels out;
+  for (const auto& [name, dir] : models) {
+    for (const auto& [n, f] : out.models)
       if (n == name) throw_error(ErrorKind::invalid_argument, "model '" + name + "' is given twice");
     fo.model_name = name;
-    state_->models.emplace_back(name, load_family(dir, fo));
-    const auto& family = state_->models.back().second;
+    out.models.emplace_back(name, load_family(dir, fo));
+  }
+  return out;
+}
+
+ModelSet::ModelSet(std::vector<std::pair<std::string, std::filesystem::path>> models, Executor& executor, DevicePool& devices,
+                   ModelSetOptions options)
+    : ModelSet(load_models(models, options), executor, devices, options) {}  // a copy: argument order is unspecified
+
+ModelSet::ModelSet(LoadedModels models, Executor& executor, DevicePool& devices, ModelSetOptions options)
+    : state_(std::make_shared<State>()) {
+  if (models.models.empty()) throw_error(ErrorKind::invalid_argument, "no model to serve");
+  state_->models = std::move(models.models);
+  for (const auto& [name, family] : state_->models)
     if (auto preview = LatentPreview::of_package(family->package()); preview && options.preview_every > 0)
       state_->previews.emplace(family.get(), std::move(preview));
-  }
   state_->executor = &executor;
   BatcherOptions bo{.max_batch = std::max<std::size_t>(options.max_batch, 1),
                     .wait = options.batch_wait,
@@ -131,7 +142,8 @@ ModelSet::ModelSet(std::vector<std::pair<std::string, std::filesystem::path>> mo
                     .devices = &devices,
                     .metrics = options.metrics,
                     .tracer = options.tracer,
-                    .before_denoise = options.before_denoise};
+                    .before_denoise = options.before_denoise,
+                    .on_capped = options.on_batch_capped};
   if (options.checkpoints.enabled()) {
     // One thread: checkpoint writes (and removals) of a key happen in the order they were made.
     if (!executor.has_pool("checkpoint"))
@@ -177,12 +189,14 @@ std::vector<StageSpec> ModelSet::stages() const {
   auto st = state_;
   auto bind = [st](asio::awaitable<void> (*fn)(State&, Job&)) { return StageFn([st, fn](Job& job) { return fn(*st, job); }); };
   const auto& o = st->options;
-  const auto batch = std::max<std::size_t>(o.max_batch, 1);
+  // Each job in a forming or running group holds a worker, and every lease may run a group:
+  // at least max_batch x leases workers, or a second lease idles while the first group's jobs
+  // hold all the workers.
+  const auto slots = std::max<std::size_t>(o.max_batch, 1) * std::max<std::size_t>(o.leases, 1);
   return {
-      // Each job waiting in a forming group holds a worker: at least max_batch of them.
-      {"preprocess", JobState::preprocess, std::max(o.preprocess_workers, batch), 16, bind(preprocess)},
-      {"denoise", JobState::denoise, std::max(o.denoise_workers, batch), 4, bind(denoise)},
-      {"decode", JobState::decode, std::max(o.decode_workers, batch), 4, bind(decode)},
+      {"preprocess", JobState::preprocess, std::max(o.preprocess_workers, slots), 16, bind(preprocess)},
+      {"denoise", JobState::denoise, std::max(o.denoise_workers, slots), 4, bind(denoise)},
+      {"decode", JobState::decode, std::max(o.decode_workers, slots), 4, bind(decode)},
       {"encode", JobState::encode, o.encode_workers, 4, bind(encode)},
   };
 }

@@ -53,9 +53,14 @@ struct ModelSetOptions {
   // batch_wait for a group to fill. 1: no batching.
   std::size_t max_batch = 1;
   std::chrono::milliseconds batch_wait{20};
+  // Compute leases of all devices together (threads.per_device x devices): as many groups can
+  // run at once, so the model stages get at least max_batch x leases workers.
+  std::size_t leases = 1;
   // Called on the compute thread before every denoiser call (fault injection's simulated
   // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
+  // Called when out of memory caps a group key's batch (stages/batcher.hpp on_capped).
+  std::function<void(const std::string& key, std::size_t cap)> on_batch_capped;
   MetricsRegistry* metrics = nullptr;  // optional (outlives the set): batch-size histograms
   Tracer* tracer = nullptr;            // optional (outlives the set): spans of model calls
   // Live previews (stages/preview.hpp): every this many denoising steps and at the last; 0: none.
@@ -76,6 +81,17 @@ struct RenderOutput {
   std::string device;
 };
 
+class Family;  // stages/family.hpp (LibTorch)
+
+// The model packages of a ModelSet, loaded (each family made) before the set is built, so that
+// a Runtime can measure them (stages/tune_probe.hpp) before it chooses its devices' threads.
+struct LoadedModels {
+  std::vector<std::pair<std::string, std::shared_ptr<Family>>> models;  // (name, family), the first the default
+};
+// Loads each package and its family (the errors of the ModelSet constructor).
+LoadedModels load_models(const std::vector<std::pair<std::string, std::filesystem::path>>& models,
+                         const ModelSetOptions& options);
+
 class ModelSet {
  public:
   // `models`: (name, package directory) pairs, the first the default. Loads each package and
@@ -83,6 +99,8 @@ class ModelSet {
   // hold a "device:<id>" pool per device and a "codec" pool.
   ModelSet(std::vector<std::pair<std::string, std::filesystem::path>> models, Executor& executor, DevicePool& devices,
            ModelSetOptions options);
+  // The same over models already loaded (load_models).
+  ModelSet(LoadedModels models, Executor& executor, DevicePool& devices, ModelSetOptions options);
   ~ModelSet();
   ModelSet(const ModelSet&) = delete;
   ModelSet& operator=(const ModelSet&) = delete;

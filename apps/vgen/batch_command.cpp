@@ -107,6 +107,7 @@ int run_batch_command(const BatchFlags& f) {
     config.exclusive_output = true;             // a second batch or serve on this directory is refused
   }
 
+  config.tune.spec = job_fields(f.job);  // "auto" settings are measured at the jobs' shape (the flags')
   StopSignals signals;  // before the Runtime (or the broker client) starts its threads, which inherit the mask
   Progress progress(0);
   BatchOptions options;

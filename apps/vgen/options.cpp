@@ -10,7 +10,25 @@ void add_runtime_flags(CLI::App& cmd, RuntimeFlags& f) {
   cmd.add_option("--config", f.config, "runtime config file (configs/*.json); flags override it");
   cmd.add_option("--model", f.model, "model package directory (default: the bundled model)");
   cmd.add_option("--device,--devices", f.devices, "devices: cpu, cpu,cpu, cuda:0, cuda:0,cuda:1, auto (default: cpu)");
-  cmd.add_option("--max-batch", f.max_batch, "cross-job batching: jobs per denoiser call (default 1)")->check(CLI::Range(1, 256));
+  cmd.add_option_function<std::string>(
+         "--max-batch",
+         [&f](const std::string& v) {
+           if (v == "auto") {
+             f.max_batch = RuntimeConfig::kAuto;
+             return;
+           }
+           std::size_t n = 0;
+           std::size_t used = 0;
+           try {
+             n = std::stoul(v, &used);
+           } catch (const std::exception&) {
+             used = 0;
+           }
+           if (used != v.size() || n < 1 || n > 256) throw CLI::ValidationError("--max-batch", "must be auto or 1..256 (got " + v + ")");
+           f.max_batch = n;
+         },
+         "cross-job batching: jobs per denoiser call, or auto (default: auto, measured at start)")
+      ->type_name("N|auto");
   cmd.add_option("--lora-dir", f.lora_dir, "folder of LoRA files (NAME.safetensors) that jobs' LoRAs name");
   cmd.add_option("--trace", f.trace, "write the run's timeline to FILE as Chrome/Perfetto trace JSON (ui.perfetto.dev)");
 }

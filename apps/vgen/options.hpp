@@ -17,7 +17,7 @@ namespace vgen::cli {
 struct RuntimeFlags {
   std::string config, model, devices;
   std::optional<std::string> output_dir;
-  std::optional<std::size_t> max_batch;
+  std::optional<std::size_t> max_batch;  // RuntimeConfig::kAuto for "auto"
   std::optional<std::string> lora_dir;
   std::optional<std::string> trace;  // --trace FILE
 };

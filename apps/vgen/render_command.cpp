@@ -74,6 +74,8 @@ int run_render(const RenderFlags& f) {
   if (!f.image.empty()) spec["image"] = fs::absolute(f.image).lexically_normal().string();
   if (!f.last_image.empty()) spec["last_image"] = fs::absolute(f.last_image).lexically_normal().string();
 
+  config.tune.one_job = true;  // "auto" threads: the fastest split for this one job
+  config.tune.spec = spec;
   Runtime runtime(config);
   runtime.validate(spec);  // bad input fails here, before any work
   Progress progress;

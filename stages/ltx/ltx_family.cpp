@@ -2,6 +2,7 @@
 
 #include "runtime/content_key.hpp"
 #include "runtime/errors.hpp"
+#include "stages/image_input.hpp"
 #include "stages/text_lookup.hpp"
 
 #include <ATen/ATen.h>
@@ -20,6 +21,7 @@ namespace json = boost::json;
 namespace {
 
 LtxJob& ltx(FamilyJob& job) { return static_cast<LtxJob&>(job); }
+const LtxJob& ltx(const FamilyJob& job) { return static_cast<const LtxJob&>(job); }
 
 [[noreturn]] void bad_manifest(const ModelPackage& p, const std::string& what) {
   throw_error(ErrorKind::invalid_argument, "model package '" + p.dir.string() + "': " + what);
@@ -90,6 +92,13 @@ LtxFamily::LtxFamily(ModelPackage package, const FamilyOptions& options)
     : package_(std::move(package)), config_(read_ltx_config(package_)), backend_(options.backend) {
   const auto& p = package_;
   for (const char* name : {"tokenizer", "text_encoder", "transformer", "vae_decoder"}) p.component(name);  // named if missing
+  if (p.limits.image != InputUse::none) {  // image-to-video: the encoder and per-token timesteps
+    p.component("vae_encoder");
+    const auto* t = p.manifest.if_contains("transformer");
+    const auto* mode = t && t->is_object() ? t->get_object().if_contains("timestep") : nullptr;
+    if (!mode || !mode->is_string() || mode->get_string() != "per_token")
+      bad_manifest(p, "manifest field 'transformer.timestep' must be \"per_token\" for image inputs");
+  }
   tokenizer_ = Tokenizer::load(p.component("tokenizer").file,
                                {.max_length = p.max_length, .pad_id = p.pad_id, .eos_id = p.eos_id, .add_eos = p.add_eos});
   if (options.text_cache_entries > 0)
@@ -163,11 +172,37 @@ void LtxFamily::prepare(const std::string& device, const std::vector<FamilyJob*>
     auto gen = at::make_generator<at::CPUGeneratorImpl>(j.spec.seed);
     const auto opts = at::TensorOptions().dtype(at::kFloat);
     j.state.step = 0;
+    if (j.has_image()) j.condition = first_frame_latents(device, j, gen);  // draws before the noise, as diffusers
     j.state.latents = at::randn({1, p.latent_channels, f, h, w}, gen, opts);
+    if (j.condition.defined()) j.state.latents.narrow(2, 0, 1).copy_(j.condition);  // init * mask + noise * (1 - mask)
     j.decode_noise = config_.timestep_conditioning && config_.decode_noise_scale != 0.0
                          ? at::randn({1, p.latent_channels, f, h, w}, gen, opts)
                          : at::Tensor();
   }
+}
+
+// The image's posterior sample (mean + std * noise, the noise from the job's generator),
+// normalised: (x - latents_mean) * scaling_factor / latents_std, LTXPipeline's order.
+at::Tensor LtxFamily::first_frame_latents(const std::string& device, const LtxJob& j, at::Generator& gen) const {
+  at::Tensor picture = j.image;
+  if (!picture.defined()) {  // the spec's file, resized to the video as diffusers' video processor does
+    auto img = decode_image_file(j.spec.image, "image");
+    if (img.width != j.spec.width || img.height != j.spec.height) img = resize_rgb(img, j.spec.width, j.spec.height);
+    picture = at::from_blob(img.rgb.data(), {img.height, img.width, 3}, at::kByte).permute({2, 0, 1}).to(at::kFloat).div(255.0);
+  }
+  if (picture.dim() != 3 || picture.size(0) != 3 || picture.size(1) != j.spec.height || picture.size(2) != j.spec.width)
+    throw_error(ErrorKind::invalid_argument, "image: must be fitted to the job's " + std::to_string(j.spec.width) + "x" +
+                                                 std::to_string(j.spec.height) + " before conditioning");
+  const auto& p = package_;
+  const std::int64_t c = p.latent_channels;
+  auto encoder = module("vae_encoder", device);
+  auto video = (picture.to(at::kFloat) * 2 - 1).unsqueeze(0).unsqueeze(2);  // [1, 3, 1, H, W] in [-1, 1]
+  auto moments = encoder->forward({video.to(encoder->dtype())}).to(at::kCPU).to(at::kFloat);
+  auto mean = moments.narrow(1, 0, c), std = moments.narrow(1, c, c);
+  auto sample = mean + std * at::randn(mean.sizes(), gen, at::TensorOptions().dtype(at::kFloat));
+  auto lat_mean = at::tensor(p.latents_mean, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+  auto lat_std = at::tensor(p.latents_std, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+  return (sample - lat_mean) * config_.scaling_factor / lat_std;
 }
 
 std::unique_ptr<Scheduler> LtxFamily::make_scheduler(const FamilyJob& job) const {
@@ -187,7 +222,7 @@ std::string LtxFamily::denoise_key(const FamilyJob& job, const Scheduler& s) con
                   (job.spec.guidance > 1.0 ? "cfg" : "nocfg");
   if (!job.spec.precision.empty()) k += "|precision:" + job.spec.precision;  // one transformer variant per call
   for (auto d : job.state.latents.sizes()) k += "|" + std::to_string(d);
-  return k;
+  return ltx(job).condition.defined() ? k + "|image" : k;
 }
 
 at::Tensor LtxFamily::transformer_call(const std::string& device, const std::string& precision, const at::Tensor& latents,
@@ -213,6 +248,12 @@ at::Tensor LtxFamily::predict(const PredictCall& call) {
   auto tokens = ltx_pack(call.x);
   auto input = cfg ? tokens.repeat_interleave(2, 0) : tokens;  // job j's rows 2j (uncond), 2j+1 (cond)
   auto t = row_timesteps(call);  // one per job
+  const bool image = std::any_of(live.begin(), live.end(), [](auto* j) { return ltx(*j).condition.defined(); });
+  if (image) {  // one per token, 0 on the given first frame's (t * (1 - conditioning_mask))
+    t = t.reshape({-1, 1}).repeat({1, f * h * w});
+    for (std::size_t j = 0; j < live.size(); ++j)
+      if (ltx(*live[j]).condition.defined()) t[static_cast<std::int64_t>(j)].narrow(0, 0, h * w).zero_();
+  }
   t = (cfg ? t.repeat_interleave(2, 0) : t).contiguous();
   auto pred = transformer_call(call.device, live.front()->spec.precision, input, t, at::cat(embeds, 0), at::cat(masks, 0), at::cat(coords, 0).contiguous())
                   .to(at::kCPU)
@@ -227,7 +268,10 @@ at::Tensor LtxFamily::predict(const PredictCall& call) {
     }
     pred = rows.size() == 1 ? rows[0] : at::cat(rows, 0);
   }
-  return ltx_unpack(pred, f, h, w);
+  auto out = ltx_unpack(pred, f, h, w);
+  for (std::size_t j = 0; j < live.size(); ++j)  // the given frame is not stepped: x + dt * 0 = x exactly
+    if (ltx(*live[j]).condition.defined()) out[static_cast<std::int64_t>(j)].narrow(1, 0, 1).zero_();
+  return out;
 }
 
 // z: normalised latents [N, C, F', H', W'] float32; noise: the rows' decode noise or undefined.
@@ -276,6 +320,7 @@ void LtxFamily::warm_up(const std::string& device) {
     transformer_call(device, p.defaults.precision, ltx_pack(z), at::full({2}, 500.0, at::kFloat), embeds, at::ones({2, p.max_length}, at::kFloat),
                      coords);
     decode_latents(device, z.narrow(0, 0, 1), at::Tensor());
+    if (p.limits.image != InputUse::none) module("vae_encoder", device)->forward({at::zeros({1, 3, 1, side, side}, at::kFloat)});
   }
 }
 

@@ -16,6 +16,13 @@
 //            step is elementwise, so stepping unpacked latents is stepping diffusers' packed ones.
 //  decode    latents * std / scaling_factor + mean; with a conditioned decoder, noise mixed in
 //            at decode_noise_scale and the decoder conditioned on decode_timestep; frames in [0, 1].
+// Image-to-video (LTXImageToVideoPipeline, same package: manifest inputs.image "optional" and a
+// vae_encoder.pt giving the posterior's [mean; std]): a job with an image draws, from its
+// generator and before the initial noise, the posterior sample mean + std * noise; normalised,
+// it is latent frame 0 of the initial latents; that frame's tokens get timestep 0 and its
+// prediction is zeroed, so the Euler step leaves it exactly as it is (diffusers steps frames 1..
+// only). Image jobs denoise in their own groups (per-token timesteps; text-to-video rows keep
+// one timestep per row, as LTXPipeline passes them).
 // Ownership: shared by the jobs of its package; the text cache and the module cache are
 // thread-safe, everything else is immutable after construction. Includes LibTorch.
 #pragma once
@@ -33,6 +40,10 @@ struct LtxJob : FamilyJob {
   at::Tensor embeds;        // [1 or 2, L, D]: (uncond,) cond, as LTXPipeline orders them
   at::Tensor text_mask;     // [1 or 2, L] float32, 1 on real tokens
   at::Tensor decode_noise;  // [1, C, F', H', W'] or undefined (unconditioned VAE or noise scale 0)
+  // Image-to-video only:
+  at::Tensor image;      // [3, H, W] float32 in [0, 1] at the job's size; undefined: the spec's file (if any)
+  at::Tensor condition;  // [1, C, 1, H', W'] the first frame's normalised latents (set by prepare)
+  bool has_image() const { return image.defined() || !spec.image.empty(); }
 };
 
 // What the manifest says beyond the generic package fields (its "transformer" and "vae").
@@ -67,6 +78,7 @@ class LtxFamily final : public Family {
   at::Tensor transformer_call(const std::string& device, const std::string& precision, const at::Tensor& latents, const at::Tensor& timestep,
                               const at::Tensor& embeds, const at::Tensor& mask, const at::Tensor& coords) const;
   at::Tensor decode_latents(const std::string& device, const at::Tensor& z, const at::Tensor& noise) const;
+  at::Tensor first_frame_latents(const std::string& device, const LtxJob& job, at::Generator& gen) const;
 
   ModelPackage package_;
   LtxConfig config_;

@@ -11,11 +11,16 @@ namespace vgen {
 
 namespace {
 
-// The manifest's image_conditioning.last_image (a family's own section of the parsed manifest).
-bool manifest_last_image(const ModelPackage& p) {
+// The manifest's image_conditioning.<key> as a bool (a family's own section of the parsed
+// manifest), `absent` when it is not there; Error(invalid_argument) naming it when not a bool.
+bool manifest_flag(const ModelPackage& p, const char* key, bool absent) {
   const auto* ic = p.manifest.if_contains("image_conditioning");
-  const auto* last = ic && ic->is_object() ? ic->get_object().if_contains("last_image") : nullptr;
-  return last && last->is_bool() && last->get_bool();
+  const auto* v = ic && ic->is_object() ? ic->get_object().if_contains(key) : nullptr;
+  if (!v) return absent;
+  if (!v->is_bool())
+    throw Error(ErrorKind::invalid_argument, "model package " + p.dir.string() + ": manifest field 'image_conditioning." +
+                                                 key + "' must be true or false");
+  return v->get_bool();
 }
 
 // A picture of the job ([3, H, W] float32 in [0, 1] at the job's size): `given` when set (tests,
@@ -42,8 +47,11 @@ at::Tensor fitted(const WanJob& job, at::Tensor image, const std::string& field)
 }  // namespace
 
 WanI2VFamily::WanI2VFamily(ModelPackage package, const FamilyOptions& options)
-    : WanFamily(std::move(package), options), first_last_(manifest_last_image(this->package())) {
-  for (const char* name : {"image_encoder", "vae_encoder"}) this->package().component(name);  // named if missing
+    : WanFamily(std::move(package), options),
+      first_last_(manifest_flag(this->package(), "last_image", false)),
+      image_encoder_(manifest_flag(this->package(), "image_encoder", true)) {
+  this->package().component("vae_encoder");  // named if missing
+  if (image_encoder_) this->package().component("image_encoder");
 }
 
 std::shared_ptr<Family> make_wan_i2v_family(ModelPackage package, const FamilyOptions& options) {
@@ -93,12 +101,14 @@ void WanI2VFamily::condition(const std::string& device, WanJob& job) {
   const auto& p = package();
   auto image = wan_fitted_image(job);
   const auto last = first_last_ ? wan_fitted_last_image(job) : at::Tensor();
-  auto encoder = module("image_encoder", device);
-  // One encoder call for both pictures; their tokens side by side, [1, 2N, D], as diffusers
-  // stacks them for the transformer's position embedding.
-  auto pictures = first_last_ ? at::stack({image, last}) : image.unsqueeze(0);
-  auto tokens = encoder->forward({pictures.to(encoder->dtype())}).to(at::kCPU).to(at::kFloat);
-  job.image_embeds = tokens.reshape({1, -1, tokens.size(2)});
+  if (image_encoder_) {
+    auto encoder = module("image_encoder", device);
+    // One encoder call for both pictures; their tokens side by side, [1, 2N, D], as diffusers
+    // stacks them for the transformer's position embedding.
+    auto pictures = first_last_ ? at::stack({image, last}) : image.unsqueeze(0);
+    auto tokens = encoder->forward({pictures.to(encoder->dtype())}).to(at::kCPU).to(at::kFloat);
+    job.image_embeds = tokens.reshape({1, -1, tokens.size(2)});
+  }
   // The condition video: the image in [-1, 1] as frame 0, zeros after it (and the last image last).
   auto video = at::zeros({1, 3, job.spec.frames, job.spec.height, job.spec.width}, at::kFloat);
   video.select(2, 0).copy_(image.unsqueeze(0) * 2 - 1);

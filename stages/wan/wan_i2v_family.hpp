@@ -13,6 +13,10 @@
 // does with `last_image`: image_embeds = the two images' tokens [1, 2N, D] (first, then last),
 // the condition video [image, zeros, last_image] and the mask also 1 on the last pixel frame
 // (latent frame F'-1, its last of temporal_scale channels).
+// Two experts (Wan 2.2 I2V-A14B, "wan2.2-a14b-i2v": manifest `experts` and
+// image_conditioning.image_encoder false): no image encoder and no image_embeds; the condition
+// above enters through the channels alone, and WanFamily switches transformer / transformer_2
+// at boundary_ratio as for "wan2.2-a14b-t2v" (one expert-switching code for both).
 // Jobs of one denoise group each carry their own image (rows are independent in the call).
 // Ownership and threads: as WanFamily; prepare's module calls run on the compute thread.
 #pragma once
@@ -29,12 +33,14 @@ class WanI2VFamily final : public WanFamily {
   // (and, first-last-frame, "last_image" or "frames" below 5).
   JobSpec validate(const boost::json::value& spec) const override;
   bool first_last_frame() const { return first_last_; }
+  bool image_tokens() const { return image_encoder_; }  // false: the condition channels alone (A14B)
 
  protected:
   void condition(const std::string& device, WanJob& job) override;
 
  private:
-  bool first_last_ = false;  // manifest image_conditioning.last_image
+  bool first_last_ = false;     // manifest image_conditioning.last_image
+  bool image_encoder_ = true;   // manifest image_conditioning.image_encoder (absent: true, Wan 2.1)
 };
 
 std::shared_ptr<Family> make_wan_i2v_family(ModelPackage package, const FamilyOptions& options);

@@ -39,7 +39,8 @@ TEST_CASE("the shipped configs load and say what they should") {
   const auto cpu = load_config(src / "configs/cpu.json");
   CHECK(cpu.devices == "cpu");
   CHECK(cpu.model.empty());  // null: the bundled model
-  CHECK(cpu.output_dir == (src / "out").lexically_normal());
+  CHECK(cpu.max_batch == RuntimeConfig::kAuto);
+  CHECK(cpu.threads_per_device == RuntimeConfig::kAuto);
   const auto gpu = load_config(src / "configs/multi-gpu.json");
   CHECK(gpu.devices == "cuda:0,cuda:1,cuda:2,cuda:3");
   CHECK(gpu.denoise.workers == 4);
@@ -47,6 +48,43 @@ TEST_CASE("the shipped configs load and say what they should") {
   CHECK(svc.service.listen == "127.0.0.1:8080");
   CHECK(svc.service.max_body_bytes == 65536);
   CHECK(svc.preprocess.queue == 32);
+}
+
+TEST_CASE("configs/cpu.json and the built-in defaults agree (one source of truth)") {
+  const fs::path src = VGEN_TEST_SOURCE_DIR;
+  const auto file = to_json(load_config(src / "configs/cpu.json"));
+  const auto built_in = to_json(RuntimeConfig{});
+  for (const auto& [key, value] : built_in) {
+    CAPTURE(std::string(key));
+    CHECK(boost::json::serialize(file.at(key)) == boost::json::serialize(value));
+  }
+  CHECK(file.size() == built_in.size());
+  CHECK(built_in.at("batching").at("max_batch") == boost::json::value("auto"));
+  CHECK(built_in.at("threads").at("per_device") == boost::json::value("auto"));
+  CHECK(built_in.at("threads").at("intra_op") == boost::json::value("auto"));
+}
+
+TEST_CASE("max_batch, threads.per_device and threads.intra_op take \"auto\" or a number") {
+  const auto dir = test::temp_dir("vgen-config-");
+  auto c = load_config(write(dir, R"({"batching": {"max_batch": "auto"}, "threads": {"per_device": "auto", "intra_op": "auto"},
+                                     "tune": {"budget_s": 5, "dir": "tune", "max_batch": 16}})"));
+  CHECK(c.max_batch == RuntimeConfig::kAuto);
+  CHECK(c.threads_per_device == RuntimeConfig::kAuto);
+  CHECK(c.intra_op_threads == RuntimeConfig::kAuto);
+  CHECK(c.tune.budget_s == 5);
+  CHECK(c.tune.dir == dir / "tune");
+  CHECK(c.tune.max_batch == 16);
+  c = load_config(write(dir, R"({"batching": {"max_batch": 3}, "threads": {"per_device": 2, "intra_op": 1}})"));
+  CHECK(c.max_batch == 3);
+  CHECK(c.threads_per_device == 2);
+  CHECK(c.intra_op_threads == 1);
+  // Round trip: to_json writes "auto" back.
+  CHECK(to_json(RuntimeConfig{}).at("batching").at("max_batch") == boost::json::value("auto"));
+  CHECK(to_json(c).at("batching").at("max_batch") == boost::json::value(3));
+  CHECK(error_of(write(dir, R"({"batching": {"max_batch": "many"}})")).find("batching.max_batch: must be \"auto\" or an integer") !=
+        std::string::npos);
+  CHECK(error_of(write(dir, R"({"threads": {"per_device": 0}})")).find("threads.per_device: must be between 1 and 64") != std::string::npos);
+  CHECK(error_of(write(dir, R"({"tune": {"budget": 1}})")).find("tune.budget: unknown key") != std::string::npos);
 }
 
 TEST_CASE("every key is read, with comments and relative paths") {

@@ -48,6 +48,8 @@ RuntimeConfig small_config(const fs::path& model, const fs::path& out) {
   c.model = model;
   c.output_dir = out;
   c.retry_attempts = 1;
+  c.max_batch = 1;  // fixed, not "auto": no start-up probe, the same groups on every machine
+  c.threads_per_device = 1;
   return c;
 }
 

@@ -81,8 +81,9 @@ def test_rerun_after_sigkill_skips_complete_outputs(package, tmp_path):
     colors = ["red", "green", "blue", "yellow", "cyan", "magenta", "white", "orange"]
     prompts.write_text("".join(f"a {c} circle moving left\n" for c in colors))
     out = tmp_path / "out"
+    # One job per call: an auto-tuned batch of all 8 could finish them together before the kill.
     cmd = [str(VGEN), "batch", str(prompts), "--out", str(out), "--model", str(package),
-           "--width", "32", "--height", "32", "--frames", "5", "--steps", "12"]
+           "--width", "32", "--height", "32", "--frames", "5", "--steps", "12", "--max-batch", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 240

@@ -53,6 +53,18 @@ def test_manifest_describes_the_ltx_package(exported):
             assert check["max_abs_diff"] <= check["tolerance"], (name, check)
 
 
+def test_the_package_also_runs_image_to_video(exported):
+    # LTXImageToVideoPipeline uses the same components: the VAE encoder (posterior mean and std,
+    # as diffusers samples it) and a transformer checked with per-token timesteps.
+    _, pkg, manifest = exported
+    assert manifest["inputs"] == {"image": "optional", "last_image": "none"}
+    assert manifest["transformer"]["timestep"] == "per_token"
+    assert "vae_encoder" in mf.read_manifest(pkg)["components"]
+    assert any(len(c["timestep"]) == 2 for c in manifest["export_checks"]["transformer"]["checks"])
+    for check in manifest["export_checks"]["vae_encoder"]["checks"]:
+        assert check["max_abs_diff"] <= check["tolerance"], check
+
+
 def test_the_manifest_carries_preview_factors_fitted_against_the_ltx_decoder(exported):
     # Issue 21: an LTX package previews like a Wan one; the exporter fits the factors against
     # the decoder it wrote, through LTX's un-normalisation and decode timestep.

@@ -1,5 +1,6 @@
 """Which Wan pipeline a diffusers directory is (tools/vgen_export/detect_wan.py), the refusals
-of what the exporter cannot write, and the tiny Wan 2.1 image-to-video and Wan 2.2 TI2V exports.
+of what the exporter cannot write, and the tiny Wan 2.1 image-to-video, Wan 2.2 I2V-A14B and
+Wan 2.2 TI2V exports.
 
 Run: /root/.cache/vgen/venv/bin/python -m pytest -q tests/python/test_export_wan_variants.py
 """
@@ -71,24 +72,31 @@ def test_detects_each_wan_layout(name, tmp_path):
     assert detect_wan(config_dir(tmp_path / "d", **LAYOUTS[name])).name == name
 
 
-@pytest.mark.parametrize("name", ["wan2.2-a14b-i2v"])
-def test_refuses_what_it_cannot_export_naming_it_and_writes_nothing(name, tmp_path):
-    src = config_dir(tmp_path / "d", **LAYOUTS[name])
-    with pytest.raises(UnsupportedWanPipeline, match=name):
-        ew.export_wan(src, tmp_path / "pkg")
-    assert not (tmp_path / "pkg").exists()
-
-
 def test_cli_refusal_exits_2_with_the_reason(tmp_path, capsys):
-    src = config_dir(tmp_path / "d", **LAYOUTS["wan2.2-a14b-i2v"])
+    src = config_dir(tmp_path / "d", **{**LAYOUTS["wan2.2-a14b-i2v"], "image_encoder": True})
     assert ew.main(["--diffusers", str(src), "--out", str(tmp_path / "pkg")]) == 2
     err = capsys.readouterr().err
-    assert "wan2.2-a14b-i2v" in err and "two experts with image conditioning" in err
+    assert "wan2.2-a14b-i2v" in err and "A14B I2V takes no image embeddings" in err
+    assert not (tmp_path / "pkg").exists()  # refused before anything is written
 
 
-@pytest.mark.parametrize("name", ["wan2.2-ti2v", "wan2.1-flf2v"])
-def test_ti2v_and_flf2v_are_exportable(name):
-    # Regression: Wan 2.2 TI2V and Wan 2.1 FLF2V directories used to be refused by name.
+@pytest.mark.parametrize("changes, reason", [
+    (dict(image_encoder=True), "takes no image embeddings"),
+    (dict(image_dim=1280), "takes no image embeddings"),
+    (dict(expand_timesteps=True), "keeps one timestep per row"),
+    (dict(pipeline="WanPipeline"), "in a WanPipeline directory"),
+    (dict(in_channels=40), "image-to-video needs 36"),
+])
+def test_refuses_inconsistent_a14b_i2v_directories(changes, reason):
+    v = detect_wan_layout("wan2.2-a14b-i2v", **changes)
+    assert v.name == "wan2.2-a14b-i2v"
+    with pytest.raises(UnsupportedWanPipeline, match=reason):
+        check_exportable(v)
+
+
+@pytest.mark.parametrize("name", ["wan2.2-ti2v", "wan2.1-flf2v", "wan2.2-a14b-i2v"])
+def test_ti2v_flf2v_and_a14b_i2v_are_exportable(name):
+    # Regression: Wan 2.2 TI2V, Wan 2.1 FLF2V and Wan 2.2 I2V-A14B directories used to be refused by name.
     check_exportable(detect_wan_layout(name))
 
 
@@ -185,6 +193,58 @@ def test_i2v_reference_loop_matches_wan_image_to_video_pipeline(i2v_export):
         for i, latents in enumerate(steps):
             assert float((rec[f"latents_{i:03d}"] - latents).abs().max()) <= 1e-4, (g, i)
         assert float((rec["frames"] - frames).abs().max()) <= 1e-4, g
+
+
+@pytest.fixture(scope="module")
+def a14b_i2v_export(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wan_a14b_i2v")
+    src = write_tiny_wan(root / "diffusers", seed=0, variant="a14b-i2v")
+    return src, root / "pkg", ew.export_wan(src, root / "pkg", dtype="float32", tiny=True, seed=0)
+
+
+def test_a14b_i2v_is_exported_with_two_experts_and_no_image_encoder(a14b_i2v_export):
+    src, pkg, manifest = a14b_i2v_export
+    assert detect_wan(src).name == "wan2.2-a14b-i2v"
+    assert manifest["family"] == mf.FAMILY_WAN22_A14B_I2V
+    assert manifest["transformer"]["in_channels"] == 36
+    assert {"transformer_2", "vae_encoder"} <= set(manifest["components"])
+    assert "image_encoder" not in manifest["components"]
+    assert manifest["image_conditioning"]["image_encoder"] is False
+    assert manifest["image_conditioning"]["mask_channels"] == 4
+    assert manifest["experts"]["boundary_ratio"] == 0.9
+    assert manifest["inputs"] == {"image": "required", "last_image": "none"}
+    # No image rows in the context: the compact text context works for both experts.
+    assert manifest["transformer"]["compact_context"] is True
+    for name in ("transformer", "transformer_2", "vae_encoder"):
+        for c in manifest["export_checks"][name]["checks"]:
+            assert c["max_abs_diff"] <= c["tolerance"], (name, c)
+    mf.read_manifest(pkg, verify_files=True)
+    del manifest["components"]["vae_encoder"]
+    with pytest.raises(mf.ManifestError, match="vae_encoder"):
+        mf.validate_manifest(manifest)
+
+
+def test_a14b_i2v_reference_loop_matches_wan_image_to_video_pipeline(a14b_i2v_export):
+    """The exported experts and VAE encoder, composed as the C++ family composes them, give the
+    two-expert WanImageToVideoPipeline's latents at every step and its frames."""
+    import PIL.Image
+
+    from vgen_export.reference_i2v import run_i2v_reference
+    from vgen_export.reference_loop import run_wan_pipeline
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "reference"))
+    from wan_i2v_parity import CASE, i2v_pipeline, test_image
+
+    pixels = test_image(CASE["height"], CASE["width"])
+    pipe = i2v_pipeline(a14b_i2v_export[0])
+    frames, steps = run_wan_pipeline(pipe, {**CASE, "image": PIL.Image.fromarray(pixels)}, 7)
+    rec = run_i2v_reference(a14b_i2v_export[1], torch.from_numpy(pixels).permute(2, 0, 1).float() / 255.0,
+                            CASE["prompt"], CASE["negative_prompt"], CASE["height"], CASE["width"],
+                            CASE["num_frames"], CASE["num_inference_steps"], CASE["guidance_scale"], 7)
+    assert rec["image_embeds"] is None
+    for i, latents in enumerate(steps):
+        assert float((rec[f"latents_{i:03d}"] - latents).abs().max()) <= 1e-4, i
+    assert float((rec["frames"] - frames).abs().max()) <= 1e-4
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
-"""Image-to-video jobs end to end through `vgen batch` and `vgen serve` on the tiny random Wan 2.1
-I2V package (the real image encoder, VAE encoder and 36-channel transformer, not a text-to-video
-package with its manifest edited): JSONL image paths resolve beside the file, HTTP images come
+"""Image-to-video jobs end to end through `vgen batch` and `vgen serve` on each tiny random I2V
+package, Wan 2.1 I2V (the real image encoder, VAE encoder and 36-channel transformer, not a
+text-to-video package with its manifest edited) and Wan 2.2 I2V-A14B (two 36-channel experts): JSONL image paths resolve beside the file, HTTP images come
 as multipart uploads and as base64 / data URLs in the JSON body, and every route's video is the
 one `vgen render --image` makes for the same job. A bad image fails its own line or request
 only, naming the field."""
@@ -31,14 +31,14 @@ pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not bu
 SPEC = {"width": 48, "height": 32, "frames": 9, "steps": 2, "seed": 3}
 
 
-@pytest.fixture(scope="module")
-def i2v(tmp_path_factory):
+@pytest.fixture(scope="module", params=["i2v", "a14b-i2v"])
+def i2v(tmp_path_factory, request):
     """The package, and a folder of pictures: in.png (48x32), other.jpg (another size and
     picture, resized by the job) and broken.png (text)."""
     import PIL.Image
 
-    root = tmp_path_factory.mktemp("i2v_jobs")
-    src = write_tiny_wan(root / "diffusers", seed=0, variant="i2v")
+    root = tmp_path_factory.mktemp("i2v_jobs_" + request.param)
+    src = write_tiny_wan(root / "diffusers", seed=0, variant=request.param)
     ew.export_wan(src, root / "pkg", dtype="float32", tiny=True, seed=0)
     pics = root / "pics"
     (pics / "sub").mkdir(parents=True)

@@ -187,6 +187,33 @@ TEST_CASE("cancellation ends queued and running jobs as cancelled; the rest fini
   }
 }
 
+TEST_CASE("a cancel that lands after the last stage finished its work leaves the job done" * doctest::timeout(60)) {
+  // `vgen batch` stopped by a signal just as an output was renamed into place: the file is
+  // complete, so the job is done (the summary and the journal must not call it cancelled).
+  Ledger ledger;
+  std::shared_ptr<Job> last, middle;
+  run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+    Pipeline* pipeline = nullptr;
+    auto stages = stub_stages(ledger);
+    stages[3].fn = [&pipeline](Job& job) -> asio::awaitable<void> {  // encode: its work done, then the cancel
+      co_await sleep_for(100us);
+      CHECK(pipeline->cancel(job.id(), "stopped by a signal"));
+    };
+    stages[2].fn = [&pipeline](Job& job) -> asio::awaitable<void> {  // decode of job 1: cancelled after it
+      co_await sleep_for(100us);
+      if (job.spec().at("i").as_int64() == 1) CHECK(pipeline->cancel(job.id(), "stopped by a signal"));
+    };
+    Pipeline p(io.get_executor(), std::move(stages));
+    pipeline = &p;
+    p.start();
+    last = co_await p.submit(spec_for(0));
+    middle = co_await p.submit(spec_for(1));
+    co_await p.drain();
+  });
+  CHECK(last->state() == JobState::done);
+  CHECK(middle->state() == JobState::cancelled);  // a stage before the last: the job still ends there
+}
+
 TEST_CASE("a job past its deadline fails with deadline_exceeded" * doctest::timeout(60)) {
   Ledger ledger;
   std::shared_ptr<Job> slow, fast;

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <mutex>
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <boost/asio/co_spawn.hpp>
@@ -29,10 +31,16 @@ struct Bench {
   std::vector<DeviceSpec> specs;
   DevicePool pool;
   std::shared_ptr<Batcher> batcher;
+  std::mutex capped_mutex;
+  std::vector<std::pair<std::string, std::size_t>> capped;  // what on_capped was told
   Bench(std::size_t max_batch, std::chrono::milliseconds wait, const std::string& devices = "cpu")
       : specs(parse_device_list(devices)), pool(specs) {
     add_device_pools(executor, specs);
-    batcher = std::make_shared<Batcher>(BatcherOptions{.max_batch = max_batch, .wait = wait, .executor = &executor, .devices = &pool});
+    batcher = std::make_shared<Batcher>(BatcherOptions{.max_batch = max_batch, .wait = wait, .executor = &executor, .devices = &pool,
+                                                       .on_capped = [this](const std::string& key, std::size_t cap) {
+                                                         std::lock_guard lock(capped_mutex);
+                                                         capped.emplace_back(key, cap);
+                                                       }});
   }
 };
 
@@ -141,6 +149,12 @@ TEST_CASE("out of memory fails the group, halves the batch for its key, and the 
   for (auto& e : render_all(b, of(family, jobs))) {
     REQUIRE(e != nullptr);
     CHECK(classify(e) == ErrorKind::out_of_memory);
+  }
+  {  // the cap is reported once, with the group's key (the auto-tuner's cache follows it)
+    std::lock_guard lock(b.capped_mutex);
+    REQUIRE(b.capped.size() == 1);
+    CHECK(b.capped[0].first.rfind("denoise|fake-a|", 0) == 0);
+    CHECK(b.capped[0].second == 2);
   }
   // A failed group leaves its jobs as they were (two steps had run): the retry starts clean.
   CHECK(test::fake(*family).max_rows_after(0) == 4);

@@ -15,6 +15,7 @@
 #include "runtime/errors.hpp"
 #include "stages/model_set.hpp"
 #include "stages/preview.hpp"
+#include "tests/support/family_group.hpp"
 #include "tests/support/python_reference.hpp"
 
 // LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; this file's CHECKs
@@ -327,4 +328,110 @@ TEST_CASE("an LTX job refuses a shift and LoRAs instead of ignoring them") {
   check_invalid([&] { family->validate(boost::json::object{{"prompt", "p"}, {"shift", 5}}); }, "shift: not settable");
   check_invalid([&] { family->validate(boost::json::object{{"prompt", "p"}, {"loras", boost::json::array{boost::json::object{{"name", "x"}}}}}); },
                 "loras: not supported");
+}
+
+// ---------------------------------------------------------------- image-to-video (LTXImageToVideoPipeline)
+namespace {
+
+// The reference's I2V case `name` as a job of the package, its image the reference's PNG (at
+// the video size) or, when given, `image` instead.
+std::shared_ptr<LtxJob> i2v_job(Family& family, Reference& ref, const std::string& name, std::uint64_t seed,
+                                const at::Tensor& image = {}) {
+  auto spec = case_json(ref.info["i2v_cases"][name], seed);
+  spec["image"] = ref.info["image"].get<std::string>();
+  auto job = std::static_pointer_cast<LtxJob>(family.create_job(family.validate(spec)));
+  job->image = image;
+  return job;
+}
+
+double worst_step(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, max_diff(a[i], b[i]));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("vgen's LTX image-to-video reproduces diffusers' LTXImageToVideoPipeline, every step and the frames" *
+          doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  register_builtin_families();
+  auto family = load_family(ref->info["package"].get<std::string>());
+  const auto seed = ref->info["seed"].get<std::uint64_t>();
+  for (const std::string name : {"i2v", "i2v_nocfg"}) {
+    auto job = i2v_job(*family, *ref, name, seed);
+    const auto steps = test::run_group(*family, {job})[0];
+    REQUIRE(job->condition.defined());
+    double worst = 0;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      char key[64];
+      std::snprintf(key, sizeof key, "latents_%s_%03zu", name.c_str(), i);
+      const double d = max_diff(steps[i], ref->get(key));
+      MESSAGE(name << ": step " << i << " latents max |vgen - diffusers| = " << d);
+      worst = std::max(worst, d);
+      CHECK(max_diff(steps[i].narrow(2, 0, 1), job->condition) == 0);  // the given frame is never stepped
+    }
+    REQUIRE(static_cast<int>(steps.size()) == ref->info["i2v_cases"][name]["num_inference_steps"].get<int>());
+    const double frames = max_diff(job->frames, ref->get("frames_" + name)[0].permute({0, 2, 3, 1}));
+    MESSAGE(name << ": max |vgen - diffusers| latents (every step) = " << worst << ", frames = " << frames);
+    CHECK(worst <= 1e-3);
+    CHECK(frames <= 1e-3);
+  }
+}
+
+TEST_CASE("LTX image-to-video: batched and joined-mid-denoise jobs are within 1e-4 of their solo runs" * doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  register_builtin_families();
+  auto family = load_family(ref->info["package"].get<std::string>());
+  const auto flipped = ref->get("image").flip({2}).contiguous();
+  auto job = [&](int j) { return j == 0 ? i2v_job(*family, *ref, "i2v", 5) : i2v_job(*family, *ref, "i2v", 77, flipped); };
+  std::vector<std::shared_ptr<LtxJob>> solo_jobs{job(0), job(1)};
+  std::vector<std::vector<at::Tensor>> solo;
+  for (auto& s : solo_jobs) solo.push_back(test::run_group(*family, {s})[0]);
+  CHECK(max_diff(solo_jobs[0]->frames, solo_jobs[1]->frames) > 1e-3);  // the rows differ
+  // A text-to-video job of the same shape denoises in another group (one timestep per row).
+  auto t2v = std::static_pointer_cast<LtxJob>(family->create_job(family->validate(case_json(ref->info["i2v_cases"]["i2v"], 5))));
+  family->prepare("cpu", {t2v.get()});
+  auto scheduler = family->make_scheduler(*t2v);
+  CHECK(family->denoise_key(*t2v, *scheduler) != family->denoise_key(*solo_jobs[0], *scheduler));
+
+  SUBCASE("batched in one group") {
+    std::vector<std::shared_ptr<LtxJob>> together{job(0), job(1)};
+    const auto batched = test::run_group(*family, together);
+    for (std::size_t j = 0; j < 2; ++j) {
+      const double latents = worst_step(batched[j], solo[j]), frames = max_diff(together[j]->frames, solo_jobs[j]->frames);
+      MESSAGE("ltx i2v job " << j << ": batched vs solo latents " << latents << ", frames " << frames);
+      CHECK(latents <= 1e-4);
+      CHECK(frames <= 1e-4);
+    }
+  }
+  SUBCASE("the second joins after one or two of the first's steps") {
+    for (int join_at : {1, 2}) {
+      auto first = job(0), late = job(1);
+      const auto runs = test::run_joined(*family, first, late, join_at);
+      const std::vector<std::shared_ptr<LtxJob>> pair{first, late};
+      for (std::size_t j = 0; j < 2; ++j) {
+        const double latents = worst_step(runs[j], solo[j]), frames = max_diff(pair[j]->frames, solo_jobs[j]->frames);
+        MESSAGE("ltx i2v, joined at step " << join_at << ", job " << j << ": vs solo latents " << latents << ", frames " << frames);
+        CHECK(latents <= 1e-4);
+        CHECK(frames <= 1e-4);
+      }
+    }
+  }
+}
+
+TEST_CASE("LTX image errors name the image" * doctest::timeout(300)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  register_builtin_families();
+  auto family = load_family(ref->info["package"].get<std::string>());
+  auto gone = i2v_job(*family, *ref, "i2v", 1);
+  gone->spec.image = "/nonexistent/vgen-ltx.png";
+  CHECK_THROWS_WITH_AS(family->prepare("cpu", {gone.get()}), doctest::Contains("image"), Error);
+  auto wrong = i2v_job(*family, *ref, "i2v", 1, at::zeros({3, 16, 16}));
+  CHECK_THROWS_WITH_AS(family->prepare("cpu", {wrong.get()}), doctest::Contains("image"), Error);
+  CHECK_NOTHROW(family->warm_up("cpu"));  // the VAE encoder too
 }

@@ -364,7 +364,8 @@ TEST_CASE("the compact text context and the zero-padded 512 rows give the same d
 TEST_CASE("a missing or damaged package is reported by name") {
   Executor executor;
   DevicePool pool(parse_device_list("cpu"));
-  CHECK_THROWS_AS(ModelSet({{"m", "/nonexistent/pkg"}}, executor, pool, {}), Error);
+  using Named = std::vector<std::pair<std::string, std::filesystem::path>>;  // not LoadedModels
+  CHECK_THROWS_AS(ModelSet(Named{{"m", "/nonexistent/pkg"}}, executor, pool, ModelSetOptions{}), Error);
 }
 
 TEST_CASE("two experts (Wan 2.2 A14B): diffusers' WanPipeline with transformer_2, and batched = solo" * doctest::timeout(600)) {

@@ -10,10 +10,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
+#include <set>
 
 #include "runtime/errors.hpp"
 #include "tests/support/family_group.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "stages/job_spec.hpp"
 
 // LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; this file's CHECKs
@@ -34,22 +37,25 @@ struct Reference {
   at::Tensor get(const std::string& name) { return tensors.attr(name).toTensor(); }
 };
 
-Reference* reference_or_skip() {
-  static std::optional<Reference> ref;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    const char* dir = std::getenv("VGEN_WAN_I2V_PARITY_DIR");
+// The reference of the fixture whose directory is in the environment variable `env`, loaded
+// once; null (with a warning: the case is skipped) without one.
+Reference* reference_from(const std::string& env) {
+  static std::map<std::string, std::optional<Reference>> loaded;
+  auto [it, fresh] = loaded.try_emplace(env);
+  if (fresh) {
+    const char* dir = std::getenv(env.c_str());
     if (dir && *dir && fs::is_regular_file(fs::path(dir) / "parity.json")) {
       std::ifstream in(fs::path(dir) / "parity.json");
       auto info = nlohmann::json::parse(in);
-      ref = Reference{info, torch::jit::load(info["reference"].get<std::string>())};
+      it->second = Reference{info, torch::jit::load(info["reference"].get<std::string>())};
     }
   }
-  if (!ref) WARN_MESSAGE(false, "VGEN_WAN_I2V_PARITY_DIR not set (no tooling Python): skipped");
+  if (!it->second) WARN_MESSAGE(false, env << " not set (no tooling Python): skipped");
   register_builtin_families();  // as ModelSet does
-  return ref ? &*ref : nullptr;
+  return it->second ? &*it->second : nullptr;
 }
+
+Reference* reference_or_skip() { return reference_from("VGEN_WAN_I2V_PARITY_DIR"); }
 
 // The reference case as a job spec; its image is the reference's PNG (the same pixels as
 // diffusers' input, already at the video size).
@@ -175,22 +181,7 @@ namespace {
 
 // The tiny Wan 2.1 FLF2V package and WanImageToVideoPipeline with `last_image`, from the CTest
 // fixture `stages.wan_flf2v_parity_reference` (tools/reference/wan_flf2v_parity.py).
-Reference* flf2v_reference_or_skip() {
-  static std::optional<Reference> ref;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    const char* dir = std::getenv("VGEN_WAN_FLF2V_PARITY_DIR");
-    if (dir && *dir && fs::is_regular_file(fs::path(dir) / "parity.json")) {
-      std::ifstream in(fs::path(dir) / "parity.json");
-      auto info = nlohmann::json::parse(in);
-      ref = Reference{info, torch::jit::load(info["reference"].get<std::string>())};
-    }
-  }
-  if (!ref) WARN_MESSAGE(false, "VGEN_WAN_FLF2V_PARITY_DIR not set (no tooling Python): skipped");
-  register_builtin_families();
-  return ref ? &*ref : nullptr;
-}
+Reference* flf2v_reference_or_skip() { return reference_from("VGEN_WAN_FLF2V_PARITY_DIR"); }
 
 boost::json::object flf2v_json(const Reference& ref, std::uint64_t seed, double guidance) {
   auto o = case_json(ref, seed, guidance);
@@ -267,4 +258,134 @@ TEST_CASE("an FLF2V job in a batched group is within 1e-4 of its solo run" * doc
     CHECK(frames <= 1e-4);
   }
   CHECK(max_diff(together[0]->frames, together[1]->frames) > 1e-2);  // the order of the pictures matters
+}
+
+// ---------------------------------------------------------------- two experts (Wan 2.2 I2V-A14B)
+namespace {
+
+// The tiny two-expert WanImageToVideoPipeline (36-channel experts, no image encoder) and its
+// "wan2.2-a14b-i2v" package, from the CTest fixture `stages.wan_a14b_i2v_parity_reference`
+// (tools/reference/wan_a14b_i2v_parity.py): the Wan 2.1 I2V case and image.
+Reference* a14b_reference_or_skip() { return reference_from("VGEN_WAN_A14B_I2V_PARITY_DIR"); }
+
+// The latents of every step of `a` against `b` (one job's runs), the worst difference.
+double worst_step(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, max_diff(a[i], b[i]));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("a wan2.2-a14b-i2v package is the I2V family with two experts and no image encoder" * doctest::timeout(300)) {
+  auto* ref = a14b_reference_or_skip();
+  if (!ref) return;
+  // The reference case switches expert inside the loop (else this would test one model).
+  std::set<std::string> experts;
+  for (const auto& e : ref->info["experts"]) experts.insert(e.get<std::string>());
+  REQUIRE(experts.size() == 2);
+  auto family = load_family(ref->info["package"].get<std::string>());
+  auto* i2v = dynamic_cast<WanI2VFamily*>(family.get());
+  REQUIRE(i2v != nullptr);
+  CHECK(family->package().family == "wan2.2-a14b-i2v");
+  CHECK_FALSE(i2v->image_tokens());
+  CHECK_FALSE(i2v->first_last_frame());
+  auto spec = case_json(*ref, 1, 5.0);
+  spec.erase("image");
+  CHECK_THROWS_WITH_AS(family->validate(spec), doctest::Contains("image:"), Error);
+  auto lora = case_json(*ref, 1, 5.0);
+  lora["loras"] = boost::json::array{boost::json::object{{"name", "any.safetensors"}}};
+  CHECK_THROWS_WITH_AS(family->validate(lora), doctest::Contains("loras"), Error);
+  CHECK_NOTHROW(family->warm_up("cpu"));  // both experts, the VAE encoder, no image encoder
+}
+
+TEST_CASE("a package whose image_conditioning.image_encoder is not a bool, or that needs a missing encoder, is refused by name" *
+          doctest::timeout(300)) {
+  auto* ref = a14b_reference_or_skip();
+  if (!ref) return;
+  const fs::path src = ref->info["package"].get<std::string>();
+  const auto edited = [&](const fs::path& dir, const nlohmann::json& value) {
+    fs::copy(src, dir, fs::copy_options::recursive);
+    std::ifstream in(dir / "manifest.json");
+    auto m = nlohmann::json::parse(in);
+    in.close();
+    m["image_conditioning"]["image_encoder"] = value;
+    std::ofstream(dir / "manifest.json") << m.dump();
+    return dir;
+  };
+  test::TempDir tmp;
+  CHECK_THROWS_WITH_AS(load_family(edited(tmp / "string", "no")), doctest::Contains("image_conditioning.image_encoder"), Error);
+  // A package that says it has an image encoder must list one (a Wan 2.1 I2V package without it).
+  CHECK_THROWS_WITH_AS(load_family(edited(tmp / "true", true)), doctest::Contains("image_encoder"), Error);
+}
+
+TEST_CASE("vgen's A14B I2V reproduces diffusers' two-expert WanImageToVideoPipeline, every step and the frames" *
+          doctest::timeout(600)) {
+  auto* ref = a14b_reference_or_skip();
+  if (!ref) return;
+  auto family = load_family(ref->info["package"].get<std::string>());
+  for (const auto& [name, g] : {std::pair<std::string, double>{"a14b_i2v", 5.0}, {"nocfg", 1.0}}) {
+    auto job = make_job(*family, case_json(*ref, ref->info["seed"].get<std::uint64_t>(), g));
+    auto steps = run_group(*family, {job})[0];
+    CHECK_FALSE(job->image_embeds.defined());
+    CHECK(job->condition.size(1) == 4 + 16);  // mask + condition latents: 36 input channels with the noise
+    double worst = 0;
+    for (int i = 0; i < ref->info["steps"].get<int>(); ++i) {
+      char key[64];
+      std::snprintf(key, sizeof key, "latents_%s_%03d", name.c_str(), i);
+      const double d = max_diff(steps[static_cast<std::size_t>(i)], ref->get(key));
+      MESSAGE(name << ": step " << i << " (" << ref->info["experts"][i].get<std::string>() << ") latents max |vgen - diffusers| = " << d);
+      worst = std::max(worst, d);
+    }
+    const double frames = max_diff(job->frames, ref->get("frames_" + name)[0].permute({0, 2, 3, 1}));
+    MESSAGE(name << ": max |vgen - diffusers| latents (every step) = " << worst << ", frames = " << frames);
+    CHECK(worst <= 1e-3);
+    CHECK(frames <= 1e-3);
+  }
+}
+
+TEST_CASE("A14B I2V: a batched job, and a job joining a running group mid-denoise, are within 1e-4 of their solo runs" *
+          doctest::timeout(600)) {
+  auto* ref = a14b_reference_or_skip();
+  if (!ref) return;
+  auto family = load_family(ref->info["package"].get<std::string>());
+  const auto flipped = ref->get("image").flip({2}).contiguous();  // another image: each row keeps its own
+  auto other = case_json(*ref, 77, 5.0);
+  other["prompt"] = "a blue square spinning on a white background";
+  const std::vector<std::pair<boost::json::object, at::Tensor>> specs{{case_json(*ref, 5, 5.0), at::Tensor()}, {other, flipped}};
+  auto job = [&](std::size_t j) { return make_job(*family, specs[j].first, specs[j].second); };
+  std::vector<std::shared_ptr<WanJob>> solo_jobs{job(0), job(1)};
+  std::vector<std::vector<at::Tensor>> solo;
+  for (auto& s : solo_jobs) solo.push_back(run_group(*family, {s})[0]);
+  CHECK(max_diff(solo_jobs[0]->frames, solo_jobs[1]->frames) > 1e-2);  // the two rows differ
+
+  SUBCASE("batched in one group") {
+    std::vector<std::shared_ptr<WanJob>> together{job(0), job(1)};
+    const auto batched = run_group(*family, together);
+    for (std::size_t j = 0; j < 2; ++j) {
+      const double latents = worst_step(batched[j], solo[j]), frames = max_diff(together[j]->frames, solo_jobs[j]->frames);
+      MESSAGE("a14b i2v job " << j << ": batched vs solo latents " << latents << ", frames " << frames);
+      CHECK(latents <= 1e-4);
+      CHECK(frames <= 1e-4);
+    }
+  }
+  SUBCASE("the second joins after one or two of the first's steps") {
+    auto& wan = dynamic_cast<WanFamily&>(*family);
+    const auto ts = family->make_scheduler(*solo_jobs[0])->timesteps();
+    for (int join_at : {1, 2}) {
+      // At step 2 the first job is past the boundary and the joiner is not: one call, two experts.
+      const bool two_experts = wan.expert_for(ts[join_at].item<double>()) != wan.expert_for(ts[0].item<double>());
+      CHECK(two_experts == (join_at == 2));
+      auto first = job(0), late = job(1);
+      const auto runs = test::run_joined(*family, first, late, join_at);
+      const std::vector<std::shared_ptr<WanJob>> pair{first, late};
+      for (std::size_t j = 0; j < 2; ++j) {
+        const double latents = worst_step(runs[j], solo[j]), frames = max_diff(pair[j]->frames, solo_jobs[j]->frames);
+        MESSAGE("a14b i2v, joined at step " << join_at << ", job " << j << ": vs solo latents " << latents << ", frames " << frames);
+        CHECK(latents <= 1e-4);
+        CHECK(frames <= 1e-4);
+      }
+    }
+  }
 }

@@ -2,9 +2,10 @@
 LTX-Video pipeline offline, exports it as a vgen package (decode_timestep 0.05, noise scale
 0.025, as LTX-Video 0.9.1 is run), and runs diffusers' own LTXPipeline on two cases (with and
 without guidance), recording the latents after every step (unpacked to [1,C,F,H,W]) and the
-output frames.
+output frames; then LTXImageToVideoPipeline on the same package's components with a first frame
+(OUT_DIR/image.png, at the video size) on the I2V_CASES.
 
-Usage: ltx_parity.py OUT_DIR  -> prints JSON {package, reference, cases, seed}.
+Usage: ltx_parity.py OUT_DIR  -> prints JSON {package, reference, cases, i2v_cases, image, seed}.
 reference.pt is a TorchScript module whose buffers are the tensors (C++: attr(NAME))."""
 import json
 import pathlib
@@ -24,6 +25,8 @@ CASES = {
     "nocfg": dict(prompt="a blue square", negative_prompt="", height=32, width=64, num_frames=9,
                   num_inference_steps=3, guidance_scale=1.0, frame_rate=30),
 }
+# Image-to-video: the first frame given (the cases' names are the tensors' names).
+I2V_CASES = {"i2v": CASES["cfg"], "i2v_nocfg": {**CASES["cfg"], "guidance_scale": 1.0, "frame_rate": 30}}
 SEED = 1234
 
 
@@ -59,9 +62,27 @@ def main():
         tensors[f"frames_{name}"] = frames
         for i, latents in enumerate(steps):
             tensors[f"latents_{name}_{i:03d}"] = latents
-    dump_tensors(out / "ref", tensors, {"cases": CASES, "seed": SEED, **DECODE})
+    import PIL.Image
+    from diffusers import LTXImageToVideoPipeline
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from wan_i2v_parity import test_image
+
+    c = I2V_CASES["i2v"]
+    pixels = test_image(c["height"], c["width"])
+    PIL.Image.fromarray(pixels).save(out / "image.png")
+    tensors["image"] = torch.from_numpy(pixels).permute(2, 0, 1).float() / 255.0
+    i2v = LTXImageToVideoPipeline.from_pipe(pipe)
+    i2v.set_progress_bar_config(disable=True)
+    for name, case in I2V_CASES.items():
+        with torch.no_grad():
+            frames, steps = run_ltx_pipeline(i2v, {**case, "image": PIL.Image.fromarray(pixels)}, SEED)
+        tensors[f"frames_{name}"] = frames
+        for i, latents in enumerate(steps):
+            tensors[f"latents_{name}_{i:03d}"] = latents
+    dump_tensors(out / "ref", tensors, {"cases": CASES, "i2v_cases": I2V_CASES, "seed": SEED, **DECODE})
     print(json.dumps({"package": str(out / "pkg"), "reference": str(out / "ref" / "reference.pt"),
-                      "cases": CASES, "seed": SEED}))
+                      "cases": CASES, "i2v_cases": I2V_CASES, "image": str(out / "image.png"), "seed": SEED}))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,13 @@ CASE = dict(prompt="a red circle moving left on a black background", negative_pr
 SEED = 1234
 
 
+def experts_per_step(pipe, steps: int, manifest: dict) -> list[str]:
+    """Which expert diffusers uses at each of `steps` steps (transformer at t >= the boundary)."""
+    pipe.scheduler.set_timesteps(steps)
+    boundary = manifest["experts"]["boundary_ratio"] * pipe.scheduler.config.num_train_timesteps
+    return ["transformer" if float(t) >= boundary else "transformer_2" for t in pipe.scheduler.timesteps]
+
+
 def main():
     torch.set_num_threads(1)
     out = pathlib.Path(sys.argv[1])
@@ -31,9 +38,7 @@ def main():
     pipe = WanPipeline.from_pretrained(src)
     frames, steps = run_wan_pipeline(pipe, CASE, SEED)
     tensors = {"frames_a14b": frames, **{f"latents_a14b_{i:03d}": x for i, x in enumerate(steps)}}
-    pipe.scheduler.set_timesteps(CASE["num_inference_steps"])
-    boundary = manifest["experts"]["boundary_ratio"] * pipe.scheduler.config.num_train_timesteps
-    experts = ["transformer" if float(t) >= boundary else "transformer_2" for t in pipe.scheduler.timesteps]
+    experts = experts_per_step(pipe, CASE["num_inference_steps"], manifest)
     dump_tensors(out / "ref", tensors, {"case": CASE, "seed": SEED})
     print(json.dumps({"package": str(out / "pkg"), "reference": str(out / "ref" / "reference.pt"), "case": CASE,
                       "seed": SEED, "steps": CASE["num_inference_steps"], "experts": experts}))

@@ -33,39 +33,59 @@ def test_image(height: int, width: int) -> np.ndarray:
     return np.stack([r, g, b], -1).round().clip(0, 255).astype(np.uint8)
 
 
-def main():
-    torch.set_num_threads(1)
-    out = pathlib.Path(sys.argv[1])
-    out.mkdir(parents=True, exist_ok=True)
-    src = write_tiny_wan(out / "diffusers", seed=0, variant="i2v")
-    ew.export_wan(src, out / "pkg", dtype="float32", tiny=True, seed=0)
+def export_tiny(out: pathlib.Path, variant: str) -> tuple[pathlib.Path, dict]:
+    """The tiny random diffusers directory of `variant` and its vgen package (OUT/pkg)."""
+    src = write_tiny_wan(out / "diffusers", seed=0, variant=variant)
+    return src, ew.export_wan(src, out / "pkg", dtype="float32", tiny=True, seed=0)
+
+
+def i2v_pipeline(src: pathlib.Path):
     from diffusers import WanImageToVideoPipeline
     from diffusers.pipelines.wan import pipeline_wan, pipeline_wan_i2v
 
     # diffusers 0.42.1's I2V prompt_clean calls ftfy even when it is not installed (NameError);
     # WanPipeline's checks first. The same cleaning without ftfy is what vgen implements.
     pipeline_wan_i2v.prompt_clean = pipeline_wan.prompt_clean
+    return WanImageToVideoPipeline.from_pretrained(src)
 
+
+def save_test_image(out: pathlib.Path):
+    """OUT/image.png (the case's size) and its tensors entry "image" [3,H,W] in [0,1]."""
     pixels = test_image(CASE["height"], CASE["width"])
     image = PIL.Image.fromarray(pixels)
     image.save(out / "image.png")
-    pipe = WanImageToVideoPipeline.from_pretrained(src)
-    tensors = {"image": torch.from_numpy(pixels).permute(2, 0, 1).float() / 255.0}
-    with torch.no_grad():
-        tensors["image_embeds"] = pipe.encode_image(image, torch.device("cpu"))
-    frames, steps = run_wan_pipeline(pipe, {**CASE, "image": image}, SEED)
-    tensors["frames_i2v"] = frames
-    for i, latents in enumerate(steps):
-        tensors[f"latents_i2v_{i:03d}"] = latents
-    # Without guidance (one row per job): the unconditional branch skipped.
-    frames, steps = run_wan_pipeline(pipe, {**CASE, "image": image, "guidance_scale": 1.0}, SEED)
-    tensors["frames_nocfg"] = frames
-    for i, latents in enumerate(steps):
-        tensors[f"latents_nocfg_{i:03d}"] = latents
+    return image, {"image": torch.from_numpy(pixels).permute(2, 0, 1).float() / 255.0}
+
+
+def record_runs(pipe, image, runs: dict[str, float], tensors: dict) -> dict:
+    """For each run name -> guidance: frames_NAME and latents_NAME_iii (after every step)."""
+    for name, guidance in runs.items():
+        frames, steps = run_wan_pipeline(pipe, {**CASE, "image": image, "guidance_scale": guidance}, SEED)
+        tensors[f"frames_{name}"] = frames
+        for i, latents in enumerate(steps):
+            tensors[f"latents_{name}_{i:03d}"] = latents
+    return tensors
+
+
+def emit(out: pathlib.Path, tensors: dict, **info) -> None:
+    """OUT/ref/reference.pt and the JSON line the C++ test reads."""
     dump_tensors(out / "ref", tensors, {"case": CASE, "seed": SEED})
     print(json.dumps({"package": str(out / "pkg"), "reference": str(out / "ref" / "reference.pt"),
                       "image": str(out / "image.png"), "case": CASE, "seed": SEED,
-                      "steps": CASE["num_inference_steps"]}))
+                      "steps": CASE["num_inference_steps"], **info}))
+
+
+def main():
+    torch.set_num_threads(1)
+    out = pathlib.Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    src, _ = export_tiny(out, "i2v")
+    pipe = i2v_pipeline(src)
+    image, tensors = save_test_image(out)
+    with torch.no_grad():
+        tensors["image_embeds"] = pipe.encode_image(image, torch.device("cpu"))
+    # Without guidance (one row per job): the unconditional branch skipped.
+    emit(out, record_runs(pipe, image, {"i2v": CASE["guidance_scale"], "nocfg": 1.0}, tensors))
 
 
 if __name__ == "__main__":

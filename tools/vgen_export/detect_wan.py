@@ -20,7 +20,7 @@ from typing import Any
 
 T2V, I2V = "WanPipeline", "WanImageToVideoPipeline"
 # Variants the exporter writes (manifest ``family``).
-EXPORTABLE = ("wan2.1-t2v", "wan2.1-i2v", "wan2.1-flf2v", "wan2.2-a14b-t2v", "wan2.2-ti2v")
+EXPORTABLE = ("wan2.1-t2v", "wan2.1-i2v", "wan2.1-flf2v", "wan2.2-a14b-t2v", "wan2.2-a14b-i2v", "wan2.2-ti2v")
 
 
 class UnsupportedWanPipeline(ValueError):
@@ -74,6 +74,19 @@ def detect_wan(diffusers_dir: Path | str) -> WanVariant:
         v.name = "wan2.2-a14b-" + ("i2v" if image_model else "t2v")
         if not _present(index, "transformer_2") or v.boundary_ratio is None:
             v.problems.append("transformer_2 and boundary_ratio must come together")
+        if image_model:
+            # Wan2.2-I2V-A14B: the first frame enters through the channels only (noise + mask +
+            # condition), per-row timesteps, no image embeddings.
+            if pipeline != I2V:
+                v.problems.append(f"two experts with in_channels {in_ch} (image-to-video) in a {pipeline} directory")
+            if in_ch != 2 * z_dim + 4:
+                v.problems.append(f"transformer in_channels {in_ch}: image-to-video needs {2 * z_dim + 4} "
+                                  f"(noise {z_dim} + mask 4 + condition {z_dim})")
+            if v.image_encoder or tcfg.get("image_dim") is not None:
+                v.problems.append("an image_encoder or transformer image_dim with two experts (A14B I2V takes no "
+                                  "image embeddings)")
+            if expand:
+                v.problems.append("expand_timesteps with two experts (A14B I2V keeps one timestep per row)")
     elif expand or z_dim == 48:
         v.name = "wan2.2-ti2v"
         # TI2V-5B conditions on the image through the latents (the first latent frame kept
@@ -105,8 +118,6 @@ def check_exportable(v: WanVariant) -> None:
     if v.problems:
         raise UnsupportedWanPipeline(f"{v.pipeline} directory detected as {v.name}, but: " + "; ".join(v.problems))
     if v.name not in EXPORTABLE:
-        why = {
-            "wan2.2-a14b-i2v": "two experts with image conditioning (no image encoder) are not implemented",
-        }.get(v.name, "not implemented")
+        why = "not implemented"
         raise UnsupportedWanPipeline(f"{v.pipeline} directory detected as {v.name}: vgen cannot export it yet "
                                      f"({why}); it exports {', '.join(EXPORTABLE)}")

@@ -9,14 +9,18 @@ SentencePiece tokenizer model and ``manifest.json``:
 - text_encoder.pt  (input_ids int64 [B,L]) -> [B,L,D]: T5 run without an attention mask, as
   LTXPipeline runs it, so every one of the L = 128 positions is kept (the mask goes to the
   transformer instead);
-- transformer.pt   (hidden_states [B,S,C] packed tokens, timestep float32 [B],
+- transformer.pt   (hidden_states [B,S,C] packed tokens, timestep float32 [B] or per token [B,S],
   encoder_hidden_states [B,L,D], encoder_attention_mask float32 [B,L], video_coords float32
   [B,3,S]) -> [B,S,C]. video_coords are the rope coordinates LTXPipeline builds from the
   latent grid and ``rope_interpolation_scale = (temporal_ratio / frame_rate, spatial_ratio,
   spatial_ratio)``: ``video_coords(...)`` below is the formula the runtime implements, and the
   export checks compare it with diffusers called the pipeline's way;
 - vae_decoder.pt   (z [B,C,F,H,W] un-normalised latents, timestep float32 [B]) -> video in
-  [-1,1]-ish [B,3,F*8-7,H*32,W*32] (timestep ignored unless the decoder is conditioned).
+  [-1,1]-ish [B,3,F*8-7,H*32,W*32] (timestep ignored unless the decoder is conditioned);
+- vae_encoder.pt   (video [B,3,F,H,W] in [-1,1]) -> [B,2C,F',H',W']: the posterior's mean, then
+  its std (LTXImageToVideoPipeline samples mean + std * noise from the job's generator), so the
+  package also runs image-to-video (manifest inputs.image "optional"): the image's sampled,
+  normalised latents as latent frame 0, that frame's tokens at timestep 0 and not stepped.
 
 What cannot be reproduced is refused by name: a decoder that injects noise (unseeded
 ``torch.randn`` inside the VAE), transformer patch sizes other than 1, a scheduler other than
@@ -87,6 +91,19 @@ class TransformerExport(torch.nn.Module):
         return self.transformer(hidden_states=hidden_states, encoder_hidden_states=encoder_hidden_states,
                                 timestep=timestep, encoder_attention_mask=encoder_attention_mask,
                                 video_coords=coords, return_dict=False)[0]
+
+
+class VaeEncoderExport(torch.nn.Module):
+    """video [B,3,F,H,W] in [-1,1] -> cat([mean, std], 1): the posterior AutoencoderKLLTXVideo.encode
+    returns, as DiagonalGaussianDistribution computes its std (logvar clamped to [-30, 20])."""
+
+    def __init__(self, vae: torch.nn.Module):
+        super().__init__()
+        self.vae = vae
+
+    def forward(self, video: torch.Tensor) -> torch.Tensor:
+        mean, logvar = torch.chunk(self.vae._encode(video), 2, dim=1)  # noqa: SLF001
+        return torch.cat([mean, torch.exp(0.5 * torch.clamp(logvar, -30.0, 20.0))], 1)
 
 
 class VaeDecoderExport(torch.nn.Module):
@@ -164,34 +181,37 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, tem
     if quantize:
         wrapper, quantized = quantize_int8(wrapper, ".transformer_blocks.")
 
-    def inputs(b, f, h, w, fps, lengths):
+    def inputs(b, f, h, w, fps, lengths, per_token=False):
         x = torch.randn(b, f * h * w, cfg.in_channels, generator=gen).to(dtype)
         t = torch.rand(b, generator=gen) * 1000.0
+        if per_token:  # image-to-video rows: the first latent frame's tokens at 0
+            t = t[:, None].repeat(1, f * h * w)
+            t[::2, :h * w] = 0
         ctx = torch.randn(b, max_length, cfg.caption_channels, generator=gen).to(dtype)
         mask = torch.zeros(b, max_length)
         for row, n in enumerate(lengths):
             mask[row, :n] = 1
         return x, t, ctx, mask, video_coords(b, f, h, w, fps, temporal, spatial)
 
-    trace = inputs(2, 2, 2, 3, 25.0, [3, max_length])
+    trace = inputs(2, 2, 2, 3, 25.0, [3, max_length], per_token=True)
     traced = _trace(wrapper, trace)
     saved = _save(traced, path)
     loaded = torch.jit.load(str(path))
     checks = []
-    for b, f, h, w, fps, lengths in ((1, 3, 2, 2, 24.0, [5]), (3, 1, 1, 1, 25.0, [1, 7, max_length]),
-                                     (2, 2, 2, 3, 30.0, [3, 4])):
-        x, t, ctx, mask, coords = inputs(b, f, h, w, fps, lengths)
+    for b, f, h, w, fps, lengths, per_token in ((1, 3, 2, 2, 24.0, [5], False), (3, 1, 1, 1, 25.0, [1, 7, max_length], False),
+                                                (2, 2, 2, 3, 30.0, [3, 4], False), (3, 3, 2, 2, 24.0, [5, 2, 9], True)):
+        x, t, ctx, mask, coords = inputs(b, f, h, w, fps, lengths, per_token)
         # diffusers called as LTXPipeline calls it: the rope built from the grid and the scale.
         ref = transformer(hidden_states=x, encoder_hidden_states=ctx, timestep=t, encoder_attention_mask=mask.bool(),
                           num_frames=f, height=h, width=w, rope_interpolation_scale=(temporal / fps, spatial, spatial),
                           return_dict=False)[0]
         got = loaded(x, t, ctx, mask, coords)
-        if quantized:
-            checks.append({"shape": list(x.shape), "fps": fps, "max_abs_diff": _max_diff(got, wrapper(x, t, ctx, mask, coords)),
-                           "tolerance": _tolerance(dtype, ref), "max_abs_diff_vs_float": _max_diff(got, ref)})
-        else:
-            checks.append({"shape": list(x.shape), "fps": fps, "max_abs_diff": _max_diff(got, ref),
-                           "tolerance": _tolerance(dtype, ref)})
+        check = {"shape": list(x.shape), "fps": fps, "timestep": list(t.shape),
+                 "max_abs_diff": _max_diff(got, wrapper(x, t, ctx, mask, coords) if quantized else ref),
+                 "tolerance": _tolerance(dtype, ref)}
+        if quantized:  # how far int8 moves the prediction from float (reported, not a check)
+            check["max_abs_diff_vs_float"] = _max_diff(got, ref)
+        checks.append(check)
     return {"trace_shape": list(trace[0].shape), **saved, "checks": checks,
             **({"quantized_linears": quantized} if quantized else {})}
 
@@ -209,6 +229,21 @@ def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
         ref = vae.decode(z, t if vae.config.timestep_conditioning else None, return_dict=False)[0]
         checks.append({"shape": list(z.shape), "max_abs_diff": _max_diff(loaded(z, t), ref), "tolerance": 1e-5})
     return {"trace_shape": [1, c, 2, 2, 2], **saved, "checks": checks}
+
+
+def export_vae_encoder(vae, path: Path, gen) -> dict[str, Any]:
+    wrapper = VaeEncoderExport(vae).eval()
+    t, s = int(vae.temporal_compression_ratio), int(vae.spatial_compression_ratio)
+    traced = _trace(wrapper, (torch.rand(1, 3, 1, 2 * s, 2 * s, generator=gen) * 2 - 1,))
+    saved = _save(traced, path)
+    loaded = torch.jit.load(str(path))
+    checks = []
+    for b, f, h, w in ((1, 1, 2, 3), (2, 1, 1, 1), (1, t + 1, 2, 2)):
+        x = torch.rand(b, 3, f, h * s, w * s, generator=gen) * 2 - 1
+        dist = vae.encode(x).latent_dist
+        checks.append({"shape": list(x.shape), "max_abs_diff": _max_diff(loaded(x), torch.cat([dist.mean, dist.std], 1)),
+                       "tolerance": 1e-5})
+    return {"trace_shape": [1, 3, 1, 2 * s, 2 * s], **saved, "checks": checks}
 
 
 def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "float32", tiny: bool = False,
@@ -247,6 +282,7 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         latents_mean = [float(v) for v in vae.latents_mean]
         latents_std = [float(v) for v in vae.latents_std]
         checks["vae_decoder"] = export_vae_decoder(vae, out_dir / "vae_decoder.pt", gen)
+        checks["vae_encoder"] = export_vae_encoder(vae, out_dir / "vae_encoder.pt", gen)
         del vae
         encoder = T5EncoderModel.from_pretrained(diffusers_dir / "text_encoder", dtype=tdtype).eval()
         checks["text_encoder"] = export_text_encoder(encoder, out_dir / "text_encoder.pt", max_length, tdtype, gen)
@@ -263,7 +299,7 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
             checks["transformer_int8"] = export_transformer(transformer, out_dir / "transformer_int8.pt", max_length,
                                                             tdtype, gen, temporal, spatial, True)
         del transformer
-    for name in ("text_encoder", "transformer", "vae_decoder") + (("transformer_int8",) if quantize == "int8" else ()):
+    for name in ("text_encoder", "transformer", "vae_decoder", "vae_encoder") + (("transformer_int8",) if quantize == "int8" else ()):
         _assert_checks(name, checks[name])
 
     scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(diffusers_dir, subfolder="scheduler")
@@ -291,6 +327,8 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                                               **({"quantization": QUANTIZATION} if quantize == "int8-only" else {})),
             "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript", dtype="float32",
                                               methods=["forward"]),
+            "vae_encoder": mf.component_entry(out_dir, "vae_encoder.pt", format="torchscript", dtype="float32",
+                                              methods=["forward"]),
         },
         "tokenizer": {"file": "tokenizer.model", "type": "sentencepiece", "vocab_size": sp.vocab_size(),
                       "max_length": max_length, "pad_id": sp.pad_id(), "eos_id": sp.eos_id(), "unk_id": sp.unk_id(),
@@ -302,8 +340,9 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                    "latents_mean": latents_mean, "latents_std": latents_std, "dtype": "float32"},
         "transformer": {"patch_size": 1, "patch_size_t": 1, "in_channels": int(tcfg["in_channels"]),
                         "out_channels": int(tcfg["out_channels"]), "caption_channels": int(tcfg["caption_channels"]),
-                        "rope_base": rope_base, "prediction": "flow", "timestep_dtype": "float32",
-                        "inputs": "packed tokens [B,S,C], timestep [B], text [B,L,D], text mask [B,L], video_coords [B,3,S]"},
+                        "rope_base": rope_base, "prediction": "flow", "timestep_dtype": "float32", "timestep": "per_token",
+                        "inputs": "packed tokens [B,S,C], timestep [B] or [B,S], text [B,L,D], text mask [B,L], "
+                                  "video_coords [B,3,S]"},
         "vae": {"scaling_factor": float(vcfg.get("scaling_factor", 1.0)), "timestep_conditioning": conditioned,
                 "decode_timestep": float(decode_timestep),
                 "decode_noise_scale": float(decode_timestep if decode_noise_scale is None else decode_noise_scale)},
@@ -311,6 +350,12 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         "frames": {"rule": f"{temporal}k+1", "k_multiple": temporal, "min": 1, "max": frames_max},
         "defaults": defaults,
         "export_checks": checks,
+        # LTXImageToVideoPipeline with the same components: a job may give a first frame.
+        "inputs": {"image": "optional", "last_image": "none"},
+        "image_conditioning": {"mode": "first_latent_frame", "vae_encoder_output": "cat([mean, std], 1)",
+                               "condition": "(mean + std * noise - latents_mean) * scaling_factor / latents_std, "
+                                            "noise drawn before the initial noise; latent frame 0, timestep 0 "
+                                            "on its tokens, not stepped", "last_image": False},
     }
     # Live previews: the latent -> RGB factors, fitted against the decoder just written (the same
     # least-squares fit as the Wan exporter's, over LTX's own un-normalisation).

@@ -14,6 +14,11 @@
 
 Every module is reloaded and compared with eager diffusers/transformers at shapes other than
 the trace shapes (``export_checks``), as the text-to-video exporter does.
+
+Wan 2.2 I2V-A14B has no image encoder: its two experts are 36-channel transformers without
+image cross-attention, exported as text-to-video ones (``forward(x, t, context)`` and
+``forward_compact``); the package has ``vae_encoder.pt`` and ``image_conditioning.image_encoder``
+false (``add_i2v_sections``).
 """
 
 from __future__ import annotations
@@ -253,4 +258,28 @@ def export_i2v_parts(diffusers_dir, out_dir, max_length: int, tdtype, gen) -> di
     return {"checks": checks, "image_conditioning": section, "transformer_config": tcfg}
 
 
-__all__ = ["export_i2v_parts", "export_vae_encoder"]
+def a14b_image_conditioning(tcfg: dict[str, Any]) -> dict[str, Any]:
+    """The ``image_conditioning`` section of a two-expert image-to-video package (no image tokens)."""
+    return {"image_encoder": False, "mask_channels": int(tcfg["in_channels"]) - 2 * int(tcfg["out_channels"]),
+            "last_image": False, "vae_encoder_input": "float32 [B,3,F,H,W] in [-1,1]; output: the posterior mean"}
+
+
+def add_i2v_sections(manifest: dict[str, Any], out_dir, image_conditioning: dict[str, Any], last_image: bool) -> None:
+    """The manifest entries of an image-to-video package (Wan 2.1 I2V / FLF2V, Wan 2.2 A14B I2V)
+    besides a text-to-video one's; what a job must give in ``inputs`` (FLF2V's family requires
+    last_image too: a manifest cannot say so)."""
+    from pathlib import Path
+
+    from . import manifest as mf
+
+    encoder = image_conditioning.setdefault("image_encoder", True)
+    if encoder:
+        manifest["components"]["image_encoder"] = mf.component_entry(
+            Path(out_dir), "image_encoder.pt", format="torchscript", dtype="float32", methods=["forward"])
+    manifest["components"]["vae_encoder"] = mf.component_entry(
+        Path(out_dir), "vae_encoder.pt", format="torchscript", dtype="float32", methods=["forward", "encode_first"])
+    manifest["image_conditioning"] = image_conditioning
+    manifest["inputs"] = {"image": "required", "last_image": "optional" if last_image else "none"}
+
+
+__all__ = ["a14b_image_conditioning", "add_i2v_sections", "export_i2v_parts", "export_vae_encoder"]

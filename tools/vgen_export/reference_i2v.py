@@ -8,6 +8,10 @@ diffusers.WanImageToVideoPipeline does (tests/python/test_export_wan_variants.py
 4. the mask [1,4,F',H',W']: 1 on latent frame 0 (its 4 sub-frames), 0 after;
 5. each step: ``transformer.pt`` on cat([latents, mask, condition], 1) with the image tokens
    (the same for cond and uncond rows), CFG, scheduler step; decode as text-to-video.
+
+Wan 2.2 I2V-A14B (``image_conditioning.image_encoder`` false, manifest ``experts``): no step 2
+and no image tokens; step 5 calls ``transformer.pt`` while t >= boundary_ratio * training
+steps and ``transformer_2.pt`` below, each on the text context alone.
 """
 
 from __future__ import annotations
@@ -41,20 +45,25 @@ def run_i2v_reference(pkg, image: torch.Tensor, prompt: str, negative_prompt: st
     man = pkg.manifest
     cfg = guidance_scale > 1.0
     embeds = encode_prompts(pkg, [prompt] + ([negative_prompt] if cfg else []))["prompt_embeds"].to(pkg.dtype)
-    img_enc = torch.jit.load(str(pkg.root / man["components"]["image_encoder"]["file"]))
+    load = lambda name: torch.jit.load(str(pkg.root / man["components"][name]["file"]))  # noqa: E731
+    tokens = man["image_conditioning"].get("image_encoder", True)
+    experts = man.get("experts")
     rec: dict[str, Any] = {}
     with torch.no_grad():
-        image_embeds = img_enc(image.unsqueeze(0)).to(pkg.dtype)
+        image_embeds = load("image_encoder")(image.unsqueeze(0)).to(pkg.dtype) if tokens else None
         condition = condition_latents(pkg, image, num_frames)
+        low = load(experts["low_noise"]) if experts else None
         rec["image_embeds"], rec["condition"] = image_embeds, condition
         scheduler = pkg.make_scheduler()
         scheduler.set_timesteps(num_inference_steps)
         latents = initial_noise(man, height, width, num_frames, seed)
+        boundary = experts["boundary_ratio"] * scheduler.config.num_train_timesteps if experts else None
         for i, t in enumerate(scheduler.timesteps):
             x = torch.cat([latents, condition], 1).to(pkg.dtype)
             n = 2 if cfg else 1
-            pred = pkg.transformer(x.repeat(n, 1, 1, 1, 1), t.float().expand(n).contiguous(), embeds,
-                                   image_embeds.repeat(n, 1, 1))
+            model = low if boundary is not None and float(t) < boundary else pkg.transformer
+            args = (x.repeat(n, 1, 1, 1, 1), t.float().expand(n).contiguous(), embeds)
+            pred = model(*args, image_embeds.repeat(n, 1, 1)) if tokens else model(*args)
             if cfg:
                 cond, uncond = pred.chunk(2)
                 pred = uncond + guidance_scale * (cond - uncond)

@@ -133,20 +133,24 @@ def tiny_text_encoder(vocab_size: int):
 
 
 def tiny_transformer(text_dim: int = 32, image_dim: int | None = None, latent_channels: int = 16,
-                     pos_embed_seq_len: int | None = None):
+                     pos_embed_seq_len: int | None = None, image_channels: bool | None = None):
     """Wan 2.1's transformer shrunk; with ``image_dim`` the image-to-video one (36 input
     channels: noise 16 + mask 4 + condition 16, and image cross-attention keys/values);
+    ``image_channels`` without ``image_dim``: Wan 2.2 A14B I2V's experts (the 36 channels, no
+    image cross-attention);
     ``latent_channels`` 48: Wan 2.2 TI2V-5B's (the z_dim-48 VAE's latents in and out);
     ``pos_embed_seq_len`` (2 x image tokens): Wan 2.1 FLF2V's, first and last frame's tokens
     with a learned position embedding (drawn at random here: diffusers initialises it to 0)."""
     from diffusers import WanTransformer3DModel
 
     heads, head_dim = 2, 12
+    if image_channels is None:
+        image_channels = image_dim is not None
     model = WanTransformer3DModel(
         patch_size=(1, 2, 2),
         num_attention_heads=heads,
         attention_head_dim=head_dim,
-        in_channels=latent_channels if image_dim is None else 2 * latent_channels + 4,
+        in_channels=2 * latent_channels + 4 if image_channels else latent_channels,
         out_channels=latent_channels,
         image_dim=image_dim,
         added_kv_proj_dim=None if image_dim is None else heads * head_dim,
@@ -239,8 +243,9 @@ def make_scheduler(kind: str = "unipc", flow_shift: float = 3.0):
     raise ValueError(f"unknown scheduler kind {kind!r} (unipc | flow_euler)")
 
 
-VARIANTS = ("t2v", "i2v", "a14b-t2v", "ti2v", "flf2v")
+VARIANTS = ("t2v", "i2v", "a14b-t2v", "a14b-i2v", "ti2v", "flf2v")
 TINY_BOUNDARY_RATIO = 0.875  # Wan2.2-T2V-A14B's
+TINY_I2V_BOUNDARY_RATIO = 0.9  # Wan2.2-I2V-A14B's
 
 
 def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, scheduler: str = "unipc",
@@ -250,7 +255,8 @@ def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, sc
     ("a14b-t2v": transformer for high noise, transformer_2 below boundary_ratio) or Wan 2.2
     TI2V-5B's WanPipeline ("ti2v": z_dim-48 VAE, expand_timesteps; WanImageToVideoPipeline runs
     the same components for image-to-video) or Wan 2.1 FLF2V's WanImageToVideoPipeline ("flf2v":
-    the I2V one with a first and a last frame). ``workdir`` receives the trained
+    the I2V one with a first and a last frame) or Wan 2.2 I2V-A14B's WanImageToVideoPipeline
+    ("a14b-i2v": two 36-channel experts, no image encoder). ``workdir`` receives the trained
     ``spiece.model`` (a temporary directory is used when None). Returns the pipeline (eval
     mode, float32)."""
     import tempfile
@@ -280,6 +286,11 @@ def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, sc
         pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae,
                            scheduler=make_scheduler(scheduler), transformer_2=transformer_2,
                            boundary_ratio=TINY_BOUNDARY_RATIO)
+    elif variant == "a14b-i2v":
+        experts = [tiny_transformer(text_dim=text_encoder.config.d_model, image_channels=True) for _ in range(2)]
+        pipe = WanImageToVideoPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=experts[0],
+                                       transformer_2=experts[1], vae=tiny_vae(), scheduler=make_scheduler(scheduler),
+                                       boundary_ratio=TINY_I2V_BOUNDARY_RATIO)
     elif variant == "ti2v":
         transformer = tiny_transformer(text_dim=text_encoder.config.d_model, latent_channels=48)
         vae = tiny_vae_22(seed)

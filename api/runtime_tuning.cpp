@@ -1,0 +1,131 @@
+#include "api/runtime_tuning.hpp"
+
+#include "stages/tune_probe.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+namespace vgen {
+
+namespace json = boost::json;
+
+namespace {
+
+// OMP_NUM_THREADS as LibTorch reads it: a positive integer, else unset.
+std::optional<std::size_t> omp_threads() {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  if (!env || !*env) return std::nullopt;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  if (*end != '\0' || n < 1 || n > 1024) return std::nullopt;
+  return static_cast<std::size_t>(n);
+}
+
+std::optional<std::size_t> given(std::size_t v) {
+  return v == RuntimeConfig::kAuto ? std::nullopt : std::optional<std::size_t>(v);
+}
+
+}  // namespace
+
+RuntimeTuning::RuntimeTuning(RuntimeConfig& c, const LoadedModels& models, const std::vector<DeviceSpec>& devices,
+                             MetricsRegistry& metrics, std::size_t cores)
+    : metrics_(metrics) {
+  if (cores == 0) cores = std::max(1u, std::thread::hardware_concurrency());
+  if (devices.empty()) throw_error(ErrorKind::invalid_argument, "auto-tune: no device");
+  const auto& device = devices.front();
+  const bool cpu = device.kind == DeviceKind::cpu;
+  device_ = cpu ? "cpu" : device.id + ":" + std::to_string(device.memory_bytes >> 20) + "MiB";
+  const auto cpu_devices = static_cast<std::size_t>(std::count_if(devices.begin(), devices.end(), [](const DeviceSpec& d) { return d.kind == DeviceKind::cpu; }));
+
+  TuneSpace space;
+  space.max_batch = c.tune.max_batch;
+  space.one_job = c.tune.one_job;
+  space.batch = space.one_job ? std::optional<std::size_t>(1) : given(c.max_batch);
+  space.leases = given(c.threads_per_device);
+  space.intra_op = given(c.intra_op_threads);
+  if (!space.intra_op) space.intra_op = omp_threads();
+  if (cpu) {
+    space.cores = std::max<std::size_t>(1, cores / std::max<std::size_t>(1, cpu_devices));
+  } else {  // a GPU: the batch is what matters; one lease, the host's cores shared out as before
+    space.cores = 1;
+    if (!space.leases) space.leases = 1;
+    if (!space.intra_op) space.intra_op = std::max<std::size_t>(1, cores / (devices.size() * *space.leases));
+  }
+  model_ = models.models.empty() ? std::string() : models.models.front().first;
+
+  const auto splits = AutoTuner::splits(space);
+  if (splits.size() == 1 && space.batch) {  // nothing left to measure
+    choice_.setting = splits.front();
+    choice_.setting.batch = *space.batch;
+    choice_.source = "config";
+  } else {
+    json::object spec = c.tune.spec;
+    if (!spec.contains("prompt")) spec["prompt"] = "auto-tune probe";
+    try {
+      probe_ = std::make_unique<TuneProbe>(models, spec, device.id);
+      model_ = probe_->model();
+      space.steps = probe_->steps();
+      tuner_key_ = probe_->shape_key() + "|" + device_;
+      tuner_ = std::make_unique<AutoTuner>(AutoTuner::Options{
+          .cache_dir = c.tune.dir.empty() ? default_tune_cache_dir() : c.tune.dir,
+          .budget = std::chrono::duration<double>(c.tune.budget_s)});
+      choice_ = tuner_->choose(tuner_key_, space, [this](const TuneSetting& s) { return probe_->measure(s); });
+      if (choice_.source == "probe") probe_->key();  // prepared already: the Batcher's key for on_capped
+    } catch (const std::exception& e) {
+      // A shape the model refuses fails its jobs anyway (with a clear error): no warning twice.
+      const auto level = classify(std::current_exception()) == ErrorKind::invalid_argument ? spdlog::level::debug : spdlog::level::warn;
+      spdlog::log(level, "auto-tune: cannot measure model '{}' ({}); using batch 1, one lease", model_, e.what());
+      choice_ = TuneChoice{};
+      choice_.setting = {space.batch.value_or(1), space.leases.value_or(1),
+                         space.intra_op.value_or(std::max<std::size_t>(1, space.cores / space.leases.value_or(1)))};
+      choice_.source = "fallback";
+      tuner_.reset();
+      probe_.reset();
+    }
+  }
+  c.max_batch = choice_.setting.batch;
+  c.threads_per_device = choice_.setting.leases;
+  c.intra_op_threads = choice_.setting.intra_op;
+  if (choice_.source == "probe")
+    spdlog::info("auto-tune: {} for model '{}' on {} (probed {} settings in {:.1f} s; cached in {})", to_string(choice_.setting),
+                 model_, device_, choice_.samples.size(), choice_.probe_s,
+                 choice_.file.empty() ? std::string("nowhere") : choice_.file.string());
+  else if (choice_.source == "cache")
+    spdlog::info("auto-tune: {} for model '{}' on {} (from {})", to_string(choice_.setting), model_, device_, choice_.file.string());
+  else if (choice_.source == "fallback")
+    spdlog::info("auto-tune: {} for model '{}' on {} (fallback)", to_string(choice_.setting), model_, device_);
+  export_choice(model_, device_);
+}
+
+void RuntimeTuning::export_choice(const std::string& model, const std::string& device) {
+  const Labels labels{{"model", model}, {"device", device}, {"source", choice_.source}};
+  metrics_.gauge("vgen_tune_max_batch", "Jobs per model call the runtime runs with (auto-tuned or configured)", labels)
+      .set(static_cast<double>(choice_.setting.batch));
+  metrics_.gauge("vgen_tune_leases", "Compute leases (threads) per device the runtime runs with", labels)
+      .set(static_cast<double>(choice_.setting.leases));
+  metrics_.gauge("vgen_tune_intra_op_threads", "LibTorch intra-op threads per compute lease", labels)
+      .set(static_cast<double>(choice_.setting.intra_op));
+  metrics_.gauge("vgen_tune_probe_seconds", "Time the auto-tuner spent measuring at start (0: from its cache or configured)",
+                 {{"model", model}, {"device", device}})
+      .set(choice_.probe_s);
+}
+
+std::string RuntimeTuning::key() {
+  if (!probe_) return {};
+  std::lock_guard lock(mutex_);
+  return probe_->key();
+}
+
+void RuntimeTuning::on_capped(const std::string& batcher_key, std::size_t cap) {
+  if (!tuner_ || batcher_key != key()) return;  // a cache hit computes the key here, once (out of memory is rare)
+  if (tuner_->cap_batch(tuner_key_, cap) > 0)
+    spdlog::info("auto-tune: out of memory capped model '{}' at batch {} on {}; the cached choice follows", model_, cap, device_);
+  const Labels labels{{"model", model_}, {"device", device_}, {"source", choice_.source}};
+  metrics_.gauge("vgen_tune_max_batch", "Jobs per model call the runtime runs with (auto-tuned or configured)", labels)
+      .set(static_cast<double>(std::min(cap, choice_.setting.batch)));
+}
+
+}  // namespace vgen

@@ -1,0 +1,280 @@
+#include "runtime/auto_tune.hpp"
+
+#include "runtime/errors.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <optional>
+
+#include <fstream>
+#include <map>
+#include <tuple>
+
+using namespace vgen;
+
+namespace {
+
+// A fake device: a call of `batch` rows costs a fixed overhead plus per-row work, the work
+// shared by the lease's threads; leases run side by side, slowed by `contention` each.
+struct FakeDevice {
+  double overhead = 1.0, per_row = 1.0, quadratic = 0.0, contention = 0.0, decode = 0.5, spent = 1.0;
+  std::size_t oom_above = 1000;  // batches larger than this run out of memory
+  std::vector<TuneSetting> calls;
+
+  TuneSample operator()(const TuneSetting& s) {
+    calls.push_back(s);
+    TuneSample out;
+    if (s.batch > oom_above) {
+      out.out_of_memory = true;
+      return out;
+    }
+    const double slow = 1.0 + contention * static_cast<double>(s.leases - 1);
+    const auto b = static_cast<double>(s.batch);
+    out.step_s = (overhead + per_row * b / static_cast<double>(s.intra_op) + quadratic * b * b) * slow;
+    out.decode_s = decode * static_cast<double>(s.batch) * slow;
+    out.spent_s = spent;
+    return out;
+  }
+  TuneMeasure measure() {
+    return [this](const TuneSetting& s) { return (*this)(s); };
+  }
+};
+
+TuneSpace two_cores() {
+  TuneSpace s;
+  s.cores = 2;
+  s.max_batch = 8;
+  s.steps = 10;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("splits: leases x threads fill the cores unless the config fixes one") {
+  auto space = two_cores();
+  auto s = AutoTuner::splits(space);
+  REQUIRE(s.size() == 2);
+  CHECK(s[0] == TuneSetting{1, 1, 2});
+  CHECK(s[1] == TuneSetting{1, 2, 1});
+  space.cores = 16;
+  space.intra_op = 4;
+  s = AutoTuner::splits(space);
+  REQUIRE(s.size() == 3);  // 1, 2 and 4 leases of 4 threads
+  CHECK(s[2] == TuneSetting{1, 4, 4});
+  space.intra_op.reset();
+  space.leases = 3;
+  s = AutoTuner::splits(space);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0] == TuneSetting{1, 3, 5});
+  TuneSpace one;
+  one.cores = 8;
+  one.one_job = true;
+  s = AutoTuner::splits(one);
+  REQUIRE(s.size() == 3);  // one lease of 8, 4 or 2 threads
+  CHECK(s[0] == TuneSetting{1, 1, 8});
+  CHECK(s[2] == TuneSetting{1, 1, 2});
+}
+
+TEST_CASE("choose: the setting with the fewest seconds per job, from measured timings") {
+  // Per-call overhead dominates: batching pays until per-row work takes over, and two
+  // single-thread leases beat one two-thread lease (overheads overlap).
+  FakeDevice dev{.overhead = 4.0, .per_row = 1.0, .contention = 0.1};
+  AutoTuner tuner({.cache_dir = {}, .budget = std::chrono::duration<double>(1e9)});
+  const auto space = two_cores();
+  const auto c = tuner.choose("pkg|shape", space, dev.measure());
+  CHECK(c.source == "probe");
+  // Expected by hand: job_s = 10 * step + decode over batch x leases.
+  double best = 1e30;
+  TuneSetting expect;
+  for (const auto& split : AutoTuner::splits(space))
+    for (std::size_t b : {1, 2, 4, 8}) {
+      auto s = split;
+      s.batch = b;
+      const auto t = dev(s);
+      const double job = (10 * t.step_s + t.decode_s) / static_cast<double>(b * s.leases);
+      if (job < best * 0.97) {
+        best = job;
+        expect = s;
+      }
+    }
+  CHECK(c.setting == expect);
+  CHECK(c.setting == TuneSetting{8, 2, 1});
+  CHECK(c.probe_s == doctest::Approx(8.0));  // 2 splits x 4 batches, 1 s each
+}
+
+TEST_CASE("choose: a batch clearly slower per job ends that split's sweep") {
+  // No overhead, a cost that grows faster than the batch (memory traffic) and strong
+  // contention: batch 1 on one lease of two threads is best, and each split stops at batch 2.
+  FakeDevice dev{.overhead = 0.0, .per_row = 1.0, .quadratic = 1.0, .contention = 2.0, .decode = 0.0};
+  AutoTuner tuner({});
+  auto space = two_cores();
+  space.steps = 1;
+  const auto c = tuner.choose("k", space, dev.measure());
+  CHECK(c.setting.leases == 1);
+  CHECK(c.setting.intra_op == 2);
+  CHECK(c.setting.batch == 1);
+  CHECK(dev.calls.size() == 4);
+}
+
+TEST_CASE("choose: a split twice as slow as another at the same batch is not probed further") {
+  // One lease of two threads 3x slower than two single-thread leases (OpenMP on a core another
+  // process takes): after batch 1 only the two leases go on (5 calls, not 8).
+  struct Slow {
+    FakeDevice dev{.overhead = 4.0, .per_row = 1.0, .contention = 0.1};
+    TuneSample operator()(const TuneSetting& s) {
+      auto out = dev(s);
+      if (s.intra_op == 2) out.step_s *= 3, out.decode_s *= 3;
+      return out;
+    }
+  } slow;
+  AutoTuner tuner({});
+  const auto c = tuner.choose("k", two_cores(), [&slow](const TuneSetting& s) { return slow(s); });
+  CHECK(c.setting == TuneSetting{8, 2, 1});
+  REQUIRE(slow.dev.calls.size() == 5);
+  CHECK(std::count_if(slow.dev.calls.begin(), slow.dev.calls.end(), [](const TuneSetting& s) { return s.intra_op == 2; }) == 1);
+}
+
+TEST_CASE("choose: out of memory stops the sweep; all out of memory is an error") {
+  FakeDevice dev{.overhead = 4.0, .per_row = 1.0, .oom_above = 2};
+  AutoTuner tuner({});
+  const auto c = tuner.choose("k", two_cores(), dev.measure());
+  CHECK(c.setting.batch == 2);
+  for (const auto& s : dev.calls) CHECK(s.batch <= 4);  // never tried 8 after 4 failed
+  // A measure that throws Error(out_of_memory) counts the same.
+  TuneMeasure throwing = [](const TuneSetting&) -> TuneSample { throw Error(ErrorKind::out_of_memory, "CUDA out of memory"); };
+  CHECK_THROWS_AS(tuner.choose("k2", two_cores(), throwing), Error);
+  // Any other failure ends the probe with that error.
+  TuneMeasure broken = [](const TuneSetting&) -> TuneSample { throw Error(ErrorKind::invalid_argument, "bad package"); };
+  try {
+    tuner.choose("k3", two_cores(), broken);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);
+  }
+}
+
+TEST_CASE("choose: the budget bounds the probe and keeps every split measured at batch 1") {
+  FakeDevice dev{.overhead = 4.0, .spent = 10.0};
+  AutoTuner tuner({.cache_dir = {}, .budget = std::chrono::duration<double>(15.0)});
+  const auto c = tuner.choose("k", two_cores(), dev.measure());
+  REQUIRE(dev.calls.size() == 2);  // 10 s, 20 s: stop (breadth first: both splits at batch 1)
+  CHECK(dev.calls[0].batch == 1);
+  CHECK(dev.calls[1].batch == 1);
+  CHECK(dev.calls[0].leases != dev.calls[1].leases);
+  CHECK(c.setting.batch == 1);
+}
+
+TEST_CASE("choose: settings within 3 % prefer less concurrency") {
+  // Per-row cost only, no contention, no decode: every setting is as fast per job.
+  FakeDevice dev{.overhead = 0.0, .per_row = 1.0, .decode = 0.0};
+  AutoTuner tuner({});
+  const auto c = tuner.choose("k", two_cores(), dev.measure());
+  CHECK(c.setting == TuneSetting{1, 1, 2});
+}
+
+TEST_CASE("choose: one job (vgen render) probes batch 1 on one lease for the fastest single job") {
+  FakeDevice dev{.overhead = 4.0, .per_row = 8.0};
+  AutoTuner tuner({});
+  TuneSpace space;
+  space.cores = 4;
+  space.one_job = true;
+  space.steps = 5;
+  const auto c = tuner.choose("k", space, dev.measure());
+  for (const auto& s : dev.calls) {
+    CHECK(s.batch == 1);
+    CHECK(s.leases == 1);
+  }
+  CHECK(c.setting == TuneSetting{1, 1, 4});
+  CHECK(c.samples.front().job_s == doctest::Approx(5 * (4.0 + 8.0 / 4) + 0.5));
+}
+
+TEST_CASE("choose: nothing to tune needs no probe") {
+  FakeDevice dev;
+  AutoTuner tuner({});
+  auto space = two_cores();
+  space.batch = 4;
+  space.leases = 1;
+  const auto c = tuner.choose("k", space, dev.measure());
+  CHECK(dev.calls.empty());
+  CHECK(c.source == "fixed");
+  CHECK(c.setting == TuneSetting{4, 1, 2});
+}
+
+TEST_CASE("cache: the next start reads the choice instead of probing; other keys probe") {
+  test::TempDir dir;
+  FakeDevice dev{.overhead = 4.0};
+  const auto space = two_cores();
+  TuneChoice first;
+  {
+    AutoTuner tuner({.cache_dir = dir.path() / "tune"});
+    first = tuner.choose("pkg|shape", space, dev.measure());
+    CHECK(first.source == "probe");
+    CHECK(std::filesystem::is_regular_file(first.file));
+  }
+  dev.calls.clear();
+  AutoTuner next({.cache_dir = dir.path() / "tune"});
+  const auto again = next.choose("pkg|shape", space, dev.measure());
+  CHECK(dev.calls.empty());
+  CHECK(again.source == "cache");
+  CHECK(again.setting == first.setting);
+  CHECK(again.samples.size() == first.samples.size());
+  // Another shape, or the same shape with other cores, is another entry.
+  auto other = space;
+  other.cores = 4;
+  CHECK(next.choose("pkg|shape", other, dev.measure()).source == "probe");
+  CHECK(next.choose("pkg|other shape", space, dev.measure()).source == "probe");
+}
+
+TEST_CASE("cache: a damaged file is probed again and rewritten") {
+  test::TempDir dir;
+  FakeDevice dev{.overhead = 4.0};
+  AutoTuner tuner({.cache_dir = dir.path()});
+  const auto c = tuner.choose("k", two_cores(), dev.measure());
+  {
+    std::ofstream out(c.file, std::ios::trunc);
+    out << "{\"format\": 1, \"key\": \"k\", \"choice\": {\"batch\": 0";
+  }
+  dev.calls.clear();
+  AutoTuner next({.cache_dir = dir.path()});
+  const auto again = next.choose("k", two_cores(), dev.measure());
+  CHECK(again.source == "probe");
+  CHECK_FALSE(dev.calls.empty());
+  CHECK(AutoTuner({.cache_dir = dir.path()}).choose("k", two_cores(), dev.measure()).source == "cache");
+}
+
+TEST_CASE("cap_batch: out of memory at run time lowers the cached batch for that key") {
+  test::TempDir dir;
+  FakeDevice dev{.overhead = 4.0};
+  AutoTuner tuner({.cache_dir = dir.path()});
+  const auto space = two_cores();
+  const auto c = tuner.choose("k", space, dev.measure());
+  REQUIRE(c.setting.batch == 8);
+  CHECK(tuner.cap_batch("other key", 1) == 0);
+  CHECK(tuner.cap_batch("k", 4) == 1);
+  CHECK(tuner.cap_batch("k", 4) == 0);  // already there
+  const auto next = AutoTuner({.cache_dir = dir.path()}).choose("k", space, dev.measure());
+  CHECK(next.source == "cache");
+  CHECK(next.setting.batch == 4);
+  CHECK(next.setting.leases == c.setting.leases);
+}
+
+TEST_CASE("default_tune_cache_dir follows VGEN_TUNE_DIR, then XDG_CACHE_HOME, then HOME") {
+  auto saved = [](const char* name) { const char* v = std::getenv(name); return v ? std::optional<std::string>(v) : std::nullopt; };
+  const auto vgen_dir = saved("VGEN_TUNE_DIR"), xdg = saved("XDG_CACHE_HOME");
+  ::setenv("VGEN_TUNE_DIR", "/tmp/tune-here", 1);
+  ::setenv("XDG_CACHE_HOME", "/tmp/x-cache", 1);
+  CHECK(default_tune_cache_dir() == std::filesystem::path("/tmp/tune-here"));
+  ::setenv("VGEN_TUNE_DIR", "relative", 1);  // not absolute: ignored
+  CHECK(default_tune_cache_dir() == std::filesystem::path("/tmp/x-cache/vgen/tune"));
+  ::unsetenv("VGEN_TUNE_DIR");
+  CHECK(default_tune_cache_dir() == std::filesystem::path("/tmp/x-cache/vgen/tune"));
+  ::unsetenv("XDG_CACHE_HOME");
+  if (const char* home = std::getenv("HOME"); home && *home == '/')
+    CHECK(default_tune_cache_dir() == std::filesystem::path(home) / ".cache" / "vgen" / "tune");
+  if (vgen_dir) ::setenv("VGEN_TUNE_DIR", vgen_dir->c_str(), 1);
+  if (xdg) ::setenv("XDG_CACHE_HOME", xdg->c_str(), 1);
+}
+
+TEST_CASE("to_string names the setting") { CHECK(to_string(TuneSetting{4, 2, 1}) == "batch 4, 2 leases x 1 thread"); }
