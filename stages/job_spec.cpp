@@ -122,7 +122,24 @@ std::vector<LoraRef> parse_loras(const json::value& v) {
   return out;
 }
 
+// "precision": one the package carries; an empty one is the package's default (filled from the
+// defaults by parse_job_spec, so only a spec built in code reaches here with it empty).
+void check_precision(const JobSpec& s, const SpecLimits& l) {
+  if (s.precision.empty()) return;
+  if (std::find(l.precisions.begin(), l.precisions.end(), s.precision) != l.precisions.end()) return;
+  static const std::set<std::string, std::less<>> names = {"float32", "float16", "bfloat16", "int8"};
+  if (!names.count(s.precision))
+    bad("precision", "unknown '" + truncate_utf8(s.precision, 40) + "' (known: float32, float16, bfloat16, int8)");
+  std::string has;
+  for (const auto& p : l.precisions) has += (has.empty() ? "" : ", ") + p;
+  bad("precision", model_named(l) + " has no " + s.precision + " variant (" +
+                       (has.empty() ? std::string("it has only its own weights") : "it has: " + has) +
+                       (is_quantized_precision(s.precision) ? "; export one with --quantize " + s.precision : "") + ")");
+}
+
 }  // namespace
+
+bool is_quantized_precision(std::string_view precision) { return precision == "int8"; }
 
 InputUse parse_input_use(std::string_view text, std::string_view field) {
   if (text == "none") return InputUse::none;
@@ -189,6 +206,7 @@ void validate_job_spec(const JobSpec& s, const SpecLimits& l) {
   if (!s.name.empty()) checked_output_name(s.name);
   if (!s.model.empty()) checked_output_name(s.model, "model");
   check_images(s, l);
+  check_precision(s, l);
 }
 
 JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const SpecLimits& limits) {
@@ -197,7 +215,8 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
   static const std::set<std::string, std::less<>> known = {"prompt", "negative_prompt", "width", "height", "frames",
                                                           "steps", "guidance", "seed", "fps", "format", "scheduler", "name",
                                                           "model", "image", "last_image", "image_sha256",
-                                                          "last_image_sha256", "loras", "step_cache", "priority", "shift"};
+                                                          "last_image_sha256", "loras", "step_cache", "priority", "shift",
+                                                          "precision"};
   for (const auto& kv : *obj)
     if (!known.count(kv.key())) bad(std::string(kv.key()), "unknown field");
   JobSpec s = defaults;
@@ -230,6 +249,7 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
       s.priority = static_cast<int>(i);
     }
     else if (k == "shift") s.shift = as_number(v, k);
+    else if (k == "precision") s.precision = as_text(v, k);
     else if (k == "seed") {
       const auto i = as_integer(v, k);
       if (i < 0) bad("seed", "must be between 0 and " + std::to_string(limits.max_seed) + " (got " + shown(v) + ")");
@@ -249,6 +269,7 @@ json::object to_json(const JobSpec& s) {
   if (s.step_cache > 0.0) o["step_cache"] = s.step_cache;  // changes the frames; absent when off: keys stay
   if (s.priority != 0) o["priority"] = s.priority;  // scheduling only: job_content_key leaves it out
   if (s.shift > 0.0) o["shift"] = s.shift;                // the same: absent for the scheduler's own shift
+  if (!s.precision.empty()) o["precision"] = s.precision;  // echoed; job_content_key keeps only a quantized one
   // Absent for text-to-video jobs, so their keys stay as they were too.
   if (!s.image.empty()) o["image"] = s.image;
   if (!s.image_sha256.empty()) o["image_sha256"] = s.image_sha256;
@@ -267,6 +288,9 @@ ContentKey job_content_key(const std::string& model_id, const JobSpec& spec) {
   fields.erase("name");
   fields.erase("priority");  // when a job runs, not what it makes
   fields.erase("model");  // the model is identified by model_id (the package's content)
+  // A float precision is the package's own dtype, which model_id already names: float32 jobs
+  // keep the keys they had before precisions existed. int8 renders another video.
+  if (!is_quantized_precision(spec.precision)) fields.erase("precision");
   // An image is identified by its bytes; the path stays in the key only for a spec that was
   // never admitted (no hash yet), so two different files never share a key.
   if (!spec.image_sha256.empty()) fields.erase("image");

@@ -54,6 +54,11 @@ struct JobSpec {
   // Not part of the content key: the same video at any priority.
   int priority = 0;
   double shift = 0.0;               // the scheduler's flow shift; 0: the package's scheduler config's
+  // Which weight variant of the denoiser runs (issue 24): "float32" (or the package's own float
+  // dtype) or "int8" (dynamically quantized Linears). Empty before validation: the package's
+  // default (SpecLimits::precisions, JobSpec defaults). Jobs of different precisions never share
+  // a denoiser call; a quantized precision is part of the content key (another video).
+  std::string precision;
 };
 
 // Whether a model takes an input (manifest "inputs": {"image": ..., "last_image": ...}).
@@ -79,6 +84,9 @@ struct SpecLimits {
   double max_shift = 100.0;             // shift in [0, max_shift] (0: the scheduler config's)
   InputUse image = InputUse::none;       // a text-to-video package takes no image
   InputUse last_image = InputUse::none;  // never required: it needs `image` as well
+  // The precisions the package carries (its base variant first); empty: only its own, and a job
+  // may not name one. A job's "precision" outside the list is refused naming the field.
+  std::vector<std::string> precisions;
   std::string model_name;                // in messages ("image: required by model 'x'"); empty: "this model"
 };
 
@@ -89,6 +97,10 @@ JobSpec parse_job_spec(const boost::json::value& json, const JobSpec& defaults, 
 // check meaningless (a multiple or frame step below 1) are Error(internal): they come from
 // code or from a manifest that load_model_package already checked.
 void validate_job_spec(const JobSpec& spec, const SpecLimits& limits);
+// Whether a precision name is a quantized variant ("int8"), as opposed to a float dtype: a float
+// precision is the package's own dtype (its id says which), a quantized one changes the video.
+bool is_quantized_precision(std::string_view precision);
+
 // Every field, in a fixed form: the input of the job's content key.
 boost::json::object to_json(const JobSpec& spec);
 // What identifies a job's video: every field but "name", and the model (ModelPackage::id()).

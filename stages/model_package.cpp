@@ -144,6 +144,55 @@ bool inside(const fs::path& root, const fs::path& file, fs::path& resolved) {
 // The smallest multiple of `step` that is >= `value` (value, step >= 1; no overflow: both bounded).
 int round_up(int value, int step) { return (value + step - 1) / step * step; }
 
+// The base precision and the optional "precisions" section:
+//   {"default": "int8", "variants": {"int8": {"transformer": "transformer_int8", ...}}}
+// Every replacement names a listed component that differs from the one it replaces.
+void read_precisions(const Reader& r, const json::object& m, ModelPackage& p) {
+  const auto& comps = r.obj(m, "components");
+  const auto& t = comps.at("transformer").get_object();  // checked by the caller
+  p.base_precision = p.dtype;
+  if (const auto* q = t.if_contains("quantization")) {
+    if (!q->is_string() || q->get_string() != "int8-dynamic")
+      r.fail("manifest field 'components.transformer.quantization' must be \"int8-dynamic\"");
+    p.base_precision = "int8";
+  }
+  p.limits.precisions = {p.base_precision};
+  p.defaults.precision = p.base_precision;
+  const auto* sec = m.if_contains("precisions");
+  if (!sec) return;
+  if (!sec->is_object()) r.fail("manifest field 'precisions' must be an object");
+  const auto& o = sec->get_object();
+  for (const auto& kv : o)
+    if (kv.key() != "default" && kv.key() != "variants")
+      r.fail("manifest field 'precisions." + truncate_utf8(std::string(kv.key()), 40) + "' is unknown");
+  if (o.contains("variants")) {
+    const auto& variants = r.obj(o, "variants");
+    for (const auto& v : variants) {
+      const std::string name(v.key()), where = "precisions.variants." + truncate_utf8(name, 40);
+      if (name != "int8" && !is_dtype(name)) r.fail("manifest field '" + where + "' names no precision (float32, float16, bfloat16, int8)");
+      if (name == p.base_precision) r.fail("manifest field '" + where + "' repeats the base precision");
+      if (!v.value().is_object() || v.value().get_object().empty())
+        r.fail("manifest field '" + where + "' must map components to their variants");
+      auto& map = p.precision_variants[name];
+      for (const auto& c : v.value().get_object()) {
+        const std::string from(c.key());
+        if (!c.value().is_string()) r.fail("manifest field '" + where + "." + from + "' must be a component name");
+        const std::string to(c.value().get_string());
+        if (!comps.contains(from) || !comps.contains(to) || from == to)
+          r.fail("manifest field '" + where + "." + from + "' must map a listed component onto another listed one (got '" +
+                 truncate_utf8(to, 40) + "')");
+        map.emplace(from, to);
+      }
+      p.limits.precisions.push_back(name);
+    }
+  }
+  if (o.contains("default")) {
+    p.defaults.precision = r.str(o, "default", "precisions.");
+    if (std::find(p.limits.precisions.begin(), p.limits.precisions.end(), p.defaults.precision) == p.limits.precisions.end())
+      r.fail("manifest field 'precisions.default' ('" + truncate_utf8(p.defaults.precision, 40) + "') is not a precision the package carries");
+  }
+}
+
 }  // namespace
 
 std::string sha256_file(const fs::path& file) {
@@ -173,6 +222,13 @@ const ModelComponent& ModelPackage::component(const std::string& name) const {
   auto it = components.find(name);
   if (it == components.end()) throw_error(ErrorKind::invalid_argument, "model package has no component '" + name + "'");
   return it->second;
+}
+
+const std::string& ModelPackage::component_for(const std::string& name, const std::string& precision) const {
+  const auto v = precision_variants.find(precision);
+  if (v == precision_variants.end()) return name;
+  const auto c = v->second.find(name);
+  return c == v->second.end() ? name : c->second;
 }
 
 std::string ModelPackage::id() const { return identity.empty() ? component("transformer").sha256 : identity; }
@@ -255,6 +311,7 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
     if (!(s > 0.0)) r.fail("latent.latents_std must be positive");
 
   read_preview(r, m, p);
+  read_precisions(r, m, p);
 
   const auto& res = r.obj(m, "resolution");
   const auto& h = r.obj(res, "height");

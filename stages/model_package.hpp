@@ -56,11 +56,21 @@ struct ModelPackage {
   // rgb in [0, 1] ~ preview_weight (3 x latent_channels, row-major) x loop latent + preview_bias.
   // Both empty for a package without them: previews are off for its jobs.
   std::vector<double> preview_weight, preview_bias;
+  // Precisions (issue 24, manifest "precisions", docs/MODEL_PACKAGE.md): the base one is what
+  // the components as listed hold ("int8" when components.transformer.quantization says
+  // "int8-dynamic", else the package dtype); each variant maps the components it replaces
+  // onto components of the package: {"int8": {"transformer": "transformer_int8"}}. The list a
+  // job may choose from is limits.precisions, the default defaults.precision.
+  std::string base_precision;
+  std::map<std::string, std::map<std::string, std::string>> precision_variants;
   // limits and defaults for jobs
   SpecLimits limits;
   JobSpec defaults;
 
   const ModelComponent& component(const std::string& name) const;
+  // The component that serves `name` for a job at `precision`: the variant's replacement, or
+  // `name` itself (the base precision, an empty one, or a component the variant keeps).
+  const std::string& component_for(const std::string& name, const std::string& precision) const;
   // Stable identity for cache keys and placement: a hash of the whole manifest (which names
   // every component's sha256); the transformer's sha256 for a package built in memory.
   std::string id() const;

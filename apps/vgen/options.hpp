@@ -33,6 +33,7 @@ struct JobFlags {
   std::optional<double> step_cache;  // step-cache threshold (0: off)
   std::optional<int> priority;       // higher first; the job spec checks the range
   std::optional<double> shift;       // the scheduler's flow shift
+  std::optional<std::string> precision;  // the denoiser variant: float32 | int8 (default: the package's)
   std::optional<std::uint64_t> seed;
   std::optional<std::string> scheduler, negative_prompt, format;
   std::vector<std::string> loras;  // NAME[:SCALE], repeatable

@@ -220,13 +220,15 @@ std::unique_ptr<Scheduler> LtxFamily::make_scheduler(const FamilyJob& job) const
 std::string LtxFamily::denoise_key(const FamilyJob& job, const Scheduler& s) const {
   std::string k = key_prefix() + "|" + std::string(s.name()) + "|" + std::to_string(job.spec.steps) + "|" +
                   (job.spec.guidance > 1.0 ? "cfg" : "nocfg");
+  if (!job.spec.precision.empty()) k += "|precision:" + job.spec.precision;  // one transformer variant per call
   for (auto d : job.state.latents.sizes()) k += "|" + std::to_string(d);
   return ltx(job).condition.defined() ? k + "|image" : k;
 }
 
-at::Tensor LtxFamily::transformer_call(const std::string& device, const at::Tensor& latents, const at::Tensor& timestep,
-                                       const at::Tensor& embeds, const at::Tensor& mask, const at::Tensor& coords) const {
-  auto transformer = module("transformer", device);
+at::Tensor LtxFamily::transformer_call(const std::string& device, const std::string& precision, const at::Tensor& latents,
+                                       const at::Tensor& timestep, const at::Tensor& embeds, const at::Tensor& mask,
+                                       const at::Tensor& coords) const {
+  auto transformer = module(package_.component_for("transformer", precision), device);
   const auto dtype = transformer->dtype();
   return transformer->forward({latents.to(dtype), timestep, embeds.to(dtype), mask, coords});
 }
@@ -253,7 +255,7 @@ at::Tensor LtxFamily::predict(const PredictCall& call) {
       if (ltx(*live[j]).condition.defined()) t[static_cast<std::int64_t>(j)].narrow(0, 0, h * w).zero_();
   }
   t = (cfg ? t.repeat_interleave(2, 0) : t).contiguous();
-  auto pred = transformer_call(call.device, input, t, at::cat(embeds, 0), at::cat(masks, 0), at::cat(coords, 0).contiguous())
+  auto pred = transformer_call(call.device, live.front()->spec.precision, input, t, at::cat(embeds, 0), at::cat(masks, 0), at::cat(coords, 0).contiguous())
                   .to(at::kCPU)
                   .to(at::kFloat);  // LTXPipeline: noise_pred.float()
   if (cfg) {
@@ -315,7 +317,7 @@ void LtxFamily::warm_up(const std::string& device) {
     auto embeds = encode_texts(device, {"", "warm up"});
     auto z = at::zeros({2, p.latent_channels, f, hw, hw}, at::kFloat);
     auto coords = ltx_video_coords(f, hw, hw, p.defaults.fps, p, config_).expand({2, 3, f * hw * hw}).contiguous();
-    transformer_call(device, ltx_pack(z), at::full({2}, 500.0, at::kFloat), embeds, at::ones({2, p.max_length}, at::kFloat),
+    transformer_call(device, p.defaults.precision, ltx_pack(z), at::full({2}, 500.0, at::kFloat), embeds, at::ones({2, p.max_length}, at::kFloat),
                      coords);
     decode_latents(device, z.narrow(0, 0, 1), at::Tensor());
     if (p.limits.image != InputUse::none) module("vae_encoder", device)->forward({at::zeros({1, 3, 1, side, side}, at::kFloat)});

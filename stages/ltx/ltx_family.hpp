@@ -74,7 +74,8 @@ class LtxFamily final : public Family {
  private:
   std::shared_ptr<const Module> module(const std::string& component, const std::string& device) const;
   at::Tensor encode_texts(const std::string& device, const std::vector<std::string>& texts) const;
-  at::Tensor transformer_call(const std::string& device, const at::Tensor& latents, const at::Tensor& timestep,
+  // `precision`: the job's (ModelPackage::component_for picks the transformer variant).
+  at::Tensor transformer_call(const std::string& device, const std::string& precision, const at::Tensor& latents, const at::Tensor& timestep,
                               const at::Tensor& embeds, const at::Tensor& mask, const at::Tensor& coords) const;
   at::Tensor decode_latents(const std::string& device, const at::Tensor& z, const at::Tensor& noise) const;
   at::Tensor first_frame_latents(const std::string& device, const LtxJob& job, at::Generator& gen) const;

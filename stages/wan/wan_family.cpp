@@ -140,6 +140,9 @@ JobSpec WanFamily::validate(const json::value& spec) const {
 void WanFamily::validate_loras(JobSpec& s, const json::object& fields, const SpecLimits& limits) const {
   if (boundary_timestep_ >= 0)
     throw Error(ErrorKind::invalid_argument, "loras: not supported by the two-expert " + package_.family + " package");
+  // A quantized Linear packs its weight: there is no float matrix to add the LoRA's product to.
+  if (is_quantized_precision(s.precision))
+    throw Error(ErrorKind::invalid_argument, "loras: not supported with precision " + s.precision + " (use a float precision)");
   // LoRAs: each file resolved under lora_dir and hashed (its sha256 joins the content key) and
   // mapped onto the transformer's parameters, so a file that fits no layer is refused here
   // (exit 2 / HTTP 400), before anything runs. The parameter shapes come from a loaded
@@ -283,6 +286,7 @@ std::string WanFamily::denoise_key(const FamilyJob& job, const Scheduler& s) con
   std::string k = key_prefix() + "|" + std::string(s.name()) + "|" + std::to_string(w.spec.steps) + "|" +
                   (w.spec.guidance > 1.0 ? "cfg" : "nocfg");
   if (!w.spec.loras.empty()) k += "|lora:" + lora_set_key(w.spec.loras);  // one merged transformer per group
+  if (!w.spec.precision.empty()) k += "|precision:" + w.spec.precision;    // one transformer variant per call
   if (w.spec.shift > 0) {  // other sigmas: another group
     char shift[32];
     std::snprintf(shift, sizeof shift, "|shift:%.17g", w.spec.shift);
@@ -373,7 +377,9 @@ at::Tensor WanFamily::predict(const PredictCall& call) {
   // share one). LoRAs are merged into the package's single transformer only (validate refuses
   // them with two experts).
   const auto& expert = expert_for(call.timestep.reshape({-1})[0].item<double>());
-  auto transformer = expert == "transformer" ? group_transformer(live, call.device) : module(expert, call.device);
+  // The job's precision picks the variant (all rows share it: the denoise key says so).
+  auto transformer = expert == "transformer" ? group_transformer(live, call.device) : nullptr;
+  if (!transformer) transformer = module(package_.component_for(expert, live.front()->spec.precision), call.device);
   auto pred = predict_flow(call.device, input, t, cat(contexts), cat(biases), image, transformer).to(at::kCPU);
   if (!cfg) return pred;
   auto cond = pred.slice(0, 0, pred.size(0), 2), uncond = pred.slice(0, 1, pred.size(0), 2);

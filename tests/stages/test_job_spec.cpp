@@ -297,3 +297,50 @@ TEST_CASE("priority: an integer in [-100, 100], never part of the content key") 
   CHECK(to_json(urgent).at("priority").as_int64() == 100);
   CHECK(job_content_key("m", urgent).hex() == job_content_key("m", base).hex());  // the same video
 }
+
+TEST_CASE("precision: one the package carries, the default when absent; only a quantized one enters the key") {
+  JobSpec defaults;
+  defaults.prompt = "p";
+  defaults.precision = "float32";
+  SpecLimits limits;
+  limits.precisions = {"float32", "int8"};
+  limits.model_name = "tiny";
+  CHECK(parse_job_spec(json::parse(R"({"prompt": "p"})"), defaults, limits).precision == "float32");
+  const auto int8 = parse_job_spec(json::parse(R"({"prompt": "p", "precision": "int8"})"), defaults, limits);
+  CHECK(int8.precision == "int8");
+  auto error = [&](const std::string& text, const SpecLimits& l) {
+    try {
+      parse_job_spec(json::parse(text), defaults, l);
+      return std::string();
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::invalid_argument);
+      return std::string(e.what());
+    }
+  };
+  CHECK(error(R"({"prompt": "p", "precision": "int4"})", limits) ==
+        "precision: unknown 'int4' (known: float32, float16, bfloat16, int8)");
+  CHECK(error(R"({"prompt": "p", "precision": 8})", limits).find("precision: must be a string") == 0);
+  CHECK(error(R"({"prompt": "p", "precision": "bfloat16"})", limits) ==
+        "precision: model 'tiny' has no bfloat16 variant (it has: float32, int8)");
+  auto float_only = limits;
+  float_only.precisions = {"float32"};
+  CHECK(error(R"({"prompt": "p", "precision": "int8"})", float_only) ==
+        "precision: model 'tiny' has no int8 variant (it has: float32; export one with --quantize int8)");
+  // A spec built in code for a package without a precisions list (tests, in-memory packages).
+  auto named = defaults;
+  named.precision = "int8";
+  CHECK(validation_error_of(named) == "precision: this model has no int8 variant (it has only its own weights; export one with --quantize int8)");
+
+  // The key: float32 is the package's own dtype (the model id names it), so float32 jobs keep
+  // the keys they had before precisions existed; int8 renders another video.
+  auto before = defaults;
+  before.precision.clear();
+  const auto f32 = parse_job_spec(json::parse(R"({"prompt": "p"})"), defaults, limits);
+  CHECK(to_json(f32).at("precision").as_string() == "float32");  // echoed
+  CHECK_FALSE(to_json(before).contains("precision"));
+  CHECK(job_content_key("m", f32).hex() == job_content_key("m", before).hex());
+  CHECK(job_content_key("m", int8).hex() != job_content_key("m", f32).hex());
+  CHECK(parse_job_spec(json::value_from(to_json(int8)), defaults, limits).precision == "int8");  // round trip
+  CHECK(is_quantized_precision("int8"));
+  CHECK_FALSE(is_quantized_precision("float32"));
+}

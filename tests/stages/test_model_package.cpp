@@ -306,3 +306,54 @@ TEST_CASE("inputs: what images a package takes, none when absent; bad values are
   CHECK(contains(error_with("inputs", json::object{{"image", "optional"}, {"last_image", "required"}}), "cannot be required"));
   CHECK(contains(error_with("inputs", json::object{{"last_image", "optional"}}), "needs inputs.image"));
 }
+
+TEST_CASE("precisions: the base one from the transformer, variants mapped onto listed components, a checked default") {
+  TempDir tmp;
+  write_package(tmp.path() / "f32");
+  const auto f32 = load_model_package(tmp.path() / "f32");
+  CHECK(f32.base_precision == "float32");
+  CHECK(f32.limits.precisions == std::vector<std::string>{"float32"});
+  CHECK(f32.defaults.precision == "float32");
+  CHECK(f32.component_for("transformer", "int8") == "transformer");
+
+  // int8-only (today's --quantize int8-only): the transformer itself is quantized.
+  write_package(tmp.path() / "only", set("components.transformer.quantization", "int8-dynamic"));
+  const auto only = load_model_package(tmp.path() / "only");
+  CHECK(only.limits.precisions == std::vector<std::string>{"int8"});
+  CHECK(only.defaults.precision == "int8");
+  CHECK(contains(error_with("components.transformer.quantization", "int4"), "quantization' must be \"int8-dynamic\""));
+
+  // Both: transformer_int8 beside the float transformer, chosen per job.
+  auto with_variant = [&](const fs::path& dir, const char* precisions) {
+    fs::create_directories(dir);
+    write_file(dir / "transformer_int8.pt", "int8 bytes");
+    write_package(dir, [&](json::object& m) {
+      m["components"].as_object()["transformer_int8"] = component_entry(dir / "transformer_int8.pt", "transformer_int8.pt", "torchscript");
+      m["precisions"] = json::parse(precisions);
+    });
+    return load_error(dir);
+  };
+  REQUIRE(with_variant(tmp.path() / "both", R"({"variants": {"int8": {"transformer": "transformer_int8"}}})") == "");
+  const auto both = load_model_package(tmp.path() / "both");
+  CHECK(both.limits.precisions == std::vector<std::string>{"float32", "int8"});
+  CHECK(both.defaults.precision == "float32");
+  CHECK(both.component_for("transformer", "int8") == "transformer_int8");
+  CHECK(both.component_for("transformer", "float32") == "transformer");
+  CHECK(both.component_for("vae_decoder", "int8") == "vae_decoder");
+  CHECK(both.id() != f32.id());
+  REQUIRE(with_variant(tmp.path() / "int8-default",
+                       R"({"default": "int8", "variants": {"int8": {"transformer": "transformer_int8"}}})") == "");
+  CHECK(load_model_package(tmp.path() / "int8-default").defaults.precision == "int8");
+
+  CHECK(contains(with_variant(tmp.path() / "bad1", R"({"default": "int8"})"),
+                 "'precisions.default' ('int8') is not a precision the package carries"));
+  CHECK(contains(with_variant(tmp.path() / "bad2", R"({"variants": {"int4": {"transformer": "transformer_int8"}}})"),
+                 "'precisions.variants.int4' names no precision"));
+  CHECK(contains(with_variant(tmp.path() / "bad3", R"({"variants": {"int8": {"transformer": "transformer_int9"}}})"),
+                 "must map a listed component onto another listed one (got 'transformer_int9')"));
+  CHECK(contains(with_variant(tmp.path() / "bad4", R"({"variants": {"float32": {"transformer": "transformer_int8"}}})"),
+                 "repeats the base precision"));
+  CHECK(contains(with_variant(tmp.path() / "bad5", R"({"variants": {"int8": {}}})"), "must map components to their variants"));
+  CHECK(contains(with_variant(tmp.path() / "bad6", R"({"modes": 1})"), "'precisions.modes' is unknown"));
+  CHECK(contains(error_with("precisions", "int8"), "'precisions' must be an object"));
+}

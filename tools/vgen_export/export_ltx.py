@@ -46,6 +46,7 @@ from . import manifest as mf
 from .export_common import load_saved
 from .export_wan import DTYPES, _assert_checks, _max_diff, _save, _tolerance, _trace, find_spm_file
 from .latent_preview import preview_section, torchscript_decoder
+from .quantize import QUANTIZATION, QUANTIZE_CHOICES, check_quantize, precision_entries, quantize_int8, variant_name
 from .reference_loop import check_tokenizer
 
 ACCEPTED_PIPELINES = ("LTXPipeline", "LTXImageToVideoPipeline")
@@ -171,9 +172,15 @@ def export_text_encoder(encoder, path: Path, max_length: int, dtype, gen) -> dic
 
 
 def export_transformer(transformer, path: Path, max_length: int, dtype, gen, temporal: int,
-                       spatial: int) -> dict[str, Any]:
+                       spatial: int, quantize: bool = False) -> dict[str, Any]:
+    """quantize: the transformer blocks' Linears dynamically int8 (vgen_export/quantize.py); the
+    checks then compare the TorchScript module with eager int8, and report (not check) how far
+    it is from the float transformer called the pipeline's way."""
     cfg = transformer.config
     wrapper = TransformerExport(transformer).eval()
+    quantized = 0
+    if quantize:
+        wrapper, quantized = quantize_int8(wrapper, ".transformer_blocks.")
 
     def inputs(b, f, h, w, fps, lengths, per_token=False):
         x = torch.randn(b, f * h * w, cfg.in_channels, generator=gen).to(dtype)
@@ -199,10 +206,15 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, tem
         ref = transformer(hidden_states=x, encoder_hidden_states=ctx, timestep=t, encoder_attention_mask=mask.bool(),
                           num_frames=f, height=h, width=w, rope_interpolation_scale=(temporal / fps, spatial, spatial),
                           return_dict=False)[0]
-        checks.append({"shape": list(x.shape), "fps": fps, "timestep": list(t.shape),
-                       "max_abs_diff": _max_diff(loaded(x, t, ctx, mask, coords), ref),
-                       "tolerance": _tolerance(dtype, ref)})
-    return {"trace_shape": list(trace[0].shape), **saved, "checks": checks}
+        got = loaded(x, t, ctx, mask, coords)
+        check = {"shape": list(x.shape), "fps": fps, "timestep": list(t.shape),
+                 "max_abs_diff": _max_diff(got, wrapper(x, t, ctx, mask, coords) if quantized else ref),
+                 "tolerance": _tolerance(dtype, ref)}
+        if quantized:  # how far int8 moves the prediction from float (reported, not a check)
+            check["max_abs_diff_vs_float"] = _max_diff(got, ref)
+        checks.append(check)
+    return {"trace_shape": list(trace[0].shape), **saved, "checks": checks,
+            **({"quantized_linears": quantized} if quantized else {})}
 
 
 def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
@@ -237,8 +249,12 @@ def export_vae_encoder(vae, path: Path, gen) -> dict[str, Any]:
 
 def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "float32", tiny: bool = False,
                max_side: int = 1280, max_frames: int = 257, seed: int = 0, decode_timestep: float = 0.0,
-               decode_noise_scale: float | None = None) -> dict[str, Any]:
-    """Export the diffusers LTX-Video directory into a package directory; returns the manifest."""
+               decode_noise_scale: float | None = None, quantize: str | None = None,
+               default_precision: str | None = None) -> dict[str, Any]:
+    """Export the diffusers LTX-Video directory into a package directory; returns the manifest.
+    quantize / default_precision: as export_wan's (vgen_export/quantize.py), for the LTX
+    transformer's block Linears."""
+    check_quantize(quantize, dtype, default_precision)
     import diffusers
     import sentencepiece
     import transformers
@@ -279,9 +295,12 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         rope = transformer.rope
         rope_base = {"frames": int(rope.base_num_frames), "height": int(rope.base_height), "width": int(rope.base_width)}
         checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", max_length, tdtype, gen,
-                                                   temporal, spatial)
+                                                   temporal, spatial, quantize == "int8-only")
+        if quantize == "int8":
+            checks["transformer_int8"] = export_transformer(transformer, out_dir / "transformer_int8.pt", max_length,
+                                                            tdtype, gen, temporal, spatial, True)
         del transformer
-    for name in ("text_encoder", "transformer", "vae_decoder", "vae_encoder"):
+    for name in ("text_encoder", "transformer", "vae_decoder", "vae_encoder") + (("transformer_int8",) if quantize == "int8" else ()):
         _assert_checks(name, checks[name])
 
     scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(diffusers_dir, subfolder="scheduler")
@@ -305,7 +324,8 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
             "text_encoder": mf.component_entry(out_dir, "text_encoder.pt", format="torchscript", dtype=dtype,
                                                methods=["forward"]),
             "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript", dtype=dtype,
-                                              methods=["forward"]),
+                                              methods=["forward"],
+                                              **({"quantization": QUANTIZATION} if quantize == "int8-only" else {})),
             "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript", dtype="float32",
                                               methods=["forward"]),
             "vae_encoder": mf.component_entry(out_dir, "vae_encoder.pt", format="torchscript", dtype="float32",
@@ -341,6 +361,10 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     # Live previews: the latent -> RGB factors, fitted against the decoder just written (the same
     # least-squares fit as the Wan exporter's, over LTX's own un-normalisation).
     manifest["preview"] = preview_section(manifest, torchscript_decoder(out_dir, manifest))
+    if (precisions := precision_entries(quantize, ["transformer"], default_precision, dtype)) is not None:
+        manifest["components"]["transformer_int8"] = mf.component_entry(
+            out_dir, "transformer_int8.pt", format="torchscript", dtype=dtype, methods=["forward"], quantization=QUANTIZATION)
+        manifest["precisions"] = precisions
     mf.write_manifest(out_dir, manifest)
     return manifest
 
@@ -359,12 +383,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-noise-scale", type=float, default=None,
                         help="LTXPipeline's decode_noise_scale (default: the decode timestep)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
+                        help="int8: add a dynamically int8-quantized variant of the transformer blocks' Linear layers "
+                             "(CPU, fbgemm) beside float32, chosen per job (precision); int8-only: the transformer itself int8")
+    parser.add_argument("--default-precision", choices=["float32", "int8"], default=None,
+                        help="the precision jobs get when they name none (default: float32, or int8 for int8-only)")
     args = parser.parse_args(argv)
     if args.tiny == (args.diffusers is not None):
         parser.error("give exactly one of --diffusers DIR or --tiny")
     torch.set_num_threads(args.threads)
     common = dict(dtype=args.dtype, max_side=args.max_side, max_frames=args.max_frames,
-                  decode_timestep=args.decode_timestep, decode_noise_scale=args.decode_noise_scale)
+                  decode_timestep=args.decode_timestep, decode_noise_scale=args.decode_noise_scale,
+                  quantize=args.quantize, default_precision=args.default_precision)
     try:
         if args.tiny:
             from .tiny_ltx import write_tiny_ltx

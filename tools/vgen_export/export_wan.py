@@ -34,6 +34,7 @@ from .export_wan_ti2v import add_ti2v_sections, export_ti2v_encoder
 from .export_common import (_assert_checks, _failed_checks, _graphs, _max_diff, _save,  # noqa: F401
                             _tolerance, _trace, _two_frames, _unpatchify, count_device_constants,
                             Handoff, load_saved, make_device_agnostic)
+from .quantize import QUANTIZATION, QUANTIZE_CHOICES, check_quantize, precision_entries, quantize_int8, variant_name
 from .reference_loop import check_tokenizer, compact_context
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -307,16 +308,36 @@ def check_padding_invariance(encoder, max_length: int, vocab: int, gen) -> dict[
             "invariant": diff <= tol and tail_zero}
 
 
-def quantize_int8(wrapper: torch.nn.Module) -> tuple[torch.nn.Module, int]:
-    """Dynamic int8 quantization (fbgemm: int8 weights, activations quantized per call) of the
-    Linear layers inside the transformer blocks: attention projections and FFNs, the bulk of
-    the denoiser's work. The embedders and the output head stay float32 (diffusers reads the
-    time embedder's parameter dtype, which a quantized Linear no longer has)."""
-    names = {n for n, m in wrapper.named_modules() if isinstance(m, torch.nn.Linear) and ".blocks." in n}
-    spec = {n: torch.ao.quantization.default_dynamic_qconfig for n in names}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notice
-        return torch.ao.quantization.quantize_dynamic(wrapper, spec, dtype=torch.qint8), len(names)
+def export_transformer_variants(name: str, transformer, out_dir: Path, max_length: int, dtype, gen,
+                                quantize: str | None, per_token_timesteps: bool = False) -> dict[str, Any]:
+    """The checks of `name` (and of its int8 variant): quantize None -> the float transformer
+    as name.pt; "int8-only" -> name.pt quantized; "int8" -> both, the variant as name_int8.pt.
+    A Handoff as `transformer` goes to the last export, which frees the eager model."""
+    both = quantize == "int8"
+    first = (transformer.module if isinstance(transformer, Handoff) else transformer) if both else transformer
+    checks = {name: export_transformer(first, out_dir / f"{name}.pt", max_length, dtype, gen,
+                                       "int8" if quantize == "int8-only" else None, per_token_timesteps)}
+    del first
+    if both:
+        checks[variant_name(name)] = export_transformer(transformer, out_dir / f"{variant_name(name)}.pt", max_length,
+                                                        dtype, gen, "int8", per_token_timesteps)
+    return checks
+
+
+def add_precisions(manifest: dict[str, Any], out_dir: Path, quantize: str | None, transformers: list[str],
+                   default_precision: str | None, dtype: str) -> None:
+    """The int8 variants' component entries (a copy of each float entry's fields, the variant's
+    file) and the manifest's "precisions" section; or, for an int8-only package whose jobs
+    should default to it, nothing more (its base precision is int8)."""
+    section = precision_entries(quantize, transformers, default_precision, dtype)
+    if section is None:
+        return
+    for name in transformers:
+        float_entry = manifest["components"][name]
+        manifest["components"][variant_name(name)] = mf.component_entry(
+            out_dir, f"{variant_name(name)}.pt", format=float_entry["format"], dtype=float_entry["dtype"],
+            methods=float_entry["methods"], quantization=QUANTIZATION)
+    manifest["precisions"] = section
 
 
 def export_transformer(transformer, path: Path, max_length: int, dtype, gen, quantize: str | None = None,
@@ -334,8 +355,8 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, qua
     wrapper = TransformerExport(transformer).eval()
     del transformer  # the wrapper holds it
     float_wrapper, quantized = wrapper, 0
-    if quantize == "int8":
-        wrapper, quantized = quantize_int8(wrapper)
+    if quantize:
+        wrapper, quantized = quantize_int8(wrapper, ".blocks.")
     _, ph, pw = cfg.patch_size
 
     def inputs(b, f, h, w):
@@ -446,13 +467,14 @@ def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
 def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "float32",
                tiny: bool = False, flow_shift: float | None = None, max_side: int = 1280,
                max_frames: int = 81, seed: int = 0, source: dict | None = None,
-               quantize: str | None = None) -> dict[str, Any]:
+               quantize: str | None = None, default_precision: str | None = None) -> dict[str, Any]:
     """Export a diffusers Wan directory into a package directory; returns the manifest. Which
     pipeline it is comes from detect_wan (Wan 2.1 T2V or I2V); any other is refused, naming it,
-    before anything is written. quantize="int8": the transformers' block Linears dynamically
-    quantized (quantize_int8; text-to-video packages, float32 exports)."""
-    if quantize not in (None, "int8") or (quantize and dtype != "float32"):
-        raise ValueError(f"quantize: int8 of a float32 export only (got {quantize!r} with {dtype})")
+    before anything is written. quantize (vgen_export/quantize.py; text-to-video packages,
+    float32 exports): "int8" adds an int8 variant beside each float32 transformer, "int8-only"
+    quantizes the transformers themselves. default_precision: the precision jobs get when they
+    name none (precisions.default; the base one if None)."""
+    check_quantize(quantize, dtype, default_precision)
     import diffusers
     import sentencepiece
     import transformers
@@ -485,6 +507,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         checks["text_encoder"] = export_text_encoder(encoder, out_dir / "text_encoder.pt", max_length, tdtype, gen)
         text_dim = int(encoder.config.d_model)
         del encoder
+        if quantize and a14b_i2v:  # its conditioned transformer is not measured with int8 yet
+            raise ValueError("quantize: not available for Wan I2V packages yet")
         if i2v:  # image encoder, VAE encoder and the 36-channel transformer
             if quantize:
                 raise ValueError("quantize: not available for Wan I2V packages yet")
@@ -495,14 +519,14 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
             transformer = Handoff(WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer",
                                                                         dtype=tdtype).eval())
             tcfg = dict(transformer.module.config)
-            checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", max_length, tdtype,
-                                                       gen, quantize, per_token_timesteps=ti2v)
+            checks.update(export_transformer_variants("transformer", transformer, out_dir, max_length, tdtype, gen,
+                                                      quantize, per_token_timesteps=ti2v))
             del transformer
         if experts:
             transformer = Handoff(WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer_2",
                                                                         dtype=tdtype).eval())
-            checks["transformer_2"] = export_transformer(transformer, out_dir / "transformer_2.pt", max_length,
-                                                         tdtype, gen, quantize)
+            checks.update(export_transformer_variants("transformer_2", transformer, out_dir, max_length, tdtype, gen,
+                                                      quantize))
             del transformer
         vae = AutoencoderKLWan.from_pretrained(diffusers_dir, subfolder="vae", dtype=torch.float32).eval()
         vcfg = dict(vae.config)
@@ -512,8 +536,9 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         elif a14b_i2v:
             checks["vae_encoder"] = export_vae_encoder(vae, out_dir / "vae_encoder.pt", gen)
         del vae
-    for name in ("text_encoder", "transformer", "vae_decoder") + (("transformer_2",) if experts else ()) + \
-            (("vae_encoder",) if ti2v or a14b_i2v else ()):
+    denoisers = ["transformer"] + (["transformer_2"] if experts else [])  # ("transformers" is the library)
+    for name in ["text_encoder", "vae_decoder"] + denoisers + (["vae_encoder"] if ti2v or a14b_i2v else []) + \
+            ([variant_name(t) for t in denoisers] if quantize == "int8" else []):
         _assert_checks(name, checks[name])
 
     scheduler = load_scheduler(diffusers_dir, flow_shift)
@@ -541,7 +566,7 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                                                dtype=dtype, methods=["forward"]),
             "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript", dtype=dtype,
                                               methods=["forward"] if i2v else ["forward", "forward_compact"],
-                                              **({"quantization": "int8-dynamic"} if quantize else {})),
+                                              **({"quantization": QUANTIZATION} if quantize == "int8-only" else {})),
             "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript",
                                               dtype="float32",
                                               methods=["forward", "decode_first", "decode_step"]),
@@ -562,7 +587,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                         "out_channels": int(tcfg["out_channels"]), "text_dim": int(tcfg["text_dim"]),
                         "rope_max_seq_len": rope, "prediction": "flow", "timestep_dtype": "float32",
                         "compact_context": all(checks[t]["compact_context"]["usable"] for t in
-                                               ("transformer", "transformer_2") if t in checks)},
+                                               ("transformer", "transformer_2", "transformer_int8", "transformer_2_int8")
+                                               if t in checks)},
         "resolution": {"height": side(patch[1]), "width": side(patch[2])},
         "frames": {"rule": "4k+1", "k_multiple": temporal, "min": 1,
                    "max": (frames_max - 1) // temporal * temporal + 1},
@@ -578,11 +604,12 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     if experts:  # WanPipeline: transformer while t >= boundary_ratio * num_train_timesteps, then transformer_2
         manifest["components"]["transformer_2"] = mf.component_entry(
             out_dir, "transformer_2.pt", format="torchscript", dtype=dtype, methods=["forward", "forward_compact"],
-            **({"quantization": "int8-dynamic"} if quantize else {}))
+            **({"quantization": QUANTIZATION} if quantize == "int8-only" else {}))
         manifest["experts"] = {"boundary_ratio": float(variant.boundary_ratio), "high_noise": "transformer",
                                "low_noise": "transformer_2", "guidance_scale_2": "the job's guidance"}
     if ti2v:
         add_ti2v_sections(manifest, out_dir)
+    add_precisions(manifest, out_dir, quantize, denoisers, default_precision, dtype)
     mf.write_manifest(out_dir, manifest)
     return manifest
 
@@ -601,14 +628,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-side", type=int, default=1280)
     parser.add_argument("--max-frames", type=int, default=81)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--quantize", choices=["int8"], default=None,
-                        help="int8: dynamic int8 quantization of the transformer blocks' Linear layers (CPU, fbgemm)")
+    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
+                        help="int8: add a dynamically int8-quantized variant of the transformer blocks' Linear layers "
+                             "(CPU, fbgemm) beside float32, chosen per job (precision); int8-only: the transformer itself int8")
+    parser.add_argument("--default-precision", choices=["float32", "int8"], default=None,
+                        help="the precision jobs get when they name none (default: float32, or int8 for int8-only)")
     args = parser.parse_args(argv)
     if args.tiny == (args.diffusers is not None):
         parser.error("give exactly one of --diffusers DIR or --tiny")
     torch.set_num_threads(args.threads)
     common = dict(dtype=args.dtype, flow_shift=args.flow_shift, max_side=args.max_side,
-                  max_frames=args.max_frames, quantize=args.quantize)
+                  max_frames=args.max_frames, quantize=args.quantize, default_precision=args.default_precision)
     if args.tiny:
         from .tiny_wan import write_tiny_wan
 
