@@ -270,6 +270,7 @@ def test_full_queue_answers_429(package, tmp_path):
     config = tmp_path / "small-queue.json"
     config.write_text(json.dumps({
         "stages": {s: {"workers": 1, "queue": 1} for s in ("preprocess", "denoise", "decode", "encode")},
+        "batching": {"max_batch": 1}, "threads": {"per_device": 1},  # else max_batch x leases workers
         "service": {"max_connections": 64},
     }))
     with Server(package, tmp_path / "out", "--config", str(config)) as server:

@@ -273,8 +273,10 @@ def test_after_a_restart_every_acknowledged_job_is_found_and_keeps_its_name(pack
     rows = journal_rows(out / ".vgen-journal.db")
     assert rows[ids[-1]]["status"] == "queued", rows[ids[-1]]
     config = tmp_path / "c.json"  # one job per queue and worker: the last jobs wait to be resubmitted
+    # (batch 1 and one lease too: the model stages get at least max_batch x leases workers)
     config.write_text(json.dumps({"stages": {s: {"workers": 1, "queue": 1} for s in ("preprocess", "denoise", "decode", "encode")},
-                                  "cache": {"results": {"entries": 0}}}))
+                                  "cache": {"results": {"entries": 0}}, "batching": {"max_batch": 1},
+                                  "threads": {"per_device": 1}}))
     with Server(package, out, "--config", str(config)) as server:
         status, _, st = server.json("GET", f"/v1/jobs/{ids[-1]}")
         assert status == 200 and st["status"] == "queued", st  # before the fix: 404 until resubmitted
