@@ -23,7 +23,9 @@ HIGH = {"prompt": "a blue square moving up", "name": "high", "seed": 6, "width":
 
 
 def test_high_priority_preempts_and_the_preempted_video_is_identical(package, tmp_path):
-    with Server(package, tmp_path / "out", "--max-batch", "1") as server:
+    one_lease = tmp_path / "one-lease.json"  # a busy device: one job at a time, whatever the tuner would pick
+    one_lease.write_text('{"threads": {"per_device": 1}}')
+    with Server(package, tmp_path / "out", "--max-batch", "1", "--config", str(one_lease)) as server:
         status, _, body = server.json("POST", "/v1/jobs", LOW)
         assert status == 202, body
         low = body["id"]
