@@ -74,6 +74,7 @@ RuntimeTuning::RuntimeTuning(RuntimeConfig& c, const LoadedModels& models, const
           .budget = std::chrono::duration<double>(c.tune.budget_s)});
       choice_ = tuner_->choose(tuner_key_, space, [this](const TuneSetting& s) { return probe_->measure(s); });
       if (choice_.source == "probe") probe_->key();  // prepared already: the Batcher's key for on_capped
+      probe_->release();  // the measured groups' tensors are not kept for the runtime's life
     } catch (const std::exception& e) {
       // A shape the model refuses fails its jobs anyway (with a clear error): no warning twice.
       const auto level = classify(std::current_exception()) == ErrorKind::invalid_argument ? spdlog::level::debug : spdlog::level::warn;
@@ -119,8 +120,18 @@ std::string RuntimeTuning::key() {
   return probe_->key();
 }
 
-void RuntimeTuning::on_capped(const std::string& batcher_key, std::size_t cap) {
-  if (!tuner_ || batcher_key != key()) return;  // a cache hit computes the key here, once (out of memory is rare)
+void RuntimeTuning::on_capped(const std::string& batcher_key, std::size_t cap) noexcept {
+  try {
+    cap_cached(batcher_key, cap);
+  } catch (const std::exception& e) {  // the Batcher calls this while it ends a failed group: never throw into it
+    spdlog::warn("auto-tune: could not lower the cached batch after out of memory ({})", e.what());
+  }
+}
+
+void RuntimeTuning::cap_cached(const std::string& batcher_key, std::size_t cap) {
+  // A cache hit computes the key here, once: it prepares one probe job on this thread (out of
+  // memory is rare, and the key needs the family's own group key).
+  if (!tuner_ || batcher_key != key()) return;
   if (tuner_->cap_batch(tuner_key_, cap) > 0)
     spdlog::info("auto-tune: out of memory capped model '{}' at batch {} on {}; the cached choice follows", model_, cap, device_);
   const Labels labels{{"model", model_}, {"device", device_}, {"source", choice_.source}};

@@ -12,7 +12,9 @@
 // Out of memory at run time: on_capped (the Batcher's, stages/batcher.hpp) lowers the cached
 // batch of the tuned shape (the next start begins there) and the max_batch gauge.
 // Thread-safety: the constructor blocks for the probe (before the Runtime starts its device
-// threads); on_capped may be called from any thread.
+// threads); on_capped may be called from any thread and never throws (after a cache hit, its
+// first call prepares one probe job on the calling thread to learn the Batcher's group key).
+// The probe's measured groups are freed once the choice is made.
 #pragma once
 
 #include "api/config.hpp"
@@ -44,10 +46,11 @@ class RuntimeTuning {
   std::string key();
 
   // The Batcher capped `batcher_key` at `cap` after running out of memory.
-  void on_capped(const std::string& batcher_key, std::size_t cap);
+  void on_capped(const std::string& batcher_key, std::size_t cap) noexcept;
 
  private:
   void export_choice(const std::string& model, const std::string& device);
+  void cap_cached(const std::string& batcher_key, std::size_t cap);
 
   std::unique_ptr<AutoTuner> tuner_;
   std::unique_ptr<TuneProbe> probe_;  // the tuned shape (its key is computed on first need)

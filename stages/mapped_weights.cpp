@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,7 +32,13 @@ class Mapping {
   explicit Mapping(const fs::path& file) {
     const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) bad(file, std::string("cannot open: ") + std::strerror(errno));
-    size_ = static_cast<std::size_t>(fs::file_size(file));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      bad(file, std::string("cannot stat: ") + std::strerror(err));
+    }
+    size_ = static_cast<std::size_t>(st.st_size);
     // PROT_WRITE with MAP_PRIVATE: an in-place write to a weight copies that page instead of
     // faulting; nothing reaches the file.
     void* p = size_ ? ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0) : nullptr;

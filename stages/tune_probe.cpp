@@ -95,12 +95,16 @@ const std::string& TuneProbe::shape_key() const { return state_->shape_key; }
 
 const std::string& TuneProbe::key() {
   if (state_->key.empty()) {
+    const bool had = state_->prepared.count({0, 1}) > 0;
     auto& first = state_->prepared[{0, 1}];
     state_->prepare(first, 1);
     state_->key = "denoise|" + state_->family->denoise_key(*first.jobs.front(), *first.scheduler);
+    if (!had) state_->prepared.erase({0, 1});  // prepared only for the key: not kept
   }
   return state_->key;
 }
+
+void TuneProbe::release() { state_->prepared.clear(); }
 int TuneProbe::steps() const { return state_->spec.steps; }
 const std::string& TuneProbe::model() const { return state_->model; }
 

@@ -47,6 +47,9 @@ class TuneProbe {
   const std::string& model() const;  // the model's name
 
   TuneSample measure(const TuneSetting& setting);
+  // Frees every group measure() prepared (embeddings, latents, frames: device memory on a GPU).
+  // A later measure() prepares again.
+  void release();
 
  private:
   struct State;

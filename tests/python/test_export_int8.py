@@ -104,3 +104,11 @@ def test_quantize_is_checked_before_anything_is_written(tmp_path):
     with pytest.raises(ValueError, match="default_precision"):
         el.export_ltx(tmp_path / "nowhere", tmp_path / "out", quantize="int8-only", default_precision="float32")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("variant", ["i2v", "a14b-i2v"])
+def test_quantize_of_an_i2v_directory_is_refused_before_anything_is_written(tmp_path, variant):
+    src = write_tiny_wan(tmp_path / "diffusers", seed=0, variant=variant)
+    with pytest.raises(ValueError, match="quantize: not available for Wan I2V"):
+        ew.export_wan(src, tmp_path / "out", dtype="float32", tiny=True, seed=0, quantize="int8")
+    assert not (tmp_path / "out").exists()  # before the fix: text_encoder.pt and tokenizer.model were written

@@ -129,8 +129,12 @@ def fleet(tmp_path, package):  # noqa: F811
     out = tmp_path / "out"
     out.mkdir()
     config = tmp_path / "fleet.json"
+    # One job at a time per worker (not what the tuner would pick): a worker killed "mid-job"
+    # must have finished one job and be inside another, which an auto-sized group of all its jobs
+    # would not give.
     config.write_text(json.dumps({"queue": {"ack_wait_ms": 2000, "fetch_wait_ms": 500, "max_crashes": 2},
-                                  "retry": {"attempts": 1}}))
+                                  "retry": {"attempts": 1}, "batching": {"max_batch": 1},
+                                  "threads": {"per_device": 1}}))
 
     class Fleet:
         def __init__(self):

@@ -75,6 +75,12 @@ TEST_CASE("measure times denoiser and decoder calls at a batch and split" * doct
     // What it cost covers the warm-up and the timed calls.
     CHECK(s.spent_s >= TuneProbe::kCalls * s.step_s + s.decode_s);
   }
+  // What the runtime does once it has chosen: the groups are freed; the key and a later
+  // measure still work (they prepare again).
+  const auto key = probe.key();
+  probe.release();
+  CHECK(probe.key() == key);
+  CHECK(probe.measure(TuneSetting{1, 1, 1}).step_s > 0);
 }
 
 TEST_CASE("a spec its model refuses, or an unknown model, is invalid_argument") {

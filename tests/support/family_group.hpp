@@ -115,7 +115,7 @@ inline double max_diff(const at::Tensor& a, const at::Tensor& b) {
 }
 
 namespace detail {
-// Submits `job` to the batcher's denoise stage; says so first (see run_joined).
+// Submits `job` to the batcher's denoise stage; says so first (see run_joined_batcher).
 inline boost::asio::awaitable<void> join_denoise(std::shared_ptr<Batcher> batcher, std::shared_ptr<Family> family,
                                                  std::shared_ptr<Job> job, std::shared_ptr<std::promise<void>> started) {
   started->set_value();
@@ -187,7 +187,7 @@ int run_joined_batcher(const std::shared_ptr<Family>& family, const std::shared_
 }
 
 // The joined-batch check of issue 20: make(0) and make(1) build fresh jobs (first, late) of
-// `family`; late joins first's running group after step `at` (run_joined); each then runs alone
+// `family`; late joins first's running group after step `at` (run_joined_batcher); each then runs alone
 // (run_group). CHECKs both jobs' final latents and decoded frames within 1e-4 of their solo
 // runs, and that the two jobs differ (rows were not mixed up); MESSAGEs the diffs under `name`.
 template <class Make>

@@ -489,6 +489,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     experts = variant.name in (mf.FAMILY_WAN22_A14B_T2V, mf.FAMILY_WAN22_A14B_I2V)
     a14b_i2v = variant.name == mf.FAMILY_WAN22_A14B_I2V
     ti2v = variant.name == mf.FAMILY_WAN22_TI2V  # z_dim-48 VAE, per-token timesteps, optional image
+    if quantize and (i2v or a14b_i2v):  # refused before anything is written
+        raise ValueError("quantize: not available for Wan I2V packages yet")
     out_dir.mkdir(parents=True, exist_ok=True)
     tdtype = DTYPES[dtype]
     gen = torch.Generator().manual_seed(1234)
@@ -507,11 +509,7 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         checks["text_encoder"] = export_text_encoder(encoder, out_dir / "text_encoder.pt", max_length, tdtype, gen)
         text_dim = int(encoder.config.d_model)
         del encoder
-        if quantize and a14b_i2v:  # its conditioned transformer is not measured with int8 yet
-            raise ValueError("quantize: not available for Wan I2V packages yet")
         if i2v:  # image encoder, VAE encoder and the 36-channel transformer
-            if quantize:
-                raise ValueError("quantize: not available for Wan I2V packages yet")
             parts = export_i2v_parts(diffusers_dir, out_dir, max_length, tdtype, gen)
             checks.update(parts["checks"])
             tcfg = parts["transformer_config"]
