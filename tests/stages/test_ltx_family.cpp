@@ -344,12 +344,6 @@ std::shared_ptr<LtxJob> i2v_job(Family& family, Reference& ref, const std::strin
   return job;
 }
 
-double worst_step(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, max_diff(a[i], b[i]));
-  return worst;
-}
 
 }  // namespace
 
@@ -402,7 +396,7 @@ TEST_CASE("LTX image-to-video: batched and joined-mid-denoise jobs are within 1e
     std::vector<std::shared_ptr<LtxJob>> together{job(0), job(1)};
     const auto batched = test::run_group(*family, together);
     for (std::size_t j = 0; j < 2; ++j) {
-      const double latents = worst_step(batched[j], solo[j]), frames = max_diff(together[j]->frames, solo_jobs[j]->frames);
+      const double latents = test::worst_step(batched[j], solo[j]), frames = max_diff(together[j]->frames, solo_jobs[j]->frames);
       MESSAGE("ltx i2v job " << j << ": batched vs solo latents " << latents << ", frames " << frames);
       CHECK(latents <= 1e-4);
       CHECK(frames <= 1e-4);
@@ -414,7 +408,7 @@ TEST_CASE("LTX image-to-video: batched and joined-mid-denoise jobs are within 1e
       const auto runs = test::run_joined(*family, first, late, join_at);
       const std::vector<std::shared_ptr<LtxJob>> pair{first, late};
       for (std::size_t j = 0; j < 2; ++j) {
-        const double latents = worst_step(runs[j], solo[j]), frames = max_diff(pair[j]->frames, solo_jobs[j]->frames);
+        const double latents = test::worst_step(runs[j], solo[j]), frames = max_diff(pair[j]->frames, solo_jobs[j]->frames);
         MESSAGE("ltx i2v, joined at step " << join_at << ", job " << j << ": vs solo latents " << latents << ", frames " << frames);
         CHECK(latents <= 1e-4);
         CHECK(frames <= 1e-4);

@@ -268,13 +268,6 @@ namespace {
 // (tools/reference/wan_a14b_i2v_parity.py): the Wan 2.1 I2V case and image.
 Reference* a14b_reference_or_skip() { return reference_from("VGEN_WAN_A14B_I2V_PARITY_DIR"); }
 
-// The latents of every step of `a` against `b` (one job's runs), the worst difference.
-double worst_step(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, max_diff(a[i], b[i]));
-  return worst;
-}
 
 }  // namespace
 
@@ -364,7 +357,7 @@ TEST_CASE("A14B I2V: a batched job, and a job joining a running group mid-denois
     std::vector<std::shared_ptr<WanJob>> together{job(0), job(1)};
     const auto batched = run_group(*family, together);
     for (std::size_t j = 0; j < 2; ++j) {
-      const double latents = worst_step(batched[j], solo[j]), frames = max_diff(together[j]->frames, solo_jobs[j]->frames);
+      const double latents = test::worst_step(batched[j], solo[j]), frames = max_diff(together[j]->frames, solo_jobs[j]->frames);
       MESSAGE("a14b i2v job " << j << ": batched vs solo latents " << latents << ", frames " << frames);
       CHECK(latents <= 1e-4);
       CHECK(frames <= 1e-4);
@@ -381,7 +374,7 @@ TEST_CASE("A14B I2V: a batched job, and a job joining a running group mid-denois
       const auto runs = test::run_joined(*family, first, late, join_at);
       const std::vector<std::shared_ptr<WanJob>> pair{first, late};
       for (std::size_t j = 0; j < 2; ++j) {
-        const double latents = worst_step(runs[j], solo[j]), frames = max_diff(pair[j]->frames, solo_jobs[j]->frames);
+        const double latents = test::worst_step(runs[j], solo[j]), frames = max_diff(pair[j]->frames, solo_jobs[j]->frames);
         MESSAGE("a14b i2v, joined at step " << join_at << ", job " << j << ": vs solo latents " << latents << ", frames " << frames);
         CHECK(latents <= 1e-4);
         CHECK(frames <= 1e-4);

@@ -19,6 +19,7 @@
 
 #include <memory>
 #include <utility>
+#include <algorithm>
 #include <vector>
 
 #include "stages/family.hpp"
@@ -112,6 +113,14 @@ std::vector<std::vector<at::Tensor>> run_joined(Family& family, const std::share
 inline double max_diff(const at::Tensor& a, const at::Tensor& b) {
   REQUIRE(a.sizes() == b.sizes());
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+// The worst max_diff over every step's latents of two runs of one job.
+inline double worst_step(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, max_diff(a[i], b[i]));
+  return worst;
 }
 
 namespace detail {
