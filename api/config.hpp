@@ -10,7 +10,7 @@
 // Thread-safety: plain values; the functions are pure apart from reading the file.
 #pragma once
 
-#include "api/fleet_queue.hpp"
+#include "api/fleet/fleet_queue.hpp"
 #include "runtime/fault_injector.hpp"
 
 #include <boost/json/object.hpp>

@@ -1,7 +1,7 @@
 #include "api/devices.hpp"
 
 #ifdef VGEN_WITH_TORCH
-#include "stages/torch_devices.hpp"
+#include "stages/model/torch_devices.hpp"
 #endif
 
 namespace vgen {

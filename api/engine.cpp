@@ -17,9 +17,9 @@
 #include "runtime/metrics.hpp"
 #include "runtime/pipeline.hpp"
 #include "runtime/trace.hpp"
-#include "stages/encode.hpp"
-#include "stages/torch_devices.hpp"
-#include "stages/model_set.hpp"
+#include "stages/media/encode.hpp"
+#include "stages/model/torch_devices.hpp"
+#include "stages/exec/model_set.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>

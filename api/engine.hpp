@@ -29,7 +29,7 @@
 #include "runtime/job_store.hpp"
 #include "runtime/ttl_cache.hpp"
 #include "stages/job_spec.hpp"
-#include "stages/model_package.hpp"
+#include "stages/model/model_package.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>

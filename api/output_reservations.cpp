@@ -1,7 +1,7 @@
 #include "api/output_reservations.hpp"
 
 #include "runtime/errors.hpp"
-#include "stages/encode.hpp"
+#include "stages/media/encode.hpp"
 
 #include <system_error>
 #include <utility>

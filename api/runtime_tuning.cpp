@@ -1,6 +1,6 @@
 #include "api/runtime_tuning.hpp"
 
-#include "stages/tune_probe.hpp"
+#include "stages/exec/tune_probe.hpp"
 
 #include <spdlog/spdlog.h>
 

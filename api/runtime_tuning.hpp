@@ -21,8 +21,8 @@
 #include "runtime/auto_tune.hpp"
 #include "runtime/device_list.hpp"
 #include "runtime/metrics.hpp"
-#include "stages/model_set.hpp"
-#include "stages/tune_probe.hpp"
+#include "stages/exec/model_set.hpp"
+#include "stages/exec/tune_probe.hpp"
 
 #include <memory>
 #include <mutex>

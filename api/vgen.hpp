@@ -4,6 +4,6 @@
 //   vgen::run_batch    prompt files with verified reruns and a summary (api/batch.hpp)
 #pragma once
 
-#include "api/batch.hpp"
+#include "api/batch/batch.hpp"
 #include "api/config.hpp"
 #include "api/engine.hpp"

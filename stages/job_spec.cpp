@@ -2,7 +2,7 @@
 
 #include "runtime/errors.hpp"
 #include "runtime/job.hpp"  // Job::kMaxPriority
-#include "stages/tokenizer.hpp"
+#include "stages/text/tokenizer.hpp"
 
 #include <boost/json.hpp>
 

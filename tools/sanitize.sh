@@ -27,16 +27,16 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_retu
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 cd "$build"
-# Every component test (tests/<area>/test_<name>.cpp) must run here: asan-torch builds them
+# Every component test (tests/<area>/[<subfolder>/]test_<name>.cpp) must run here: asan-torch builds them
 # all and fails on one that is not registered with ctest; asan and tsan name the ones they
 # leave out (the LibTorch components), so a torch-free test missing from them shows.
 registered="$(ctest -N -L 'runtime|stages|api' | sed -n 's/^ *Test *#[0-9]*: //p')"
 missing=()
-for src in "$root"/tests/runtime/test_*.cpp "$root"/tests/stages/test_*.cpp "$root"/tests/api/test_*.cpp; do
-  area="$(basename "$(dirname "$src")")"
+while IFS= read -r src; do
+  area="$(realpath --relative-to="$root/tests" "$src" | cut -d/ -f1)"  # tests/<area>/<subfolder...>/test_<name>.cpp
   name="$(basename "$src" .cpp)"
   grep -qxF "$area.${name#test_}" <<<"$registered" || missing+=("$area.${name#test_}")
-done
+done < <(find "$root/tests/runtime" "$root/tests/stages" "$root/tests/api" -name 'test_*.cpp' | sort)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$kind" = asan-torch ]; then
     echo "sanitize.sh: component tests not registered with ctest: ${missing[*]}" >&2

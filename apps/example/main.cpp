@@ -10,7 +10,7 @@
 // The fleet form is compiled in when vgen was built with libnats (VGEN_EXAMPLE_FLEET).
 #include <vgen/vgen.hpp>
 #ifdef VGEN_EXAMPLE_FLEET
-#include "api/fleet_client.hpp"
+#include "api/fleet/fleet_client.hpp"
 #endif
 
 #include <boost/json.hpp>

@@ -10,9 +10,9 @@
 // SIGINT/SIGTERM: the first cancels the jobs in flight, stops reading and still writes the
 // summary (exit 130); a second exits at once (130). Exit code: BatchSummary::exit_code, i.e.
 // exit_code_for of the run's error kind (api/batch.hpp).
-#include "api/batch.hpp"
+#include "api/batch/batch.hpp"
 #ifdef VGEN_WITH_NATS
-#include "api/fleet_client.hpp"
+#include "api/fleet/fleet_client.hpp"
 #endif
 #include "apps/vgen/commands.hpp"
 #include "apps/vgen/options.hpp"

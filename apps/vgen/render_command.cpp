@@ -7,7 +7,7 @@
 #include "apps/vgen/options.hpp"
 #include "apps/vgen/progress.hpp"
 #include "runtime/errors.hpp"
-#include "stages/encode.hpp"
+#include "stages/media/encode.hpp"
 
 #include <boost/json.hpp>
 

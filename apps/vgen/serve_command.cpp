@@ -15,11 +15,11 @@
 // (stderr, whatever the log level): the service would be open to the network without auth.
 #include "api/engine.hpp"
 #ifdef VGEN_WITH_NATS
-#include "api/fleet_client.hpp"
+#include "api/fleet/fleet_client.hpp"
 #endif
-#include "api/http_api.hpp"
-#include "api/http_server.hpp"
-#include "api/web_page.hpp"
+#include "api/http/http_api.hpp"
+#include "api/http/http_server.hpp"
+#include "api/http/web_page.hpp"
 #include "apps/vgen/commands.hpp"
 #include "apps/vgen/options.hpp"
 

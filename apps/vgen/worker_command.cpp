@@ -5,7 +5,7 @@
 // "worker NAME ready" once it pulls. SIGTERM or SIGINT: it stops pulling, finishes the jobs it
 // holds and exits 0; a second signal exits at once (what it held comes back after the ack wait).
 #include "api/engine.hpp"
-#include "api/fleet_worker.hpp"
+#include "api/fleet/fleet_worker.hpp"
 #include "apps/vgen/commands.hpp"
 #include "apps/vgen/options.hpp"
 

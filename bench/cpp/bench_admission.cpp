@@ -11,9 +11,9 @@
 // Prints one JSON line per run and a summary table. Numbers are wall-clock on whatever machine
 // runs it; report the machine with them.
 #include "runtime/pipeline.hpp"
-#include "stages/batcher.hpp"
-#include "stages/model_package.hpp"
-#include "stages/wan/wan_family.hpp"
+#include "stages/exec/batcher.hpp"
+#include "stages/model/model_package.hpp"
+#include "stages/families/wan/wan_family.hpp"
 
 #include <boost/json.hpp>
 

@@ -8,8 +8,8 @@
 // so that bench/python/encode.py can feed the identical bytes to the ffmpeg CLI. Each run
 // encodes to DIR/vgen_WxH.mp4 and is timed alone (frame generation excluded). One JSON object
 // on stdout: per-run seconds and frames/s.
-#include "stages/encode.hpp"
-#include "stages/frames.hpp"
+#include "stages/media/encode.hpp"
+#include "stages/media/frames.hpp"
 
 #include <chrono>
 #include <cstdlib>

@@ -12,8 +12,8 @@
 //    "total_seconds", "rss_bytes", "hwm_bytes"}
 // rss/hwm are /proc/self/status VmRSS / VmHWM after that load (peak so far for hwm); cpu_seconds
 // is the process's user + system time for that load (getrusage).
-#include "stages/model_backend.hpp"
-#include "stages/model_package.hpp"
+#include "stages/model/model_backend.hpp"
+#include "stages/model/model_package.hpp"
 
 #include <boost/json.hpp>
 

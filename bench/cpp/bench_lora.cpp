@@ -2,9 +2,9 @@
 // linear of a package's transformer, and the steady-state cost of alternating between two
 // LoRAs with the merged-variant LRU on (budget: both fit) and off (budget 0).
 //   bench_lora PACKAGE_DIR [RANK=32] [ROUNDS=10]   -> one JSON line
-#include "stages/lora_variants.hpp"
-#include "stages/model_backend.hpp"
-#include "stages/model_package.hpp"
+#include "stages/model/lora_variants.hpp"
+#include "stages/model/model_backend.hpp"
+#include "stages/model/model_package.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

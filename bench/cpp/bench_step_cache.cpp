@@ -5,9 +5,9 @@
 //
 // Each job runs alone through the Batcher (max_batch 1) on one CPU device; the modules are
 // warmed up first. Prints one JSON line per (prompt, threshold) and a summary table.
-#include "stages/batcher.hpp"
-#include "stages/model_package.hpp"
-#include "stages/wan/wan_family.hpp"
+#include "stages/exec/batcher.hpp"
+#include "stages/model/model_package.hpp"
+#include "stages/families/wan/wan_family.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/json.hpp>

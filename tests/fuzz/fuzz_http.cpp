@@ -8,7 +8,7 @@
 // only).
 // Invariants: whatever the input, the output is a sequence of whole HTTP/1.x responses, and
 // no status is 500 (every input error is the client's, so it is 4xx).
-#include "api/http_api.hpp"
+#include "api/http/http_api.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 #include <boost/asio/buffer.hpp>

@@ -3,7 +3,7 @@
 // valid items then go through the job-spec parser as `vgen batch` does, and as an output name.
 // Only Error(invalid_argument) may come out; a valid spec must survive a round trip through
 // its JSON form unchanged, and a valid name can never leave its directory.
-#include "api/batch_input.hpp"
+#include "api/batch/batch_input.hpp"
 #include "runtime/errors.hpp"
 #include "stages/job_spec.hpp"
 #include "tests/fuzz/fuzz_support.hpp"

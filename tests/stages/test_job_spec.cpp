@@ -5,7 +5,7 @@
 #include <boost/json.hpp>
 
 #include "runtime/errors.hpp"
-#include "stages/tokenizer.hpp"  // is_valid_utf8
+#include "stages/text/tokenizer.hpp"  // is_valid_utf8
 
 #include <cmath>
 #include <limits>

@@ -7,7 +7,7 @@
 // simulate out of memory. Thread-safety: counters under a mutex; hooks are set before use.
 #pragma once
 
-#include "stages/family.hpp"
+#include "stages/families/family.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

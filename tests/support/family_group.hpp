@@ -8,7 +8,7 @@
 #include "runtime/device_pool.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/job.hpp"
-#include "stages/batcher.hpp"
+#include "stages/exec/batcher.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_future.hpp>
@@ -22,7 +22,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "stages/family.hpp"
+#include "stages/families/family.hpp"
 
 namespace vgen::test {
 

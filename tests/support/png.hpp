@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "stages/libav.hpp"
+#include "stages/media/libav.hpp"
 
 namespace vgen::test {
 

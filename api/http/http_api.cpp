@@ -1,0 +1,575 @@
+#include "api/http/http_api.hpp"
+
+#include "api/http/http_auth.hpp"
+#include "api/http/multipart.hpp"
+#include "api/http/web_page.hpp"
+#include "runtime/channel.hpp"
+#include "runtime/trace.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/string.hpp>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/stream_parser.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+
+namespace vgen {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+struct RouteEntry {
+  bhttp::verb method;
+  std::string_view path;  // segments; "{id}" matches one non-empty segment
+};
+
+// The one route table: routes() and dispatch() both read it.
+constexpr RouteEntry kRoutes[] = {
+    {bhttp::verb::post, "/v1/jobs"},
+    {bhttp::verb::get, "/v1/jobs"},
+    {bhttp::verb::get, "/v1/jobs/{id}"},
+    {bhttp::verb::delete_, "/v1/jobs/{id}"},
+    {bhttp::verb::get, "/v1/jobs/{id}/events"},
+    {bhttp::verb::get, "/v1/jobs/{id}/video"},
+    {bhttp::verb::get, "/v1/jobs/{id}/preview"},
+    {bhttp::verb::get, "/metrics"},
+    {bhttp::verb::get, "/healthz"},
+    {bhttp::verb::get, "/"},
+    {bhttp::verb::get, "/ui/{id}"},
+    {bhttp::verb::get, "/v1/trace"},
+};
+
+// Routes that need no token: the health check and the page's files (they hold no data; the
+// page asks for the token and sends it on its API calls).
+bool is_public(std::string_view path) { return path == "/healthz" || path == "/" || path.rfind("/ui/", 0) == 0; }
+
+// Matches `path` against a template; fills `id` for "{id}".
+bool match(std::string_view pattern, std::string_view path, std::string& id) {
+  while (!pattern.empty() || !path.empty()) {
+    if (pattern.empty() || path.empty() || pattern.front() != '/' || path.front() != '/') return false;
+    pattern.remove_prefix(1);
+    path.remove_prefix(1);
+    const auto pe = std::min(pattern.find('/'), pattern.size()), se = std::min(path.find('/'), path.size());
+    const auto expected = pattern.substr(0, pe), got = path.substr(0, se);
+    if (expected == "{id}") {
+      if (got.empty()) return false;
+      id = std::string(got);
+    } else if (expected != got) {
+      return false;
+    }
+    pattern.remove_prefix(pe);
+    path.remove_prefix(se);
+  }
+  return true;
+}
+
+std::string job_path(const std::string& id) { return "/v1/jobs/" + id; }
+
+json::object links_of(const std::string& id) {
+  const auto self = job_path(id);
+  return {{"self", self}, {"events", self + "/events"}, {"video", self + "/video"}, {"preview", self + "/preview"}};
+}
+
+// to_json(JobResult) with live progress and links; the output's server path is reduced to
+// its file name (clients fetch it through /video).
+json::object status_json(const JobHandle& job, const JobResult& r) {
+  auto o = to_json(r);
+  if (auto it = o.find("output"); it != o.end()) {
+    o["output_name"] = std::filesystem::path(r.output).filename().string();
+    o.erase("output");
+  }
+  const auto s = job.snapshot();
+  json::object progress{{"state", to_string(s.state)}, {"step", s.step}, {"total", s.total}};
+  if (s.preemptions > 0) progress["preemptions"] = s.preemptions;
+  if (s.skipped_steps > 0) progress["skipped_steps"] = s.skipped_steps;
+  o["progress"] = std::move(progress);
+  o["queued_seconds"] = s.queued_seconds;
+  o["links"] = links_of(r.id);
+  return o;
+}
+
+// A job the store still records but the Runtime no longer holds in memory (its job_ttl passed).
+json::object record_json(const JobRecord& r) {
+  json::object o{{"id", r.id}, {"status", r.status}, {"seconds", r.seconds}, {"retries", r.retries},
+                 {"cache_hit", r.cache_hit}, {"spec", r.spec}};
+  if (r.status == "done") {
+    o["output_name"] = std::filesystem::path(r.output).filename().string();
+    o["content_type"] = r.content_type;
+  }
+  if (!r.error_kind.empty()) o["error"] = json::object{{"kind", r.error_kind}, {"message", r.error}};
+  if (r.finished_unix > 0) o["finished_unix"] = r.finished_unix;
+  o["progress"] = json::object{{"state", r.status}, {"step", r.step}, {"total", r.total}};
+  o["links"] = links_of(r.id);
+  return o;
+}
+
+json::object preview_json(const std::string& id, const JobPreview& p) {
+  return {{"id", id},         {"step", p.step},       {"total", p.total}, {"width", p.width},
+          {"height", p.height}, {"content_type", p.content_type}, {"url", job_path(id) + "/preview"}};
+}
+
+// "a=1&b=x%20y" -> {a: 1, b: "x y"}; a key given twice keeps its last value.
+std::map<std::string, std::string, std::less<>> parse_query(std::string_view target) {
+  std::map<std::string, std::string, std::less<>> out;
+  const auto q = target.find('?');
+  if (q == std::string_view::npos) return out;
+  auto decode = [](std::string_view s) {
+    std::string r;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '+') r += ' ';
+      else if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+               std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+        r += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+        i += 2;
+      } else r += s[i];
+    }
+    return r;
+  };
+  auto rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const auto amp = std::min(rest.find('&'), rest.size());
+    const auto pair = rest.substr(0, amp);
+    const auto eq = std::min(pair.find('='), pair.size());
+    if (!pair.empty()) out[decode(pair.substr(0, eq))] = decode(pair.substr(std::min(eq + 1, pair.size())));
+    rest.remove_prefix(std::min(amp + 1, rest.size()));
+  }
+  return out;
+}
+
+// GET /v1/jobs's parameters: status, limit (1..200, default 20), cursor (a next_cursor).
+JobListQuery list_query(std::string_view target) {
+  JobListQuery q;
+  q.limit = 20;
+  for (const auto& [key, value] : parse_query(target)) {
+    if (key == "status") {
+      static constexpr std::string_view known[] = {"queued", "running", "done", "failed", "cancelled", "interrupted"};
+      if (std::find(std::begin(known), std::end(known), value) == std::end(known))
+        throw_error(ErrorKind::invalid_argument, "status: must be one of queued, running, done, failed, cancelled, "
+                                                 "interrupted (got '" + truncate_utf8(value, 40) + "')");
+      q.status = value;
+    } else if (key == "limit" || key == "cursor") {
+      std::uint64_t n = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      const bool ok = ec == std::errc() && end == value.data() + value.size() && !value.empty() &&
+                      (key == "limit" ? n >= 1 && n <= 200 : n >= 1);
+      if (!ok)
+        throw_error(ErrorKind::invalid_argument, key == "limit" ? "limit: must be an integer in [1, 200] (got '" + truncate_utf8(value, 40) + "')"
+                                                                : "cursor: must be a next_cursor from an earlier page (got '" + truncate_utf8(value, 40) + "')");
+      if (key == "limit") q.limit = static_cast<std::size_t>(n);
+      else q.before = n;
+    } else {
+      throw_error(ErrorKind::invalid_argument, "unknown query parameter '" + truncate_utf8(key, 40) + "' (known: status, limit, cursor)");
+    }
+  }
+  return q;
+}
+
+json::object event_json(const JobEvent& e) {
+  json::object o{{"id", e.job_id}, {"state", to_string(e.state)}, {"step", e.step}, {"total", e.total}};
+  if (!e.message.empty()) o["message"] = e.message;
+  if (!e.event.empty()) o["event"] = e.event;
+  if (e.skipped > 0) o["skipped"] = e.skipped;
+  return o;
+}
+
+http::StringResponse json_body(unsigned status, const json::object& o) {
+  return http::json_response(status, json::serialize(o));
+}
+
+json::value parse_body(const std::string& body) {
+  json::stream_parser parser;
+  boost::system::error_code ec;
+  const auto used = parser.write(body.data(), body.size(), ec);
+  if (!ec) parser.finish(ec);
+  if (ec)
+    throw_error(ErrorKind::invalid_argument,
+                "request body is not valid JSON: " + ec.message() + " (at byte " + std::to_string(used) + ")");
+  return parser.release();
+}
+
+// The event stream of one job: what it has done so far, each event from now on, and the final
+// state. Runs on the connection's strand; cancelled when the client goes away.
+asio::awaitable<void> stream_events(JobHandle job, http::StreamWriter& out) {
+  auto events = std::make_shared<BoundedChannel<JobEvent>>(256);
+  const auto token = job.subscribe([events](const JobEvent& e) {
+    if (is_terminal(e.state)) events->close();  // end of stream; the result says the rest
+    else events->try_enqueue(JobEvent(e));      // full: a slow client misses this one
+  });
+  struct Unsubscribe {
+    JobHandle job;
+    std::size_t token;
+    ~Unsubscribe() { job.unsubscribe(token); }
+  } unsubscribe{job, token};
+
+  const auto now = job.snapshot();
+  const JobEvent current{now.id, now.state, now.step, now.total, now.error};
+  // Each chunk is a named local: GCC 12 mishandles class temporaries inside co_await operands.
+  std::string chunk = http::sse_event("progress", json::serialize(event_json(current)));
+  if (!co_await out.write(std::move(chunk))) co_return;
+  if (const auto preview = job.preview(); preview && !job.finished()) {  // the one made before we subscribed
+    chunk = http::sse_event("preview", json::serialize(preview_json(now.id, *preview)));
+    if (!co_await out.write(std::move(chunk))) co_return;
+  }
+  if (job.finished() || is_terminal(now.state)) events->close();  // ended before we subscribed
+  while (auto e = co_await events->dequeue(asio::use_awaitable)) {
+    chunk = e->preview ? http::sse_event("preview", json::serialize(preview_json(e->job_id, *e->preview)))
+                       : http::sse_event("progress", json::serialize(event_json(*e)));
+    if (!co_await out.write(std::move(chunk))) co_return;
+  }
+  const JobResult result = co_await job.async_wait();
+  chunk = http::sse_event(to_string(result.state), json::serialize(status_json(job, result)));
+  co_await out.write(std::move(chunk));
+}
+
+constexpr const char* kImageFields[] = {"image", "last_image"};
+
+bool has_content_type(const http::Request& request, std::string_view type) {
+  const auto it = request.find(bhttp::field::content_type);
+  if (it == request.end()) return false;
+  const auto value = it->value().substr(0, it->value().find(';'));
+  return boost::beast::iequals(boost::beast::string_view(value.data(), value.size()),
+                               boost::beast::string_view(type.data(), type.size()));
+}
+
+// A submission whose body may carry images goes to the uploads thread: multipart, or JSON
+// that names an image field (a cheap look; the parse decides).
+bool may_carry_images(const http::Request& request) {
+  if (request.method() != bhttp::verb::post) return false;
+  if (has_content_type(request, "multipart/form-data")) return true;
+  return request.body().find("image\"") != std::string::npos;
+}
+
+// A job spec and the image bytes that came with it, by field.
+struct Submission {
+  json::value spec;
+  std::vector<std::pair<std::string, std::string>> images;
+};
+
+Submission read_multipart(const http::Request& request, std::uint64_t max_image_bytes) {
+  const auto it = request.find(bhttp::field::content_type);
+  const auto boundary = multipart_boundary(std::string_view(it->value().data(), it->value().size()));
+  const auto parts = parse_multipart(request.body(), boundary);
+  Submission s;
+  for (const auto& part : parts)
+    if (part.name != "spec" && part.name != "image" && part.name != "last_image")
+      throw_error(ErrorKind::invalid_argument, "multipart: unknown field '" + part.name + "' (known: spec, image, last_image)");
+  const auto* spec = find_part(parts, "spec");
+  if (!spec) throw_error(ErrorKind::invalid_argument, "multipart: no 'spec' field (the job spec as JSON)");
+  s.spec = parse_body(std::string(spec->body));
+  if (!s.spec.is_object()) throw_error(ErrorKind::invalid_argument, "spec: must be a JSON object (a job spec)");
+  for (const char* field : kImageFields) {
+    const auto* part = find_part(parts, field);
+    if (!part) continue;
+    if (s.spec.as_object().contains(field))
+      throw_error(ErrorKind::invalid_argument, std::string(field) + ": given twice (a file part and a spec field)");
+    if (part->body.size() > max_image_bytes)
+      throw_error(ErrorKind::invalid_argument, std::string(field) + ": larger than " + std::to_string(max_image_bytes) +
+                                                   " bytes (got " + std::to_string(part->body.size()) + ")");
+    s.images.emplace_back(field, std::string(part->body));
+  }
+  return s;
+}
+
+// JSON: an image field holds the picture itself (base64 or a data URL), never a server path.
+Submission read_json(const http::Request& request, std::uint64_t max_image_bytes) {
+  Submission s{parse_body(request.body()), {}};
+  if (!s.spec.is_object()) throw_error(ErrorKind::invalid_argument, "request body: must be a JSON object (a job spec)");
+  for (const char* field : kImageFields) {
+    const auto* v = s.spec.as_object().if_contains(field);
+    if (v == nullptr || !v->is_string()) continue;  // another type: validation names it
+    s.images.emplace_back(field, decode_image_text(std::string_view(v->get_string()), field, max_image_bytes));
+  }
+  return s;
+}
+
+// ?seconds=N of GET /v1/trace: 1..60, default 5.
+std::chrono::seconds trace_seconds(std::string_view target) {
+  const auto q = target.find('?');
+  if (q == std::string_view::npos) return std::chrono::seconds(5);
+  auto query = target.substr(q + 1);
+  while (!query.empty()) {
+    const auto amp = std::min(query.find('&'), query.size());
+    const auto pair = query.substr(0, amp);
+    query.remove_prefix(std::min(amp + 1, query.size()));
+    if (pair.substr(0, 8) != "seconds=") continue;
+    const auto text = std::string(pair.substr(8));
+    char* end = nullptr;
+    const long n = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || n < 1 || n > 60)
+      throw_error(ErrorKind::invalid_argument, "seconds: must be a whole number from 1 to 60 (got '" + text + "')");
+    return std::chrono::seconds(n);
+  }
+  return std::chrono::seconds(5);
+}
+
+// Records the runtime's timeline for `seconds`, then sends it as one chunk. The capture ends
+// however the producer ends (a client that goes away cancels the wait).
+asio::awaitable<void> stream_trace(Tracer& tracer, std::chrono::seconds seconds, http::StreamWriter& out) {
+  struct Capture {
+    Tracer& tracer;
+    Tracer::clock::time_point start = tracer.begin();
+    std::optional<json::value> ended;
+    json::value end() { return *(ended = tracer.end(start)); }
+    ~Capture() { if (!ended) tracer.end(start); }
+  } capture{tracer};
+  asio::steady_timer timer(co_await asio::this_coro::executor, seconds);
+  auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  if (ec) co_return;
+  std::string body = json::serialize(capture.end());
+  co_await out.write(std::move(body));
+}
+
+}  // namespace
+
+HttpApi::HttpApi(JobService& runtime, std::filesystem::path web_dir)
+    : runtime_(runtime),
+      uploads_(std::make_shared<UploadStore>(runtime.config().output_dir / "uploads",
+                                             ImageLimits{.max_bytes = runtime.config().image_max_bytes,
+                                                         .max_pixels = runtime.config().image_max_pixels})),
+      web_dir_(std::move(web_dir)) {
+  // What a crash left: keep the images of the jobs that resume, remove the rest.
+  for (const auto& job : runtime_.unfinished()) {
+    const auto spec = job.result().spec;
+    std::vector<std::filesystem::path> files;
+    for (const auto* path : {&spec.image, &spec.last_image})
+      if (!path->empty()) files.emplace_back(*path);
+    for (const auto& f : files) uploads_->pin(f);
+    if (!files.empty()) release_when_finished(job, std::move(files));
+  }
+  uploads_->sweep();
+}
+
+HttpApi::~HttpApi() { upload_thread_.join(); }
+
+void HttpApi::release_when_finished(const JobHandle& job, std::vector<std::filesystem::path> files) {
+  auto watch = [](JobHandle job, std::vector<std::filesystem::path> files, std::shared_ptr<UploadStore> uploads,
+                  std::shared_ptr<Cancels> cancels) -> asio::awaitable<void> {
+    const JobResult r = co_await job.async_wait();
+    bool by_client = false;
+    {
+      std::lock_guard lock(cancels->mutex);
+      by_client = cancels->ids.erase(r.id) > 0;
+    }
+    if (r.state == JobState::cancelled && !by_client) co_return;  // a graceful stop: it resumes with these files
+    for (const auto& f : files) uploads->unpin(f);
+  };
+  asio::co_spawn(runtime_.executor(), watch(job, std::move(files), uploads_, cancels_), asio::detached);
+}
+
+std::vector<HttpApi::Route> HttpApi::routes() {
+  std::vector<Route> out;
+  for (const auto& r : kRoutes) out.push_back({std::string(bhttp::to_string(r.method)), std::string(r.path)});
+  return out;
+}
+
+asio::awaitable<http::Response> HttpApi::handle(http::Request request) {
+  if (request.method() == bhttp::verb::post && runtime_.submit_is_remote() && !may_carry_images(request))
+    // The fleet's submit is a broker round trip (202 only after its ack): not on an io thread. (wt-nats)
+    co_return co_await asio::co_spawn(
+        runtime_.executor(), [this, &request]() -> asio::awaitable<http::Response> { co_return dispatch(request); },
+        asio::use_awaitable);
+  if (!may_carry_images(request)) co_return dispatch(request);
+  // Decoding and writing images blocks: on the uploads thread, resuming on this strand after.
+  co_return co_await asio::co_spawn(
+      upload_thread_, [this, &request]() -> asio::awaitable<http::Response> { co_return dispatch(request); },
+      asio::use_awaitable);
+}
+
+bool HttpApi::authorized(const http::Request& request) const {
+  return http::bearer_authorized(request, runtime_.config().service.token);
+}
+
+http::Response HttpApi::dispatch(const http::Request& request) {
+  auto target = std::string_view(request.target());
+  const auto path = target.substr(0, target.find('?'));
+  if (!is_public(path) && !authorized(request)) {
+    auto res = http::error_response(401, "unauthorized", "missing or wrong bearer token (Authorization: Bearer <token>)");
+    res.set(bhttp::field::www_authenticate, "Bearer");
+    return res;
+  }
+  std::string allow, id;
+  for (std::size_t i = 0; i < std::size(kRoutes); ++i) {
+    if (!match(kRoutes[i].path, path, id)) continue;
+    if (kRoutes[i].method == request.method()) return (this->*handler_at(i))(request, id);
+    allow += (allow.empty() ? "" : ", ") + std::string(bhttp::to_string(kRoutes[i].method));
+  }
+  if (allow.empty()) return http::error_response(404, "not_found", "no route for " + std::string(path));
+  auto res = http::error_response(405, "method_not_allowed",
+                                  std::string(request.method_string()) + " is not allowed on " + std::string(path));
+  res.set(bhttp::field::allow, allow);
+  return res;
+}
+
+JobHandle HttpApi::find_job(const std::string& id) const {
+  auto job = runtime_.find(id);
+  if (!job) throw_error(ErrorKind::not_found, "job '" + id + "' not found");
+  return *job;
+}
+
+http::Response HttpApi::submit_job(const http::Request& request, const std::string&) {
+  const bool multipart = has_content_type(request, "multipart/form-data");
+  if (!multipart && !has_content_type(request, "application/json"))
+    if (auto it = request.find(bhttp::field::content_type); it != request.end())
+      return http::error_response(415, "invalid_argument",
+                                  "Content-Type must be application/json or multipart/form-data (got '" +
+                                      std::string(it->value()) + "')");
+  const auto max_image = runtime_.config().image_max_bytes;
+  auto [spec, images] = multipart ? read_multipart(request, max_image) : read_json(request, max_image);
+  std::vector<std::filesystem::path> files;
+  if (!images.empty()) {
+    // Every field checked before anything is written: a model that takes no image refuses here.
+    auto probe = spec;
+    for (const auto& [field, bytes] : images) probe.as_object()[field] = (uploads_->dir() / "pending.png").string();
+    runtime_.validate(probe);
+    try {
+      for (const auto& [field, bytes] : images) {
+        files.push_back(uploads_->put(bytes, field));
+        spec.as_object()[field] = files.back().string();
+      }
+    } catch (...) {
+      for (const auto& f : files) uploads_->unpin(f);
+      throw;
+    }
+  }
+  JobHandle job;
+  try {
+    job = runtime_.try_submit(std::move(spec), SubmitOptions{});  // never waits: Error(overloaded) -> 429
+  } catch (...) {
+    for (const auto& f : files) uploads_->unpin(f);  // refused: nothing stays written
+    throw;
+  }
+  if (!files.empty()) release_when_finished(job, std::move(files));
+  auto res = json_body(202, {{"id", job.id()}, {"status", "queued"}, {"links", links_of(job.id())}});
+  res.set(bhttp::field::location, job_path(job.id()));
+  return res;
+}
+
+http::Response HttpApi::list_jobs(const http::Request& request, const std::string&) {
+  const auto query = list_query(request.target());
+  const auto page = runtime_.list_jobs(query);
+  json::array items;
+  for (const auto& record : page.jobs) {
+    const auto job = runtime_.find(record.id);
+    items.push_back(job ? status_json(*job, job->result()) : record_json(record));
+  }
+  json::object o{{"jobs", std::move(items)}};
+  o["next_cursor"] = page.next ? json::value(std::to_string(page.next)) : json::value(nullptr);
+  if (page.next) {
+    auto next = "/v1/jobs?limit=" + std::to_string(query.limit) + "&cursor=" + std::to_string(page.next);
+    if (!query.status.empty()) next += "&status=" + query.status;
+    o["links"] = json::object{{"next", next}};
+  }
+  return json_body(200, o);
+}
+
+http::Response HttpApi::job_preview(const http::Request&, const std::string& id) {
+  const auto job = find_job(id);
+  const auto preview = job.preview();
+  if (!preview) {
+    if (!runtime_.previews(job.result().spec.model))
+      throw_error(ErrorKind::not_found, "job '" + id + "' has no preview: previews are off for its model (preview_every "
+                                        "is 0, or its package has no preview factors)");
+    throw_error(ErrorKind::not_found, "job '" + id + "' has no preview yet (one comes every " +
+                                          std::to_string(runtime_.config().preview_every.value_or(0)) + " steps while it denoises)");
+  }
+  http::StringResponse res{bhttp::status::ok, 11};
+  res.set(bhttp::field::content_type, preview->content_type);
+  res.set(bhttp::field::cache_control, "no-store");
+  res.set("X-Vgen-Preview-Step", std::to_string(preview->step) + "/" + std::to_string(preview->total));
+  res.body() = preview->bytes;
+  return res;
+}
+
+http::Response HttpApi::page(const http::Request&, const std::string&) { return web_file(web_dir_, "index.html"); }
+
+http::Response HttpApi::page_file(const http::Request&, const std::string& name) { return web_file(web_dir_, name); }
+
+http::Response HttpApi::job_status(const http::Request&, const std::string& id) {
+  const auto job = find_job(id);
+  return json_body(200, status_json(job, job.result()));
+}
+
+http::Response HttpApi::job_events(const http::Request&, const std::string& id) {
+  const auto job = find_job(id);
+  http::StreamResponse s;
+  s.head.result(bhttp::status::ok);
+  s.head.set(bhttp::field::content_type, "text/event-stream");
+  s.head.set(bhttp::field::cache_control, "no-cache");
+  s.produce = [job](http::StreamWriter& out) { return stream_events(job, out); };
+  return s;
+}
+
+http::Response HttpApi::job_video(const http::Request& request, const std::string& id) {
+  const auto job = find_job(id);
+  const auto r = job.result();
+  if (!job.finished())
+    return http::error_response(409, "not_ready", "job '" + id + "' has not finished (status: " +
+                                                      std::string(to_string(r.state)) + ")");
+  if (r.state != JobState::done)
+    return http::error_response(409, "not_ready", "job '" + id + "' ended " + std::string(to_string(r.state)) +
+                                                      (r.error.empty() ? "" : ": " + r.error) + "; it has no video");
+  if (std::filesystem::is_directory(r.output))
+    return http::error_response(409, "not_ready", "job '" + id + "' wrote a frame directory (format png), not a video file");
+  return http::file_response(request, r.output, r.content_type);
+}
+
+http::Response HttpApi::cancel_job(const http::Request&, const std::string& id) {
+  auto job = find_job(id);
+  {
+    std::lock_guard lock(cancels_->mutex);
+    const auto spec = job.result().spec;
+    if (!job.finished() && !(spec.image.empty() && spec.last_image.empty())) cancels_->ids.insert(id);  // its uploads go when it ends
+  }
+  const bool requested = job.cancel("cancelled by DELETE " + job_path(id));
+  return json_body(requested ? 202 : 200, status_json(job, job.result()));
+}
+
+http::Response HttpApi::metrics(const http::Request&, const std::string&) {
+  http::StringResponse res{bhttp::status::ok, 11};
+  res.set(bhttp::field::content_type, "text/plain; version=0.0.4");
+  res.body() = runtime_.metrics_text();
+  return res;
+}
+
+http::Response HttpApi::trace(const http::Request& request, const std::string&) {
+  const auto seconds = trace_seconds(std::string_view(request.target()));  // 400 before anything is recorded
+  http::StreamResponse s;
+  s.head.result(bhttp::status::ok);
+  s.head.set(bhttp::field::content_type, "application/json");
+  s.head.set(bhttp::field::cache_control, "no-cache");
+  s.produce = [tracer = &runtime_.tracer(), seconds](http::StreamWriter& out) { return stream_trace(*tracer, seconds, out); };
+  return s;
+}
+
+http::Response HttpApi::health(const http::Request&, const std::string&) {
+  return http::json_response(200, R"({"status":"ok"})");
+}
+
+// In kRoutes' order (the anonymous table cannot name private members).
+HttpApi::Handler HttpApi::handler_at(std::size_t i) {
+  static constexpr Handler handlers[] = {&HttpApi::submit_job, &HttpApi::list_jobs,   &HttpApi::job_status,
+                                         &HttpApi::cancel_job, &HttpApi::job_events,  &HttpApi::job_video,
+                                         &HttpApi::job_preview, &HttpApi::metrics,    &HttpApi::health,
+                                         &HttpApi::page,       &HttpApi::page_file,  &HttpApi::trace};
+  static_assert(std::size(handlers) == std::size(kRoutes));
+  return handlers[i];
+}
+
+}  // namespace vgen

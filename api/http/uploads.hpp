@@ -1,0 +1,63 @@
+// Uploads: the image files that HTTP clients send with a job (base64 in the JSON body or a
+// multipart/form-data part), stored in <output_dir>/uploads/ under the SHA-256 of their bytes
+// ("<sha256>.png|jpg|webp"), so the same picture sent twice is one file, and a job resumed
+// after a crash (kill -9 included) finds its image again from the path its journal row keeps.
+//
+// When files go: each upload is pinned while a request stores it and while an unfinished job
+// of this process uses it (pin/unpin counts). Unpinning the last use removes the file. At
+// start-up, sweep() removes every upload that no unfinished (resumed) job pinned, which is
+// what a crash left behind. Temporaries of an interrupted write are removed by the same sweep.
+//
+// Errors: the bytes are checked (size, format, dimensions, a full decode) before anything is
+// written: Error(invalid_argument) naming the field. Writes go through runtime/atomic_file
+// (its transient/internal kinds on a full disk or I/O error).
+// Thread-safety: every member may be called from any thread (one mutex; the write happens
+// under it, so two requests with the same picture never write it twice).
+// Blocking: put() decodes and writes a file (fsync); run it off the io threads when it may be
+// large. Cancellation: none.
+#pragma once
+
+#include "stages/media/image_input.hpp"
+
+#include <cstddef>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace vgen {
+
+// The bytes of an image given as text in a JSON body: a data URL
+// ("data:image/png;base64,....") or plain base64 (whitespace ignored, padding optional).
+// Error(invalid_argument) naming `field` for anything else, for bytes that do not start like
+// a PNG, JPEG or WebP file, or for a decoded size over max_bytes.
+std::string decode_image_text(std::string_view text, std::string_view field, std::uint64_t max_bytes);
+
+class UploadStore {
+ public:
+  UploadStore(std::filesystem::path dir, ImageLimits limits);
+
+  // Checks `bytes` as an image (decode_image, naming `field`), writes it unless a file of
+  // that content exists, pins it and returns its absolute path.
+  std::filesystem::path put(std::string_view bytes, std::string_view field);
+  // Marks one more use of an upload (a resumed job's file); paths outside dir() are ignored.
+  void pin(const std::filesystem::path& file);
+  // Ends one use; the last one removes the file. Paths outside dir() are ignored.
+  void unpin(const std::filesystem::path& file);
+  // Removes every upload (and temporary) that is not pinned; returns how many.
+  std::size_t sweep();
+
+  const std::filesystem::path& dir() const noexcept { return dir_; }
+  std::size_t pinned(const std::filesystem::path& file) const;  // uses of one upload (tests)
+
+ private:
+  bool is_upload(const std::filesystem::path& file) const;
+
+  std::filesystem::path dir_;
+  ImageLimits limits_;
+  mutable std::mutex mutex_;
+  std::map<std::filesystem::path, std::size_t> uses_;
+};
+
+}  // namespace vgen

@@ -1,0 +1,252 @@
+#include "stages/exec/model_set.hpp"
+
+#include "runtime/errors.hpp"
+#include "stages/exec/batcher.hpp"
+#include "stages/families/family.hpp"
+#include "stages/media/image_admission.hpp"
+#include "stages/exec/preview.hpp"
+
+#include <ATen/ATen.h>
+#include <boost/json.hpp>
+
+#include <cstring>
+
+namespace vgen {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+struct ModelSet::State {
+  std::vector<std::pair<std::string, std::shared_ptr<Family>>> models;  // the first is the default
+  Executor* executor = nullptr;
+  ModelSetOptions options;
+  std::shared_ptr<Batcher> batcher;
+  std::map<const Family*, std::shared_ptr<const LatentPreview>> previews;  // families with factors, when on
+  std::unique_ptr<Checkpoints> checkpoints;  // null when off
+
+  const std::shared_ptr<Family>& family(const std::string& name) const {
+    if (name.empty()) return models.front().second;
+    for (const auto& [n, f] : models)
+      if (n == name) return f;
+    std::string known;
+    for (const auto& [n, f] : models) known += (known.empty() ? "" : ", ") + n;
+    throw_error(ErrorKind::invalid_argument, "model: unknown '" + name + "' (known: " + known + ")");
+  }
+};
+
+namespace {
+
+using State = ModelSet::State;
+
+std::string model_field(const json::value& spec) {
+  if (const auto* o = spec.if_object())
+    if (const auto* m = o->if_contains("model"); m && m->is_string()) return std::string(m->get_string());
+  return {};
+}
+
+asio::awaitable<void> preprocess(State& st, Job& job) {
+  const auto& family = st.family(model_field(job.spec()));
+  job.payload = family->create_job(family->validate(job.spec()));
+  if (auto it = st.previews.find(family.get()); it != st.previews.end()) {
+    auto& work = *family_job(job);
+    attach_previews(job, work, it->second, st.options.preview_every, work.spec.steps);
+  }
+  co_await st.batcher->join(family, job, BatchKind::preprocess);
+}
+
+// A job whose content has a valid checkpoint goes on from its step (a retry of the stage, or
+// a job that was already resumed, keeps the state it has).
+asio::awaitable<void> resume_from_checkpoint(State& st, Job& job, FamilyJob& work, const std::string& key) {
+  if (work.state.step > 0) co_return;
+  auto restore = [&] { return st.checkpoints->restore(key, work); };
+  if (const int from = co_await st.executor->pool("checkpoint").run(restore); from > 0)
+    job.report_resumed(from, work.spec.steps);
+}
+
+asio::awaitable<void> denoise(State& st, Job& job) {
+  auto work = family_job(job);
+  const auto& family = st.family(work->spec.model);
+  if (!st.checkpoints) {
+    co_await st.batcher->join(family, job, BatchKind::denoise);
+    co_return;
+  }
+  const auto key = job_content_key(family->package().id(), work->spec).hex();
+  co_await resume_from_checkpoint(st, job, *work, key);
+  st.checkpoints->begin(job, key, work->state.step);
+  struct End {
+    Checkpoints& c;
+    Job& job;
+    ~End() { c.end(job); }
+  } end{*st.checkpoints, job};
+  co_await st.batcher->join(family, job, BatchKind::denoise);
+}
+
+asio::awaitable<void> decode(State& st, Job& job) {
+  co_await st.batcher->join(st.family(family_job(job)->spec.model), job, BatchKind::decode);
+}
+
+VideoFrames to_video_frames(const at::Tensor& frames, double fps) {
+  auto bytes = (frames * 255.0).round().clamp(0, 255).to(at::kByte).contiguous();
+  VideoFrames v = VideoFrames::allocate(static_cast<int>(frames.size(2)), static_cast<int>(frames.size(1)),
+                                        static_cast<int>(frames.size(0)), fps);
+  std::memcpy(v.rgb.data(), bytes.data_ptr<std::uint8_t>(), v.rgb.size());
+  return v;
+}
+
+asio::awaitable<void> encode(State& st, Job& job) {
+  auto w = family_job(job);
+  const auto& family = st.family(w->spec.model);
+  auto options = st.options.encode;
+  options.format = w->spec.format;
+  options.comment = "vgen:" + job_content_key(family->package().id(), w->spec).hex();
+  const std::string stem = w->spec.name.empty() ? job.id() : w->spec.name;
+  w->output = st.options.out_dir / (stem + extension_for(options.format));
+  auto write = [w, options] { encode_to_file(to_video_frames(w->frames, w->spec.fps), w->output, options); };
+  co_await st.executor->pool("codec").run(write);
+}
+
+}  // namespace
+
+LoadedModels load_models(const std::vector<std::pair<std::string, std::filesystem::path>>& models,
+                         const ModelSetOptions& options) {
+  if (models.empty()) throw_error(ErrorKind::invalid_argument, "no model to serve");
+  register_builtin_families();
+  FamilyOptions fo{.backend = options.backend, .text_cache_entries = options.text_cache_entries,
+                   .text_cache_ttl = options.text_cache_ttl, .lora_dir = options.lora_dir,
+                   .lora_cache_bytes = options.lora_cache_bytes};
+  LoadedModels out;
+  for (const auto& [name, dir] : models) {
+    for (const auto& [n, f] : out.models)
+      if (n == name) throw_error(ErrorKind::invalid_argument, "model '" + name + "' is given twice");
+    fo.model_name = name;
+    out.models.emplace_back(name, load_family(dir, fo));
+  }
+  return out;
+}
+
+ModelSet::ModelSet(std::vector<std::pair<std::string, std::filesystem::path>> models, Executor& executor, DevicePool& devices,
+                   ModelSetOptions options)
+    : ModelSet(load_models(models, options), executor, devices, options) {}  // a copy: argument order is unspecified
+
+ModelSet::ModelSet(LoadedModels models, Executor& executor, DevicePool& devices, ModelSetOptions options)
+    : state_(std::make_shared<State>()) {
+  if (models.models.empty()) throw_error(ErrorKind::invalid_argument, "no model to serve");
+  state_->models = std::move(models.models);
+  for (const auto& [name, family] : state_->models)
+    if (auto preview = LatentPreview::of_package(family->package()); preview && options.preview_every > 0)
+      state_->previews.emplace(family.get(), std::move(preview));
+  state_->executor = &executor;
+  BatcherOptions bo{.max_batch = std::max<std::size_t>(options.max_batch, 1),
+                    .wait = options.batch_wait,
+                    .join_running = options.join_running,
+                    .executor = &executor,
+                    .devices = &devices,
+                    .metrics = options.metrics,
+                    .tracer = options.tracer,
+                    .before_denoise = options.before_denoise,
+                    .on_capped = options.on_batch_capped};
+  if (options.checkpoints.enabled()) {
+    // One thread: checkpoint writes (and removals) of a key happen in the order they were made.
+    if (!executor.has_pool("checkpoint"))
+      executor.add_pool(WorkerPool::Options{.name = "checkpoint", .threads = 1, .spin = std::chrono::microseconds(0)});
+    state_->checkpoints = std::make_unique<Checkpoints>(options.checkpoints, executor.pool("checkpoint"), options.metrics,
+                                                        options.on_checkpoint);
+    bo.after_step = [c = state_->checkpoints.get()](const std::vector<Job*>& jobs, const std::vector<FamilyJob*>& work,
+                                                    const Scheduler& scheduler) { c->after_step(jobs, work, scheduler); };
+  }
+  state_->batcher = std::make_shared<Batcher>(std::move(bo));
+  state_->options = std::move(options);
+}
+
+ModelSet::~ModelSet() = default;
+
+std::vector<std::string> ModelSet::model_names() const {
+  std::vector<std::string> out;
+  for (const auto& [n, f] : state_->models) out.push_back(n);
+  return out;
+}
+
+bool ModelSet::previews(const std::string& name) const { return state_->previews.count(state_->family(name).get()) > 0; }
+
+const ModelPackage& ModelSet::package(const std::string& name) const { return state_->family(name)->package(); }
+
+JobSpec ModelSet::validate(const json::value& spec) const { return state_->family(model_field(spec))->validate(spec); }
+
+JobSpec ModelSet::admit(json::value& spec) const {
+  auto parsed = validate(spec);
+  admit_images(spec, parsed, state_->options.images);
+  return parsed;
+}
+
+void ModelSet::drop_checkpoint(const std::string& key_hex) const {
+  if (state_->checkpoints) state_->checkpoints->drop(key_hex);
+}
+
+std::uint64_t ModelSet::checkpoint_bytes() const { return state_->checkpoints ? state_->checkpoints->disk_bytes() : 0; }
+
+std::string ModelSet::model_id(const JobSpec& spec) const { return state_->family(spec.model)->package().id(); }
+
+std::vector<StageSpec> ModelSet::stages() const {
+  auto st = state_;
+  auto bind = [st](asio::awaitable<void> (*fn)(State&, Job&)) { return StageFn([st, fn](Job& job) { return fn(*st, job); }); };
+  const auto& o = st->options;
+  // Each job in a forming or running group holds a worker, and every lease may run a group:
+  // at least max_batch x leases workers, or a second lease idles while the first group's jobs
+  // hold all the workers.
+  const auto slots = std::max<std::size_t>(o.max_batch, 1) * std::max<std::size_t>(o.leases, 1);
+  return {
+      {"preprocess", JobState::preprocess, std::max(o.preprocess_workers, slots), 16, bind(preprocess)},
+      {"denoise", JobState::denoise, std::max(o.denoise_workers, slots), 4, bind(denoise)},
+      {"decode", JobState::decode, std::max(o.decode_workers, slots), 4, bind(decode)},
+      {"encode", JobState::encode, o.encode_workers, 4, bind(encode)},
+  };
+}
+
+void ModelSet::set_waiting_probe(std::function<std::size_t(int)> probe) const {
+  state_->batcher->set_waiting_probe(std::move(probe));
+}
+
+void ModelSet::warm_up(const std::string& device) const {
+  for (const auto& [n, f] : state_->models) f->warm_up(device);
+}
+
+RenderOutput ModelSet::result(const Job& job) const {
+  const auto* w = find_family_job(job);
+  if (!w) throw_error(ErrorKind::internal, "job " + job.id() + " has no render result");
+  return {w->spec, w->output, w->text_cache_hit, w->device};
+}
+
+namespace {
+
+// One cache's stats summed over the models (`of` reads them from a family).
+template <class Of>
+CacheStats summed_stats(const ModelSet::State& st, Of of) {
+  CacheStats sum;
+  for (const auto& [n, f] : st.models) {
+    const auto s = of(*f);
+    sum.hits += s.hits;
+    sum.misses += s.misses;
+    sum.insertions += s.insertions;
+    sum.evictions += s.evictions;
+    sum.expirations += s.expirations;
+    sum.entries += s.entries;
+    sum.cost += s.cost;
+  }
+  return sum;
+}
+
+}  // namespace
+
+CacheStats ModelSet::text_cache_stats() const { return summed_stats(*state_, [](const Family& f) { return f.text_cache_stats(); }); }
+
+CacheStats ModelSet::lora_cache_stats() const { return summed_stats(*state_, [](const Family& f) { return f.lora_cache_stats(); }); }
+
+std::map<std::size_t, std::uint64_t> ModelSet::group_sizes(std::string_view stage) const {
+  for (auto k : {BatchKind::preprocess, BatchKind::denoise, BatchKind::decode})
+    if (to_string(k) == stage) return state_->batcher->group_sizes(k);
+  throw_error(ErrorKind::invalid_argument, "group_sizes: unknown stage '" + std::string(stage) + "'");
+}
+
+std::vector<std::pair<std::string, std::size_t>> ModelSet::group_log() const { return state_->batcher->group_log(); }
+
+}  // namespace vgen

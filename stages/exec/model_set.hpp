@@ -1,0 +1,150 @@
+// ModelSet: the model packages one Runtime serves, each run by the family its manifest names
+// (stages/family.hpp), and the generic render stages over them:
+//
+//  preprocess  validate the job against its model; Family::prepare in a batched group
+//  denoise     the step loop of a batched group (stages/denoise_loop.hpp)
+//  decode      Family::decode in a batched group
+//  encode      FFmpeg into <out_dir>/<name or id>.<ext>, atomically (stages/encode.hpp)
+// Groups never mix families or packages (stages/batcher.hpp). A job picks its model by the
+// spec's "model" field (a name given in the constructor); without one, the first model.
+// Compute runs on the worker pool of the device the DevicePool leases ("device:<id>"), so
+// `--devices cpu,cpu` runs two replicas with their own threads.
+//
+// This header does not include LibTorch (api/ includes it next to spdlog; the torch wheel's
+// bundled fmt must not meet Debian's).
+// Ownership: the stages hold the ModelSet's state by shared_ptr; the executor and the device
+// pool must outlive the pipeline running them. Thread-safety: every const member may be
+// called from any thread; warm_up runs on the device's compute thread.
+#pragma once
+
+#include "runtime/device_pool.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/metrics.hpp"
+#include "runtime/pipeline.hpp"
+#include "runtime/ttl_cache.hpp"
+#include "stages/exec/checkpoint.hpp"
+#include "stages/media/encode.hpp"
+#include "stages/media/image_input.hpp"
+#include "stages/job_spec.hpp"
+#include "stages/model/model_package.hpp"
+
+#include <boost/json/value.hpp>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace vgen {
+
+struct ModelSetOptions {
+  std::filesystem::path out_dir;
+  std::string backend = "torchscript";
+  EncodeOptions encode;  // format is taken from each job
+  std::size_t text_cache_entries = 256;
+  std::chrono::steady_clock::duration text_cache_ttl = std::chrono::minutes(30);
+  std::filesystem::path lora_dir;                       // see FamilyOptions
+  std::size_t lora_cache_bytes = std::size_t{1} << 30;
+  std::size_t preprocess_workers = 1, denoise_workers = 1, decode_workers = 1, encode_workers = 1;
+  // Cross-job batching: up to max_batch compatible jobs per model call, waiting at most
+  // batch_wait for a group to fill. 1: no batching.
+  std::size_t max_batch = 1;
+  std::chrono::milliseconds batch_wait{20};
+  // Compute leases of all devices together (threads.per_device x devices): as many groups can
+  // run at once, so the model stages get at least max_batch x leases workers.
+  std::size_t leases = 1;
+  bool join_running = true;  // BatcherOptions::join_running
+  // Called on the compute thread before every denoiser call (fault injection's simulated
+  // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
+  std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
+  // Called when out of memory caps a group key's batch (stages/batcher.hpp on_capped).
+  std::function<void(const std::string& key, std::size_t cap)> on_batch_capped;
+  MetricsRegistry* metrics = nullptr;  // optional (outlives the set): batch-size histograms
+  Tracer* tracer = nullptr;            // optional (outlives the set): spans of model calls
+  // Live previews (stages/preview.hpp): every this many denoising steps and at the last; 0: none.
+  // Jobs of a package without preview factors get none.
+  int preview_every = 0;
+  ImageLimits images;                  // what admit() accepts of a job's image files
+  // Step checkpoints (stages/checkpoint.hpp): off unless checkpoints.dir is set. on_checkpoint
+  // is told each durable checkpoint (the job store's reference), on the checkpoint thread.
+  CheckpointOptions checkpoints;
+  Checkpoints::OnWritten on_checkpoint;
+};
+
+// What a finished job produced (valid once the job is done).
+struct RenderOutput {
+  JobSpec spec;
+  std::filesystem::path output;
+  bool text_cache_hit = false;
+  std::string device;
+};
+
+class Family;  // stages/family.hpp (LibTorch)
+
+// The model packages of a ModelSet, loaded (each family made) before the set is built, so that
+// a Runtime can measure them (stages/tune_probe.hpp) before it chooses its devices' threads.
+struct LoadedModels {
+  std::vector<std::pair<std::string, std::shared_ptr<Family>>> models;  // (name, family), the first the default
+};
+// Loads each package and its family (the errors of the ModelSet constructor).
+LoadedModels load_models(const std::vector<std::pair<std::string, std::filesystem::path>>& models,
+                         const ModelSetOptions& options);
+
+class ModelSet {
+ public:
+  // `models`: (name, package directory) pairs, the first the default. Loads each package and
+  // its family (Error(invalid_argument / not_found) naming what is wrong). The executor must
+  // hold a "device:<id>" pool per device and a "codec" pool.
+  ModelSet(std::vector<std::pair<std::string, std::filesystem::path>> models, Executor& executor, DevicePool& devices,
+           ModelSetOptions options);
+  // The same over models already loaded (load_models).
+  ModelSet(LoadedModels models, Executor& executor, DevicePool& devices, ModelSetOptions options);
+  ~ModelSet();
+  ModelSet(const ModelSet&) = delete;
+  ModelSet& operator=(const ModelSet&) = delete;
+
+  std::vector<std::string> model_names() const;
+  // Whether jobs of model `name` (empty: the default) get previews: preview_every > 0 and its
+  // package has preview factors.
+  bool previews(const std::string& name = {}) const;
+  // The package of model `name` (empty: the default); Error(invalid_argument) if unknown.
+  const ModelPackage& package(const std::string& name = {}) const;
+  // Parses a job spec against its model's defaults and limits (Error(invalid_argument)).
+  JobSpec validate(const boost::json::value& spec) const;
+  // validate(), then the job's image files read, decoded and hashed into `spec` (the
+  // "*_sha256" fields; stages/image_admission.hpp): what a Runtime runs before it accepts a
+  // job, so a bad image is refused (invalid_argument naming the field) before anything is
+  // queued or written. Blocks on the files' reads and decodes.
+  JobSpec admit(boost::json::value& spec) const;
+  // The identity of the model a parsed spec runs on (ModelPackage::id), for content keys.
+  std::string model_id(const JobSpec& spec) const;
+
+  std::vector<StageSpec> stages() const;  // preprocess, denoise, decode, encode
+  // How many jobs above a priority wait to enter denoise (e.g. Pipeline::waiting_above on the
+  // "denoise" stage): running denoise groups preempt lower-priority rows for them
+  // (stages/batcher.hpp). Thread-safe; without it nothing is preempted.
+  void set_waiting_probe(std::function<std::size_t(int priority)> probe) const;
+  // Calls every model's modules on `device` twice before jobs arrive (Family::warm_up).
+  void warm_up(const std::string& device) const;
+
+  RenderOutput result(const Job& job) const;  // Error(internal) if the job never prepared
+  // The job with content key `key_hex` ended for good: its step checkpoint is removed.
+  void drop_checkpoint(const std::string& key_hex) const;
+  std::uint64_t checkpoint_bytes() const;  // on disk now (0 when off)
+  CacheStats text_cache_stats() const;        // summed over the models
+  CacheStats lora_cache_stats() const;        // merged LoRA variants, summed (Family::lora_cache_stats)
+  // Groups run so far by size, for "preprocess", "denoise" or "decode".
+  std::map<std::size_t, std::uint64_t> group_sizes(std::string_view stage) const;
+  // Every group run so far: its key (stage|family|package|...) and size, in order (tests).
+  std::vector<std::pair<std::string, std::size_t>> group_log() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace vgen

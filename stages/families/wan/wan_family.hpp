@@ -1,0 +1,112 @@
+// The Wan 2.1 text-to-video family (diffusers' WanPipeline) behind the model-family interface
+// (stages/family.hpp), registered as "wan2.1-t2v" in stages/builtin_families.cpp.
+//
+//  prepare   tokenize (SentencePiece); text-encode [prompt; negative] through the TTL cache
+//            (each distinct text once per group, identical prompts encoded once); initial
+//            noise from the job's own seed (CPU generator: a job's result never depends on
+//            what runs beside it or on which device).
+//  predict   one transformer call for the group's cond and uncond rows together, the text
+//            context at one row count per group (stages/text_context.hpp: the compact form
+//            with a package that has forward_compact), then each job's guidance.
+//  decode    un-normalise with latents mean/std, VAE decode, frames in [0, 1].
+// Two experts (Wan 2.2 A14B, "wan2.2-a14b-t2v"; manifest `experts`): `transformer` predicts
+// while the step's timestep >= boundary_ratio * num_train_timesteps, `transformer_2` below,
+// each with the job's guidance (diffusers' guidance_scale_2 default). A denoise group's jobs
+// share the scheduler and its timesteps, so a group never mixes experts within a step.
+// Ownership: shared by the jobs of its package; the text cache and the module cache are
+// thread-safe. Includes LibTorch.
+#pragma once
+
+#include "stages/families/family.hpp"
+#include "stages/model/lora_variants.hpp"
+#include "stages/model/model_backend.hpp"
+#include "stages/families/wan/text_context.hpp"
+#include "stages/text/tokenizer.hpp"
+
+namespace vgen {
+
+// A Wan job's state: the generic FamilyJob plus its text rows and, for image-to-video
+// (stages/wan/wan_i2v_family.hpp), its image conditioning.
+struct WanJob : FamilyJob {
+  at::Tensor embeds;  // [1 or 2, L, D]: cond (and uncond when guidance > 1), zero past each text
+  std::vector<std::int64_t> embed_lengths;  // per row of embeds: its text's rows
+  TextContext text;  // the rows at the denoise group's row count (set by begin_denoise)
+  // Image-to-video only (undefined for text-to-video):
+  at::Tensor image;         // [3, H, W] float32 in [0, 1] at the job's size: the first frame
+  at::Tensor last_image;    // the same for the last frame (first-last-frame packages)
+  at::Tensor condition;     // [1, mask + C, F', H', W'] concatenated to the latents' channels
+  at::Tensor image_embeds;  // [1, N, D] image tokens, the same for the cond and uncond rows
+  std::shared_ptr<const Module> transformer;  // with the group's LoRA set merged (set by predict)
+};
+
+class WanFamily : public Family {
+ public:
+  WanFamily(ModelPackage package, const FamilyOptions& options);
+
+  const ModelPackage& package() const override { return package_; }
+  JobSpec validate(const boost::json::value& spec) const override;
+  std::shared_ptr<FamilyJob> create_job(JobSpec spec) const override;
+  void prepare(const std::string& device, const std::vector<FamilyJob*>& jobs) override;
+  std::unique_ptr<Scheduler> make_scheduler(const FamilyJob& job) const override;
+  std::string denoise_key(const FamilyJob& job, const Scheduler& scheduler) const override;
+  void begin_denoise(const std::vector<FamilyJob*>& group, const std::string& device) override;
+  at::Tensor predict(const PredictCall& call) override;
+  void decode(const std::string& device, const std::vector<FamilyJob*>& jobs) override;
+  void warm_up(const std::string& device) override;
+  CacheStats text_cache_stats() const override;
+  CacheStats lora_cache_stats() const override;
+  LoraVariantStats lora_stats() const { return variants_->stats(); }
+
+  // One transformer call on `device`: forward on the zero-padded max_length context (bias
+  // undefined), or forward_compact with the compact form's key bias; with `image` defined
+  // (image-to-video) forward(x, t, context, image). x is cast to the transformer's dtype, t
+  // is float32; returns the flow prediction on the device.
+  // `transformer`: the module to call (a LoRA variant, the step's expert); null: the package's.
+  at::Tensor predict_flow(const std::string& device, const at::Tensor& x, const at::Tensor& t, const at::Tensor& context,
+                          const at::Tensor& bias, const at::Tensor& image = {}, std::shared_ptr<const Module> transformer = nullptr);
+  // The transformer component that predicts at `timestep` ("transformer" without experts).
+  const std::string& expert_for(double timestep) const;
+  at::Tensor predict_by_expert(const PredictCall& call);
+
+ protected:
+  // A family that conditions on more than text (image-to-video) sets the job's condition and
+  // image_embeds here; called at the end of prepare and by warm_up, on the compute thread.
+  virtual void condition(const std::string& device, WanJob& job);
+  // The transformer's input for a call's rows x [jobs, C, F', H', W'] (the scheduler's latents):
+  // by default each job's condition concatenated after its latents' channels (Wan 2.1 I2V), or
+  // x itself. Runs on the compute thread.
+  virtual at::Tensor denoiser_input(const std::vector<FamilyJob*>& jobs, const at::Tensor& x) const;
+  // The transformer's timesteps for those rows, from the rows' own t (float32 [jobs]): by
+  // default t itself (one per row). Rows are per job; predict repeats them for guidance.
+  virtual at::Tensor denoiser_timesteps(const std::vector<FamilyJob*>& jobs, const at::Tensor& x, const at::Tensor& t) const;
+  std::shared_ptr<const Module> module(const std::string& component, const std::string& device) const;
+
+ private:
+  TextRows encode_text(const std::string& device, const std::vector<std::string>& texts);
+  std::shared_ptr<const Module> group_transformer(const std::vector<FamilyJob*>& live, const std::string& device);
+  // Resolves, hashes and maps the job's LoRA files, then applies their suggested steps /
+  // guidance / shift to the fields `fields` (the job's JSON) leaves out.
+  void validate_loras(JobSpec& spec, const boost::json::object& fields, const SpecLimits& limits) const;
+
+  ModelPackage package_;
+  std::string backend_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::shared_ptr<TtlCache<at::Tensor>> text_cache_;  // null when off
+  double boundary_timestep_ = -1;                      // < 0: one transformer
+  std::shared_ptr<LoraLibrary> loras_;                // files under lora_dir
+  std::shared_ptr<LoraVariants> variants_;            // merged transformers, per device
+  mutable std::mutex shapes_mutex_;
+  mutable ParameterShapes transformer_shapes_;        // read from the first loaded transformer: validate maps LoRA keys onto it
+};
+
+std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOptions& options);
+
+// WanPipeline's prompt_clean without ftfy: HTML-unescape (twice), collapse whitespace, strip.
+std::string wan_prompt_clean(const std::string& text);
+
+// The scheduler a job uses: the package's, or `override_type` configured from the package's
+// flow shift and training steps; `shift` > 0 replaces the flow shift (a job's "shift"), and is
+// Error(invalid_argument) naming "shift" for a scheduler that has none.
+std::unique_ptr<Scheduler> make_wan_scheduler(const ModelPackage& package, const std::string& override_type, double shift = 0);
+
+}  // namespace vgen

@@ -1,0 +1,479 @@
+#include "stages/media/encode.hpp"
+
+#include "stages/media/libav.hpp"
+
+extern "C" {
+#include <libavutil/avutil.h>
+#include <libavutil/imgutils.h>
+#include <libavutil/mem.h>
+#include <libavutil/opt.h>
+}
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "runtime/atomic_file.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/registry.hpp"
+
+namespace vgen {
+namespace {
+
+namespace fs = std::filesystem;
+
+[[noreturn]] void reject(const std::string& message) {
+  throw Error(ErrorKind::invalid_argument, message);
+}
+
+// libav logs from encoder threads too; spdlog's default logger is thread-safe.
+void forward_av_log(void* object, int level, const char* format, va_list args) {
+  if (level > av_log_get_level()) return;
+  char line[1024];
+  int print_prefix = 1;
+  av_log_format_line2(object, level, format, args, line, sizeof line, &print_prefix);
+  std::string_view text(line);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
+  spdlog::log(level <= AV_LOG_FATAL ? spdlog::level::critical : spdlog::level::err, "libav: {}",
+              text);
+}
+
+void init_av_logging() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    av_log_set_level(AV_LOG_ERROR);
+    av_log_set_callback(forward_av_log);
+  });
+}
+
+// ---- RGB -> codec pixel format ----
+
+class FrameFiller {
+ public:
+  virtual ~FrameFiller() = default;
+  // Writes one RGB24 frame (tightly packed) into `frame`, which is writable.
+  virtual void fill(const std::uint8_t* rgb, AVFrame* frame) = 0;
+};
+
+class RgbFiller final : public FrameFiller {  // for codecs that take RGB24 as it is
+ public:
+  void fill(const std::uint8_t* rgb, AVFrame* frame) override {
+    av_image_copy_plane(frame->data[0], frame->linesize[0], rgb, frame->width * 3,
+                        frame->width * 3, frame->height);
+  }
+};
+
+// Full-range RGB -> limited-range BT.709 YUV 4:2:0. swscale assumes BT.601 unless told.
+// swscale's SIMD loads read up to 16 bytes past the last row (valgrind shows it), which for the
+// clip's last frame is past the vector's end: each frame goes through a padded copy.
+class YuvFiller final : public FrameFiller {
+ public:
+  YuvFiller(int width, int height)
+      : width_(width), height_(height), padded_(std::size_t(width) * height * 3 + padding, 0) {
+    sws_.reset(av::check_alloc(sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height,
+                                          AV_PIX_FMT_YUV420P, SWS_BILINEAR | SWS_ACCURATE_RND,
+                                          nullptr, nullptr, nullptr),
+                           "creating the RGB to YUV converter"));
+    const int* bt709 = sws_getCoefficients(SWS_CS_ITU709);
+    if (sws_setColorspaceDetails(sws_.get(), bt709, 1, bt709, 0, 0, 1 << 16, 1 << 16) < 0) {
+      throw Error(ErrorKind::internal, "selecting BT.709 for RGB to YUV: not supported");
+    }
+  }
+  void fill(const std::uint8_t* rgb, AVFrame* frame) override {
+    std::memcpy(padded_.data(), rgb, padded_.size() - padding);
+    const std::uint8_t* planes[1] = {padded_.data()};
+    const int strides[1] = {width_ * 3};
+    const int rows =
+        sws_scale(sws_.get(), planes, strides, 0, height_, frame->data, frame->linesize);
+    if (rows <= 0) av::check(rows < 0 ? rows : AVERROR_UNKNOWN, "converting RGB to YUV");
+  }
+
+ private:
+  static constexpr std::size_t padding = 64;
+  int width_, height_;
+  std::vector<std::uint8_t> padded_;
+  av::SwsPtr sws_;
+};
+
+// Index 255 stays transparent: the gif encoder uses it for pixels unchanged since the
+// previous frame. The palette goes into every frame; the encoder writes it once (global table).
+class PaletteFiller final : public FrameFiller {
+ public:
+  explicit PaletteFiller(const VideoFrames& frames)
+      : width_(frames.width), height_(frames.height), palette_(ClipPalette::build(frames, 255)) {
+    argb_.fill(0xff000000u);  // unused entries: opaque black
+    argb_[255] = 0;
+    const auto& colours = palette_.colours();
+    for (std::size_t i = 0; i < colours.size(); ++i) argb_[i] = 0xff000000u | colours[i];
+  }
+  void fill(const std::uint8_t* rgb, AVFrame* frame) override {
+    for (int y = 0; y < height_; ++y) {
+      std::uint8_t* row = frame->data[0] + static_cast<std::ptrdiff_t>(y) * frame->linesize[0];
+      for (int x = 0; x < width_; ++x, rgb += 3) row[x] = palette_.index_of(rgb);
+    }
+    std::memcpy(frame->data[1], argb_.data(), AVPALETTE_SIZE);
+  }
+
+ private:
+  int width_, height_;
+  ClipPalette palette_;
+  std::array<std::uint32_t, 256> argb_{};
+};
+
+// ---- the encode loop ----
+
+av::FramePtr make_frame(const AVCodecContext* codec) {
+  av::FramePtr frame(av::check_alloc(av_frame_alloc(), "allocating a frame"));
+  frame->format = codec->pix_fmt;
+  frame->width = codec->width;
+  frame->height = codec->height;
+  av::check(av_frame_get_buffer(frame.get(), 0), "allocating frame buffers");
+  return frame;
+}
+
+// Sends one frame (nullptr flushes) and hands each packet the encoder has ready to `sink`.
+template <typename Sink>
+void encode_frame(AVCodecContext* codec, const AVFrame* frame, AVPacket* packet, Sink&& sink) {
+  av::check(avcodec_send_frame(codec, frame), "sending a frame to the encoder");
+  while (true) {
+    const int ret = avcodec_receive_packet(codec, packet);
+    if (ret == AVERROR(EAGAIN) || ret == AVERROR_EOF) return;
+    av::check(ret, "receiving a packet from the encoder");
+    sink(packet);
+    av_packet_unref(packet);
+  }
+}
+
+// ---- formats ----
+
+// A seekable in-memory AVIO target, so muxers can patch headers (durations, cues) as in a file.
+struct MemorySink {
+  std::vector<std::uint8_t> bytes;
+  std::int64_t position = 0;
+
+  static int write(void* opaque, std::uint8_t* data, int size) {  // FFmpeg 5.1: non-const buf
+    auto* self = static_cast<MemorySink*>(opaque);
+    try {
+      const auto end = static_cast<std::size_t>(self->position) + static_cast<std::size_t>(size);
+      if (end > self->bytes.size()) self->bytes.resize(end);
+      std::memcpy(self->bytes.data() + self->position, data, static_cast<std::size_t>(size));
+    } catch (const std::bad_alloc&) {  // never let an exception cross into C
+      return AVERROR(ENOMEM);
+    }
+    self->position += size;
+    return size;
+  }
+  static std::int64_t seek(void* opaque, std::int64_t offset, int whence) {
+    auto* self = static_cast<MemorySink*>(opaque);
+    const auto size = static_cast<std::int64_t>(self->bytes.size());
+    std::int64_t target = 0;
+    switch (whence & ~AVSEEK_FORCE) {
+      case AVSEEK_SIZE: return size;
+      case SEEK_SET: target = offset; break;
+      case SEEK_CUR: target = self->position + offset; break;
+      case SEEK_END: target = size + offset; break;
+      default: return AVERROR(EINVAL);
+    }
+    if (target < 0) return AVERROR(EINVAL);
+    return self->position = target;
+  }
+};
+
+// What a libav format is made of, besides its public Info.
+struct CodecSpec {
+  const char* muxer;
+  const char* codec;
+  AVPixelFormat pixel_format;
+};
+
+// A codec in a container. The built-in formats share this encode/mux loop and differ in their
+// spec and the hooks below. Implementations hold no state: everything lives in a call.
+class LibavEncoder : public FormatEncoder {
+ public:
+  LibavEncoder(Info info, CodecSpec spec) : FormatEncoder(std::move(info)), spec_(spec) {}
+
+  void write_file(const VideoFrames& frames, const fs::path& path,
+                  const EncodeOptions& options) const override {
+    mux_to_file(frames, path.string(), options);
+  }
+
+  std::vector<std::uint8_t> write_memory(const VideoFrames& frames,
+                                         const EncodeOptions& options) const override {
+    constexpr int buffer_size = 64 * 1024;
+    MemorySink sink;
+    auto* buffer = static_cast<std::uint8_t*>(av::check_alloc(av_malloc(buffer_size), "AVIO buffer"));
+    AVIOContext* raw = avio_alloc_context(buffer, buffer_size, 1, &sink, nullptr,
+                                          &MemorySink::write, &MemorySink::seek);
+    if (raw == nullptr) av_free(buffer);
+    av::CustomIoPtr io(av::check_alloc(raw, "allocating AVIO"));
+    av::OutputFormatPtr fmt = alloc_muxer(nullptr);  // destroyed before io
+    fmt->pb = io.get();
+    fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
+    mux(frames, fmt.get(), options, true);
+    avio_flush(io.get());
+    av::check(io->error, "writing the output to memory");
+    return std::move(sink.bytes);
+  }
+
+ protected:
+  void mux_to_file(const VideoFrames& frames, const std::string& url,
+                   const EncodeOptions& options) const {
+    av::FileIoPtr io;                                     // declared first: outlives fmt
+    av::OutputFormatPtr fmt = alloc_muxer(url.c_str());  // url is kept: faststart reopens it
+    if (!(fmt->oformat->flags & AVFMT_NOFILE)) {  // image2 opens one file per frame itself
+      AVIOContext* pb = nullptr;
+      av::check(avio_open(&pb, url.c_str(), AVIO_FLAG_WRITE), "opening " + url);
+      io.reset(pb);
+      fmt->pb = io.get();
+    }
+    mux(frames, fmt.get(), options, false);
+    fmt.reset();
+    if (AVIOContext* pb = io.release()) av::check(avio_closep(&pb), "closing " + url);
+  }
+
+  virtual void configure(AVCodecContext* /*codec*/, const EncodeOptions& /*options*/) const {}
+  virtual void muxer_options(av::Dictionary& /*options*/, bool /*in_memory*/) const {}
+  virtual std::unique_ptr<FrameFiller> make_filler(const VideoFrames& frames) const {
+    return std::make_unique<YuvFiller>(frames.width, frames.height);
+  }
+
+ private:
+  CodecSpec spec_;
+
+  av::OutputFormatPtr alloc_muxer(const char* url) const {
+    AVFormatContext* raw = nullptr;
+    av::check(avformat_alloc_output_context2(&raw, nullptr, spec_.muxer, url),
+             std::string("creating the ") + spec_.muxer + " muxer");
+    return av::OutputFormatPtr(raw);
+  }
+
+  av::CodecContextPtr open_encoder(const VideoFrames& frames, const EncodeOptions& options,
+                               bool global_header) const {
+    const AVCodec* codec = avcodec_find_encoder_by_name(spec_.codec);
+    if (codec == nullptr) {
+      throw Error(ErrorKind::internal, std::string("FFmpeg has no encoder ") + spec_.codec);
+    }
+    av::CodecContextPtr ctx(av::check_alloc(avcodec_alloc_context3(codec), "allocating the encoder"));
+    const AVRational rate = av_d2q(frames.fps, 100000);
+    ctx->width = frames.width;
+    ctx->height = frames.height;
+    ctx->pix_fmt = spec_.pixel_format;
+    ctx->framerate = rate;
+    ctx->time_base = av_inv_q(rate);  // frame i has pts i
+    ctx->thread_count = options.threads;
+    if (global_header) ctx->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+    configure(ctx.get(), options);
+    av::check(avcodec_open2(ctx.get(), codec, nullptr), std::string("opening ") + spec_.codec);
+    return ctx;
+  }
+
+  void mux(const VideoFrames& frames, AVFormatContext* fmt, const EncodeOptions& options,
+           bool in_memory) const {
+    std::unique_ptr<FrameFiller> filler = make_filler(frames);
+    AVStream* stream = av::check_alloc(avformat_new_stream(fmt, nullptr), "creating the video stream");
+    av::CodecContextPtr ctx = open_encoder(frames, options, fmt->oformat->flags & AVFMT_GLOBALHEADER);
+    av::check(avcodec_parameters_from_context(stream->codecpar, ctx.get()),
+             "copying codec parameters");
+    stream->time_base = ctx->time_base;  // a hint: the muxer picks the final one in write_header
+    stream->avg_frame_rate = ctx->framerate;
+    stream->r_frame_rate = ctx->framerate;
+    if (!options.comment.empty())
+      av::check(av_dict_set(&fmt->metadata, "comment", options.comment.c_str(), 0), "setting the comment tag");
+    av::Dictionary mux_options;
+    muxer_options(mux_options, in_memory);
+    av::check(avformat_write_header(fmt, mux_options.address()),
+             std::string("writing the ") + spec_.muxer + " header");
+
+    av::FramePtr frame = make_frame(ctx.get());
+    av::PacketPtr packet(av::check_alloc(av_packet_alloc(), "allocating a packet"));
+    auto write_packet = [&](AVPacket* p) {
+      if (p->duration == 0) p->duration = 1;  // constant frame rate: one tick of 1/fps
+      av_packet_rescale_ts(p, ctx->time_base, stream->time_base);
+      p->stream_index = stream->index;
+      av::check(av_interleaved_write_frame(fmt, p), "writing a packet");
+    };
+    for (int i = 0; i < frames.count; ++i) {
+      av::check(av_frame_make_writable(frame.get()), "making the frame writable");
+      filler->fill(frames.frame(i), frame.get());
+      frame->pts = i;
+      encode_frame(ctx.get(), frame.get(), packet.get(), write_packet);
+    }
+    encode_frame(ctx.get(), nullptr, packet.get(), write_packet);
+    av::check(av_write_trailer(fmt), std::string("finishing the ") + spec_.muxer + " output");
+  }
+};
+
+void require(bool ok, const std::string& message) {
+  if (!ok) reject(message);
+}
+
+void require_even(const VideoFrames& frames, std::string_view format) {
+  require(frames.width % 2 == 0 && frames.height % 2 == 0,
+          std::string(format) + " (yuv420p) needs an even width and height, got width " +
+              std::to_string(frames.width) + " and height " + std::to_string(frames.height));
+}
+
+void require_crf(int crf, int max, std::string_view format) {
+  require(crf >= 0 && crf <= max, "crf for " + std::string(format) + " must be in [0, " +
+                                       std::to_string(max) + "], got " + std::to_string(crf));
+}
+
+void tag_bt709(AVCodecContext* c) {
+  c->color_primaries = AVCOL_PRI_BT709;
+  c->color_trc = AVCOL_TRC_BT709;
+  c->colorspace = AVCOL_SPC_BT709;
+  c->color_range = AVCOL_RANGE_MPEG;
+}
+
+int two_second_gop(const AVCodecContext* c) {
+  return std::max(1, static_cast<int>(std::lround(2.0 * av_q2d(c->framerate))));
+}
+
+void set_private(AVCodecContext* c, const char* key, const std::string& value) {
+  av::check(av_opt_set(c->priv_data, key, value.c_str(), 0),
+           std::string("setting encoder option ") + key);
+}
+
+struct Mp4Encoder final : LibavEncoder {
+  Mp4Encoder()
+      : LibavEncoder({"mp4", "video/mp4", ".mp4"}, {"mp4", "libx264", AV_PIX_FMT_YUV420P}) {}
+  void check(const VideoFrames& frames, const EncodeOptions& options) const override {
+    require_even(frames, "mp4");
+    require_crf(options.crf, 51, "mp4");
+    static constexpr std::array<std::string_view, 10> presets = {
+        "ultrafast", "superfast", "veryfast", "faster", "fast",
+        "medium",    "slow",      "slower",   "veryslow", "placebo"};
+    require(std::find(presets.begin(), presets.end(), options.preset) != presets.end(),
+            "unknown x264 preset '" + options.preset + "' (ultrafast ... placebo)");
+  }
+  void configure(AVCodecContext* c, const EncodeOptions& options) const override {
+    tag_bt709(c);
+    c->gop_size = two_second_gop(c);
+    set_private(c, "preset", options.preset);
+    set_private(c, "crf", std::to_string(options.crf));
+  }
+  void muxer_options(av::Dictionary& options, bool in_memory) const override {
+    options.set("movflags",
+                in_memory ? "frag_keyframe+empty_moov+default_base_moof" : "+faststart");
+  }
+};
+
+struct WebmEncoder final : LibavEncoder {
+  WebmEncoder()
+      : LibavEncoder({"webm", "video/webm", ".webm"}, {"webm", "libvpx-vp9", AV_PIX_FMT_YUV420P}) {}
+  void check(const VideoFrames& frames, const EncodeOptions& options) const override {
+    require_even(frames, "webm");
+    require_crf(options.crf, 63, "webm");
+  }
+  void configure(AVCodecContext* c, const EncodeOptions& options) const override {
+    tag_bt709(c);
+    c->gop_size = two_second_gop(c);
+    c->bit_rate = 0;  // with crf: constant-quality mode
+    set_private(c, "crf", std::to_string(options.crf));
+    set_private(c, "deadline", "good");
+    set_private(c, "cpu-used", "4");  // libvpx's speed/quality knob; 4 keeps VP9 usable on CPU
+    set_private(c, "row-mt", "1");
+  }
+};
+
+struct GifEncoder final : LibavEncoder {
+  GifEncoder() : LibavEncoder({"gif", "image/gif", ".gif"}, {"gif", "gif", AV_PIX_FMT_PAL8}) {}
+  std::unique_ptr<FrameFiller> make_filler(const VideoFrames& frames) const override {
+    return std::make_unique<PaletteFiller>(frames);
+  }
+};
+
+struct PngEncoder final : LibavEncoder {
+  PngEncoder() : LibavEncoder({"png", "image/png", ""}, {"image2", "png", AV_PIX_FMT_RGB24}) {}
+  void write_file(const VideoFrames& frames, const fs::path& dir,
+                  const EncodeOptions& options) const override {
+    std::error_code ec;
+    if (!fs::create_directory(dir, ec)) {
+      throw Error(ec ? io_error_kind(ec.value()) : ErrorKind::internal,
+                  "creating " + dir.string() + ": " + (ec ? ec.message() : "it exists"));
+    }
+    std::string pattern;  // image2 expands %d: a '%' in the directory must read as itself
+    for (char c : (dir / "frame_%05d.png").string()) pattern += c == '%' ? "%%" : std::string(1, c);
+    pattern.replace(pattern.rfind("%%05d"), 5, "%05d");
+    mux_to_file(frames, pattern, options);
+  }
+  std::vector<std::uint8_t> write_memory(const VideoFrames&, const EncodeOptions&) const override {
+    reject("format png writes a directory of files and cannot be encoded to memory");
+  }
+  void muxer_options(av::Dictionary& options, bool) const override {
+    options.set("start_number", "0");
+  }
+  std::unique_ptr<FrameFiller> make_filler(const VideoFrames&) const override {
+    return std::make_unique<RgbFiller>();
+  }
+};
+
+// ---- the registry ----
+
+Registry<std::shared_ptr<const FormatEncoder>>& encoders() {
+  static Registry<std::shared_ptr<const FormatEncoder>> registry(
+      "output format", {{"mp4", std::make_shared<Mp4Encoder>()},
+                        {"webm", std::make_shared<WebmEncoder>()},
+                        {"gif", std::make_shared<GifEncoder>()},
+                        {"png", std::make_shared<PngEncoder>()}});
+  return registry;
+}
+
+std::shared_ptr<const FormatEncoder> find_encoder(std::string_view format) {
+  init_av_logging();
+  return encoders().get(format);
+}
+
+// Validates everything before any file is touched.
+std::shared_ptr<const FormatEncoder> checked_encoder(const VideoFrames& frames,
+                                                     const EncodeOptions& options) {
+  auto encoder = find_encoder(options.format);
+  frames.validate();
+  require(options.threads >= 1 && options.threads <= 64,
+          "threads must be in [1, 64], got " + std::to_string(options.threads));
+  encoder->check(frames, options);
+  return encoder;
+}
+
+}  // namespace
+
+void register_encoder(std::shared_ptr<const FormatEncoder> encoder) {
+  if (!encoder) reject("register_encoder needs an encoder");
+  std::string name = encoder->info().name;
+  encoders().add(std::move(name), std::move(encoder));
+}
+
+std::vector<std::string> encoder_formats() { return encoders().names(); }
+
+std::string content_type_for(std::string_view format) {
+  return find_encoder(format)->info().content_type;
+}
+
+std::string extension_for(std::string_view format) { return find_encoder(format)->info().extension; }
+
+void encode_to_file(const VideoFrames& frames, const std::filesystem::path& out,
+                    const EncodeOptions& options) {
+  const auto encoder = checked_encoder(frames, options);
+  if (out.filename().empty()) reject("output path names no file: '" + out.string() + "'");
+  const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) reject("output directory does not exist: " + dir.string());
+  write_atomically(out, [&](const fs::path& temporary) { encoder->write_file(frames, temporary, options); });
+  spdlog::debug("encoded {} frames {}x{} as {} to {}", frames.count, frames.width, frames.height,
+                options.format, out.string());
+}
+
+std::vector<std::uint8_t> encode_to_memory(const VideoFrames& frames,
+                                           const EncodeOptions& options) {
+  return checked_encoder(frames, options)->write_memory(frames, options);
+}
+
+}  // namespace vgen

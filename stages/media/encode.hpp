@@ -1,0 +1,111 @@
+// Encoding VideoFrames into a container with FFmpeg 5.1 (libavcodec/libavformat/libswscale).
+//
+// Formats are plug-ins chosen by name from a Registry (runtime/registry.hpp): each is a
+// FormatEncoder, and register_encoder adds more. Built in (one struct each in encode.cpp, over
+// a shared libav encode/mux loop):
+//   "mp4"  H.264 (libx264), yuv420p, BT.709 tags; files get +faststart (moov before mdat),
+//          memory output is fragmented MP4 (frag_keyframe+empty_moov+default_base_moof).
+//   "webm" VP9 (libvpx-vp9), yuv420p, BT.709 tags, constant-quality mode from crf.
+//   "gif"  pal8 with one adaptive 255-colour palette per clip (median cut, no dithering) plus
+//          a transparent index the gif encoder uses for unchanged pixels; loops forever.
+//          GIF delays are whole centiseconds, so e.g. 16 fps plays as 6/6/7/6... cs.
+//   "png"  a directory of frame_00000.png, frame_00001.png, ... (RGB24; fps is not stored).
+// mp4 and webm need even width and height (yuv420p) and reject odd sizes; they convert RGB
+// (full range) to BT.709 limited-range YUV.
+//
+// Blocking and threads: every function blocks the calling thread for the whole encode (CPU
+// bound; run it on a worker thread, never on an io_context thread). Each call is independent
+// and may run concurrently with others; EncodeOptions::threads bounds the encoder's own
+// threads per call. There is no cancellation: an encode runs to completion or failure.
+//
+// Errors: Error(invalid_argument) for bad frames, an unknown format, bad options (odd sizes
+// for mp4/webm, crf out of range, unknown x264 preset, threads < 1) or a missing output
+// directory; Error(transient, "<what failed>: <reason>") for a failure a retry may fix (disk
+// full, I/O error: see runtime/atomic_file.hpp's io_error_kind) and Error(internal, ...) for
+// any other libav or filesystem failure.
+// On first use, libav logging is set (process-wide) to AV_LOG_ERROR and forwarded to spdlog.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "stages/media/frames.hpp"
+
+namespace vgen {
+
+struct EncodeOptions {
+  std::string format = "mp4";       // one of encoder_formats()
+  int crf = 23;                     // mp4: 0..51, webm: 0..63 (lower is better); gif/png ignore it
+  std::string preset = "veryfast";  // x264 preset (ultrafast ... placebo); mp4 only
+  int threads = 1;                  // encoder threads for this one encode (1..64)
+  std::string comment;              // container "comment" tag (mp4, webm); vgen writes the job key
+};
+
+// One output format. Registered once and then shared: implementations hold no mutable state
+// (everything lives in a call), and every member may be called from many threads at once.
+class FormatEncoder {
+ public:
+  struct Info {
+    std::string name;          // EncodeOptions::format: "mp4"
+    std::string content_type;  // "video/mp4"
+    std::string extension;     // with the dot: ".mp4"; "" for output that is a directory
+  };
+  explicit FormatEncoder(Info info) : info_(std::move(info)) {}
+  virtual ~FormatEncoder() = default;
+  const Info& info() const noexcept { return info_; }
+
+  // Throws Error(invalid_argument) for valid frames and options this format cannot take.
+  // Runs before anything is written.
+  virtual void check(const VideoFrames& /*frames*/, const EncodeOptions& /*options*/) const {}
+
+  // Writes the whole output at `path` (a file, or a directory of files), which does not
+  // exist yet. encode_to_file passes a temporary and puts it in place atomically afterwards,
+  // so a failure may leave `path` half written.
+  virtual void write_file(const VideoFrames& frames, const std::filesystem::path& path,
+                          const EncodeOptions& options) const = 0;
+
+  // The output as one body; Error(invalid_argument) for a format that has none.
+  virtual std::vector<std::uint8_t> write_memory(const VideoFrames& frames,
+                                                 const EncodeOptions& options) const = 0;
+
+ private:
+  Info info_;
+};
+
+// Adds a format under encoder->info().name. Error(invalid_argument) for a null encoder, an
+// empty name or a name already registered ("output format 'mp4' is already registered").
+// Thread-safe.
+void register_encoder(std::shared_ptr<const FormatEncoder> encoder);
+
+// Registered format names, sorted: gif, mp4, png, webm and those registered since.
+std::vector<std::string> encoder_formats();
+
+// MIME type of encode output: "video/mp4", "video/webm", "image/gif"; "image/png" for png,
+// which is the type of each frame file (png output is a directory, never a single body).
+// Throws Error(invalid_argument) listing the known formats for an unknown name
+// ("unknown output format 'avi' (known: gif, mp4, png, webm)").
+std::string content_type_for(std::string_view format);
+
+// File name extension including the dot: ".mp4", ".webm", ".gif"; "" for png (a directory).
+// Throws like content_type_for.
+std::string extension_for(std::string_view format);
+
+// Encodes to `out` atomically (runtime/atomic_file.hpp's write_atomically): the output is
+// built at a temporary path in the same directory (".<name>.tmp-<pid>-<random>"), synced and
+// renamed onto `out` only after a complete, successful encode, replacing an existing file
+// (or, for png, an existing directory). On any failure the temporary is removed and `out` is
+// left as it was. The parent directory must exist.
+void encode_to_file(const VideoFrames& frames, const std::filesystem::path& out,
+                    const EncodeOptions& options);
+
+// Encodes to memory through custom AVIO (for HTTP responses). mp4 is fragmented MP4 (faststart
+// needs to reopen a file, which custom I/O cannot); webm and gif are as written to a file.
+// png throws Error(invalid_argument): a frame directory has no single-body form.
+std::vector<std::uint8_t> encode_to_memory(const VideoFrames& frames, const EncodeOptions& options);
+
+}  // namespace vgen

@@ -1,0 +1,207 @@
+#include "stages/model/model_backend.hpp"
+
+#include "runtime/errors.hpp"
+#include "runtime/host_memory.hpp"
+#include "runtime/registry.hpp"
+#include "stages/model/mapped_weights.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/script.h>
+
+#include <future>
+#include <map>
+#include <mutex>
+
+namespace vgen {
+
+namespace fs = std::filesystem;
+
+c10::Device parse_torch_device(std::string_view id) {
+  const auto colon = id.find(':');
+  const auto kind = id.substr(0, colon);
+  int index = -1;
+  if (colon != std::string_view::npos) {
+    const auto digits = id.substr(colon + 1);
+    if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string_view::npos)
+      throw_error(ErrorKind::invalid_argument, "device: bad index in '" + std::string(id) + "'");
+    index = std::stoi(std::string(digits));
+  }
+  if (kind == "cpu") return c10::Device(c10::kCPU);  // cpu:N is a replica of the one CPU device
+  if (kind == "cuda") return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(std::max(index, 0)));
+  throw_error(ErrorKind::invalid_argument, "device: unknown device '" + std::string(id) + "' (cpu[:N] or cuda:N)");
+}
+
+c10::ScalarType parse_dtype(std::string_view name) {
+  if (name == "float32") return c10::kFloat;
+  if (name == "float16") return c10::kHalf;
+  if (name == "bfloat16") return c10::kBFloat16;
+  throw_error(ErrorKind::invalid_argument, "dtype: unknown '" + std::string(name) + "' (float32, float16, bfloat16)");
+}
+
+std::shared_ptr<const Module> Module::with_parameters(const std::map<std::string, at::Tensor>&) const {
+  throw_error(ErrorKind::internal, "this model backend cannot replace parameters (LoRA)");
+}
+
+namespace {
+
+// A shallow copy of `m` (its own attribute slots, the same class type and so the same
+// compiled methods) whose parameters named in `replaced` (relative to `prefix`) are swapped;
+// only the submodules on a path to a replaced parameter are copied, every other slot is
+// shared with `m`.
+torch::jit::Module copy_with(const torch::jit::Module& m, const std::string& prefix,
+                             const std::map<std::string, at::Tensor>& replaced) {
+  torch::jit::Module out(m._ivalue()->copy());
+  std::map<std::string, bool> children;  // child name -> has a replaced parameter below it
+  for (auto it = replaced.lower_bound(prefix); it != replaced.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+    const auto rest = it->first.substr(prefix.size());
+    const auto dot = rest.find('.');
+    if (dot == std::string::npos) {
+      if (!m.hasattr(rest) || !m.attr(rest).isTensor())
+        throw_error(ErrorKind::invalid_argument, "model has no parameter '" + it->first + "'");
+      const auto base = m.attr(rest).toTensor();
+      if (base.sizes() != it->second.sizes() || base.scalar_type() != it->second.scalar_type())
+        throw_error(ErrorKind::invalid_argument, "parameter '" + it->first + "': replacement has another shape or dtype");
+      out._ivalue()->setAttr(rest, it->second);
+    } else {
+      children[rest.substr(0, dot)] = true;
+    }
+  }
+  for (const auto& [name, _] : children) {
+    if (!m.hasattr(name) || !m.attr(name).isModule())
+      throw_error(ErrorKind::invalid_argument, "model has no submodule '" + prefix + name + "'");
+    out._ivalue()->setAttr(name, copy_with(m.attr(name).toModule(), prefix + name + ".", replaced)._ivalue());
+  }
+  return out;
+}
+
+class TorchScriptModule final : public Module {
+ public:
+  TorchScriptModule(torch::jit::Module m, c10::Device device, c10::ScalarType dtype)
+      : module_(std::move(m)), device_(device), dtype_(dtype) {}
+
+  at::Tensor call(std::string_view method, const std::vector<at::Tensor>& inputs) const override {
+    // forward() is const on the module's state; TorchScript's method lookup is not const-qualified.
+    auto& m = const_cast<torch::jit::Module&>(module_);
+    auto found = m.find_method(std::string(method));
+    if (!found) throw_error(ErrorKind::invalid_argument, "model has no method '" + std::string(method) + "'");
+    c10::InferenceMode guard;
+    std::vector<c10::IValue> args;
+    args.reserve(inputs.size());
+    // Only the device changes here. Dtypes are the caller's: exported modules may keep some
+    // inputs and submodules in float32 (e.g. Wan's timestep and time embedder in a bf16
+    // package), so casting every floating input to the module's dtype would be wrong.
+    for (const auto& t : inputs) args.emplace_back(t.to(device_));
+    return (*found)(std::move(args)).toTensor();
+  }
+  c10::Device device() const override { return device_; }
+  c10::ScalarType dtype() const override { return dtype_; }
+  std::map<std::string, at::Tensor> parameters() const override {
+    std::map<std::string, at::Tensor> out;
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) out.emplace(p.name, p.value);
+    return out;
+  }
+  std::shared_ptr<const Module> with_parameters(const std::map<std::string, at::Tensor>& replaced) const override {
+    return std::make_shared<TorchScriptModule>(copy_with(module_, "", replaced), device_, dtype_);
+  }
+
+ private:
+  torch::jit::Module module_;
+  c10::Device device_;
+  c10::ScalarType dtype_;
+};
+
+std::shared_ptr<const Module> load_torchscript(const fs::path& file, c10::Device device, c10::ScalarType dtype) {
+  if (!fs::is_regular_file(file)) throw_error(ErrorKind::invalid_argument, "model file '" + file.string() + "' does not exist");
+  // A CPU module's weights live in this process: a file larger than the memory left would get
+  // the process killed mid-load, so it is refused first (a CUDA load only stages each tensor).
+  if (device.is_cpu())
+    check_fits_in_memory("model file '" + file.string() + "'", fs::file_size(file), available_memory_bytes());
+  try {
+    torch::jit::ExtraFilesMap extra{{kWeightsExtraFile, ""}};
+    auto m = torch::jit::load(file.string(), device, extra);
+    // A split component (stages/mapped_weights.hpp): the TorchScript file was only the code;
+    // its weights are mapped, read when first used; one larger than memory would thrash.
+    if (const auto weights = weights_file_for(file, extra[kWeightsExtraFile]); !weights.empty()) {
+      if (device.is_cpu() && fs::is_regular_file(weights))
+        check_fits_in_memory("model weights '" + weights.string() + "'", fs::file_size(weights),
+                             available_memory_bytes());
+      attach_mapped_weights(m, weights, device);
+    }
+    m.eval();  // the file's own parameter dtypes are kept: `dtype` describes them
+    return std::make_shared<TorchScriptModule>(std::move(m), device, dtype);
+  } catch (const c10::Error& e) {
+    throw_error(ErrorKind::invalid_argument, "model file '" + file.string() + "' is corrupt or not TorchScript: " +
+                                                 truncate_utf8(e.what_without_backtrace(), 300));
+  }
+}
+
+Registry<ModuleLoader>& registry() {
+  static Registry<ModuleLoader> r("model backend", {{"torchscript", load_torchscript}});
+  return r;
+}
+
+}  // namespace
+
+void register_model_backend(std::string name, ModuleLoader loader) { registry().add(std::move(name), std::move(loader)); }
+
+std::vector<std::string> model_backend_names() { return registry().names(); }
+
+std::shared_ptr<const Module> load_module(std::string_view backend, const fs::path& file, std::string_view device,
+                                          c10::ScalarType dtype) {
+  return registry().get(backend)(file, parse_torch_device(device), dtype);
+}
+
+struct ModuleCache::State {
+  std::mutex mutex;
+  std::map<std::string, std::shared_future<std::shared_ptr<const Module>>> entries;
+  std::size_t loads = 0;
+};
+
+ModuleCache::ModuleCache() : state_(std::make_shared<State>()) {}
+
+ModuleCache& ModuleCache::instance() {
+  static ModuleCache cache;
+  return cache;
+}
+
+std::shared_ptr<const Module> ModuleCache::get(std::string_view backend, const fs::path& file, std::string_view device,
+                                               c10::ScalarType dtype) {
+  const std::string key = std::string(backend) + '\n' + fs::absolute(file).lexically_normal().string() + '\n' +
+                          std::string(device) + '\n' + c10::toString(dtype);
+  std::promise<std::shared_ptr<const Module>> mine;
+  std::shared_future<std::shared_ptr<const Module>> result;
+  bool loader = false;
+  {
+    std::lock_guard lock(state_->mutex);
+    auto [it, inserted] = state_->entries.try_emplace(key);
+    if (inserted) {
+      it->second = mine.get_future().share();
+      loader = true;
+      ++state_->loads;
+    }
+    result = it->second;
+  }
+  if (loader) {  // single flight: one thread loads, the others wait for its result
+    try {
+      mine.set_value(load_module(backend, file, device, dtype));
+    } catch (...) {
+      mine.set_exception(std::current_exception());
+      std::lock_guard lock(state_->mutex);
+      state_->entries.erase(key);  // a failed load is retried next time
+    }
+  }
+  return result.get();
+}
+
+std::size_t ModuleCache::loads() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->loads;
+}
+
+void ModuleCache::clear() {
+  std::lock_guard lock(state_->mutex);
+  state_->entries.clear();
+}
+
+}  // namespace vgen

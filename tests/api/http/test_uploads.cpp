@@ -1,0 +1,131 @@
+// Uploads: base64/data-URL image text, content-named files, pins that remove the last use,
+// and the start-up sweep of what a crash left.
+#include "api/http/uploads.hpp"
+
+#include <doctest/doctest.h>
+
+#include "runtime/errors.hpp"
+#include "stages/media/libav.hpp"
+#include "tests/support/png.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <cstring>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+using namespace vgen;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string png(int w, int h, std::uint8_t shade) { return test::solid_png(w, h, shade); }
+
+std::string base64(std::string_view bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    std::uint32_t v = static_cast<unsigned char>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= static_cast<unsigned char>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) v |= static_cast<unsigned char>(bytes[i + 2]);
+    out += kAlphabet[v >> 18 & 63];
+    out += kAlphabet[v >> 12 & 63];
+    out += i + 1 < bytes.size() ? kAlphabet[v >> 6 & 63] : '=';
+    out += i + 2 < bytes.size() ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+
+std::string error_of(std::string_view text, std::uint64_t max = 1 << 20) {
+  try {
+    decode_image_text(text, "image", max);
+    return "";
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);
+    return e.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("image text: a data URL or plain base64, with or without padding and line breaks") {
+  const auto bytes = png(4, 4, 7);
+  const auto b64 = base64(bytes);
+  CHECK(decode_image_text(b64, "image", 1 << 20) == bytes);
+  CHECK(decode_image_text("data:image/png;base64," + b64, "image", 1 << 20) == bytes);
+  std::string wrapped;
+  for (std::size_t i = 0; i < b64.size(); i += 10) wrapped += b64.substr(i, 10) + "\r\n";
+  CHECK(decode_image_text(wrapped, "image", 1 << 20) == bytes);
+  std::string unpadded = b64;
+  while (!unpadded.empty() && unpadded.back() == '=') unpadded.pop_back();
+  CHECK(decode_image_text(unpadded, "image", 1 << 20) == bytes);
+  CHECK(error_of("AAEC").find("not base64 of a PNG, JPEG or WebP") != std::string::npos);
+
+  CHECK(error_of("/etc/passwd").find("not base64 of a PNG") != std::string::npos);  // a path is never read
+  CHECK(error_of("data:image/png,rawbytes").find("must be base64") != std::string::npos);
+  CHECK(error_of("data:image/png;base64").find("without ','") != std::string::npos);
+  CHECK(error_of("AAE=AA").find("not base64") != std::string::npos);
+  CHECK(error_of("A").find("middle of a byte") != std::string::npos);
+  CHECK(error_of(b64, 10).find("larger than 10 bytes") != std::string::npos);
+  CHECK(error_of(std::string(4000, 'A'), 100).find("larger than 100 bytes") != std::string::npos);
+}
+
+TEST_CASE("put: checked before writing, named by content, one file for the same picture") {
+  test::TempDir tmp;
+  UploadStore store(tmp / "uploads", {});
+  const auto a = png(8, 8, 1);
+  CHECK_THROWS_AS(store.put("not an image", "image"), Error);
+  CHECK_FALSE(fs::exists(tmp / "uploads"));  // nothing written for a bad image
+  const auto first = store.put(a, "image");
+  CHECK(first == tmp.path() / "uploads" / (image_sha256(a) + ".png"));
+  CHECK(first.is_absolute());
+  const auto second = store.put(a, "last_image");
+  CHECK(second == first);
+  CHECK(test::listing(tmp / "uploads").size() == 1);
+  CHECK(store.pinned(first) == 2);
+  try {
+    store.put(png(8, 8, 1).substr(0, 30), "last_image");
+    FAIL("a truncated upload was stored");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).starts_with("last_image: "));
+  }
+  store.unpin(first);
+  CHECK(fs::exists(first));  // still used once
+  store.unpin(first);
+  CHECK_FALSE(fs::exists(first));  // the last use removes it
+  store.unpin(first);              // more unpins than pins: nothing happens
+  store.unpin("/etc/hosts");       // not an upload: ignored
+  CHECK(fs::exists("/etc/hosts"));
+}
+
+TEST_CASE("sweep at start-up keeps what resumed jobs pinned and removes the rest") {
+  test::TempDir tmp;
+  fs::path kept, dropped;
+  {
+    UploadStore before_crash(tmp / "uploads", {});
+    kept = before_crash.put(png(8, 8, 1), "image");
+    dropped = before_crash.put(png(8, 8, 2), "image");
+    std::ofstream(tmp / "uploads" / ".x.png.tmp-1-abc") << "half";
+  }  // the process dies with both pinned
+  UploadStore after(tmp / "uploads", {});
+  after.pin(kept);  // a resumed job's image
+  CHECK(after.sweep() == 2);
+  CHECK(fs::exists(kept));
+  CHECK_FALSE(fs::exists(dropped));
+  CHECK(test::listing(tmp / "uploads").size() == 1);
+  UploadStore missing(tmp / "never-made", {});
+  CHECK(missing.sweep() == 0);
+}
+
+TEST_CASE("concurrent puts of one picture store one file and count every use" * doctest::timeout(60)) {
+  test::TempDir tmp;
+  UploadStore store(tmp / "uploads", {});
+  const auto a = png(16, 16, 3);
+  std::vector<std::thread> threads;
+  std::vector<fs::path> paths(4);
+  for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { paths[i] = store.put(a, "image"); });
+  for (auto& t : threads) t.join();
+  for (const auto& p : paths) CHECK(p == paths[0]);
+  CHECK(store.pinned(paths[0]) == 4);
+  CHECK(test::listing(tmp / "uploads").size() == 1);
+}

@@ -1,0 +1,64 @@
+#include "stages/exec/model_set.hpp"
+
+#include "runtime/device_pool.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/errors.hpp"
+#include "stages/model/torch_devices.hpp"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <map>
+
+using namespace vgen;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path bundled() { return fs::path(VGEN_TEST_SOURCE_DIR) / "models" / "vgen-shapes"; }
+
+// The workers of each stage a ModelSet over the bundled model gives a Pipeline.
+std::map<std::string, std::size_t> workers(std::size_t max_batch, std::size_t leases, std::size_t configured = 1) {
+  const auto devs = parse_device_list("cpu");
+  Executor executor({.io_threads = 1});
+  add_device_pools(executor, devs);
+  DevicePool pool(devs);
+  ModelSetOptions o;
+  o.max_batch = max_batch;
+  o.leases = leases;
+  o.preprocess_workers = o.denoise_workers = o.decode_workers = o.encode_workers = configured;
+  ModelSet set({{"shapes", bundled()}}, executor, pool, o);
+  std::map<std::string, std::size_t> out;
+  for (const auto& s : set.stages()) out[s.name] = s.workers;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the model stages have a worker for every job of a group on every lease") {
+  // Each job in a forming or running group holds a worker: with fewer than max_batch x leases,
+  // one group's jobs hold them all and the other leases idle.
+  auto w = workers(2, 2);
+  CHECK(w["preprocess"] == 4);
+  CHECK(w["denoise"] == 4);
+  CHECK(w["decode"] == 4);
+  CHECK(w["encode"] == 1);  // encode is not grouped
+  w = workers(4, 1);
+  CHECK(w["denoise"] == 4);
+  w = workers(1, 1, 3);  // configured workers are a floor, never lowered
+  CHECK(w["denoise"] == 3);
+  CHECK(w["encode"] == 3);
+}
+
+TEST_CASE("an unknown package directory is an error naming it") {
+  const auto devs = parse_device_list("cpu");
+  Executor executor({.io_threads = 1});
+  add_device_pools(executor, devs);
+  DevicePool pool(devs);
+  try {
+    ModelSet set({{"x", fs::path("/nonexistent/pkg")}}, executor, pool, ModelSetOptions{});
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("/nonexistent/pkg") != std::string::npos);
+  }
+}
