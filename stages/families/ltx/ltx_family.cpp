@@ -326,4 +326,10 @@ void LtxFamily::warm_up(const std::string& device) {
 
 CacheStats LtxFamily::text_cache_stats() const { return text_cache_ ? text_cache_->stats() : CacheStats{}; }
 
+// The family's manifest name(s), registered by the build's register_builtin_families()
+// (cmake/family.cmake).
+void register_ltx_family() {
+  families().add("ltx-video", &make_ltx_family);
+}
+
 }  // namespace vgen

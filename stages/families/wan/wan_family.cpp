@@ -457,4 +457,11 @@ CacheStats WanFamily::lora_cache_stats() const {
   return s;
 }
 
+// The family's manifest name(s), registered by the build's register_builtin_families()
+// (cmake/family.cmake).
+void register_wan_family() {
+  families().add("wan2.1-t2v", &make_wan_family);
+  families().add("wan2.2-a14b-t2v", &make_wan_family);  // two experts: WanFamily reads manifest `experts`
+}
+
 }  // namespace vgen

@@ -118,4 +118,12 @@ void WanI2VFamily::condition(const std::string& device, WanJob& job) {
   job.condition = wan_i2v_condition(p, mean, first_last_);
 }
 
+// The family's manifest name(s), registered by the build's register_builtin_families()
+// (cmake/family.cmake).
+void register_wan_i2v_family() {
+  families().add("wan2.1-i2v", &make_wan_i2v_family);
+  families().add("wan2.1-flf2v", &make_wan_i2v_family);  // and a last frame: manifest image_conditioning.last_image
+  families().add("wan2.2-a14b-i2v", &make_wan_i2v_family);  // the two experts with the I2V condition, no image encoder
+}
+
 }  // namespace vgen

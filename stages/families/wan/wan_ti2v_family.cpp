@@ -104,4 +104,10 @@ void WanTI2VFamily::decode(const std::string& device, const std::vector<FamilyJo
   WanFamily::decode(device, jobs);
 }
 
+// The family's manifest name(s), registered by the build's register_builtin_families()
+// (cmake/family.cmake).
+void register_wan_ti2v_family() {
+  families().add("wan2.2-ti2v", &make_wan_ti2v_family);
+}
+
 }  // namespace vgen

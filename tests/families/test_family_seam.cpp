@@ -1,0 +1,78 @@
+// The family seam: every test-only family under tests/families/ (each its own folder, declared
+// with vgen_family(... TEST_ONLY)) registers under its manifest name(s) and renders a job end
+// to end through vgen::Runtime: package loading, validation, the batcher's groups, decode and
+// the encoder, with no other file of the tree naming it.
+#include "api/engine.hpp"
+#include "stages/families/family.hpp"
+#include "stages/media/probe.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+using namespace vgen;
+
+namespace vgen {
+void register_test_families();  // generated from tests/families/*/ (cmake/family.cmake)
+}
+
+namespace {
+
+// The names the test-only families added to the registry (beside the built-ins).
+std::vector<std::string> test_family_names() {
+  register_builtin_families();
+  const auto before = families().names();
+  register_test_families();
+  std::vector<std::string> added;
+  for (const auto& name : families().names())
+    if (std::find(before.begin(), before.end(), name) == before.end()) added.push_back(name);
+  return added;
+}
+
+// The bundled package's files under the family's name: a package the family can load.
+fs::path package_for(const std::string& family, const fs::path& dir) {
+  const fs::path bundled = fs::path(VGEN_TEST_SOURCE_DIR) / "models" / "vgen-shapes";
+  fs::copy(bundled, dir, fs::copy_options::recursive);
+  std::ifstream in(dir / "manifest.json");
+  auto manifest = json::parse(std::string(std::istreambuf_iterator<char>(in), {})).as_object();
+  manifest["family"] = family;
+  std::ofstream(dir / "manifest.json", std::ios::trunc) << json::serialize(manifest);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("every test-only family renders a job through the Runtime" * doctest::timeout(300)) {
+  const auto names = test_family_names();
+  REQUIRE_MESSAGE(!names.empty(), "tests/families/ declares families, but none registered a name");
+  for (const auto& name : names) {
+    CAPTURE(name);
+    const test::TempDir root("vgen-family-seam-");
+    {
+      RuntimeConfig config;
+      config.model = package_for(name, root.path() / "pkg");
+      config.output_dir = root.path() / "out";
+      config.retry_attempts = 1;
+      config.max_batch = 1;  // fixed, not "auto": no start-up probe
+      config.threads_per_device = 1;
+      Runtime rt(config);
+      const json::object spec{{"prompt", "a red square"}, {"name", "seam"}, {"width", 32}, {"height", 32},
+                              {"frames", 5}, {"steps", 2}, {"seed", 7}};
+      const auto result = rt.submit(spec).wait();
+      REQUIRE_MESSAGE(result.state == JobState::done, result.error);
+      const auto video = probe_video(result.output);
+      CHECK(video.width == 32);
+      CHECK(video.height == 32);
+      CHECK(video.frames == 5);
+      rt.drain();
+    }
+  }
+}
