@@ -3,6 +3,9 @@
 # rebuilds only what changed. Sourced by tools/demo.sh and tools/test.sh; run it directly to
 # just set up and build.
 #
+#   VGEN_SETUP  demo: only what running vgen needs (its build packages, LibTorch) and only the
+#               `vgen` target, so a newcomer's first clip comes fast; all (default): the test
+#               tools too (browser, NATS server, diffusers, pytest) and every target
 #   VGEN_VENV   Python venv with the pinned tooling and LibTorch (default ~/.cache/vgen/venv,
 #               outside the clone so a fresh clone reuses it)
 #   VGEN_BUILD  build directory (default build/)
@@ -13,20 +16,28 @@ VGEN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VGEN_VENV="${VGEN_VENV:-$HOME/.cache/vgen/venv}"
 VGEN_BUILD="${VGEN_BUILD:-$VGEN_ROOT/build}"
 VGEN_JOBS="${VGEN_JOBS:-$(nproc)}"
+VGEN_SETUP="${VGEN_SETUP:-all}"
+case "$VGEN_SETUP" in demo|all) ;; *) echo "VGEN_SETUP must be demo or all (got '$VGEN_SETUP')" >&2; exit 2;; esac
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # 1. Debian packages ---------------------------------------------------------------------
-APT_PACKAGES=(
+APT_PACKAGES=(  # what building and running vgen needs
   build-essential cmake ninja-build pkg-config git ca-certificates
   python3 python3-venv python3-pip
   libboost1.81-dev libboost-fiber1.81-dev libboost-context1.81-dev libboost-json1.81-dev
-  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
+  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev
   doctest-dev libspdlog-dev libfmt-dev libcli11-dev libssl-dev libsentencepiece-dev
   libsqlite3-dev nlohmann-json3-dev
-  chromium chromium-driver  # the web page's browser test (tests/python/test_web_browser.py)
-  nats-server libnats-dev
+  libnats-dev  # the fleet's client (vgen worker, --queue); found at configure time, so always
 )
+if [ "$VGEN_SETUP" = all ]; then
+  APT_PACKAGES+=(
+    ffmpeg                    # ffprobe, the tests' judge of every file
+    chromium chromium-driver  # the web page's browser test (tests/python/test_web_browser.py)
+    nats-server               # the fleet tests' broker
+  )
+fi
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -40,22 +51,27 @@ else
   log "Debian packages: all present"
 fi
 
-# 2. Python venv with the pinned tooling (torch 2.11.0 provides LibTorch) -------------------
-REQ="$VGEN_ROOT/tools/requirements.txt"
-STAMP="$VGEN_VENV/.vgen-requirements.sha256"
-want="$(sha256sum "$REQ" | cut -d' ' -f1)"
+# 2. Python venv: LibTorch comes from the pinned torch wheel (requirements-runtime.txt); the
+# tests' tooling (requirements.txt: diffusers, pytest, ...) only with VGEN_SETUP=all ----------
 if [ ! -x "$VGEN_VENV/bin/python" ]; then
   log "creating venv $VGEN_VENV"
   mkdir -p "$(dirname "$VGEN_VENV")"
   python3 -m venv "$VGEN_VENV"
 fi
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
-  log "installing pinned Python tooling into $VGEN_VENV (torch is large: several GB, once)"
-  "$VGEN_VENV/bin/pip" install -q --upgrade pip
-  "$VGEN_VENV/bin/pip" install -q -r "$REQ"
-  echo "$want" > "$STAMP"
-else
-  log "Python tooling: up to date"
+install_requirements() {  # FILE WHAT: pip-installs FILE unless its stamp says it is in place
+  local req="$VGEN_ROOT/tools/$1" stamp="$VGEN_VENV/.vgen-$1.sha256" want
+  want="$(sha256sum "$req" | cut -d' ' -f1)"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "installing $2 into $VGEN_VENV"
+    "$VGEN_VENV/bin/pip" install -q -r "$req"
+    echo "$want" > "$stamp"
+  else
+    log "$2: up to date"
+  fi
+}
+install_requirements requirements-runtime.txt "LibTorch (the torch wheel: several GB, once)"
+if [ "$VGEN_SETUP" = all ]; then
+  install_requirements requirements.txt "the pinned Python tooling"
 fi
 TORCH_CMAKE="$("$VGEN_VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 
@@ -77,7 +93,12 @@ if [ ! -f "$VGEN_BUILD/build.ninja" ]; then
     -DCMAKE_PREFIX_PATH="$TORCH_CMAKE" -DVGEN_WITH_TORCH="$with_torch" \
     -DVGEN_PYTHON="$VGEN_VENV/bin/python" "${launcher[@]}" >/dev/null
 fi
-log "building ($VGEN_JOBS jobs)"
-cmake --build "$VGEN_BUILD" -j "$VGEN_JOBS"
+if [ "$VGEN_SETUP" = demo ]; then
+  log "building vgen ($VGEN_JOBS jobs)"
+  cmake --build "$VGEN_BUILD" -j "$VGEN_JOBS" --target vgen
+else
+  log "building ($VGEN_JOBS jobs)"
+  cmake --build "$VGEN_BUILD" -j "$VGEN_JOBS"
+fi
 log "built $VGEN_BUILD/bin/vgen"
 export VGEN_ROOT VGEN_VENV VGEN_BUILD
