@@ -1,5 +1,5 @@
 // The devices a --devices list resolves to on this machine (`vgen devices`), with the CUDA
-// discovery of the build: LibTorch's in a build with it (stages/torch_devices.hpp), none in a
+// discovery of the build: LibTorch's in a build with it (stages/model/torch_devices.hpp), none in a
 // build without (then "cuda" entries fail as on a machine without a GPU).
 // Thread-safety: safe from any thread. Blocking: the first CUDA query initialises the driver.
 #pragma once

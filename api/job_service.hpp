@@ -1,6 +1,6 @@
 // JobService: what a front end (HttpApi, an embedding service) needs of whoever runs jobs.
 // Two implementations: vgen::Runtime (api/engine.hpp: jobs run in this process) and
-// vgen::FleetClient (api/fleet_client.hpp: jobs go to a fleet of workers through NATS
+// vgen::FleetClient (api/fleet/fleet_client.hpp: jobs go to a fleet of workers through NATS
 // JetStream). The same job spec, JobHandle (progress events, cancel, result, awaitable
 // result) and errors for both, so a service switches between them with one line.
 // Thread-safety, blocking and cancellation: as each implementation's header states; both

@@ -1,6 +1,6 @@
 // RuntimeTuning: how a Runtime turns the "auto" settings of its config (batching.max_batch,
 // threads.per_device, threads.intra_op; RuntimeConfig::kAuto) into numbers, with the
-// AutoTuner (runtime/auto_tune.hpp) measuring the loaded default model (stages/tune_probe.hpp)
+// AutoTuner (runtime/auto_tune.hpp) measuring the loaded default model (stages/exec/tune_probe.hpp)
 // on the first device, at the shape config.tune.spec gives (a job spec; empty: the package's
 // defaults). Settings the config gives as numbers stay as they are and bound the search
 // (OMP_NUM_THREADS counts as a given threads.intra_op). The choice is logged (info) and
@@ -9,7 +9,7 @@
 // When the probe cannot run (e.g. an image-to-video model without an image in tune.spec), a
 // warning says why and the fallback is batch 1, one lease, every core.
 //
-// Out of memory at run time: on_capped (the Batcher's, stages/batcher.hpp) lowers the cached
+// Out of memory at run time: on_capped (the Batcher's, stages/exec/batcher.hpp) lowers the cached
 // batch of the tuned shape (the next start begins there) and the max_batch gauge.
 // Thread-safety: the constructor blocks for the probe (before the Runtime starts its device
 // threads); on_capped may be called from any thread and never throws (after a cache hit, its

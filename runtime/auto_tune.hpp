@@ -2,7 +2,7 @@
 // intra-op threads per lease) for one job shape, by measuring, and remembers the choice.
 //
 // What it measures is injected (a TuneMeasure): the runtime passes one that runs the model
-// package's denoiser and decoder (stages/tune_probe.hpp); the unit test passes fake timings.
+// package's denoiser and decoder (stages/exec/tune_probe.hpp); the unit test passes fake timings.
 // The tuner only searches, scores and caches, so it needs no LibTorch and no clock of its own.
 //
 // Search: for each split (leases L, intra-op threads T with L x T = the device's cores,

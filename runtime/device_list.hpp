@@ -2,7 +2,7 @@
 //
 // A DeviceSpec is plain data (an id, a kind, a memory budget, a slot count). parse_device_list
 // turns a user's comma-separated list into specs; real CUDA discovery (through LibTorch) lives
-// in stages/torch_devices and reaches it as a CudaDiscovery callback, so parsing runs with
+// in stages/model/torch_devices and reaches it as a CudaDiscovery callback, so parsing runs with
 // simulated GPUs in tests.
 // Thread-safety: stateless; parse_device_list may run concurrently (it calls `cuda` on the
 // calling thread). Blocking: only as long as the discovery callback blocks.

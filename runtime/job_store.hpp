@@ -13,7 +13,7 @@
 // find_done(key) is the newest finished output with a content key (the result cache's
 // second level across restarts). list(query) pages through every recorded job, newest
 // accepted first (GET /v1/jobs).
-// record_progress records a job's last durable step checkpoint (stages/checkpoint.hpp): its step
+// record_progress records a job's last durable step checkpoint (stages/exec/checkpoint.hpp): its step
 // and the file, so an operator (and a fleet worker on shared storage) can see where it resumes.
 // Thread-safety: every member may be called from any thread. Calls block on I/O (a store
 // may fsync): the Runtime calls record_accepted on the submitting thread (before it

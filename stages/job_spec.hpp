@@ -18,7 +18,7 @@
 
 namespace vgen {
 
-// One LoRA a job asks for (stages/lora.hpp): a file `name`.safetensors under the configured
+// One LoRA a job asks for (stages/model/lora.hpp): a file `name`.safetensors under the configured
 // lora_dir, merged at `scale`. sha256 is the file's, filled in by the family's validate (it
 // is part of the job's content key, not of its JSON).
 struct LoraRef {
@@ -48,9 +48,9 @@ struct JobSpec {
   std::string image, last_image;
   std::string image_sha256, last_image_sha256;
   std::vector<LoraRef> loras;       // "loras": [{"name", "scale"}], in order; at most 8
-  double step_cache = 0.0;          // step-cache threshold (stages/step_cache.hpp); 0: off
+  double step_cache = 0.0;          // step-cache threshold (stages/exec/step_cache.hpp); 0: off
   // Scheduling, not content: higher first in every queue, and it may preempt lower-priority
-  // denoising (stages/batcher.hpp). In [-Job::kMaxPriority, Job::kMaxPriority] = [-100, 100].
+  // denoising (stages/exec/batcher.hpp). In [-Job::kMaxPriority, Job::kMaxPriority] = [-100, 100].
   // Not part of the content key: the same video at any priority.
   int priority = 0;
   double shift = 0.0;               // the scheduler's flow shift; 0: the package's scheduler config's
@@ -73,7 +73,7 @@ struct SpecLimits {
   int min_frames = 1, max_frames = 257;
   int max_steps = 1000;
   double max_guidance = 50.0;
-  // Below 1 fps an encoder's time base (1/fps as a rational, stages/encode.cpp) degenerates
+  // Below 1 fps an encoder's time base (1/fps as a rational, stages/media/encode.cpp) degenerates
   // and a frame would last minutes; 240 is what VideoFrames accepts.
   double min_fps = 1.0, max_fps = 240.0;
   std::size_t max_prompt_bytes = 4096;

@@ -2,7 +2,7 @@
 // vgen::Runtime in this process, or a FleetClient for `vgen batch --queue`: one path for both;
 // submission waits while the queues are full), with one summary at the end.
 //
-// Input: a BatchReader (api/batch_input.hpp: text or JSONL, one job per line). Items are
+// Input: a BatchReader (api/batch/batch_input.hpp: text or JSONL, one job per line). Items are
 // submitted as they are read, so memory stays flat in the file's length: the reader holds one
 // line, the Runtime's queues bound the jobs in flight, and a finished job keeps only its
 // summary row (line, name, status, output, timings, error), not its spec. A bad line (bad

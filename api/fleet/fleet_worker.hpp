@@ -1,4 +1,4 @@
-// FleetWorker: one worker of the fleet (api/fleet_queue.hpp). It pulls jobs of its models from
+// FleetWorker: one worker of the fleet (api/fleet/fleet_queue.hpp). It pulls jobs of its models from
 // the JetStream work queue and runs them through a vgen::Runtime, the same pipeline as an
 // embedded run (cross-job batching over the jobs it holds), writing each job's state to the
 // bucket and acking a job only once its record says how it ended.

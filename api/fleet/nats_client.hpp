@@ -95,7 +95,7 @@ class PullSubscription {
   std::vector<NatsMessage> fetch(int batch, std::chrono::milliseconds timeout);
   // Up to `batch` of the messages waiting now, answered within about kShortFetch when none is
   // (a fetch with a short expiry; nats.c 3.4's no-wait request waited its whole expiry instead:
-  // tests/runtime/test_nats_client.cpp). Errors as fetch.
+  // tests/api/fleet/test_nats_client.cpp). Errors as fetch.
   static constexpr std::chrono::milliseconds kShortFetch{100};
   std::vector<NatsMessage> fetch_now(int batch);
 

@@ -4,7 +4,7 @@
 //   POST   /v1/jobs              submit a job spec (JSON) -> 202 {id, status, links} + Location;
 //                                image jobs: "image"/"last_image" as base64 or data URLs in the
 //                                JSON, or multipart/form-data with the spec in a "spec" part and
-//                                the files in "image"/"last_image" parts (api/uploads.hpp)
+//                                the files in "image"/"last_image" parts (api/http/uploads.hpp)
 //   GET    /v1/jobs              the jobs the job store records, newest first: ?status= &limit=
 //                                (1..200, default 20) &cursor= (the previous page's next_cursor)
 //   GET    /v1/jobs/{id}         status: to_json(JobResult) plus live progress
@@ -18,8 +18,8 @@
 //   GET    /healthz              {"status": "ok"}
 //   GET    /v1/trace?seconds=N   the runtime's timeline for the next N seconds (1..60, default 5)
 //                                as Chrome / Perfetto trace JSON (runtime/trace.hpp), sent when done
-//   GET    /  and  /ui/{name}    the page (api/web_page.hpp; files from web_dir, 404 without one)
-// docs/openapi.json describes the same routes; tests/api/test_http_api.cpp keeps them in sync
+//   GET    /  and  /ui/{name}    the page (api/http/web_page.hpp; files from web_dir, 404 without one)
+// docs/openapi.json describes the same routes; tests/api/http/test_http_api.cpp keeps them in sync
 // with routes().
 //
 // Errors: handlers throw vgen::Error; the server maps it once (error_response ->
@@ -27,7 +27,7 @@
 // Protocol errors (401, 405 with Allow, 409, 415) use the same JSON error body.
 // Auth: when config().service.token is set, every route but /healthz and the page's files needs
 // "Authorization: Bearer <token>" (401 otherwise), checked before routing by
-// http::bearer_authorized (api/http_auth: the scheme in any letter case, constant-time compare).
+// http::bearer_authorized (api/http/http_auth: the scheme in any letter case, constant-time compare).
 // Threads: handle() never blocks an io thread (submission uses Runtime::try_submit); a
 // submission that carries images (decode, fsync'd write, admission's decode) runs on the
 // HttpApi's own "uploads" thread and resumes on the connection's strand. Its mutable state (the
@@ -59,7 +59,7 @@ namespace vgen {
 
 class HttpApi : public http::RequestHandler {
  public:
-  // web_dir: the page's files (api/web_page.hpp default_web_dir()); empty: no page.
+  // web_dir: the page's files (api/http/web_page.hpp default_web_dir()); empty: no page.
   explicit HttpApi(JobService& jobs, std::filesystem::path web_dir = {});
   ~HttpApi() override;
 

@@ -2,7 +2,7 @@
 // Authorization header, RFC 7235 §2.1 syntax): "Bearer" in any letter case, one or more
 // spaces, then the token, which is compared exactly and in constant time.
 // Stateless and thread-safe; nothing here blocks. The caller decides what to answer (401 with
-// WWW-Authenticate: Bearer in api/http_api) and which routes are exempt.
+// WWW-Authenticate: Bearer in api/http/http_api) and which routes are exempt.
 #pragma once
 
 #include "api/http/http_response.hpp"

@@ -1,5 +1,5 @@
 // One request/response exchange of HTTP/1.1 as vgen serves it, the same on HttpServer's socket
-// connections (api/http_server) and in serve_bytes (no socket): the parser's header and body
+// connections (api/http/http_server) and in serve_bytes (no socket): the parser's header and body
 // limits, the 400/413/431 answers to a request that cannot be read, "Expect: 100-continue",
 // a handler's exception turned into its JSON error, and the fields the server sets on every
 // response (version, keep-alive, Server, Content-Length; chunked for a stream's head).

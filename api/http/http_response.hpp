@@ -4,7 +4,7 @@
 //     Range requests with 206 / 416);
 //   - a stream (StreamResponse): the server sends the head with chunked encoding, then the
 //     producer writes chunks over time (Server-Sent Events, formatted by sse_event()).
-// RequestHandler is the one interface a server serves (api/http_server, serve_bytes).
+// RequestHandler is the one interface a server serves (api/http/http_server, serve_bytes).
 //
 // Ownership: every response owns its body (FileResponse owns its open file). Thread-safety:
 // the free functions are stateless and safe from any thread; a StreamWriter belongs to one

@@ -1,9 +1,9 @@
 // HttpServer: a small HTTP/1.1 server (Boost.Beast) on an Asio executor, written with C++20
 // coroutines: the listening socket, the accept loop and each connection's lifecycle. It knows
 // nothing about vgen jobs: a RequestHandler turns a request into a Response (buffered, file or
-// stream; api/http_response.hpp). How one request is read and answered (limits, 100-continue,
-// errors, message finishing) is api/http_exchange.hpp, which serve_bytes shares; the address
-// syntax is api/listen_address.hpp. This header includes all three, so its users keep one
+// stream; api/http/http_response.hpp). How one request is read and answered (limits, 100-continue,
+// errors, message finishing) is api/http/http_exchange.hpp, which serve_bytes shares; the address
+// syntax is api/http/listen_address.hpp. This header includes all three, so its users keep one
 // include. A stream's head is sent with chunked encoding, then the handler's producer writes
 // chunks over time (Server-Sent Events) until it returns or the client goes away; the
 // connection closes after a stream.

@@ -4,12 +4,12 @@
 // with bounded queues, read and submitted a line at a time. Progress on stderr; a table (or
 // --json, the summary object) on stdout; the summary also goes to DIR/batch-summary.json.
 // One batch or service per output directory (runtime/output_lock.hpp): a second is refused.
-// With --queue (or the config's queue.url) the jobs go to the fleet (api/fleet_client.hpp)
+// With --queue (or the config's queue.url) the jobs go to the fleet (api/fleet/fleet_client.hpp)
 // instead: no model loaded here, DIR is the workers' shared output directory as seen from
 // here, and the same summary and rerun rules apply (FleetClient::has_output).
 // SIGINT/SIGTERM: the first cancels the jobs in flight, stops reading and still writes the
 // summary (exit 130); a second exits at once (130). Exit code: BatchSummary::exit_code, i.e.
-// exit_code_for of the run's error kind (api/batch.hpp).
+// exit_code_for of the run's error kind (api/batch/batch.hpp).
 #include "api/batch/batch.hpp"
 #ifdef VGEN_WITH_NATS
 #include "api/fleet/fleet_client.hpp"

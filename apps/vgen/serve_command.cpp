@@ -1,10 +1,10 @@
 // `vgen serve [--listen HOST:PORT] [--config FILE] [--model DIR] [--device D] [--output-dir DIR]
 //             [--token T] [--max-body BYTES] [--job-ttl SECONDS] [--preview-every STEPS] [--print-routes]
 //             [--queue nats://HOST:PORT]`:
-// the HTTP API (api/http_api.hpp) over one vgen::Runtime, and the page at / (api/web_page.hpp;
+// the HTTP API (api/http/http_api.hpp) over one vgen::Runtime, and the page at / (api/http/web_page.hpp;
 // its files from default_web_dir(); without them the API runs and / answers 404). Previews
 // are on (every RuntimeConfig::kServePreviewEvery steps) unless the config or the flag says.
-// With --queue (or the config's queue.url) it serves the fleet (api/fleet_client.hpp) instead:
+// With --queue (or the config's queue.url) it serves the fleet (api/fleet/fleet_client.hpp) instead:
 // no model loaded, no job state here, the jobs run on `vgen worker`s, and several such front
 // ends can stand behind one load balancer. The first line on stdout is
 // "listening on http://HOST:PORT" with the real port (port 0 picks a free one). SIGINT or

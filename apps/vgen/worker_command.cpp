@@ -1,5 +1,5 @@
 // `vgen worker --queue nats://HOST:PORT --output-dir DIR [--config FILE] [--model DIR] [--device D]
-//              [--name NAME] [--capacity N]`: one worker of the fleet (api/fleet_worker.hpp). It
+//              [--name NAME] [--capacity N]`: one worker of the fleet (api/fleet/fleet_worker.hpp). It
 // loads the model, pulls jobs of its models from the JetStream queue and writes their videos to
 // DIR (the fleet's shared output storage), named by job. The first line on stdout is
 // "worker NAME ready" once it pulls. SIGTERM or SIGINT: it stops pulling, finishes the jobs it

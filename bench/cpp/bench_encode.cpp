@@ -1,4 +1,4 @@
-// Encode stage throughput: stages/encode.hpp encode_to_file (mp4: libx264, veryfast, crf 23,
+// Encode stage throughput: stages/media/encode.hpp encode_to_file (mp4: libx264, veryfast, crf 23,
 // yuv420p BT.709, one encoder thread: vgen's defaults) on synthetic frames.
 //
 //   bench_encode --width W --height H --frames N [--fps F] [--runs R] [--out DIR]

@@ -1,4 +1,4 @@
-// Step cache (stages/step_cache.hpp) on a Wan package: for each threshold, the denoise time
+// Step cache (stages/exec/step_cache.hpp) on a Wan package: for each threshold, the denoise time
 // against the uncached render of the same jobs and the PSNR of the decoded frames against it.
 //
 //   bench_step_cache PACKAGE_DIR [STEPS] [THRESHOLD ...]

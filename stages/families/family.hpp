@@ -23,7 +23,7 @@
 // an io thread and must be cheap. A Family is shared by all jobs of its package; calls for
 // different groups may run concurrently on different devices, so its own state (caches) must
 // be thread-safe. Nothing here is cancellable: the loop checks cancellation between calls.
-// This header includes LibTorch: api/ never includes it (it sees stages/model_set.hpp).
+// This header includes LibTorch: api/ never includes it (it sees stages/exec/model_set.hpp).
 #pragma once
 
 #include "runtime/job.hpp"
@@ -47,8 +47,8 @@ namespace vgen {
 
 // A job's denoising state between steps: everything the step loop needs to carry a job on
 // from `step`, in this group or another, in this process or after a restart (checkpoints,
-// stages/checkpoint.hpp): the step index, the job's latents and its row of the group
-// scheduler's multistep history (stages/scheduler.hpp, row-wise).
+// stages/exec/checkpoint.hpp): the step index, the job's latents and its row of the group
+// scheduler's multistep history (stages/schedulers/scheduler.hpp, row-wise).
 struct StepState {
   int step = 0;        // the next step to run; == steps once the loop is done
   at::Tensor latents;  // [1, C, F', H', W'] float32: the noise before step 0, then the sample
@@ -113,18 +113,18 @@ class Family {
 
   virtual void warm_up(const std::string& device) = 0;
   virtual CacheStats text_cache_stats() const { return {}; }
-  // Merged LoRA variants (stages/lora_variants.hpp) as cache stats: hits, misses = merges,
+  // Merged LoRA variants (stages/model/lora_variants.hpp) as cache stats: hits, misses = merges,
   // evictions, entries, cost = their bytes. None for a family without LoRAs.
   virtual CacheStats lora_cache_stats() const { return {}; }
 };
 
 // What a family's factory gets besides its package.
 struct FamilyOptions {
-  std::string backend = "torchscript";  // stages/model_backend.hpp
+  std::string backend = "torchscript";  // stages/model/model_backend.hpp
   std::size_t text_cache_entries = 256;
   std::chrono::steady_clock::duration text_cache_ttl = std::chrono::minutes(30);
   std::string model_name;  // the name jobs use for it (messages); empty: its directory's name
-  std::filesystem::path lora_dir;                  // jobs' "loras" name files here (stages/lora.hpp)
+  std::filesystem::path lora_dir;                  // jobs' "loras" name files here (stages/model/lora.hpp)
   std::size_t lora_cache_bytes = std::size_t{1} << 30;  // merged LoRA variants kept (0: none)
 };
 

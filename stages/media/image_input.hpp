@@ -14,7 +14,7 @@
 // (width, height) with Lanczos; CLIPImageProcessor: bicubic to a shortest side, then a centre
 // crop): both are separable windowed filters widened by the downscale factor, but the taps,
 // rounding and edge handling differ. Measured against PIL on a textured 96x64 picture
-// (tests/stages/test_image_input.cpp, tools/reference/image_resize.py): mean 0.15-0.31 levels,
+// (tests/stages/media/test_image_input.cpp, tools/reference/image_resize.py): mean 0.15-0.31 levels,
 // max 4 (Lanczos down 2x), 18 (Lanczos up 5/3x), 7 (bicubic), 9 (bilinear) of 255.
 //
 // No LibTorch here, so api/ may include it. Thread-safety: pure functions over values; any

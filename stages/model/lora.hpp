@@ -17,7 +17,7 @@
 // (Module::with_parameters), so the base is never written and needs no restoring.
 //
 // Sampling suggestions: the header's "vgen.steps", "vgen.guidance", "vgen.shift" metadata
-// (stages/sampling_suggestions.hpp), read at open.
+// (stages/model/sampling_suggestions.hpp), read at open.
 // Errors are Error(invalid_argument) "lora file 'F': key 'K': <what>" naming the first bad
 // key (a bad suggestion's key is "__metadata__.vgen.steps" etc.): a key of no known layout, a layer no parameter matches, a shape mismatch, a missing
 // lora_up/lora_down half, a non-scalar alpha; a name not under lora_dir or no such file.
@@ -69,7 +69,7 @@ class LoraFile {
   const std::filesystem::path& file() const { return st_.file(); }
   const std::string& sha256() const { return sha256_; }
   std::size_t layers() const { return layers_.size(); }
-  // The steps / guidance / shift the file's header suggests (stages/sampling_suggestions.hpp).
+  // The steps / guidance / shift the file's header suggests (stages/model/sampling_suggestions.hpp).
   const SamplingSuggestion& suggestion() const { return suggestion_; }
 
  private:

@@ -120,7 +120,7 @@ std::shared_ptr<const Module> load_torchscript(const fs::path& file, c10::Device
   try {
     torch::jit::ExtraFilesMap extra{{kWeightsExtraFile, ""}};
     auto m = torch::jit::load(file.string(), device, extra);
-    // A split component (stages/mapped_weights.hpp): the TorchScript file was only the code;
+    // A split component (stages/model/mapped_weights.hpp): the TorchScript file was only the code;
     // its weights are mapped, read when first used; one larger than memory would thrash.
     if (const auto weights = weights_file_for(file, extra[kWeightsExtraFile]); !weights.empty()) {
       if (device.is_cpu() && fs::is_regular_file(weights))

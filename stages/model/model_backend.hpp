@@ -43,7 +43,7 @@ class Module {
   virtual c10::Device device() const = 0;
   virtual c10::ScalarType dtype() const = 0;
 
-  // Weight variants (LoRA, stages/lora.hpp). The module's parameters by full dotted name,
+  // Weight variants (LoRA, stages/model/lora.hpp). The module's parameters by full dotted name,
   // shared with it (never write into them: other jobs run on them). Default: none.
   virtual std::map<std::string, at::Tensor> parameters() const { return {}; }
   // A new module that shares everything with this one (methods, compiled graphs, every other

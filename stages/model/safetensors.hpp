@@ -1,6 +1,6 @@
 // SafetensorsFile: a reader over the safetensors format (an 8-byte little-endian header
 // length N, N bytes of JSON header, then the raw tensor bytes). Opening reads and checks only
-// the header; tensor bytes are read on demand. No LibTorch here: stages/lora.cpp turns the
+// the header; tensor bytes are read on demand. No LibTorch here: stages/model/lora.cpp turns the
 // bytes into tensors.
 //
 // Every entry of the header is checked against the file before it is trusted: the header

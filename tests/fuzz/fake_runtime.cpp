@@ -1,5 +1,5 @@
 // A link seam for the HTTP harness: definitions of the vgen::Runtime and vgen::JobHandle
-// members that api/http_api.cpp calls, without LibTorch, a model or threads. The real ones
+// members that api/http/http_api.cpp calls, without LibTorch, a model or threads. The real ones
 // live in api/engine.cpp (which needs LibTorch); the harness links this file instead, so
 // HttpApi's own code (routing, auth, Content-Type, JSON bodies, status/video/cancel/events
 // handlers) runs unchanged.

@@ -1,7 +1,7 @@
 // Fuzzes the HTTP front end without a socket: the input is the bytes a client sends on one
-// connection, served by http::serve_bytes (api/http_exchange: Beast's request parser with our
+// connection, served by http::serve_bytes (api/http/http_exchange: Beast's request parser with our
 // header/body limits, 400/413/431, keep-alive and pipelining, exception -> JSON error) with
-// the real vgen::HttpApi (api/http_api: bearer-token auth via api/http_auth, routing with
+// the real vgen::HttpApi (api/http/http_api: bearer-token auth via api/http/http_auth, routing with
 // 404/405, Content-Type and JSON body checks, job-spec validation on POST /v1/jobs,
 // status/video (Range)/cancel/events/metrics/healthz) over a fake Runtime
 // (tests/fuzz/fake_runtime.cpp). A stream's producer is not run (serve_bytes sends its head

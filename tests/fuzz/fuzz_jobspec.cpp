@@ -1,4 +1,4 @@
-// Fuzzes the job-spec and batch-input parsers (stages/job_spec, api/batch_input): the input
+// Fuzzes the job-spec and batch-input parsers (stages/job_spec, api/batch/batch_input): the input
 // is taken as one JSON job (an HTTP body, a CLI spec), as a prompt file / JSONL text whose
 // valid items then go through the job-spec parser as `vgen batch` does, and as an output name.
 // Only Error(invalid_argument) may come out; a valid spec must survive a round trip through

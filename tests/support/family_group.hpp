@@ -1,5 +1,5 @@
 // Test support: one denoise group run through a family on the calling thread, the way
-// stages/denoise_loop.cpp runs it (prepare, one scheduler, begin_denoise, predict + step per
+// stages/exec/denoise_loop.cpp runs it (prepare, one scheduler, begin_denoise, predict + step per
 // timestep, decode), for parity and batched-vs-solo checks, and a job joining a running
 // group (run_joined). Header-only; not thread-safe.
 // Include after <doctest/doctest.h> and a family header; undefine LibTorch's CHECK first.
@@ -52,7 +52,7 @@ std::vector<std::vector<at::Tensor>> run_group(Family& family, const std::vector
 }
 
 // `late` joins `first`'s running group after `join_at` of first's steps, as
-// stages/denoise_loop.cpp admits a joiner: prepared then, its own scheduler (a cohort of its
+// stages/exec/denoise_loop.cpp admits a joiner: prepared then, its own scheduler (a cohort of its
 // own), begin_denoise again for both, and from there one predict call per step for both rows,
 // each with its own timestep (so the rows may be at different steps, and for a two-expert
 // package use different experts). The job left alone runs on by itself. Returns each job's
@@ -133,7 +133,7 @@ inline boost::asio::awaitable<void> join_denoise(std::shared_ptr<Batcher> batche
 }  // namespace detail
 
 // `late` joins a running denoise group: `first` starts alone in a Batcher group (max_batch 2,
-// one CPU device, stages/denoise_loop: per-row timesteps, a cohort and scheduler per join
+// one CPU device, stages/exec/denoise_loop: per-row timesteps, a cohort and scheduler per join
 // step); after its step `at` (> 0) `late` is submitted to the denoise stage and is admitted at
 // the group's next step boundary. With one io thread this is deterministic: first's on_step
 // (compute thread) waits until late's join has run up to its first suspension, which queues it

@@ -139,7 +139,7 @@ at::Tensor LtxFamily::encode_texts(const std::string& device, const std::vector<
 }
 
 void LtxFamily::prepare(const std::string& device, const std::vector<FamilyJob*>& jobs) {
-  // Each distinct text once (stages/text_lookup).
+  // Each distinct text once (stages/text/text_lookup).
   TextLookup lookup(text_cache_.get(), package_.id(), device);
   for (auto* j : jobs) {
     const bool cfg = j->spec.guidance > 1.0;

@@ -1,6 +1,6 @@
 // The LTX-Video text-to-video family (diffusers' LTXPipeline) behind the model-family interface
-// (stages/family.hpp), registered as "ltx-video" in stages/builtin_families.cpp; packages come
-// from tools/export_ltx.py.
+// (stages/families/family.hpp), registered as "ltx-video" by register_ltx_family() (ltx_family.cpp);
+// packages come from tools/export_ltx.py.
 //
 //  prepare   tokenize (SentencePiece, T5 layout) each prompt to max_length (128); T5 over all
 //            max_length positions without a mask, as LTXPipeline runs it, through the TTL cache
@@ -8,7 +8,7 @@
 //            timestep-conditioned VAE the decode noise after it, from the job's own seed (the
 //            order LTXPipeline draws them from its generator).
 //  scheduler FlowMatchEuler on the pipeline's sigmas linspace(1, 1/n, n), shifted by
-//            mu(latent sequence length) (stages/scheduler_flow_sigmas.cpp).
+//            mu(latent sequence length) (stages/schedulers/scheduler_flow_sigmas.cpp).
 //  predict   latents [N,C,F,H,W] packed to tokens [N,F*H*W,C] (patch size 1); one transformer
 //            call for every job's uncond and cond rows, with each text's mask and each job's
 //            rope coordinates (its own frame rate: jobs with different fps share a call); each

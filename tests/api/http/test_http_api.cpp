@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-// The routes are served by api/http_api.cpp and described by docs/openapi.json; these cases
+// The routes are served by api/http/http_api.cpp and described by docs/openapi.json; these cases
 // keep the two in sync. (The routes' behaviour is tested end to end against the real binary
 // in tests/python/test_cli_serve.py.)
 

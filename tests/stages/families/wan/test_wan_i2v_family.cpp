@@ -81,7 +81,7 @@ using test::run_group;
 
 void check_parity(Reference& ref, const std::string& name, double guidance) {
   auto family = load_family(ref.info["package"].get<std::string>());
-  // The job's image comes from the PNG through stages/image_input, as in a real job.
+  // The job's image comes from the PNG through stages/media/image_input, as in a real job.
   auto job = make_job(*family, case_json(ref, ref.info["seed"].get<std::uint64_t>(), guidance));
   auto steps = run_group(*family, {job})[0];
   CHECK(max_diff(job->condition.narrow(1, 0, 1), at::zeros_like(job->condition.narrow(1, 0, 1))) > 0);  // the mask is set
