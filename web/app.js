@@ -6,6 +6,13 @@
 // page with textContent, never parsed as HTML. The token is kept in sessionStorage (this tab)
 // and sent as an Authorization header, never in a URL; that is why the event stream is read
 // with fetch() (EventSource cannot send headers) and previews and videos are fetched as blobs.
+//
+// Observing the page: after it has rendered each event of a job's stream, the job's <li>
+// dispatches a bubbling "job-event" CustomEvent whose detail is {id, name, data, state, value,
+// text} (the event as received, then the badge, the progress bar's value and the detail line
+// as shown); after each preview fetch it dispatches "job-preview" with {id, step, shown, reason,
+// width}. Nothing is kept when nobody listens. Tests (and embedders) listen on the document
+// instead of sampling the DOM, so they see every event however busy the machine is.
 "use strict";
 
 const TOKEN_KEY = "vgen.token";
@@ -77,7 +84,7 @@ class Job {
     this.q("cancel").addEventListener("click", () => this.cancel());
     this.previewUrl = null;
     this.videoUrl = null;
-    this.previewSeq = 0;
+    this.previewStep = -1;  // the step of the preview image shown
     this.watching = false;
     const list = $("jobs");
     if (atTop) list.prepend(this.el); else list.append(this.el);
@@ -131,17 +138,31 @@ class Job {
     }
   }
 
+  // Shows the job's latest preview. An answer for an older step than the one shown is dropped,
+  // but a newer one is shown even if more previews were announced meanwhile: waiting for the
+  // answer to the latest announcement would show nothing while steps outpace the round trip.
   async showPreview(step) {
-    const seq = ++this.previewSeq;
     const res = await api(jobPath(this.id) + "/preview");
-    if (!res.ok || seq !== this.previewSeq || this.videoUrl) return;  // a newer one, or the video, won
-    const url = URL.createObjectURL(await res.blob());
+    if (!res.ok) return this.report("job-preview", { step, shown: false, reason: `${res.status}` });
+    const blob = await res.blob();
+    const at = Number((res.headers.get("X-Vgen-Preview-Step") || "").split("/")[0]) || step;
+    if (this.videoUrl) return this.report("job-preview", { step: at, shown: false, reason: "video" });
+    if (at <= this.previewStep) return this.report("job-preview", { step: at, shown: false, reason: "older" });
+    const url = URL.createObjectURL(blob);
     const img = this.q("preview");
     if (this.previewUrl) URL.revokeObjectURL(this.previewUrl);
     this.previewUrl = url;
+    this.previewStep = at;
     img.src = url;
-    img.dataset.step = String(step);
+    img.dataset.step = String(at);
     img.hidden = false;
+    await img.decode().catch(() => { /* replaced by a newer one, or not an image: width says */ });
+    this.report("job-preview", { step: at, shown: img.src === url, reason: "", width: img.naturalWidth });
+  }
+
+  // Tells listeners what the page has just rendered (see the header).
+  report(type, detail) {
+    this.el.dispatchEvent(new CustomEvent(type, { bubbles: true, detail: { id: this.id, ...detail } }));
   }
 
   async loadVideo(outputName) {
@@ -204,9 +225,11 @@ class Job {
   onEvent({ name, data }) {
     let info;
     try { info = JSON.parse(data); } catch (_) { return; }
-    if (name === "progress") this.update(info);
-    else if (name === "preview") this.showPreview(info.step).catch(() => {});
-    else this.update(info);  // done | failed | cancelled: the job's final status
+    if (name === "preview") this.showPreview(info.step).catch(() => {});
+    else this.update(info);  // progress, or done | failed | cancelled: the job's final status
+    this.report("job-event", {
+      name, data: info, state: this.state, value: this.el.querySelector("progress").value, text: this.q("detail").textContent,
+    });
   }
 }
 
