@@ -7,12 +7,14 @@
 // and sent as an Authorization header, never in a URL; that is why the event stream is read
 // with fetch() (EventSource cannot send headers) and previews and videos are fetched as blobs.
 //
-// Observing the page: after it has rendered each event of a job's stream, the job's <li>
-// dispatches a bubbling "job-event" CustomEvent whose detail is {id, name, data, state, value,
-// text} (the event as received, then the badge, the progress bar's value and the detail line
-// as shown); after each preview fetch it dispatches "job-preview" with {id, step, shown, reason,
-// width}. Nothing is kept when nobody listens. Tests (and embedders) listen on the document
-// instead of sampling the DOM, so they see every event however busy the machine is.
+// Observing the page: each time it has rendered news of a job, the job's <li> dispatches a
+// bubbling "job-event" CustomEvent whose detail is {id, name, data, state, value, text}: where
+// the news came from (the stream's event name: progress, preview, done, failed, cancelled; or
+// submitted, list, status, cancel for an API answer), the news as received, then the badge, the
+// progress bar's value and the detail line as shown. After each preview fetch it dispatches
+// "job-preview" with {id, step, shown, reason, width}. Nothing is kept when nobody listens.
+// Tests (and embedders) listen on the document instead of sampling the DOM, so they see every
+// change however busy the machine is.
 "use strict";
 
 const TOKEN_KEY = "vgen.token";
@@ -94,7 +96,7 @@ class Job {
   // Fields of GET /v1/jobs/{id}, of a list item, or of the event stream's final event.
   // A job's state only moves forward: an answer that left the server before the job ended (a
   // DELETE's 202, a list page) must not take back the end the event stream already showed.
-  update(info) {
+  update(info, source) {
     const progress = info.progress || {};
     const state = progress.state || info.status || info.state || this.state;
     if (TERMINAL.has(this.state) && !TERMINAL.has(state)) return;
@@ -102,6 +104,7 @@ class Job {
     if (info.error && info.error.message) this.showError(info.error.message);
     else if (info.message && TERMINAL.has(state) && state !== "done") this.showError(info.message);
     if (state === "done" && !this.videoUrl) this.loadVideo(info.output_name);
+    this.reportShown(source, info);
   }
 
   setState(state, step, total) {
@@ -129,7 +132,7 @@ class Job {
     try {
       const res = await api(jobPath(this.id), { method: "DELETE" });
       if (!res.ok) this.showError(await errorText(res));
-      else this.update(await res.json());
+      else this.update(await res.json(), "cancel");
       if (!TERMINAL.has(this.state)) this.watch();  // the stream tells when the cancel lands
     } catch (err) {
       this.showError(String(err));
@@ -146,6 +149,14 @@ class Job {
     if (!res.ok) return this.report("job-preview", { step, shown: false, reason: `${res.status}` });
     const blob = await res.blob();
     const at = Number((res.headers.get("X-Vgen-Preview-Step") || "").split("/")[0]) || step;
+    let width = 0;
+    try {  // decoded before it is shown: the report says what the page shows, not what may load
+      const bitmap = await createImageBitmap(blob);
+      width = bitmap.width;
+      bitmap.close();
+    } catch (_) {
+      return this.report("job-preview", { step: at, shown: false, reason: "not an image" });
+    }
     if (this.videoUrl) return this.report("job-preview", { step: at, shown: false, reason: "video" });
     if (at <= this.previewStep) return this.report("job-preview", { step: at, shown: false, reason: "older" });
     const url = URL.createObjectURL(blob);
@@ -156,8 +167,13 @@ class Job {
     img.src = url;
     img.dataset.step = String(at);
     img.hidden = false;
-    await img.decode().catch(() => { /* replaced by a newer one, or not an image: width says */ });
-    this.report("job-preview", { step: at, shown: img.src === url, reason: "", width: img.naturalWidth });
+    this.report("job-preview", { step: at, shown: true, reason: "", width });
+  }
+
+  reportShown(name, data) {
+    this.report("job-event", {
+      name, data, state: this.state, value: this.el.querySelector("progress").value, text: this.q("detail").textContent,
+    });
   }
 
   // Tells listeners what the page has just rendered (see the header).
@@ -198,7 +214,7 @@ class Job {
         if (TERMINAL.has(this.state)) break;
         const res = await api(jobPath(this.id));
         if (res.status === 404) break;
-        if (res.ok) this.update(await res.json());
+        if (res.ok) this.update(await res.json(), "status");
         if (!TERMINAL.has(this.state)) await new Promise((r) => setTimeout(r, 1000));
       }
     } finally {
@@ -225,11 +241,12 @@ class Job {
   onEvent({ name, data }) {
     let info;
     try { info = JSON.parse(data); } catch (_) { return; }
-    if (name === "preview") this.showPreview(info.step).catch(() => {});
-    else this.update(info);  // progress, or done | failed | cancelled: the job's final status
-    this.report("job-event", {
-      name, data: info, state: this.state, value: this.el.querySelector("progress").value, text: this.q("detail").textContent,
-    });
+    if (name === "preview") {
+      this.reportShown(name, info);
+      this.showPreview(info.step).catch(() => {});
+    } else {
+      this.update(info, name);  // progress, or done | failed | cancelled: the job's final status
+    }
   }
 }
 
@@ -246,13 +263,13 @@ function parseEvent(block) {
 
 // ---- the queue ------------------------------------------------------------------------------
 
-function track(info, atTop) {
+function track(info, atTop, source) {
   let job = jobs.get(info.id);
   if (!job) {
     job = new Job(info.id, info.spec && info.spec.prompt, atTop);
     jobs.set(info.id, job);
   }
-  job.update(info);
+  job.update(info, source);
   if (!TERMINAL.has(job.state)) job.watch();
   return job;
 }
@@ -269,8 +286,8 @@ async function loadJobs(cursor) {
   }
   problem.hidden = true;
   const page = await res.json();
-  if (cursor) page.jobs.forEach((info) => track(info, false));
-  else [...page.jobs].reverse().forEach((info) => { if (!jobs.has(info.id)) track(info, true); });
+  if (cursor) page.jobs.forEach((info) => track(info, false, "list"));
+  else [...page.jobs].reverse().forEach((info) => { if (!jobs.has(info.id)) track(info, true, "list"); });
   if (cursor || nextCursor === null) nextCursor = page.next_cursor;
   $("more").hidden = !nextCursor;
 }
@@ -307,7 +324,7 @@ async function submitJob(event) {
       return;
     }
     const accepted = await res.json();
-    track({ id: accepted.id, status: accepted.status, spec }, true);
+    track({ id: accepted.id, status: accepted.status, spec }, true, "submitted");
   } catch (err) {
     problem.textContent = String(err);
     problem.hidden = false;
