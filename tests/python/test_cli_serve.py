@@ -251,7 +251,8 @@ def test_submit_events_video(server, tmp_path):
 
 
 def test_cancel_running_job(server):
-    status, _, body = server.json("POST", "/v1/jobs", {"prompt": "a slow one", **SMALL, "steps": 1000})
+    # 1000 steps of a larger clip: far longer than a loaded machine needs to cancel it at step 1.
+    status, _, body = server.json("POST", "/v1/jobs", {"prompt": "a slow one", **SMALL, **HOLDER})
     assert status == 202, body
     job = body["id"]
     cancelled = []
@@ -264,7 +265,7 @@ def test_cancel_running_job(server):
     assert cancelled and cancelled[0][0] == 202, cancelled
     assert events[-1][0] == "cancelled", events[-3:]
     assert events[-1][1]["error"]["kind"] == "cancelled"
-    st = server.wait_status(job, {"cancelled"}, timeout=10)
+    st = server.wait_status(job, {"cancelled"}, timeout=60)
     assert st["status"] == "cancelled"
     status, _, body = server.json("GET", f"/v1/jobs/{job}/video")
     assert status == 409 and body["error"]["kind"] == "not_ready"
