@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not b
               pytest.mark.skipif(not (MODEL / "manifest.json").exists(), reason="models/vgen-shapes missing")]
 
 QUICK = {"width": 128, "height": 128, "frames": 8, "steps": 8}
-HOLDER = {"prompt": "a green triangle holding the denoiser", "width": 64, "height": 64, "frames": 16, "steps": 1000}
+HOLDER = {"prompt": "a green triangle holding the denoiser", "width": 256, "height": 128, "frames": 16, "steps": 1000}
 
 
 def png_size(data: bytes) -> tuple[int, int]:
