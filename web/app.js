@@ -6,6 +6,15 @@
 // page with textContent, never parsed as HTML. The token is kept in sessionStorage (this tab)
 // and sent as an Authorization header, never in a URL; that is why the event stream is read
 // with fetch() (EventSource cannot send headers) and previews and videos are fetched as blobs.
+//
+// Observing the page: each time it has rendered news of a job, the job's <li> dispatches a
+// bubbling "job-event" CustomEvent whose detail is {id, name, data, state, value, text}: where
+// the news came from (the stream's event name: progress, preview, done, failed, cancelled; or
+// submitted, list, status, cancel for an API answer), the news as received, then the badge, the
+// progress bar's value and the detail line as shown. After each preview fetch it dispatches
+// "job-preview" with {id, step, shown, reason, width}. Nothing is kept when nobody listens.
+// Tests (and embedders) listen on the document instead of sampling the DOM, so they see every
+// change however busy the machine is.
 "use strict";
 
 const TOKEN_KEY = "vgen.token";
@@ -77,7 +86,7 @@ class Job {
     this.q("cancel").addEventListener("click", () => this.cancel());
     this.previewUrl = null;
     this.videoUrl = null;
-    this.previewSeq = 0;
+    this.previewStep = -1;  // the step of the preview image shown
     this.watching = false;
     const list = $("jobs");
     if (atTop) list.prepend(this.el); else list.append(this.el);
@@ -87,7 +96,7 @@ class Job {
   // Fields of GET /v1/jobs/{id}, of a list item, or of the event stream's final event.
   // A job's state only moves forward: an answer that left the server before the job ended (a
   // DELETE's 202, a list page) must not take back the end the event stream already showed.
-  update(info) {
+  update(info, source) {
     const progress = info.progress || {};
     const state = progress.state || info.status || info.state || this.state;
     if (TERMINAL.has(this.state) && !TERMINAL.has(state)) return;
@@ -95,6 +104,7 @@ class Job {
     if (info.error && info.error.message) this.showError(info.error.message);
     else if (info.message && TERMINAL.has(state) && state !== "done") this.showError(info.message);
     if (state === "done" && !this.videoUrl) this.loadVideo(info.output_name);
+    this.reportShown(source, info);
   }
 
   setState(state, step, total) {
@@ -122,7 +132,7 @@ class Job {
     try {
       const res = await api(jobPath(this.id), { method: "DELETE" });
       if (!res.ok) this.showError(await errorText(res));
-      else this.update(await res.json());
+      else this.update(await res.json(), "cancel");
       if (!TERMINAL.has(this.state)) this.watch();  // the stream tells when the cancel lands
     } catch (err) {
       this.showError(String(err));
@@ -131,17 +141,44 @@ class Job {
     }
   }
 
+  // Shows the job's latest preview. An answer for an older step than the one shown is dropped,
+  // but a newer one is shown even if more previews were announced meanwhile: waiting for the
+  // answer to the latest announcement would show nothing while steps outpace the round trip.
   async showPreview(step) {
-    const seq = ++this.previewSeq;
     const res = await api(jobPath(this.id) + "/preview");
-    if (!res.ok || seq !== this.previewSeq || this.videoUrl) return;  // a newer one, or the video, won
-    const url = URL.createObjectURL(await res.blob());
+    if (!res.ok) return this.report("job-preview", { step, shown: false, reason: `${res.status}` });
+    const blob = await res.blob();
+    const at = Number((res.headers.get("X-Vgen-Preview-Step") || "").split("/")[0]) || step;
+    let width = 0;
+    try {  // decoded before it is shown: the report says what the page shows, not what may load
+      const bitmap = await createImageBitmap(blob);
+      width = bitmap.width;
+      bitmap.close();
+    } catch (_) {
+      return this.report("job-preview", { step: at, shown: false, reason: "not an image" });
+    }
+    if (this.videoUrl) return this.report("job-preview", { step: at, shown: false, reason: "video" });
+    if (at <= this.previewStep) return this.report("job-preview", { step: at, shown: false, reason: "older" });
+    const url = URL.createObjectURL(blob);
     const img = this.q("preview");
     if (this.previewUrl) URL.revokeObjectURL(this.previewUrl);
     this.previewUrl = url;
+    this.previewStep = at;
     img.src = url;
-    img.dataset.step = String(step);
+    img.dataset.step = String(at);
     img.hidden = false;
+    this.report("job-preview", { step: at, shown: true, reason: "", width });
+  }
+
+  reportShown(name, data) {
+    this.report("job-event", {
+      name, data, state: this.state, value: this.el.querySelector("progress").value, text: this.q("detail").textContent,
+    });
+  }
+
+  // Tells listeners what the page has just rendered (see the header).
+  report(type, detail) {
+    this.el.dispatchEvent(new CustomEvent(type, { bubbles: true, detail: { id: this.id, ...detail } }));
   }
 
   async loadVideo(outputName) {
@@ -177,7 +214,7 @@ class Job {
         if (TERMINAL.has(this.state)) break;
         const res = await api(jobPath(this.id));
         if (res.status === 404) break;
-        if (res.ok) this.update(await res.json());
+        if (res.ok) this.update(await res.json(), "status");
         if (!TERMINAL.has(this.state)) await new Promise((r) => setTimeout(r, 1000));
       }
     } finally {
@@ -204,9 +241,12 @@ class Job {
   onEvent({ name, data }) {
     let info;
     try { info = JSON.parse(data); } catch (_) { return; }
-    if (name === "progress") this.update(info);
-    else if (name === "preview") this.showPreview(info.step).catch(() => {});
-    else this.update(info);  // done | failed | cancelled: the job's final status
+    if (name === "preview") {
+      this.reportShown(name, info);
+      this.showPreview(info.step).catch(() => {});
+    } else {
+      this.update(info, name);  // progress, or done | failed | cancelled: the job's final status
+    }
   }
 }
 
@@ -223,13 +263,13 @@ function parseEvent(block) {
 
 // ---- the queue ------------------------------------------------------------------------------
 
-function track(info, atTop) {
+function track(info, atTop, source) {
   let job = jobs.get(info.id);
   if (!job) {
     job = new Job(info.id, info.spec && info.spec.prompt, atTop);
     jobs.set(info.id, job);
   }
-  job.update(info);
+  job.update(info, source);
   if (!TERMINAL.has(job.state)) job.watch();
   return job;
 }
@@ -246,8 +286,8 @@ async function loadJobs(cursor) {
   }
   problem.hidden = true;
   const page = await res.json();
-  if (cursor) page.jobs.forEach((info) => track(info, false));
-  else [...page.jobs].reverse().forEach((info) => { if (!jobs.has(info.id)) track(info, true); });
+  if (cursor) page.jobs.forEach((info) => track(info, false, "list"));
+  else [...page.jobs].reverse().forEach((info) => { if (!jobs.has(info.id)) track(info, true, "list"); });
   if (cursor || nextCursor === null) nextCursor = page.next_cursor;
   $("more").hidden = !nextCursor;
 }
@@ -284,7 +324,7 @@ async function submitJob(event) {
       return;
     }
     const accepted = await res.json();
-    track({ id: accepted.id, status: accepted.status, spec }, true);
+    track({ id: accepted.id, status: accepted.status, spec }, true, "submitted");
   } catch (err) {
     problem.textContent = String(err);
     problem.hidden = false;

@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -194,9 +193,7 @@ def test_unusable_output_path_exits_2_before_rendering(package, tmp_path, case):
         (tmp_path / "ro").mkdir(mode=0o555)
         out = tmp_path / "ro" / "clip.mp4"
         needle = "is not writable"
-    start = time.monotonic()
     r = render(package, out, "--steps", "40", *args)
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr
-    assert "denoise" not in r.stderr  # nothing ran
-    assert time.monotonic() - start < 60
+    assert "denoise" not in r.stderr  # nothing ran (what a wall-clock bound here could only guess)

@@ -27,6 +27,8 @@ VGEN = BUILD / "bin" / "vgen"
 pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
 
 SMALL = {"width": 48, "height": 32, "frames": 9, "steps": 3, "fps": 12}
+# A job that outlasts any test (cancelled by it), shaped unlike SMALL: see Server.hold_denoiser.
+HOLDER = {"width": 64, "height": 64, "frames": 13, "steps": 1000}
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +116,42 @@ class Server:
         finally:
             c.close()
 
+    def hold_denoiser(self, spec, headers=None, timeout=300):
+        """Submits `spec` and returns its id once it denoises. With one denoise worker (the
+        default) the jobs submitted after it wait until it leaves: give it far more steps than
+        the test takes and a shape no other job of the test has (so none joins its group), and
+        cancel it when the test is ready (events_from_start). Its state lasts until then, so
+        polling for it cannot miss it."""
+        status, _, body = self.json("POST", "/v1/jobs", spec, headers)
+        assert status == 202, body
+        holder = body["id"]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status, _, body = self.json("GET", f"/v1/jobs/{holder}", headers=headers)
+            assert status == 200 and body["status"] not in ("done", "failed", "cancelled"), body
+            if body["progress"]["state"] == "denoise":
+                return holder
+            time.sleep(0.05)
+        raise AssertionError(f"the holder {holder} did not start denoising within {timeout}s")
+
+    def events_from_start(self, job_id, holder, until=None, timeout=120):
+        """The whole event stream of a job submitted after `holder` (hold_denoiser): the holder
+        is cancelled once the stream has answered, so the job runs only while it is followed
+        and no event of it can be missed, however slow this process is."""
+        released = []
+
+        def release(event, data):
+            if not released:
+                released.append(self.json("DELETE", f"/v1/jobs/{holder}")[0])
+            if until:
+                until(event, data)
+        events = self.events(job_id, until=release, timeout=timeout)
+        assert released == [202], released  # the holder was still running: the job had waited
+        first = events[0][1]
+        assert events[0][0] == "progress" and first["state"] in ("queued", "preprocess", "denoise"), events[0]
+        assert first["step"] == 0, events[0]  # it had not started denoising
+        return events
+
     def wait_status(self, job_id, states, timeout=120):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -162,6 +200,8 @@ def probe(path):
 
 
 def test_submit_events_video(server, tmp_path):
+    # Waits behind a holder: a 3-step job can end before this process opens its event stream.
+    holder = server.hold_denoiser({"prompt": "holding the denoiser", **HOLDER})
     status, hdrs, body = server.json("POST", "/v1/jobs", {"prompt": "a red circle moving left", "name": "clip",
                                                           "seed": 3, **SMALL})
     assert status == 202, body
@@ -169,7 +209,7 @@ def test_submit_events_video(server, tmp_path):
     assert body["status"] == "queued"
     assert hdrs["location"] == f"/v1/jobs/{job}" == body["links"]["self"]
 
-    events = server.events(job)
+    events = server.events_from_start(job, holder)
     names = [e for e, _ in events]
     # serve previews by default: the tiny package's exporter fitted its factors (test_web.py has more)
     assert names[-1] == "done" and set(names[:-1]) == {"progress", "preview"}, events
@@ -201,7 +241,7 @@ def test_submit_events_video(server, tmp_path):
     assert status == 416 and hdrs["content-range"] == f"bytes */{len(video)}"
 
     # An ended job's stream sends the final event at once.
-    assert [e for e, _ in server.events(job, timeout=10)] == ["progress", "done"]
+    assert [e for e, _ in server.events(job, timeout=60)] == ["progress", "done"]
 
     status, hdrs, metrics = server.request("GET", "/metrics")
     assert status == 200 and hdrs["content-type"].startswith("text/plain; version=0.0.4")
@@ -211,7 +251,8 @@ def test_submit_events_video(server, tmp_path):
 
 
 def test_cancel_running_job(server):
-    status, _, body = server.json("POST", "/v1/jobs", {"prompt": "a slow one", **SMALL, "steps": 1000})
+    # 1000 steps of a larger clip: far longer than a loaded machine needs to cancel it at step 1.
+    status, _, body = server.json("POST", "/v1/jobs", {"prompt": "a slow one", **SMALL, **HOLDER})
     assert status == 202, body
     job = body["id"]
     cancelled = []
@@ -224,7 +265,7 @@ def test_cancel_running_job(server):
     assert cancelled and cancelled[0][0] == 202, cancelled
     assert events[-1][0] == "cancelled", events[-3:]
     assert events[-1][1]["error"]["kind"] == "cancelled"
-    st = server.wait_status(job, {"cancelled"}, timeout=10)
+    st = server.wait_status(job, {"cancelled"}, timeout=60)
     assert st["status"] == "cancelled"
     status, _, body = server.json("GET", f"/v1/jobs/{job}/video")
     assert status == 409 and body["error"]["kind"] == "not_ready"

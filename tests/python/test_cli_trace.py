@@ -12,7 +12,6 @@ import select
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -149,17 +148,20 @@ def test_serve_records_a_trace_window_and_defaults_its_output_dir(package, tmp_p
     try:
         assert request(port, "GET", "/v1/trace?seconds=0")[0] == 400
         assert request(port, "GET", "/v1/trace?seconds=abc")[0] == 400
-        got = {}
-        t = threading.Thread(target=lambda: got.update(r=request(port, "GET", "/v1/trace?seconds=10")))
-        t.start()
-        status, body = request(port, "POST", "/v1/jobs", {"prompt": "a red circle", "width": 32, "height": 32,
-                                                           "frames": 5, "steps": 2, "name": "traced"})
-        assert status == 202, body
-        job = json.loads(body)["id"]
-        t.join(timeout=120)
-        status, body = got["r"]
-        assert status == 200
-        trace = json.loads(body)
+        # The window's response head comes once it is recording: the job is submitted after
+        # that, not after a thread that may not have been scheduled yet.
+        window = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        try:
+            window.request("GET", "/v1/trace?seconds=10")
+            answer = window.getresponse()
+            assert answer.status == 200
+            status, body = request(port, "POST", "/v1/jobs", {"prompt": "a red circle", "width": 32, "height": 32,
+                                                               "frames": 5, "steps": 2, "name": "traced"})
+            assert status == 202, body
+            job = json.loads(body)["id"]
+            trace = json.loads(answer.read())
+        finally:
+            window.close()
         assert schema_problems(trace) == []
         names = set(tracks_of(trace).values())
         assert f"job {job}" in names

@@ -63,7 +63,7 @@ class Broker:
     def start(self):
         self.proc = subprocess.Popen(["nats-server", "-js", "-a", "127.0.0.1", "-p", str(self.port),
                                       "-sd", str(self.root / "store"), "-l", str(self.root / "nats.log")])
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120  # bounds a hang: a loaded machine starts it slowly
         while time.monotonic() < deadline:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
@@ -364,7 +364,9 @@ def test_submissions_waiting_on_the_broker_do_not_block_the_io_threads(fleet):
         status, _, _ = server.request("GET", "/healthz", timeout=30)
         took = time.monotonic() - t0
         assert status == 200
-        assert took < 2, f"/healthz took {took:.1f} s behind submissions waiting on the broker"
+        # Blocked io threads would hold /healthz until SIGCONT (its 30 s timeout fails first); a
+        # busy machine may take seconds to answer, which says nothing about blocking.
+        assert took < 20, f"/healthz took {took:.1f} s behind submissions waiting on the broker"
         assert not answers, answers  # no 202 without the broker's ack
     finally:
         os.kill(broker.proc.pid, signal.SIGCONT)

@@ -16,8 +16,10 @@ from test_cli_serve import VGEN, Server, package  # noqa: E402,F401  (package: t
 
 pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
 
+# LOW must still be denoising when HIGH, submitted at its step 2, is ready to run: 300 steps
+# leave a loaded machine far more than the few it needs (40 left it a fraction of a second).
 LOW = {"prompt": "a red circle moving left", "name": "low", "seed": 5, "width": 48, "height": 32, "frames": 9,
-       "steps": 40, "fps": 12}
+       "steps": 300, "fps": 12}
 HIGH = {"prompt": "a blue square moving up", "name": "high", "seed": 6, "width": 48, "height": 32, "frames": 9,
         "steps": 3, "fps": 12, "priority": 50}
 
@@ -73,7 +75,7 @@ def test_high_priority_preempts_and_the_preempted_video_is_identical(package, tm
     # The same job, never interrupted: the same bytes.
     alone = tmp_path / "alone" / "low.mp4"
     alone.parent.mkdir()
-    args = ["--width", "48", "--height", "32", "--frames", "9", "--steps", "40", "--fps", "12", "--seed", "5"]
+    args = [a for k in ("width", "height", "frames", "steps", "fps", "seed") for a in (f"--{k}", str(LOW[k]))]
     r = subprocess.run([str(VGEN), "render", LOW["prompt"], "-o", str(alone), "--model", str(package), *args],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr

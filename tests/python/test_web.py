@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not b
               pytest.mark.skipif(not (MODEL / "manifest.json").exists(), reason="models/vgen-shapes missing")]
 
 QUICK = {"width": 128, "height": 128, "frames": 8, "steps": 8}
+HOLDER = {"prompt": "a green triangle holding the denoiser", "width": 256, "height": 128, "frames": 16, "steps": 1000}
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -41,11 +42,14 @@ def wait_done(server, job_id, headers=None, timeout=120):
 
 def test_previews_arrive_as_events_and_as_png(tmp_path):
     with Server(MODEL, tmp_path / "out") as server:
+        # Behind a holder, so that the stream is open before the first step (an 8-step job can
+        # end before this process has opened it).
+        holder = server.hold_denoiser(HOLDER)
         status, _, body = server.json("POST", "/v1/jobs", {"prompt": "a red circle moving left", **QUICK})
         assert status == 202, body
         job = body["id"]
         assert body["links"]["preview"] == f"/v1/jobs/{job}/preview"
-        events = server.events(job)
+        events = server.events_from_start(job, holder)
         previews = [data for name, data in events if name == "preview"]
         # vgen serve previews every 2 steps by default, and at the last.
         assert [p["step"] for p in previews] == [2, 4, 6, 8], events

@@ -1,17 +1,24 @@
 """The page at / in a real browser: headless Chromium driven by Selenium against a real `vgen
 serve` (bundled model, a token, a free loopback port, a temporary directory).
 
-It asks for the token once; submits a job from the form, sees the progress bar advance and a
-preview image appear, then the video element plays the clip (readyState >= 2, duration > 0,
-duration x fps = the job's frame count) with a download link; cancels a second job and shows
-it cancelled; shows a prompt holding markup as text (no element, no script run); fits a
-phone-sized screen without sideways scrolling. Screenshots go to $VGEN_TEST_ARTIFACTS (default
-<build>/test-artifacts/web)."""
+It asks for the token once; shows a preview image of a running job and cancels it from the page;
+submits a job from the form and renders every progress event of it (bar, step text, never
+back), then the video element plays the clip (readyState >= 2, duration > 0, duration x fps =
+the job's frame count) with a download link; shows a prompt holding markup as text (no element,
+no script run); fits a phone-sized screen without sideways scrolling. Screenshots go to
+$VGEN_TEST_ARTIFACTS (default <build>/test-artifacts/web).
+
+Nothing here samples the page against the clock: the page dispatches "job-event" after it has
+rendered each event of a job's stream and "job-preview" after each preview fetch (web/app.js),
+a listener injected before any job is shown records them all, and the test waits on that log.
+What must happen in order is made to: a long job submitted through the API holds the only
+denoiser (--max-batch 1) until the page cancels it, so the form's job is still queued when
+the page subscribes to its events and the page receives every one of them however busy the
+machine is. Timeouts only bound a hang."""
 from __future__ import annotations
 
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +27,7 @@ from test_cli_serve import BUILD, VGEN, Server
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.common.exceptions import TimeoutException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -57,11 +65,43 @@ def browser():
     driver.quit()
 
 
+# Records what the page reports (see web/app.js): every "job-event" and "job-preview", in order.
+RECORDER = """
+window.__vgen = [];
+for (const type of ["job-event", "job-preview"])
+  document.addEventListener(type, (e) => window.__vgen.push({ type, ...e.detail }));
+"""
+
+
+def record(driver):
+    driver.execute_script(RECORDER)
+
+
+def log(driver, job_id, type="job-event"):
+    return [e for e in driver.execute_script("return window.__vgen") if e["type"] == type and e["id"] == job_id]
+
+
+def wait_logged(driver, job_id, pred, type="job-event", timeout=300):
+    """The first entry of the job's log that satisfies pred, waiting for it to be recorded (the
+    timeout only bounds a hang)."""
+    def find(d):
+        return next((e for e in log(d, job_id, type) if pred(e)), False)
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.1).until(find)
+    except TimeoutException:
+        raise AssertionError(f"no {type} of job {job_id} matched within {timeout}s; log: {log(driver, job_id, type)}") \
+            from None
+
+
+def ended(name):
+    return lambda e: e["name"] == name
+
+
 def job_items(driver):
     return driver.find_elements(By.CSS_SELECTOR, "#jobs li.job")
 
 
-def job_with_prompt(driver, prompt, timeout=60):
+def job_with_prompt(driver, prompt, timeout=120):
     def find(d):
         for li in job_items(d):
             if li.find_element(By.CLASS_NAME, "prompt").text == prompt:
@@ -81,78 +121,117 @@ def submit(driver, prompt, **fields):
     return job_with_prompt(driver, prompt)
 
 
+def news(data):
+    """(state, step, total) of what the page was told: a stream event, or an API answer (as
+    Job.update in web/app.js reads them)."""
+    progress = data.get("progress") or {}
+    state = progress.get("state") or data.get("status") or data.get("state")
+    return state, progress.get("step", data.get("step", 0)), progress.get("total", data.get("total", 0))
+
+
+def bar_for(state, step, total):
+    """What the page's bar shows for that news (web/app.js STAGE_SHARE and setState)."""
+    if state == "denoise" and total > 0:
+        return 0.05 + 0.85 * step / total
+    return {"queued": 0, "preprocess": 0.03, "running": 0.03, "denoise": 0.05, "decode": 0.92, "encode": 0.96,
+            "done": 1}[state]
+
+
 def test_the_page_runs_a_job_end_to_end(tmp_path, browser, artifacts):
-    with Server(MODEL, tmp_path / "out", "--token", TOKEN) as server:
+    with Server(MODEL, tmp_path / "out", "--token", TOKEN, "--max-batch", "1") as server:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        # The holder: far more steps than the test takes, cancelled from the page below. With one
+        # job per denoiser call it keeps the form's job queued until then.
+        holder_id = server.hold_denoiser({"prompt": "a blue square moving up", "width": 256, "height": 256,
+                                          "frames": 32, "steps": 1000}, auth)
+
         url = f"http://127.0.0.1:{server.port}/"
         browser.get(url)
         # The token is asked once (the job list answered 401) and kept in the tab.
-        dialog = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "token-dialog").is_displayed()
+        dialog = WebDriverWait(browser, 60).until(lambda d: d.find_element(By.ID, "token-dialog").is_displayed()
                                                   and d.find_element(By.ID, "token-dialog"))
+        record(browser)  # no job is shown before the token is given
         browser.save_screenshot(str(artifacts / "01-token.png"))
         browser.find_element(By.ID, "token").send_keys(TOKEN)
         dialog.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        WebDriverWait(browser, 30).until(lambda d: not d.find_element(By.ID, "token-dialog").is_displayed())
+        WebDriverWait(browser, 60).until(lambda d: not d.find_element(By.ID, "token-dialog").is_displayed())
         assert browser.execute_script("return sessionStorage.getItem('vgen.token')") == TOKEN
         assert TOKEN not in browser.current_url
 
+        # The holder, listed by the page, shows a preview image while it denoises.
+        holder = job_with_prompt(browser, "a blue square moving up")
+        assert holder.get_attribute("data-id") == holder_id
+        shown = wait_logged(browser, holder_id, lambda e: e["shown"], type="job-preview")
+        assert shown["width"] > 0, shown
+        img = holder.find_element(By.CLASS_NAME, "preview")
+        assert img.is_displayed() and img.get_attribute("src").startswith("blob:")
+        assert int(img.get_attribute("data-step")) >= shown["step"] > 0
+        browser.save_screenshot(str(artifacts / "02-preview.png"))
+
+        # The form's job waits behind the holder; once the page follows its events, the holder goes.
         frames, fps, steps = 16, 8, 16
         job = submit(browser, "a red circle moving left", width=128, height=128, frames=frames, steps=steps, seed=3)
-        bar = job.find_element(By.TAG_NAME, "progress")
-        seen, preview_at = [], None
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            value = float(bar.get_attribute("value"))
-            if not seen or value != seen[-1]:
-                seen.append(value)
-            img = job.find_element(By.CLASS_NAME, "preview")
-            if preview_at is None and img.is_displayed() and browser.execute_script(
-                    "return arguments[0].complete && arguments[0].naturalWidth", img):
-                preview_at = img.get_attribute("data-step")
-                assert img.get_attribute("src").startswith("blob:")
-                browser.save_screenshot(str(artifacts / "02-preview.png"))
-            if job.find_element(By.CLASS_NAME, "state").text == "done":
-                break
-            time.sleep(0.02)
+        job_id = job.get_attribute("data-id")
+        wait_logged(browser, job_id, lambda e: e["name"] == "progress")  # the page follows its stream
+        holder.find_element(By.CLASS_NAME, "cancel").click()
+        wait_logged(browser, holder_id, ended("cancelled"))
+        assert holder.find_element(By.CLASS_NAME, "state").text == "cancelled"
+        assert not holder.find_element(By.CLASS_NAME, "cancel").is_displayed()
+        browser.save_screenshot(str(artifacts / "04-cancelled.png"))
+
+        wait_logged(browser, job_id, ended("done"))
+        events = log(browser, job_id)
+        first = next(e for e in events if e["name"] == "progress")
+        assert first["data"]["state"] in ("queued", "preprocess", "denoise") and first["data"]["step"] == 0, first
+        shown_values = [e["value"] for e in events]
+        assert shown_values == sorted(shown_values), events  # the bar never went back
+        denoise_steps, before = [], 0.0
+        for e in events:  # what the page rendered for each piece of news, in order
+            if e["name"] != "preview":  # (a preview changes the image, not the bar)
+                state, step, total = news(e["data"])
+                assert e["state"] == state, e
+                assert e["value"] == pytest.approx(max(before, bar_for(state, step, total))), (before, e)
+                if state == "denoise" and total > 0:
+                    assert total == steps and e["text"] == f"step {step} of {steps}", e
+                    if e["name"] == "progress":
+                        denoise_steps.append(step)
+            before = e["value"]
+        # Every step was sent while the page listened, and each one advanced the bar.
+        assert sorted(set(denoise_steps) - {0}) == list(range(1, steps + 1)), denoise_steps
+        assert any(e["name"] == "preview" for e in events), events
+        assert events[-1]["name"] == "done" and events[-1]["state"] == "done" and events[-1]["value"] == 1.0, events[-1]
         assert job.find_element(By.CLASS_NAME, "state").text == "done"
-        seen.append(float(bar.get_attribute("value")))  # read after "done" was seen
-        assert preview_at is not None, "no preview image was shown while the job denoised"
-        assert len(seen) >= 3 and seen == sorted(seen) and seen[-1] == 1.0, seen  # it advanced, never back
+        assert float(job.find_element(By.TAG_NAME, "progress").get_attribute("value")) == 1.0
 
         video = job.find_element(By.CLASS_NAME, "video")
-        WebDriverWait(browser, 60).until(lambda d: d.execute_script("return arguments[0].readyState", video) >= 2)
+        WebDriverWait(browser, 120).until(lambda d: d.execute_script("return arguments[0].readyState", video) >= 2)
         duration = browser.execute_script("return arguments[0].duration", video)
         assert duration > 0 and round(duration * fps) == frames, duration
         browser.execute_script("arguments[0].play()", video)
-        WebDriverWait(browser, 30).until(lambda d: d.execute_script("return arguments[0].currentTime", video) > 0)
+        WebDriverWait(browser, 60).until(lambda d: d.execute_script("return arguments[0].currentTime", video) > 0)
         download = job.find_element(By.CLASS_NAME, "download")
         assert download.is_displayed() and download.get_attribute("href").startswith("blob:")
         assert download.get_attribute("download").endswith(".mp4")
         browser.save_screenshot(str(artifacts / "03-done.png"))
 
-        # A second job, cancelled from the page while it runs.
-        slow = submit(browser, "a blue square moving up", width=256, height=256, frames=32, steps=200)
-        slow.find_element(By.CLASS_NAME, "cancel").click()
-        WebDriverWait(browser, 60).until(lambda d: slow.find_element(By.CLASS_NAME, "state").text == "cancelled")
-        assert not slow.find_element(By.CLASS_NAME, "cancel").is_displayed()
-        browser.save_screenshot(str(artifacts / "04-cancelled.png"))
-
         # Markup in a prompt is shown as text: no element is made from it, no script runs.
         hostile = submit(browser, XSS_PROMPT, steps=1, width=128, height=128, frames=8)
         assert hostile.find_element(By.CLASS_NAME, "prompt").text == XSS_PROMPT
         assert hostile.find_elements(By.CSS_SELECTOR, ".prompt *") == []
-        WebDriverWait(browser, 60).until(lambda d: hostile.find_element(By.CLASS_NAME, "state").text == "done")
+        wait_logged(browser, hostile.get_attribute("data-id"), ended("done"))
+        assert hostile.find_element(By.CLASS_NAME, "state").text == "done"
         assert browser.execute_script("return window.__pwned") is None
         # ... also when it comes back from the API after a reload (the list, not the form).
         browser.refresh()
         again = job_with_prompt(browser, XSS_PROMPT)
         assert again.find_elements(By.CSS_SELECTOR, ".prompt *") == []
         assert browser.execute_script("return window.__pwned") is None
-        assert len(job_items(browser)) == 3
+        WebDriverWait(browser, 60).until(lambda d: len(job_items(d)) == 3)  # the list's one answer lists all
         browser.save_screenshot(str(artifacts / "05-reloaded.png"))
 
         # A phone-sized screen: one column, nothing wider than the screen.
         browser.set_window_size(390, 844)
-        WebDriverWait(browser, 10).until(lambda d: d.execute_script("return window.innerWidth") <= 400)
+        WebDriverWait(browser, 60).until(lambda d: d.execute_script("return window.innerWidth") <= 400)
         assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
         browser.save_screenshot(str(artifacts / "06-phone.png"))
         assert server.stop() == 0

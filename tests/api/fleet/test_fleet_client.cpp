@@ -36,10 +36,11 @@ FleetRecord record_of(NatsClient& nats, const std::string& id) {
   return parse_fleet_record(*text);
 }
 
-// Waits (polling every 10 ms, at most 10 s) for the client's view of a job to satisfy `ok`.
+// Waits (polling every 10 ms, at most 120 s: a bound on a hang, not on speed) for the client's
+// view of a job to satisfy `ok`. The views polled only move forward, so polling cannot miss one.
 template <class Ok>
 bool eventually(Ok ok) {
-  const auto until = std::chrono::steady_clock::now() + 10s;
+  const auto until = std::chrono::steady_clock::now() + 120s;
   while (std::chrono::steady_clock::now() < until) {
     if (ok()) return true;
     std::this_thread::sleep_for(10ms);
