@@ -93,6 +93,18 @@ else
   fi
   cp "$OUT"/wheels/*.whl "$STAGE/wheels/"
 fi
+# Unpacked (a wheel is a zip: extracting it onto sys.path is installing it, which the device's
+# venv without pip needs anyway), so that xz compresses the contents instead of deflate's output:
+# that is what keeps the archive under 60 MiB. Pillow apart: used only where the image has none.
+"$PY" - "$STAGE/wheels" "$STAGE" <<'PYEOF'
+import pathlib, sys, zipfile
+wheels, stage = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+for whl in sorted(wheels.glob("*.whl")):
+    zipfile.ZipFile(whl).extractall(stage / ("site-pillow" if whl.name.startswith("pillow-") else "site"))
+    print(whl.name, file=open(stage / "wheels.txt", "a"))
+    whl.unlink()
+PYEOF
+rmdir "$STAGE/wheels"
 
 # The exporter and the check driver (the device runs the bundle's copy, not the work tree's).
 cp -r "$ROOT/tools/vgen_export" "$STAGE/tools/"
@@ -113,7 +125,7 @@ names = sys.argv[7:]
 stage = os.path.dirname(out)
 json.dump({"glibc_required": glibc_max, "glibc_required_by_vgen": glibc_bin, "glibcxx_required_by_vgen": glibcxx,
            "torch_built_against": torch.__version__, "libraries": names[:int(n)],
-           "libraries_from_torch": names[int(n):], "wheels": sorted(os.listdir(os.path.join(stage, "wheels")))},
+           "libraries_from_torch": names[int(n):], "wheels": open(os.path.join(stage, "wheels.txt")).read().split()},
           open(out, "w"), indent=1)
 EOF
 

@@ -71,17 +71,6 @@ import sys, tarfile, zipfile, pathlib
 bundle, work = sys.argv[1], pathlib.Path(sys.argv[2])
 with tarfile.open(bundle) as t:
     t.extractall(work, filter="tar")
-# Wheels are zip files: extracting them onto a path is enough to import them (the device's venv
-# may have no pip; its interpreter's own venv keeps torch visible, which a nested venv would not).
-site = work / "site"
-for whl in sorted((work / "vgen-gpu-bundle" / "wheels").glob("*.whl")):
-    if whl.name.startswith("pillow-"):
-        try:
-            import PIL  # noqa: F401  the image's own Pillow, when it has one
-            continue
-        except ImportError:
-            pass
-    zipfile.ZipFile(whl).extractall(site)
 PYEOF
 B="$WORK/vgen-gpu-bundle"
 chmod +x "$B/bin/vgen"
@@ -96,7 +85,10 @@ print(":".join(dirs))
 PYEOF
 ) || fail "could not locate the torch libraries"
 export LD_LIBRARY_PATH="$B/lib:$TORCH_LIBS"
-export PYTHONPATH="$WORK/site:$B/tools${PYTHONPATH:+:$PYTHONPATH}"
+# The bundle's wheels, unpacked (tools/gpu_bundle.sh); its Pillow only where the image has none.
+SITE="$B/site"
+"$PY" -c 'import PIL' 2>/dev/null || SITE="$SITE:$B/site-pillow"
+export PYTHONPATH="$SITE:$B/tools${PYTHONPATH:+:$PYTHONPATH}"
 "$B/bin/vgen" --version || fail "the bundled vgen does not start (see $LOG)"
 
 ARGS=(--device "$DEVICE" --vgen "$B/bin/vgen" --work "$WORK" --out "$OUT" "${EXTRA[@]}")
