@@ -74,6 +74,16 @@ with tarfile.open(bundle) as t:
 PYEOF
 B="$WORK/vgen-gpu-bundle"
 chmod +x "$B/bin/vgen"
+# The bundle was built on Debian bookworm: its libstdc++ and libexpat need GLIBC_2.36 (Ubuntu 22.04
+# has 2.35, 24.04 has 2.39). Say so at once rather than through a loader error.
+"$PY" - "$B/bundle.json" <<'PYEOF' || fail "this machine's glibc is older than the bundle needs (bundle.json glibc_required)"
+import json, os, sys
+need = json.load(open(sys.argv[1]))["glibc_required"].split("_")[1]
+have = os.confstr("CS_GNU_LIBC_VERSION").split()[1]
+ver = lambda v: tuple(int(x) for x in v.split("."))
+print(f"gpu_check: glibc {have}, the bundle needs {need}")
+sys.exit(0 if ver(have) >= ver(need) else 1)
+PYEOF
 echo "gpu_check: unpacked in $(echo "$(date +%s.%N) - $t0" | bc 2>/dev/null || echo '?') s into $WORK"
 
 TORCH_LIBS=$("$PY" - <<'PYEOF'
