@@ -1,0 +1,92 @@
+"""The GPU bundle (tools/gpu_bundle.sh) proven on CPU: it is under 60 MiB, the bundled vgen runs
+with only the bundle's libraries, a LibTorch and glibc (every shared object the dynamic loader
+initialises during a real render is checked by path, with LD_DEBUG=libs), and
+tools/gpu_check.sh --device cpu --tiny runs end to end from it, this venv's torch standing in for
+the device's."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))
+VGEN = BUILD / "bin" / "vgen"
+pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
+GLIBC = re.compile(r"^(ld-linux.*|libc|libm|libpthread|libdl|librt|libutil|libresolv|libanl|libmvec|libnss_\w+)\.so")
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundle")
+    env = {**os.environ, "VGEN_BUILD_DIR": str(BUILD), "VGEN_PYTHON": sys.executable}
+    if (ROOT / "build-gpu" / "wheels").is_dir():  # wheels a previous bundle downloaded
+        env["VGEN_BUNDLE_WHEELS"] = str(ROOT / "build-gpu" / "wheels")
+    done = subprocess.run(["bash", str(ROOT / "tools" / "gpu_bundle.sh"), str(out)], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out / "vgen-gpu-bundle.tar.xz"
+
+
+def torch_lib() -> Path:
+    import torch
+
+    return Path(torch.__file__).parent / "lib"
+
+
+def test_bundle_is_under_60_mib(bundle):
+    assert bundle.stat().st_size < 60 * 2 ** 20
+
+
+def test_only_bundled_libraries_load(bundle, tmp_path):
+    with tarfile.open(bundle) as t:
+        t.extractall(tmp_path, filter="tar")
+    root = tmp_path / "vgen-gpu-bundle"
+    info = json.loads((root / "bundle.json").read_text())
+    assert not any(n.startswith(("libtorch", "libc10")) for n in info["libraries"]), "LibTorch must not be carried"
+    sys.path.insert(0, str(ROOT / "tools"))
+    from vgen_export import export_wan as ew
+
+    ew.main(["--tiny", "--out", str(tmp_path / "pkg")])
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LD_LIBRARY_PATH": f"{root / 'lib'}:{torch_lib()}",
+           "LD_DEBUG": "libs", "LD_DEBUG_OUTPUT": str(tmp_path / "ld")}
+    for args in (["--version"], ["render", "a red circle", "-o", str(tmp_path / "v.mp4"), "--model", str(tmp_path / "pkg"),
+                                 "--width", "32", "--height", "32", "--frames", "5", "--steps", "2", "--max-batch", "1"]):
+        done = subprocess.run([str(root / "bin" / "vgen"), *args], env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "v.mp4").stat().st_size > 0
+    loaded = set()
+    for log in tmp_path.glob("ld.*"):
+        loaded |= set(re.findall(r"calling init: (\S+)", log.read_text()))
+    assert any("libavcodec" in p for p in loaded) and any("libtorch" in p for p in loaded)
+    site = torch_lib().parents[1]
+    stray = [p for p in loaded if not (p.startswith(str(root / "lib") + "/") or p.startswith(str(site) + "/")
+                                       or GLIBC.match(Path(p).name))]
+    assert not stray, f"loaded from outside the bundle, torch and glibc: {stray}"
+
+
+def test_gpu_check_cpu_tiny(bundle, tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(ROOT / "tools" / "gpu_check.sh"), "--device", "cpu", "--tiny", "--python",
+                           sys.executable, "--work", str(tmp_path / "work"), "--bundle", str(bundle), str(out)],
+                          capture_output=True, text=True, timeout=900)
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert done.returncode == 0, json.dumps(report["phases"], default=str)[-3000:]
+    assert (out / "gpu_check.log").stat().st_size > 0
+    assert all(p["status"] == "ok" for p in report["phases"].values())
+    env = report["phases"]["environment"]["result"]
+    assert env["diffusers_file"].startswith(str(tmp_path / "work")), "diffusers must come from the bundle"
+    t = report["table"]
+    for row in ("diffusers_bf16", "vgen_bf16"):
+        assert t[row]["s_per_step"] > 0 and t[row]["vae_decode_s"] > 0
+    # Same seed, prompt and size, both bf16: vgen follows diffusers' numerics (parity tests).
+    assert t["psnr"]["vgen_bf16_vs_diffusers_bf16"]["psnr_db"] > 30
+    assert t["psnr"]["vgen_bf16_vs_vgen_float32"]["psnr_db"] > 20
+    assert t["batch"]["vgen_batch"]["jobs_per_min"] > 0 and t["batch"]["diffusers_loop"]["jobs_per_min"] > 0
