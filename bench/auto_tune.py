@@ -28,10 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent / "python"))
-from common import BIN, OUT, ROOT, machine  # noqa: E402
-from e2e import PRESETS, ensure_model, run, write_prompts  # noqa: E402
+from common import BIN, OUT, ROOT, machine
+from e2e import PRESETS, ensure_model, run, write_prompts
 
 
 def config_for(dir_: Path, name: str, cfg: dict) -> Path:

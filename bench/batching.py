@@ -15,13 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "python"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import OUT, RUNS, machine, mmm, run_json, stats, table, write  # noqa: E402
-from e2e import PRESETS, ensure_model  # noqa: E402
-from overlap import bench_jobs_cmd  # noqa: E402
+from common import OUT, RUNS, machine, mmm, run_json, stats, table, write
+from e2e import PRESETS, ensure_model
+from overlap import bench_jobs_cmd
 
 
 def main() -> None:

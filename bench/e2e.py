@@ -29,8 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "python"))
-from common import BIN, OUT, RUNS, ROOT, VENV_PY, machine, mmm, stats, table, write  # noqa: E402
+from common import BIN, OUT, RUNS, ROOT, VENV_PY, machine, mmm, stats, table, write
 
 PY = Path(__file__).resolve().parent / "python"
 PRESETS = {  # size, frames, steps per model; guidance 5 and the tiny negative prompt for both

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "python"))
-from common import BIN, OUT, RUNS, machine, mmm, run_json, stats, table, timed, write  # noqa: E402
+from common import BIN, OUT, RUNS, machine, mmm, run_json, stats, table, timed, write
 
 
 def ffmpeg_cmd(raw: Path, w: int, h: int, fps: int, out: Path) -> list:

@@ -10,7 +10,7 @@ int8 of the block Linears, exported from the same diffusers weights), then
     python3 bench/int8.py --model tiny|medium|large|ltx [--runs R] [--prompts P]
 
 tiny/medium/large are the Wan bench presets (bench/python/models.py; large is issue 24's >= 20M
-parameter, 8-layer transformer); ltx is the tiny LTX-Video model (tools/export_ltx.py --tiny).
+parameter, 8-layer transformer); ltx is the tiny LTX-Video model (python -m vgen_export.ltx --tiny).
 Writes bench/out/int8_<model>.json (with the load average before and after).
 """
 from __future__ import annotations
@@ -24,8 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "python"))
-from common import BIN, OUT, ROOT, VENV_PY, machine, write  # noqa: E402
+from common import BIN, OUT, VENV_PY, machine, write
 
 PY = Path(__file__).resolve().parent / "python"
 # width, height, frames, steps (the Wan ones as bench/e2e.py; LTX at its tiny package's defaults' size)
@@ -71,10 +70,10 @@ def ensure(preset: str) -> Path:
     if (pkg / "manifest.json").exists() and "precisions" in json.loads((pkg / "manifest.json").read_text()):
         return pkg
     if preset == "ltx":
-        run_quiet([str(VENV_PY), str(ROOT / "tools" / "export_ltx.py"), "--tiny", "--out", str(pkg), "--quantize", "int8"])
+        run_quiet([str(VENV_PY), "-m", "vgen_export.ltx", "--tiny", "--out", str(pkg), "--quantize", "int8"])
     else:
         run_quiet([str(VENV_PY), str(PY / "models.py"), "--preset", preset, "--out", str(d)])
-        run_quiet([str(VENV_PY), str(ROOT / "tools" / "export_wan.py"), "--diffusers", str(d / "diffusers"),
+        run_quiet([str(VENV_PY), "-m", "vgen_export.wan", "--diffusers", str(d / "diffusers"),
                    "--out", str(pkg), "--quantize", "int8"])
     return pkg
 

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "python"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import BIN, OUT, RUNS, machine, mmm, run_json, stats, table, write  # noqa: E402
-from e2e import ensure_model  # noqa: E402
+from common import BIN, OUT, RUNS, machine, mmm, run_json, stats, table, write
+from e2e import ensure_model
 
 
 def main() -> None:

@@ -20,10 +20,8 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "python"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import BIN, OUT, RUNS, machine, mmm, run_json, stats, table, write  # noqa: E402
-from e2e import GUIDANCE, NEGATIVE, PRESETS, ensure_model  # noqa: E402
+from common import BIN, OUT, RUNS, machine, mmm, run_json, stats, table, write
+from e2e import GUIDANCE, NEGATIVE, PRESETS, ensure_model
 
 STAGES = ["preprocess", "denoise", "decode", "encode"]
 

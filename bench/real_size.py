@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Real size: Wan2.1-T2V-1.3B's transformer and VAE at their full size (random weights), through
-the whole path: diffusers directory -> tools/export_wan.py -> vgen load -> vgen render, and
+the whole path: diffusers directory -> python -m vgen_export.wan -> vgen load -> vgen render, and
 diffusers' WanPipeline on the same directory at the same shape and threads.
 
     python bench/real_size.py [--work /work/scratch/real13b] [--threads 2] [--steps 3]
@@ -27,8 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "python"))
-from common import BIN, OUT, ROOT, VENV_PY, machine, table, write  # noqa: E402
+from common import BIN, OUT, ROOT, VENV_PY, machine, table, write
 
 GB = 1e9
 PROMPT = "a red circle moving left on a black background"
@@ -62,8 +61,6 @@ def phase_build(work: Path, seed: int) -> dict:
     import torch
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
     from transformers import UMT5Config, UMT5EncoderModel
-
-    sys.path.insert(0, str(ROOT / "tools"))
     from vgen_export.tiny_wan import SPM_FILE_NAME, tokenizer_from_spm, train_tiny_spm
 
     spm = train_tiny_spm(work / SPM_FILE_NAME, seed=seed)
@@ -194,7 +191,7 @@ def main() -> None:
                                "cpu_seconds": CPU_SECONDS["last"]}
             print(f"built the diffusers directory in {wall:.0f} s (peak RSS {rss / GB:.2f} GB)", file=sys.stderr)
         if not (pkg / "manifest.json").exists():
-            _, wall, rss, _ = timed_child([str(VENV_PY), "tools/export_wan.py", "--diffusers", str(a.work / "diffusers"),
+            _, wall, rss, _ = timed_child([str(VENV_PY), "-m", "vgen_export.wan", "--diffusers", str(a.work / "diffusers"),
                                            "--out", str(pkg), "--threads", str(a.threads)], env)
             result["export"] = {"wall_seconds": wall, "peak_rss_gb": rss / GB, "cpu_seconds": CPU_SECONDS["last"]}
             print(f"exported in {wall:.0f} s (peak RSS {rss / GB:.2f} GB)", file=sys.stderr)

@@ -14,8 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "python"))
-from common import BIN, RUNS, machine, mmm, run_json, stats, table, write  # noqa: E402
+from common import BIN, RUNS, machine, mmm, run_json, stats, table, write
 
 HERE = Path(__file__).resolve().parent
 

@@ -73,6 +73,21 @@ install_requirements requirements-runtime.txt "LibTorch (the torch wheel: severa
 if [ "$VGEN_SETUP" = all ]; then
   install_requirements requirements.txt "the pinned Python tooling"
 fi
+# vgen's own tooling (tools/pyproject.toml: vgen_export, vgen_reference, vgen_demo_model,
+# vgen_trace), editable, so `python -m vgen_export.wan ...` runs this checkout's code from anywhere.
+# Reinstalled when pyproject.toml changes or the venv's install names another checkout (the venv
+# lives outside the clone and is shared). The tests do not depend on it: CTest puts the build's
+# own source tree first (tests/CMakeLists.txt).
+TOOLS_STAMP="$VGEN_VENV/.vgen-tools.sha256"
+tools_want="$VGEN_ROOT/tools $(sha256sum "$VGEN_ROOT/tools/pyproject.toml" | cut -d' ' -f1)"
+tools_at="$("$VGEN_VENV/bin/python" -c 'import pathlib, vgen_export; print(pathlib.Path(vgen_export.__file__).resolve().parents[1])' 2>/dev/null || true)"
+if [ "$(cat "$TOOLS_STAMP" 2>/dev/null)" != "$tools_want" ] || [ "$tools_at" != "$VGEN_ROOT/tools" ]; then
+  log "installing vgen's Python tooling from $VGEN_ROOT/tools (editable)"
+  "$VGEN_VENV/bin/pip" install -q --no-deps -e "$VGEN_ROOT/tools"
+  echo "$tools_want" > "$TOOLS_STAMP"
+else
+  log "vgen Python tooling: installed from this checkout"
+fi
 TORCH_CMAKE="$("$VGEN_VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 
 # 3. Configure and build ------------------------------------------------------------------

@@ -18,7 +18,7 @@ command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; e
 model="${1:-}"
 if [[ -z "$model" ]]; then
   model="$work/pkg"
-  "$python" "$root/tools/export_wan.py" --tiny --seed 0 --out "$model" >/dev/null 2>&1
+  "$python" -m vgen_export.wan --tiny --seed 0 --out "$model" >/dev/null 2>&1
 fi
 
 "$vgen" serve --listen 127.0.0.1:0 --model "$model" --output-dir "$work/videos" --config "$here/service.json" \

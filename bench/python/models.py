@@ -5,11 +5,11 @@ exported from it, so that both sides of the end-to-end bench load identical weig
     python bench/python/models.py --preset tiny|medium --out DIR [--seed 0]
 
 writes DIR/diffusers (WanPipeline.save_pretrained + tokenizer/spiece.model) and DIR/pkg
-(tools/vgen_export.export_wan of that directory). Skips the work when DIR/pkg/manifest.json
+(vgen_export.wan.export_wan of that directory). Skips the work when DIR/pkg/manifest.json
 exists and DIR/preset.json matches.
 
 Presets (random weights, seeded; everything built offline):
-  tiny    tools/vgen_export/tiny_wan.py exactly (what `export_wan.py --tiny` builds)
+  tiny    tools/vgen_export/tiny_wan.py exactly (what `python -m vgen_export.wan --tiny` builds)
   medium  the tiny tokenizer, text encoder and VAE with a larger WanTransformer3DModel
           (hidden 256 = 4 heads x 64, 6 layers, FFN 1024): the denoiser dominates a job
 """
@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-
-from vgen_export.export_wan import export_wan  # noqa: E402
-from vgen_export import tiny_wan  # noqa: E402
+from vgen_export import tiny_wan
+from vgen_export.wan import export_wan
 
 MEDIUM_TRANSFORMER = dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=64, in_channels=16,
                           out_channels=16, freq_dim=256, ffn_dim=1024, num_layers=6, cross_attn_norm=True,

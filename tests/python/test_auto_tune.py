@@ -7,13 +7,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_cli_serve import VGEN, Server, package  # noqa: E402,F401  (package: the module's fixture)
+from test_cli_serve import VGEN, Server, package  # noqa: F401  (package: the module's fixture)
 
 SMALL = ["--width", "32", "--height", "32", "--frames", "5", "--steps", "2"]
 pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")

@@ -7,18 +7,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "reference"))
-from vgen_export import export_ltx as el  # noqa: E402
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export.tiny_ltx import write_tiny_ltx  # noqa: E402
-from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
-from wan_i2v_parity import test_image as pattern  # noqa: E402
+from vgen_export import ltx as el
+from vgen_export import wan as ew
+from vgen_export.tiny_ltx import write_tiny_ltx
+from vgen_export.tiny_wan import write_tiny_wan
+from vgen_reference.wan_i2v_parity import test_image as pattern
 
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", Path(__file__).resolve().parents[2] / "build"))
 VGEN = BUILD / "bin" / "vgen"

@@ -11,15 +11,13 @@ import re
 import select
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+from vgen_export import wan as ew
+from vgen_export.tiny_wan import write_tiny_wan
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))

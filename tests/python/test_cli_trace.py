@@ -12,14 +12,14 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
-import trace_picture  # noqa: E402
+from vgen_export import wan as ew
+from vgen_export.tiny_wan import write_tiny_wan
+from vgen_trace import picture as trace_picture
 
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", Path(__file__).resolve().parents[2] / "build"))
 VGEN = BUILD / "bin" / "vgen"

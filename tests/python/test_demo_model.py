@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools" / "demo_model"))
-import clips  # noqa: E402
-import evaluate as ev  # noqa: E402
+from vgen_demo_model import clips
+from vgen_demo_model import evaluate as ev
 
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))
 VGEN = BUILD / "bin" / "vgen"

@@ -6,17 +6,16 @@ package's base precision). Parity tests keep float32."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-from vgen_export import export_ltx as el  # noqa: E402
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export.tiny_ltx import write_tiny_ltx  # noqa: E402
-from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+from vgen_export import common as ec
+from vgen_export import ltx as el
+from vgen_export import wan as ew
+from vgen_export.tiny_ltx import write_tiny_ltx
+from vgen_export.tiny_wan import write_tiny_wan
 
 torch.set_num_threads(1)
 
@@ -33,7 +32,7 @@ def packages(tmp_path_factory):
 
 def ops_of(path: Path) -> set[str]:
     module = torch.jit.load(str(path))
-    return {n.kind() for _, g in ew._graphs(module) for n in g.nodes()}  # noqa: SLF001
+    return {n.kind() for _, g in ec.method_graphs(module) for n in g.nodes()}
 
 
 def assert_close_to_float(report):

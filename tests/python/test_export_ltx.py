@@ -1,4 +1,4 @@
-"""Export of the tiny LTX-Video pipeline (tools/export_ltx.py), what it refuses, and `vgen render`
+"""Export of the tiny LTX-Video pipeline (python -m vgen_export.ltx), what it refuses, and `vgen render`
 with the exported package end to end.
 
 Run: /root/.cache/vgen/venv/bin/python -m pytest -q tests/python/test_export_ltx.py
@@ -18,11 +18,10 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
 
-from vgen_export import export_ltx as el  # noqa: E402
-from vgen_export import manifest as mf  # noqa: E402
-from vgen_export.tiny_ltx import write_tiny_ltx  # noqa: E402
+from vgen_export import ltx as el
+from vgen_export import manifest as mf
+from vgen_export.tiny_ltx import write_tiny_ltx
 
 torch.set_num_threads(1)
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))
@@ -85,8 +84,8 @@ def test_the_manifest_carries_preview_factors_fitted_against_the_ltx_decoder(exp
     gen = torch.Generator().manual_seed(99)
     with torch.no_grad():
         for smooth in (True, False):
-            z = lp._random_latents(gen, (1, c, 2, h // ss, w // ss), smooth=smooth, scale=0.8)  # noqa: SLF001
-            target = lp._targets(decode(z), 2, ts, ss)  # noqa: SLF001
+            z = lp.random_latents(gen, (1, c, 2, h // ss, w // ss), smooth=smooth, scale=0.8)
+            target = lp.preview_targets(decode(z), 2, ts, ss)
             shown = (torch.einsum("oc,bcfhw->bofhw", weight, z) + bias[None, :, None, None, None]).clamp(0, 1)
             mse, grey = (shown - target).pow(2).mean().item(), (0.5 - target).pow(2).mean().item()
             print(f"LTX preview (smooth={smooth}): mse {mse:.3g}, grey {grey:.3g}")
@@ -115,7 +114,7 @@ def test_refuses_what_it_cannot_export(exported, tmp_path, part, changes, needle
     src = _copy(exported[0], tmp_path / "src")
     _edit(src / part, **changes)
     out = tmp_path / "pkg"
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "export_ltx.py"), "--diffusers", str(src), "--out", str(out)],
+    r = subprocess.run([sys.executable, "-m", "vgen_export.ltx", "--diffusers", str(src), "--out", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr

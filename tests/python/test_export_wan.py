@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export import manifest as mf  # noqa: E402
-from vgen_export import reference_loop as rl  # noqa: E402
-from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+from vgen_export import common as ec
+from vgen_export import manifest as mf
+from vgen_export import reference_loop as rl
+from vgen_export import wan as ew
+from vgen_export.tiny_wan import write_tiny_wan
 
 torch.set_num_threads(1)
 E2E_TOL = 1e-4
@@ -137,7 +134,7 @@ def test_modules_bake_no_device(pkg):
     """Tracing on CPU records .to(x.device) as .to("cpu"); the exporter rewrites those so one
     file runs on any device. (No GPU here: checked structurally.)"""
     for module in (pkg.text_encoder, pkg.transformer, pkg.vae_decoder):
-        assert ew.count_device_constants(module) == 0
+        assert ec.count_device_constants(module) == 0
     assert "prim::device" in str(pkg.transformer.transformer.graph)
 
 
@@ -156,7 +153,7 @@ def test_tokenizer_matches_pipeline(pkg, pipe):
 
 def test_text_encoder_roundtrip(pkg, pipe):
     g = torch.Generator().manual_seed(3)
-    ids, mask = ew._mask_batch([4, 30, 512], 512, pipe.text_encoder.config.vocab_size, g)
+    ids, mask = ew.random_token_batch([4, 30, 512], 512, pipe.text_encoder.config.vocab_size, g)
     with torch.no_grad():
         raw = pipe.text_encoder(ids, mask).last_hidden_state
         ref = torch.stack([torch.cat([u[:n], u.new_zeros(512 - n, u.size(1))])
@@ -193,7 +190,7 @@ def test_transformer_compact_context_matches_zero_padded_512(pkg, pipe):
         ctx = torch.randn(b, 512, 32, generator=g)
         for row, n in enumerate(lengths):
             ctx[row, n:] = 0
-        compact, bias = ew.compact_context(ctx, lengths)
+        compact, bias = rl.compact_context(ctx, lengths)
         assert compact.size(1) == min(512, max(lengths) + 1)
         with torch.no_grad():
             ref = pipe.transformer(hidden_states=x, timestep=t, encoder_hidden_states=ctx, return_dict=False)[0]
@@ -231,7 +228,7 @@ def test_vae_rms_norms_are_rewritten_without_vector_norm(exported, pipe):
     norms = [m for m in pipe.vae.decoder.modules() if isinstance(m, WanRMS_norm)]
     assert report["rms_norms_rewritten"] == len(norms) > 0
     module = torch.jit.load(str(exported[1] / "vae_decoder.pt"))
-    kinds = {n.kind() for _, g in ew._graphs(module) for n in g.findAllNodes("aten::linalg_vector_norm")}  # noqa: SLF001
+    kinds = {n.kind() for _, g in ec.method_graphs(module) for n in g.findAllNodes("aten::linalg_vector_norm")}
     assert not kinds
     assert all("forward" not in m.__dict__ for m in norms)
 
@@ -239,18 +236,18 @@ def test_vae_rms_norms_are_rewritten_without_vector_norm(exported, pipe):
 def test_vae_rewrite_that_misses_tolerance_falls_back_to_diffusers_norm(pipe, tmp_path, monkeypatch):
     """A rewrite whose traced graph exceeds the checks' tolerance is not shipped: the exporter
     traces diffusers' own norm instead and records the rejected checks."""
-    exact = ew._rms_norm_by_sum_of_squares  # noqa: SLF001
+    exact = ew.rms_norm_by_sum_of_squares
 
     def off_by_1e3(self, x):
         return exact(self, x) + 1e-3
 
-    monkeypatch.setattr(ew, "_rms_norm_by_sum_of_squares", off_by_1e3)
+    monkeypatch.setattr(ew, "rms_norm_by_sum_of_squares", off_by_1e3)
     report = ew.export_vae_decoder(pipe.vae, tmp_path / "vae_decoder.pt", torch.Generator().manual_seed(0))
     assert report["rms_norms_rewritten"] == 0
     assert any(c["max_abs_diff"] > c["tolerance"] for c in report["rms_norm_rewrite_rejected"])
     assert all(c["max_abs_diff"] <= c["tolerance"] for c in report["checks"])
     module = torch.jit.load(str(tmp_path / "vae_decoder.pt"))
-    assert any(True for _, g in ew._graphs(module) for _ in g.findAllNodes("aten::linalg_vector_norm"))  # noqa: SLF001
+    assert any(True for _, g in ec.method_graphs(module) for _ in g.findAllNodes("aten::linalg_vector_norm"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -265,7 +262,7 @@ def test_rms_norm_by_sum_of_squares_matches_diffusers(dtype, channel_first):
     x = torch.randn((2, 12, 3, 5, 7) if channel_first else (2, 3, 12), generator=g).to(dtype)
     x[0].zero_()  # the eps clamp: an all-zero vector stays zero, no NaN
     with torch.no_grad():
-        ref, out = norm(x), ew._rms_norm_by_sum_of_squares(norm, x)  # noqa: SLF001
+        ref, out = norm(x), ew.rms_norm_by_sum_of_squares(norm, x)
     assert out.dtype == ref.dtype and torch.isfinite(out.float()).all()
     tol = 1e-6 if dtype == torch.float32 else 1e-2
     assert (out.float() - ref.float()).abs().max() <= tol

@@ -8,18 +8,15 @@ Run: /root/.cache/vgen/venv/bin/python -m pytest -q tests/python/test_export_wan
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export import manifest as mf  # noqa: E402
-from vgen_export.detect_wan import UnsupportedWanPipeline, check_exportable, detect_wan  # noqa: E402
-from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+from vgen_export import manifest as mf
+from vgen_export import wan as ew
+from vgen_export.detect_wan import UnsupportedWanPipeline, check_exportable, detect_wan
+from vgen_export.tiny_wan import write_tiny_wan
 
 torch.set_num_threads(1)
 NONE = [None, None]
@@ -178,8 +175,7 @@ def test_i2v_reference_loop_matches_wan_image_to_video_pipeline(i2v_export):
     from vgen_export.reference_i2v import run_i2v_reference
     from vgen_export.reference_loop import run_wan_pipeline
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "reference"))
-    from wan_i2v_parity import CASE, test_image
+    from vgen_reference.wan_i2v_parity import CASE, test_image
 
     pipeline_wan_i2v.prompt_clean = pipeline_wan.prompt_clean  # diffusers 0.42.1 calls ftfy unguarded
     pixels = test_image(CASE["height"], CASE["width"])
@@ -232,8 +228,7 @@ def test_a14b_i2v_reference_loop_matches_wan_image_to_video_pipeline(a14b_i2v_ex
     from vgen_export.reference_i2v import run_i2v_reference
     from vgen_export.reference_loop import run_wan_pipeline
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "reference"))
-    from wan_i2v_parity import CASE, i2v_pipeline, test_image
+    from vgen_reference.wan_i2v_parity import CASE, i2v_pipeline, test_image
 
     pixels = test_image(CASE["height"], CASE["width"])
     pipe = i2v_pipeline(a14b_i2v_export[0])

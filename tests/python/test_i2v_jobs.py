@@ -10,19 +10,15 @@ import base64
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-sys.path.insert(0, str(ROOT / "tools" / "reference"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
-from wan_i2v_parity import test_image as pattern  # noqa: E402
-from test_cli_serve import Server  # noqa: E402
+from vgen_export import wan as ew
+from vgen_export.tiny_wan import write_tiny_wan
+from vgen_reference.wan_i2v_parity import test_image as pattern
+from test_cli_serve import Server
 
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))
 VGEN = BUILD / "bin" / "vgen"

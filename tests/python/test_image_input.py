@@ -17,7 +17,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import time
 import zlib
 from pathlib import Path
@@ -25,11 +24,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
-from test_cli_serve import Server  # noqa: E402
+from vgen_export import wan as ew
+from vgen_export.tiny_wan import write_tiny_wan
+from test_cli_serve import Server
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,9 +10,8 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-from vgen_export import latent_preview as lp  # noqa: E402
-from vgen_export import manifest as mf  # noqa: E402
+from vgen_export import latent_preview as lp
+from vgen_export import manifest as mf
 
 MODEL = ROOT / "models" / "vgen-shapes"
 

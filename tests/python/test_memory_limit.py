@@ -7,15 +7,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+from vgen_export import wan as ew
+from vgen_export.tiny_wan import write_tiny_wan
 
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))
 VGEN = BUILD / "bin" / "vgen"

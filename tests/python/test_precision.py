@@ -10,7 +10,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +17,10 @@ import pytest
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-from vgen_export import export_ltx as el  # noqa: E402
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export.tiny_ltx import write_tiny_ltx  # noqa: E402
-from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+from vgen_export import ltx as el
+from vgen_export import wan as ew
+from vgen_export.tiny_ltx import write_tiny_ltx
+from vgen_export.tiny_wan import write_tiny_wan
 
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))
 VGEN = BUILD / "bin" / "vgen"

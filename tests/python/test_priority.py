@@ -5,14 +5,11 @@ first, and the low job's video is byte-identical to the same job rendered uninte
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_cli_serve import VGEN, Server, package  # noqa: E402,F401  (package: the module's fixture)
+from test_cli_serve import VGEN, Server, package  # noqa: F401  (package: the module's fixture)
 
 pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
 

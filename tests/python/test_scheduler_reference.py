@@ -1,24 +1,14 @@
-"""Sanity checks for tools/reference/scheduler_reference.py (the C++ parity test's oracle)."""
-import importlib.util
+"""Sanity checks for tools/reference/scheduler_reference.py (vgen_reference.scheduler_reference,
+the C++ parity test's oracle)."""
 import json
 import math
-import os
-import pathlib
 
-ROOT = pathlib.Path(os.environ.get("VGEN_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
-SCRIPT = ROOT / "tools" / "reference" / "scheduler_reference.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("scheduler_reference", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from vgen_reference import scheduler_reference
 
 
 def test_reference_file_is_complete_and_finite(tmp_path):
     out = tmp_path / "ref.json"
-    assert _load().main(["--out", str(out)]) == 0  # (its speed is no test: ctest's timeout bounds a hang)
+    assert scheduler_reference.main(["--out", str(out)]) == 0  # (its speed is no test: ctest's timeout bounds a hang)
     doc = json.loads(out.read_text())
     cases = doc["cases"]
     assert {c["scheduler"] for c in cases} == {
@@ -38,7 +28,7 @@ def test_reference_file_is_complete_and_finite(tmp_path):
 
 
 def test_reference_is_deterministic(tmp_path):
-    module = _load()
+    module = scheduler_reference
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     module.main(["--out", str(a)])
     module.main(["--out", str(b)])

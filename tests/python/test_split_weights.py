@@ -1,4 +1,4 @@
-"""Split components (tools/vgen_export/export_common.py): a large module's weights saved to a
+"""Split components (tools/vgen_export/common.py): a large module's weights saved to a
 safetensors file beside its TorchScript code and mapped back without a copy, and the Wan
 transformer export that frees the eager model before it reloads the saved one.
 
@@ -8,18 +8,14 @@ Run: /root/.cache/vgen/venv/bin/python -m pytest -q tests/python/test_split_weig
 from __future__ import annotations
 
 import json
-import sys
 import weakref
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-
-from vgen_export import export_common as ec  # noqa: E402
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export.tiny_wan import tiny_transformer  # noqa: E402
+from vgen_export import common as ec
+from vgen_export import wan as ew
+from vgen_export.tiny_wan import tiny_transformer
 
 torch.set_num_threads(1)
 
@@ -52,7 +48,7 @@ def test_a_split_component_round_trips_and_leaves_the_traced_module_whole(tmp_pa
     with torch.no_grad():
         ref = eager(x)
         traced = torch.jit.trace(eager, (x,))
-        saved = ec._save(traced, tmp_path / "m.pt", split_above=0)
+        saved = ec.save_module(traced, tmp_path / "m.pt", split_above=0)
         assert saved["weights_file"] == "m.safetensors"
         assert torch.equal(eager(x), ref) and torch.equal(traced(x), ref)  # placeholders were put back
         # The TorchScript file holds no weights: loaded alone, every parameter is empty.
@@ -70,13 +66,13 @@ def test_a_split_component_round_trips_and_leaves_the_traced_module_whole(tmp_pa
 
 def test_small_components_stay_whole(tmp_path):
     traced = torch.jit.trace(Outer().eval(), (torch.randn(1, 3),))
-    saved = ec._save(traced, tmp_path / "m.pt", split_above=1 << 20)
+    saved = ec.save_module(traced, tmp_path / "m.pt", split_above=1 << 20)
     assert "weights_file" not in saved and not (tmp_path / "m.safetensors").exists()
 
 
 def test_mapped_weights_are_private(tmp_path):
     traced = torch.jit.trace(Outer().eval(), (torch.randn(1, 3),))
-    ec._save(traced, tmp_path / "m.pt", split_above=0)
+    ec.save_module(traced, tmp_path / "m.pt", split_above=0)
     before = (tmp_path / "m.safetensors").read_bytes()
     loaded = ec.load_saved(tmp_path / "m.pt")
     with torch.no_grad():
@@ -107,6 +103,6 @@ def test_the_transformer_export_frees_the_eager_model_before_the_reload(tmp_path
         result = ew.export_transformer(handoff, tmp_path / "transformer.pt", 16, torch.float32,
                                        torch.Generator().manual_seed(0))
     assert seen == [True]
-    assert not ew._failed_checks(result), result["checks"]
+    assert not ec.failed_checks(result), result["checks"]
     assert result["compact_context"]["usable"]
     assert ("weights_file" in result) == (split_above == 0)

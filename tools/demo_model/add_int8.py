@@ -1,6 +1,6 @@
 """Give a copy of the vgen-shapes package an int8 variant of its denoiser (issue 24).
 
-    python tools/demo_model/add_int8.py [--model models/vgen-shapes] --out build/vgen-shapes-int8
+    python -m vgen_demo_model.add_int8 [--model models/vgen-shapes] --out build/vgen-shapes-int8
 
 The eager Denoiser is rebuilt from the package's scripted weights (no training checkpoint
 needed), every Linear is dynamically quantized to int8 with the exporters' shared helper
@@ -20,15 +20,14 @@ from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT / "tools"))
-from model import build_models  # noqa: E402
-from train import CONFIG  # noqa: E402
-from vgen_export import manifest as mf  # noqa: E402
-from vgen_export.export_common import _max_diff, _save  # noqa: E402
-from vgen_export.quantize import QUANTIZATION, precision_entries, quantize_int8  # noqa: E402
+from vgen_export import manifest as mf
+from vgen_export.common import max_diff, save_module
+from vgen_export.quantize import QUANTIZATION, precision_entries, quantize_int8
+
+from .model import build_models
+from .train import CONFIG
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository: default paths (models/, build/)
 
 
 def add_int8(model: Path, out: Path) -> dict:
@@ -48,7 +47,7 @@ def add_int8(model: Path, out: Path) -> dict:
             shutil.copyfile(model / entry["file"], target)
     path = out / "transformer_int8.pt"
     with torch.no_grad():
-        saved = _save(torch.jit.script(quantized), path)
+        saved = save_module(torch.jit.script(quantized), path)
         loaded = torch.jit.load(str(path))
         gen = torch.Generator().manual_seed(1234)
         checks = []
@@ -56,8 +55,8 @@ def add_int8(model: Path, out: Path) -> dict:
             e = torch.randn(b, cfg["max_length"], cfg["text_dim"], generator=gen)
             e[:, 9:] = 0
             args = (torch.randn(b, 3, f, h, w, generator=gen), torch.rand(b, generator=gen) * 1000, e)
-            checks.append({"shape": list(args[0].shape), "max_abs_diff": _max_diff(loaded(*args), quantized(*args)),
-                           "tolerance": 1e-5, "max_abs_diff_vs_float": _max_diff(loaded(*args), den(*args))})
+            checks.append({"shape": list(args[0].shape), "max_abs_diff": max_diff(loaded(*args), quantized(*args)),
+                           "tolerance": 1e-5, "max_abs_diff_vs_float": max_diff(loaded(*args), den(*args))})
             if not checks[-1]["max_abs_diff"] <= 1e-5:
                 raise RuntimeError(f"transformer_int8: reloaded TorchScript differs from eager int8: {checks[-1]}")
     manifest["components"]["transformer_int8"] = mf.component_entry(

@@ -4,7 +4,7 @@ Renders prompts with ``build/bin/vgen render ... --model PKG``, decodes each vid
 CLI (raw rgb24), detects background, object colour, shape and direction of motion, and reports
 accuracy per attribute (table + JSON).
 
-    python tools/demo_model/evaluate.py --model models/vgen-shapes [--split held_out|train|all]
+    python -m vgen_demo_model.evaluate --model models/vgen-shapes [--split held_out|train|all]
         [--seeds 2] [--n 0] [--json out.json] [--ground-truth]
 
 ``--ground-truth`` validates the detector on clips from clips.py instead (no rendering).
@@ -22,10 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import clips  # noqa: E402
+from . import clips
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # the repository: default paths (models/, build/)
 ATTRS = ("color", "shape", "direction", "background")
 
 
@@ -137,7 +136,6 @@ def render(prompt: str, out: Path, model: Path, seed: int, extra: list[str] | No
 
 def render_python(prompt: str, model: Path, seed: int) -> np.ndarray:
     """The same algorithm in Python (tools/vgen_export/reference_loop.py), without the C++ binary."""
-    sys.path.insert(0, str(ROOT / "tools"))
     import torch
     from vgen_export import reference_loop as ref
 

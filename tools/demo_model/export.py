@@ -1,6 +1,6 @@
 """Export a vgen-shapes training checkpoint into a vgen model package (docs/MODEL_PACKAGE.md).
 
-    python tools/demo_model/export.py [--ckpt build/vgen-shapes-train/ckpt.pt] --out models/vgen-shapes
+    python -m vgen_demo_model.export [--ckpt build/vgen-shapes-train/ckpt.pt] --out models/vgen-shapes
 
 The modules are scripted (``torch.jit.script``, no trace shapes baked in), made device-agnostic
 with vgen_export's ``make_device_agnostic`` and checked after ``torch.jit.load`` against eager at
@@ -17,19 +17,18 @@ from typing import Any
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT / "tools"))
-import clips  # noqa: E402
-from model import PixelDecoder, build_models  # noqa: E402
-from vgen_export import manifest as mf  # noqa: E402
-from vgen_export.export_wan import _save  # noqa: E402
-from vgen_export.latent_preview import preview_section, wan_loop_decoder  # noqa: E402
-from vgen_export.reference_loop import check_tokenizer, spm_tokenize  # noqa: E402
-from vgen_export.tiny_wan import make_scheduler, tokenizer_from_spm  # noqa: E402
+from vgen_export import manifest as mf
+from vgen_export.common import save_module
+from vgen_export.latent_preview import preview_section, wan_loop_decoder
+from vgen_export.reference_loop import check_tokenizer, spm_tokenize
+from vgen_export.tiny_wan import make_scheduler, tokenizer_from_spm
 
-# Sampler: FlowMatchEuler at guidance 2, flow shift 2 (tools/demo_model/set_sampler.py; the model
+from . import clips
+from .model import PixelDecoder, build_models
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository: default paths (models/, build/)
+
+# Sampler: FlowMatchEuler at guidance 2, flow shift 2 (vgen_demo_model.set_sampler; the model
 # card has the comparisons: UniPC at guidance 4 was the first default, shift 3 the training's).
 SAMPLER = "flow_euler"
 SAMPLER_SHIFT = 2.0
@@ -81,7 +80,7 @@ def export_package(ckpt_path: Path, out_dir: Path, command: str | None = None, w
     longest = int(mask.sum(1).max())
     with torch.no_grad():
         path = out_dir / "text_encoder.pt"
-        saved = _save(torch.jit.script(te), path)
+        saved = save_module(torch.jit.script(te), path)
         def text_in(lengths, n):
             i = torch.randint(3, vocab, (len(lengths), n), generator=gen)
             m = torch.zeros(len(lengths), n, dtype=torch.long)
@@ -92,7 +91,7 @@ def export_package(ckpt_path: Path, out_dir: Path, command: str | None = None, w
             te, path, [text_in([1, 7, length], length), text_in([length], length), text_in([3, 9], 12),
                        (ids[:4], mask[:4])])}
         path = out_dir / "transformer.pt"
-        saved = _save(torch.jit.script(den), path)
+        saved = save_module(torch.jit.script(den), path)
         def den_in(b, f, h, w):
             e = torch.randn(b, length, dim, generator=gen)
             e[:, 9:] = 0
@@ -100,7 +99,7 @@ def export_package(ckpt_path: Path, out_dir: Path, command: str | None = None, w
         checks["transformer"] = {"trace_shape": None, "scripted": True, **saved, "checks": _checks(
             den, path, [den_in(2, 16, 32, 32), den_in(1, 9, 24, 40), den_in(3, 17, 32, 32)])}
         path = out_dir / "vae_decoder.pt"
-        saved = _save(torch.jit.script(dec), path)
+        saved = save_module(torch.jit.script(dec), path)
         checks["vae_decoder"] = {"trace_shape": None, "scripted": True, **saved, "checks": _checks(
             dec, path, [(torch.randn(1, 3, 16, 32, 32, generator=gen) * 1.5,),
                         (torch.randn(2, 3, 5, 16, 24, generator=gen),)])}
@@ -124,7 +123,7 @@ def export_package(ckpt_path: Path, out_dir: Path, command: str | None = None, w
                    "native_size": [cfg["frames"], cfg["size"], cfg["size"]],
                    "held_out_triples": [list(t) for t in clips.HELD_OUT_TRIPLES],
                    "held_out_color_background": [list(t) for t in clips.HELD_OUT_COLOR_BG],
-                   "command": command or f"python tools/demo_model/train.py --out {out_dir} --seed {ck['seed']}",
+                   "command": command or f"python -m vgen_demo_model.train --out {out_dir} --seed {ck['seed']}",
                    "torch": torch.__version__, "diffusers": diffusers.__version__},
         "components": {
             "tokenizer": mf.component_entry(out_dir, "tokenizer.model", format="sentencepiece"),

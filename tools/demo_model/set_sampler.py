@@ -1,6 +1,6 @@
 """Set a vgen-shapes package's default sampler (scheduler and guidance) without retraining.
 
-    python tools/demo_model/set_sampler.py --model models/vgen-shapes --scheduler flow_euler --guidance 2 [--shift 2]
+    python -m vgen_demo_model.set_sampler --model models/vgen-shapes --scheduler flow_euler --guidance 2 [--shift 2]
 
 Rewrites the manifest's ``scheduler`` section (the diffusers config of the chosen scheduler,
 its flow shift kept unless ``--shift`` is given) and ``defaults.guidance_scale``, and records the change under
@@ -14,10 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[0]))
-from vgen_export import manifest as mf  # noqa: E402
-from vgen_export.tiny_wan import make_scheduler  # noqa: E402
+from vgen_export import manifest as mf
+from vgen_export.tiny_wan import make_scheduler
 
 
 def flow_shift_of(section: dict) -> float:

@@ -1,11 +1,11 @@
 """Train the vgen-shapes text-to-video model on clips.py clips, then export the package.
 
-    python tools/demo_model/train.py --out models/vgen-shapes [--steps 3000 --seed 0]
+    python -m vgen_demo_model.train --out models/vgen-shapes [--steps 3000 --seed 0]
         [--batch 12] [--time-limit-min 0] [--ckpt build/vgen-shapes-train/ckpt.pt] [--resume]
 
 Single-threaded by default (``--threads 1``). Writes a SentencePiece tokenizer and a checkpoint
 (model, EMA, optimiser, step) every ``--ckpt-every`` steps next to ``--ckpt``; logs loss and time.
-A partial run is exported with ``python tools/demo_model/export.py --ckpt ... --out ...``.
+A partial run is exported with ``python -m vgen_demo_model.export --ckpt ... --out ...``.
 
 Objective: flow matching as Wan/diffusers (x_t = (1-s) x0 + s noise, flow = noise - x0). The
 denoiser predicts x0 internally; the loss is an x0 MSE weighted by min(1/s, 10) and up-weighted
@@ -25,13 +25,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT / "tools"))
-import clips  # noqa: E402
-from model import Denoiser, TextEncoder, build_models  # noqa: E402
-from vgen_export.reference_loop import spm_tokenize  # noqa: E402
+from vgen_export.reference_loop import spm_tokenize
+
+from . import clips
+from .model import Denoiser, TextEncoder, build_models
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository: default paths (models/, build/)
 
 CONFIG = {"max_length": 16, "text_dim": 64, "text_layers": 0, "chans": [16, 32, 64, 128], "cond": 128,
           "frames": 16, "size": 32, "spatial_scale": 8, "flow_shift": 3.0, "vocab_size": 64}
@@ -96,7 +95,7 @@ def quick_eval(te: TextEncoder, den: Denoiser, spm_file: Path, cfg: dict, steps:
     """Held-out attribute accuracy of (EMA) weights during training: Euler flow sampling with CFG in
     Python on the held-out prompts and evaluate.py's detector. A progress signal only; the model card
     reports evaluate.py through ``vgen render``."""
-    import evaluate
+    from . import evaluate
 
     specs = clips.held_out_specs()
     prompts = [sp.prompt for sp in specs]
@@ -265,9 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     total = elapsed_before + time.perf_counter() - t0
     print(f"training finished: {step + 1} steps, {total / 60:.1f} min", flush=True)
     if not a.no_export:
-        from export import export_package
+        from .export import export_package
 
-        export_package(a.ckpt, a.out, command=" ".join(["python", "tools/demo_model/train.py", *(argv or sys.argv[1:])]))
+        export_package(a.ckpt, a.out, command=" ".join(["python", "-m", "vgen_demo_model.train", *(argv or sys.argv[1:])]))
     return 0
 
 

@@ -4,7 +4,7 @@
 VaeImageProcessor.resize (Wan's video_processor.preprocess) calls
 image.resize((width, height), resample=LANCZOS); CLIPImageProcessor resizes with BICUBIC.
 
-Usage: image_resize.py IN.png OUT.png WIDTH HEIGHT lanczos|bicubic|bilinear
+Usage: python -m vgen_reference.image_resize IN.png OUT.png WIDTH HEIGHT lanczos|bicubic|bilinear
 Writes OUT.png (RGB) and prints {"width": W, "height": H}.
 """
 import json

@@ -3,8 +3,8 @@ the tiny Wan transformer with PEFT (random A and B), writes one in the diffusers
 and one in the original/ComfyUI Wan layout (keys renamed here, alpha as `.alpha` tensors),
 then runs diffusers' WanPipeline with `load_lora_weights` + `set_adapters` on the parity case.
 
-Usage: lora_parity.py PARITY_DIR OUT_DIR
-  PARITY_DIR: what tools/reference/wan_parity.py wrote (diffusers/, pkg/, parity.json).
+Usage: python -m vgen_reference.lora_parity PARITY_DIR OUT_DIR   (the C++ test runs this file by path)
+  PARITY_DIR: what vgen_reference.wan_parity wrote (diffusers/, pkg/, parity.json).
   Prints JSON {lora_dir, reference, cases: [{name, loras: [[file, scale]], guidance, steps}]};
   reference.pt holds frames_<case> ([1, F, 3, H, W]) and base_<case> (the same without LoRA).
 """
@@ -14,9 +14,8 @@ import sys
 
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from vgen_export.reference_loop import dump_tensors, run_wan_pipeline  # noqa: E402
-from vgen_export.tiny_wan import make_scheduler  # noqa: E402
+from vgen_export.reference_loop import dump_tensors, run_wan_pipeline
+from vgen_export.tiny_wan import make_scheduler
 
 RANK = 4
 # diffusers module name (inside WanTransformer3DModel) -> original Wan name, for the layers

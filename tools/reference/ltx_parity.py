@@ -5,7 +5,7 @@ without guidance), recording the latents after every step (unpacked to [1,C,F,H,
 output frames; then LTXImageToVideoPipeline on the same package's components with a first frame
 (OUT_DIR/image.png, at the video size) on the I2V_CASES.
 
-Usage: ltx_parity.py OUT_DIR  -> prints JSON {package, reference, cases, i2v_cases, image, seed}.
+Usage: python -m vgen_reference.ltx_parity OUT_DIR  -> prints JSON {package, reference, cases, i2v_cases, image, seed}.
 reference.pt is a TorchScript module whose buffers are the tensors (C++: attr(NAME))."""
 import json
 import pathlib
@@ -13,10 +13,9 @@ import sys
 
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from vgen_export import export_ltx as el  # noqa: E402
-from vgen_export.reference_loop import dump_tensors  # noqa: E402
-from vgen_export.tiny_ltx import write_tiny_ltx  # noqa: E402
+from vgen_export import ltx as el
+from vgen_export.reference_loop import dump_tensors
+from vgen_export.tiny_ltx import write_tiny_ltx
 
 DECODE = dict(decode_timestep=0.05, decode_noise_scale=0.025)
 CASES = {
@@ -65,8 +64,7 @@ def main():
     import PIL.Image
     from diffusers import LTXImageToVideoPipeline
 
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-    from wan_i2v_parity import test_image
+    from vgen_reference.wan_i2v_parity import test_image
 
     c = I2V_CASES["i2v"]
     pixels = test_image(c["height"], c["width"])

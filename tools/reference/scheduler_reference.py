@@ -6,7 +6,7 @@ sigmas after set_timesteps, init_noise_sigma, a seeded sample, one fixed model o
 step, and, in float64 and float32, the scaled model input and the step output of every step.
 Model outputs do not depend on the trajectory, so a C++ run can replay them exactly.
 
-Usage: scheduler_reference.py --out FILE   (about a second on one CPU core)
+Usage: python -m vgen_reference.scheduler_reference --out FILE   (about a second on one CPU core)
 """
 import argparse
 import json

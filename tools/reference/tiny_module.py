@@ -1,6 +1,7 @@
 """Writes a tiny traced TorchScript module (two methods, forward and shifted) plus an input and
-the eager outputs, as reference for the C++ model-backend test. Usage: tiny_module.py OUT_DIR
-(prints JSON)."""
+the eager outputs, as reference for the C++ model-backend test.
+
+Usage: python -m vgen_reference.tiny_module OUT_DIR (prints JSON)."""
 import json
 import pathlib
 import sys

@@ -1,6 +1,8 @@
 """Reference for the C++ tokenizer test: trains a small SentencePiece unigram model locally
 (no downloads) and prints, as JSON, the model path and the ids Python's sentencepiece gives
-for a set of texts. Usage: tokenizer_reference.py OUT_DIR"""
+for a set of texts.
+
+Usage: python -m vgen_reference.tokenizer_reference OUT_DIR"""
 import json
 import pathlib
 import sys

@@ -4,15 +4,14 @@ no image encoder, boundary_ratio), exports it as a "wan2.2-a14b-i2v" package, an
 diffusers on the Wan 2.1 I2V reference's case and image (wan_i2v_parity.py), with and without
 guidance, recording the latents after every step, the frames and each step's expert.
 
-Usage: wan_a14b_i2v_parity.py OUT_DIR  -> prints JSON {package, reference, image, case, seed, steps, experts}."""
+Usage: python -m vgen_reference.wan_a14b_i2v_parity OUT_DIR  -> prints JSON {package, reference, image, case, seed, steps, experts}."""
 import pathlib
 import sys
 
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from wan_a14b_parity import experts_per_step  # noqa: E402
-from wan_i2v_parity import CASE, emit, export_tiny, i2v_pipeline, record_runs, save_test_image  # noqa: E402
+from vgen_reference.wan_a14b_parity import experts_per_step
+from vgen_reference.wan_i2v_parity import CASE, emit, export_tiny, i2v_pipeline, record_runs, save_test_image
 
 
 def main():

@@ -3,17 +3,16 @@ the tiny random two-expert WanPipeline (transformer above boundary_ratio * 1000,
 below) offline, exports it, and runs diffusers' WanPipeline on one case, recording the latents
 after every step, the frames and which expert each step used.
 
-Usage: wan_a14b_parity.py OUT_DIR  -> prints JSON {package, reference, case, seed, steps, experts}."""
+Usage: python -m vgen_reference.wan_a14b_parity OUT_DIR  -> prints JSON {package, reference, case, seed, steps, experts}."""
 import json
 import pathlib
 import sys
 
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export.reference_loop import dump_tensors, run_wan_pipeline  # noqa: E402
-from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+from vgen_export import wan as ew
+from vgen_export.reference_loop import dump_tensors, run_wan_pipeline
+from vgen_export.tiny_wan import write_tiny_wan
 
 CASE = dict(prompt="a red circle moving left on a black background", negative_prompt="blurry, low quality",
             height=32, width=48, num_frames=9, num_inference_steps=6, guidance_scale=5.0)

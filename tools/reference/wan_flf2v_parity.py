@@ -3,7 +3,7 @@ tiny random Wan 2.1 FLF2V pipeline offline (the I2V transformer with pos_embed_s
 it, and runs diffusers' WanImageToVideoPipeline with `image` and `last_image` (both already at
 the video size), recording the image tokens, the latents after every step and the frames.
 
-Usage: wan_flf2v_parity.py OUT_DIR  -> prints JSON {package, reference, image, last_image, case, seed, steps}."""
+Usage: python -m vgen_reference.wan_flf2v_parity OUT_DIR  -> prints JSON {package, reference, image, last_image, case, seed, steps}."""
 import json
 import pathlib
 import sys
@@ -11,13 +11,11 @@ import sys
 import PIL.Image
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export.reference_loop import dump_tensors, run_wan_pipeline  # noqa: E402
-from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+from vgen_export import wan as ew
+from vgen_export.reference_loop import dump_tensors, run_wan_pipeline
+from vgen_export.tiny_wan import write_tiny_wan
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from wan_i2v_parity import CASE, SEED, test_image  # noqa: E402
+from vgen_reference.wan_i2v_parity import CASE, SEED, test_image
 
 
 def main():

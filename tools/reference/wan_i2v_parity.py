@@ -3,7 +3,7 @@ the tiny random Wan 2.1 I2V pipeline offline, exports it as a vgen package, and 
 own WanImageToVideoPipeline on one case (an image already at the video size), recording the
 image embeddings, the latents after every step and the output frames.
 
-Usage: wan_i2v_parity.py OUT_DIR  -> prints JSON {package, reference, image, case, seed, steps}.
+Usage: python -m vgen_reference.wan_i2v_parity OUT_DIR  -> prints JSON {package, reference, image, case, seed, steps}.
 reference.pt holds the tensors (C++: attr(NAME)); "image" is the input [3,H,W] in [0,1] and
 OUT_DIR/image.png the same pixels."""
 import json
@@ -14,10 +14,9 @@ import numpy as np
 import PIL.Image
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export.reference_loop import dump_tensors, run_wan_pipeline  # noqa: E402
-from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+from vgen_export import wan as ew
+from vgen_export.reference_loop import dump_tensors, run_wan_pipeline
+from vgen_export.tiny_wan import write_tiny_wan
 
 CASE = dict(prompt="a red circle moving left on a black background", negative_prompt="blurry, low quality",
             height=32, width=48, num_frames=9, num_inference_steps=4, guidance_scale=5.0)

@@ -4,7 +4,7 @@ diffusers' own WanPipeline on one case with UniPC (the package's scheduler), wit
 FlowMatchEuler, and in bfloat16,
 recording the prompt embeddings, the latents after every step and the output frames.
 
-Usage: wan_parity.py OUT_DIR  -> prints JSON {package, reference, case, steps}.
+Usage: python -m vgen_reference.wan_parity OUT_DIR  -> prints JSON {package, reference, case, steps}.
 reference.pt is a TorchScript module whose buffers are the tensors (C++: attr(NAME))."""
 import json
 import pathlib
@@ -12,10 +12,9 @@ import sys
 
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export.reference_loop import dump_tensors, run_wan_pipeline  # noqa: E402
-from vgen_export.tiny_wan import make_scheduler, write_tiny_wan  # noqa: E402
+from vgen_export import wan as ew
+from vgen_export.reference_loop import dump_tensors, run_wan_pipeline
+from vgen_export.tiny_wan import make_scheduler, write_tiny_wan
 
 CASE = dict(prompt="a red circle moving left on a black background", negative_prompt="blurry, low quality",
             height=32, width=48, num_frames=9, num_inference_steps=4, guidance_scale=5.0)

@@ -5,7 +5,7 @@ WanImageToVideoPipeline on the same components (image-to-video, an image already
 size), recording the latents after every step and the output frames of each; image-to-video
 also without guidance, and the image's normalised latents.
 
-Usage: wan_ti2v_parity.py OUT_DIR  -> prints JSON {package, reference, image, case, seed, steps}."""
+Usage: python -m vgen_reference.wan_ti2v_parity OUT_DIR  -> prints JSON {package, reference, image, case, seed, steps}."""
 import json
 import pathlib
 import sys
@@ -13,13 +13,11 @@ import sys
 import PIL.Image
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from vgen_export import export_wan as ew  # noqa: E402
-from vgen_export.reference_loop import dump_tensors, run_wan_pipeline  # noqa: E402
-from vgen_export.tiny_wan import write_tiny_wan  # noqa: E402
+from vgen_export import wan as ew
+from vgen_export.reference_loop import dump_tensors, run_wan_pipeline
+from vgen_export.tiny_wan import write_tiny_wan
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from wan_i2v_parity import test_image  # noqa: E402
+from vgen_reference.wan_i2v_parity import test_image
 
 CASE = dict(prompt="a red circle moving left on a black background", negative_prompt="blurry, low quality",
             height=32, width=64, num_frames=9, num_inference_steps=4, guidance_scale=5.0)

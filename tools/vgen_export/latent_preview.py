@@ -1,6 +1,6 @@
 """Fit a package's latent -> RGB preview projection and write it into its manifest.
 
-    python tools/vgen_export/latent_preview.py --model models/vgen-shapes
+    python -m vgen_export.latent_preview --model models/vgen-shapes
 
 While a job denoises, the runtime shows a cheap preview of its latents (stages/preview.hpp): each
 latent pixel's channels times a 3 x C matrix plus a bias give an RGB colour in [0, 1], with no
@@ -33,13 +33,10 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-if __package__:
-    from . import manifest as mf
-    from .export_common import load_saved
-else:  # run as a script
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from vgen_export import manifest as mf  # noqa: E402
-    from vgen_export.export_common import load_saved  # noqa: E402
+# Absolute imports: besides `python -m vgen_export.latent_preview`, older vgen builds tell users to
+# run this file by its path (api/engine.cpp), which works as long as the package is installed.
+from vgen_export import manifest as mf
+from vgen_export.common import load_saved
 
 Decoder = Callable[[torch.Tensor], torch.Tensor]  # loop latents [B, C, F', H', W'] -> [B, 3, F, H, W] in [-1, 1]
 
@@ -49,7 +46,7 @@ def decoded_frame_of(latent_frame: int, temporal_scale: int) -> int:
     return latent_frame * temporal_scale
 
 
-def _random_latents(gen: torch.Generator, shape: tuple[int, ...], smooth: bool, scale: float) -> torch.Tensor:
+def random_latents(gen: torch.Generator, shape: tuple[int, ...], smooth: bool, scale: float) -> torch.Tensor:
     b, c, f, h, w = shape
     if smooth:
         coarse = torch.randn(b, c, f, max(1, h // 4), max(1, w // 4), generator=gen)
@@ -60,7 +57,7 @@ def _random_latents(gen: torch.Generator, shape: tuple[int, ...], smooth: bool, 
     return z * scale
 
 
-def _targets(video: torch.Tensor, latent_frames: int, temporal_scale: int, spatial_scale: int) -> torch.Tensor:
+def preview_targets(video: torch.Tensor, latent_frames: int, temporal_scale: int, spatial_scale: int) -> torch.Tensor:
     """[B, 3, F', H', W']: each latent pixel's patch of its frame, averaged, in [0, 1]."""
     rgb = (video.float() / 2 + 0.5).clamp(0, 1)
     frames = [decoded_frame_of(k, temporal_scale) for k in range(latent_frames)]
@@ -84,9 +81,9 @@ def fit_latent_rgb(decode: Decoder, latent: dict[str, Any], height: int, width: 
     with torch.no_grad():
         for i in range(samples):
             scale = 0.25 + 0.75 * i / max(1, samples - 1)
-            z = _random_latents(gen, shape, smooth=i % 2 == 0, scale=scale)
+            z = random_latents(gen, shape, smooth=i % 2 == 0, scale=scale)
             video = decode(z)
-            y = _targets(video, shape[2], ts, ss)
+            y = preview_targets(video, shape[2], ts, ss)
             xs.append(z.permute(0, 2, 3, 4, 1).reshape(-1, c))
             ys.append(y.permute(0, 2, 3, 4, 1).reshape(-1, 3))
     x, y = torch.cat(xs).double(), torch.cat(ys).double()

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .export_common import load_saved
+from .common import load_saved
 from .reference_loop import encode_prompts, initial_noise, load_package, unnormalise
 
 

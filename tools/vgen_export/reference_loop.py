@@ -25,10 +25,9 @@ from typing import Any
 
 import torch
 
-from .export_common import load_saved
+from .common import DTYPES, load_saved
 from .manifest import read_manifest
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def prompt_clean(text: str) -> str:

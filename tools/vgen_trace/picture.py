@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Draws a vgen trace (Chrome / Perfetto trace JSON from `vgen ... --trace FILE` or
 GET /v1/trace) as an SVG timeline: one row per track, grouped by process (stages, devices,
 jobs), one box per span coloured by its name, instants as ticks. Standard library only.
 
-    python tools/trace_picture.py run.trace.json docs/perf/batch16.svg [--title TEXT]
+    python -m vgen_trace.picture run.trace.json docs/perf/batch16.svg [--title TEXT]
 """
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """The Wan 2.2 TI2V-5B parts of a package (diffusers' WanPipeline / WanImageToVideoPipeline with
 ``expand_timesteps``), beside what every Wan package has:
 
-- ``vae_decoder.pt`` is the usual chunked decoder (export_wan.export_vae_decoder), here of the
+- ``vae_decoder.pt`` is the usual chunked decoder (wan.export_vae_decoder), here of the
   z_dim-48 residual VAE with its output un-patchified (2x2 pixel shuffle) inside the module;
 - ``vae_encoder.pt``: video [B,3,F,H,W] in [-1,1] -> the posterior mean [B,48,F',H/16,W/16]
   (the input patchified inside the module); image-to-video encodes the image alone (F = 1);
 - ``transformer.pt`` takes per-token timesteps float32 [B, F'*H'/2*W'/2]
-  (export_wan.export_transformer(per_token_timesteps=True)).
+  (wan.export_transformer(per_token_timesteps=True)).
 
 The runtime (stages/wan/wan_ti2v_family.hpp) runs text-to-video with every token at the step's
 timestep, and image-to-video with the first latent frame replaced by the image's normalised
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import manifest as mf
-from .export_wan_i2v import export_vae_encoder
+from .wan_i2v import export_vae_encoder
 
 
 def export_ti2v_encoder(vae, out_dir: Path, gen) -> dict[str, Any]:

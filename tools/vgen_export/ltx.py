@@ -1,7 +1,7 @@
 """Export a diffusers LTX-Video text-to-video checkpoint into a vgen model package.
 
-    python tools/export_ltx.py --diffusers DIR --out PKG [--dtype float32|float16|bfloat16]
-    python tools/export_ltx.py --tiny [--seed N] --out PKG        # builds the tiny test model
+    python -m vgen_export.ltx --diffusers DIR --out PKG [--dtype float32|float16|bfloat16]
+    python -m vgen_export.ltx --tiny [--seed N] --out PKG        # builds the tiny test model
 
 The package (docs/MODEL_PACKAGE.md, family "ltx-video") holds TorchScript modules, the
 SentencePiece tokenizer model and ``manifest.json``:
@@ -43,10 +43,9 @@ from typing import Any
 import torch
 
 from . import manifest as mf
-from .export_common import load_saved
-from .export_wan import DTYPES, _assert_checks, _max_diff, _save, _tolerance, _trace, find_spm_file
+from .common import DTYPES, assert_checks, dtype_tolerance, find_spm_file, load_saved, max_diff, save_module, trace_quietly
 from .latent_preview import preview_section, torchscript_decoder
-from .quantize import QUANTIZATION, QUANTIZE_CHOICES, check_quantize, precision_entries, quantize_int8, variant_name
+from .quantize import QUANTIZATION, QUANTIZE_CHOICES, check_quantize, precision_entries, quantize_int8
 from .reference_loop import check_tokenizer
 
 ACCEPTED_PIPELINES = ("LTXPipeline", "LTXImageToVideoPipeline")
@@ -159,15 +158,15 @@ def pipeline_max_sequence_length() -> int:
 def export_text_encoder(encoder, path: Path, max_length: int, dtype, gen) -> dict[str, Any]:
     wrapper = TextEncoderExport(encoder).eval()
     vocab = encoder.config.vocab_size
-    traced = _trace(wrapper, (torch.randint(0, vocab, (2, max_length), generator=gen),))
-    saved = _save(traced, path)
+    traced = trace_quietly(wrapper, (torch.randint(0, vocab, (2, max_length), generator=gen),))
+    saved = save_module(traced, path)
     loaded = load_saved(path)
     checks = []
     for batch in (1, 3):
         ids = torch.randint(0, vocab, (batch, max_length), generator=gen)
         ref = wrapper(ids)
-        checks.append({"shape": list(ids.shape), "max_abs_diff": _max_diff(loaded(ids), ref),
-                       "tolerance": _tolerance(dtype, ref)})
+        checks.append({"shape": list(ids.shape), "max_abs_diff": max_diff(loaded(ids), ref),
+                       "tolerance": dtype_tolerance(dtype, ref)})
     return {"trace_shape": [2, max_length], **saved, "checks": checks}
 
 
@@ -195,8 +194,8 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, tem
         return x, t, ctx, mask, video_coords(b, f, h, w, fps, temporal, spatial)
 
     trace = inputs(2, 2, 2, 3, 25.0, [3, max_length], per_token=True)
-    traced = _trace(wrapper, trace)
-    saved = _save(traced, path)
+    traced = trace_quietly(wrapper, trace)
+    saved = save_module(traced, path)
     loaded = load_saved(path)
     checks = []
     for b, f, h, w, fps, lengths, per_token in ((1, 3, 2, 2, 24.0, [5], False), (3, 1, 1, 1, 25.0, [1, 7, max_length], False),
@@ -208,10 +207,10 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, tem
                           return_dict=False)[0]
         got = loaded(x, t, ctx, mask, coords)
         check = {"shape": list(x.shape), "fps": fps, "timestep": list(t.shape),
-                 "max_abs_diff": _max_diff(got, wrapper(x, t, ctx, mask, coords) if quantized else ref),
-                 "tolerance": _tolerance(dtype, ref)}
+                 "max_abs_diff": max_diff(got, wrapper(x, t, ctx, mask, coords) if quantized else ref),
+                 "tolerance": dtype_tolerance(dtype, ref)}
         if quantized:  # how far int8 moves the prediction from float (reported, not a check)
-            check["max_abs_diff_vs_float"] = _max_diff(got, ref)
+            check["max_abs_diff_vs_float"] = max_diff(got, ref)
         checks.append(check)
     return {"trace_shape": list(trace[0].shape), **saved, "checks": checks,
             **({"quantized_linears": quantized} if quantized else {})}
@@ -220,29 +219,29 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, tem
 def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
     wrapper = VaeDecoderExport(vae).eval()
     c = vae.config.latent_channels
-    traced = _trace(wrapper, (torch.randn(1, c, 2, 2, 2, generator=gen), torch.tensor([0.05])))
-    saved = _save(traced, path)
+    traced = trace_quietly(wrapper, (torch.randn(1, c, 2, 2, 2, generator=gen), torch.tensor([0.05])))
+    saved = save_module(traced, path)
     loaded = load_saved(path)
     checks = []
     for b, f, h, w in ((1, 1, 1, 1), (2, 3, 2, 3), (1, 2, 2, 2)):
         z = torch.randn(b, c, f, h, w, generator=gen)
         t = torch.rand(b, generator=gen) * 0.1
         ref = vae.decode(z, t if vae.config.timestep_conditioning else None, return_dict=False)[0]
-        checks.append({"shape": list(z.shape), "max_abs_diff": _max_diff(loaded(z, t), ref), "tolerance": 1e-5})
+        checks.append({"shape": list(z.shape), "max_abs_diff": max_diff(loaded(z, t), ref), "tolerance": 1e-5})
     return {"trace_shape": [1, c, 2, 2, 2], **saved, "checks": checks}
 
 
 def export_vae_encoder(vae, path: Path, gen) -> dict[str, Any]:
     wrapper = VaeEncoderExport(vae).eval()
     t, s = int(vae.temporal_compression_ratio), int(vae.spatial_compression_ratio)
-    traced = _trace(wrapper, (torch.rand(1, 3, 1, 2 * s, 2 * s, generator=gen) * 2 - 1,))
-    saved = _save(traced, path)
+    traced = trace_quietly(wrapper, (torch.rand(1, 3, 1, 2 * s, 2 * s, generator=gen) * 2 - 1,))
+    saved = save_module(traced, path)
     loaded = load_saved(path)
     checks = []
     for b, f, h, w in ((1, 1, 2, 3), (2, 1, 1, 1), (1, t + 1, 2, 2)):
         x = torch.rand(b, 3, f, h * s, w * s, generator=gen) * 2 - 1
         dist = vae.encode(x).latent_dist
-        checks.append({"shape": list(x.shape), "max_abs_diff": _max_diff(loaded(x), torch.cat([dist.mean, dist.std], 1)),
+        checks.append({"shape": list(x.shape), "max_abs_diff": max_diff(loaded(x), torch.cat([dist.mean, dist.std], 1)),
                        "tolerance": 1e-5})
     return {"trace_shape": [1, 3, 1, 2 * s, 2 * s], **saved, "checks": checks}
 
@@ -301,7 +300,7 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                                                             tdtype, gen, temporal, spatial, True)
         del transformer
     for name in ("text_encoder", "transformer", "vae_decoder", "vae_encoder") + (("transformer_int8",) if quantize == "int8" else ()):
-        _assert_checks(name, checks[name])
+        assert_checks(name, checks[name])
 
     scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(diffusers_dir, subfolder="scheduler")
     side = {"multiple_of": spatial, "min": spatial, "max": max(spatial, max_side // spatial * spatial)}
@@ -370,7 +369,8 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Export diffusers LTX-Video (text-to-video) to a vgen model package")
+    parser = argparse.ArgumentParser(prog="python -m vgen_export.ltx",
+                                     description="Export diffusers LTX-Video (text-to-video) to a vgen model package")
     parser.add_argument("--diffusers", type=Path, help="diffusers checkpoint directory")
     parser.add_argument("--out", type=Path, required=True, help="package directory to write")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
@@ -411,3 +411,7 @@ def main(argv: list[str] | None = None) -> int:
                 for c in manifest["export_checks"][n]["checks"])
     print(f"wrote {args.out} ({manifest['family']}, {manifest['dtype']}); max |jit - eager| = {worst:.3g}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

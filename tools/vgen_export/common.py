@@ -1,5 +1,6 @@
-"""What every exported TorchScript module goes through (the Wan exporters share it): tracing
-without warnings noise, device-agnostic saving, and the jit-vs-eager checks."""
+"""What every exporter shares (Wan and LTX): the package dtypes, finding the SentencePiece file,
+tracing without warnings noise, device-agnostic (and, for large modules, split) saving, and the
+jit-vs-eager checks. Family exporters import from here, never from each other."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any
 
 import torch
 
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
 # Components whose weights reach this many bytes are saved split: the TorchScript file keeps
 # the code and empty placeholders, the weights go to <stem>.safetensors beside it, named in
 # the extra file "vgen_weights" ({"file", "sha256"}). vgen maps that file instead of copying
@@ -24,7 +27,19 @@ _ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"
               torch.bool: "BOOL"}
 
 
-def _two_frames(cache: torch.Tensor) -> torch.Tensor:
+def find_spm_file(diffusers_dir: Path) -> Path:
+    """The SentencePiece model of a diffusers pipeline's tokenizer/ folder (T5 and UMT5 alike)."""
+    tok_dir = Path(diffusers_dir) / "tokenizer"
+    for name in ("spiece.model", "tokenizer.model"):
+        if (tok_dir / name).is_file():
+            return tok_dir / name
+    found = sorted(tok_dir.glob("*.model"))
+    if not found:
+        raise FileNotFoundError(f"no SentencePiece .model under {tok_dir}")
+    return found[0]
+
+
+def two_frame_cache(cache: torch.Tensor) -> torch.Tensor:
     """Normalise a causal-conv cache to exactly 2 frames (zero frames in front): equivalent
     for a kernel-3 causal conv, whose own padding would supply those zeros."""
     if cache.shape[2] >= 2:
@@ -33,21 +48,21 @@ def _two_frames(cache: torch.Tensor) -> torch.Tensor:
     return torch.cat([zero] * (2 - cache.shape[2]) + [cache], 2)
 
 
-def _trace(module, inputs):
+def trace_quietly(module, inputs):
     with warnings.catch_warnings():
         # Expected: deprecation notices and shape-constant branches (see MODEL_PACKAGE.md).
         warnings.simplefilter("ignore")
         return torch.jit.trace(module, inputs, check_trace=False)
 
 
-def _graphs(module: torch.jit.ScriptModule):
+def method_graphs(module: torch.jit.ScriptModule):
     for name, sub in module.named_modules():
         for method in sub._c._method_names():  # noqa: SLF001
             yield f"{name or '<root>'}.{method}", sub._c._get_method(method).graph  # noqa: SLF001
 
 
 def count_device_constants(module: torch.jit.ScriptModule) -> int:
-    return sum(1 for _, g in _graphs(module) for n in g.findAllNodes("prim::Constant")
+    return sum(1 for _, g in method_graphs(module) for n in g.findAllNodes("prim::Constant")
                if n.output().type().kind() == "DeviceObjType")
 
 
@@ -57,7 +72,7 @@ def make_device_agnostic(module: torch.jit.ScriptModule) -> int:
     constant by ``prim::device`` of the graph's first tensor input (all inputs of a package
     module live on one device). Returns the number of constants replaced."""
     replaced = 0
-    for name, graph in _graphs(module):
+    for name, graph in method_graphs(module):
         consts = [n for n in graph.findAllNodes("prim::Constant")
                   if n.output().type().kind() == "DeviceObjType"]
         if not consts:
@@ -145,7 +160,7 @@ def load_weights(module: torch.jit.ScriptModule, path: Path) -> None:
 
 
 def load_saved(path: Path, map_location=None) -> torch.jit.ScriptModule:
-    """torch.jit.load for a component _save wrote, split or not."""
+    """torch.jit.load for a component save_module wrote, split or not."""
     extra = {WEIGHTS_EXTRA: ""}
     module = torch.jit.load(str(path), map_location=map_location, _extra_files=extra)
     info = extra[WEIGHTS_EXTRA]
@@ -154,7 +169,7 @@ def load_saved(path: Path, map_location=None) -> torch.jit.ScriptModule:
     return module
 
 
-def _save(module: torch.jit.ScriptModule, path: Path, split_above: int | None = None) -> dict[str, Any]:
+def save_module(module: torch.jit.ScriptModule, path: Path, split_above: int | None = None) -> dict[str, Any]:
     replaced = make_device_agnostic(module)
     named = _weights(module)
     total = sum(t.numel() * t.element_size() for _, t in named)
@@ -180,25 +195,25 @@ def _save(module: torch.jit.ScriptModule, path: Path, split_above: int | None = 
             **({"weights_file": weights.name, "weights_bytes": total} if weights else {})}
 
 
-def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max())
 
 
-def _tolerance(dtype: torch.dtype, ref: torch.Tensor) -> float:
+def dtype_tolerance(dtype: torch.dtype, ref: torch.Tensor) -> float:
     return 1e-5 if dtype == torch.float32 else 1e-2 * (1.0 + float(ref.float().abs().max()))
 
 
-def _failed_checks(report: dict[str, Any]) -> list[dict[str, Any]]:
+def failed_checks(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in report["checks"] if not c["max_abs_diff"] <= c["tolerance"]]  # NaN fails too
 
 
-def _assert_checks(name: str, report: dict[str, Any]) -> None:
-    for check in _failed_checks(report):
+def assert_checks(name: str, report: dict[str, Any]) -> None:
+    for check in failed_checks(report):
         raise RuntimeError(f"{name}: exported module differs from eager at {check['shape']}: "
                            f"{check['max_abs_diff']} > {check['tolerance']}")
 
 
-def _patchify(x, patch):
+def patchify_video(x, patch):
     """The Wan 2.2 VAE's pixel unshuffle before its encoder (identity without a patch size):
     each chunk is patchified on its own, which equals patchifying the whole video (per frame)."""
     if not patch:
@@ -208,7 +223,7 @@ def _patchify(x, patch):
     return patchify(x, patch_size=patch)
 
 
-def _unpatchify(x, patch):
+def unpatchify_video(x, patch):
     """The Wan 2.2 VAE's pixel shuffle after its decoder (identity without a patch size); per
     chunk, as it acts on each frame alone, and before the clamp, which it commutes with."""
     if not patch:

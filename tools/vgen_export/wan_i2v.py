@@ -28,7 +28,8 @@ from typing import Any, List, Tuple
 
 import torch
 
-from .export_common import _assert_checks, _max_diff, _patchify, _save, _tolerance, _trace, _two_frames, load_saved
+from .common import (assert_checks, dtype_tolerance, load_saved, max_diff, patchify_video, save_module, trace_quietly,
+                     two_frame_cache)
 
 
 # --------------------------------------------------------------------------- image encoder
@@ -77,10 +78,10 @@ def export_image_encoder(model, processor, path, gen) -> dict[str, Any]:
         raise RuntimeError(f"image_processor: only shortest_edge resize, centre crop and bilinear/bicubic "
                            f"are exported (got size={processor.size}, resample={processor.resample})")
     clip = ClipHidden(model).eval()
-    traced = _trace(clip, (torch.randn(1, 3, crop["height"], crop["width"], generator=gen),))
+    traced = trace_quietly(clip, (torch.randn(1, 3, crop["height"], crop["width"], generator=gen),))
     driver = ImageEncoderExport(traced, int(size), int(crop["height"]), int(crop["width"]),
                                 processor.image_mean, processor.image_std, modes[int(processor.resample)])
-    saved = _save(torch.jit.script(driver), path)
+    saved = save_module(torch.jit.script(driver), path)
     loaded = load_saved(path)
     checks = []
     # Images whose shortest edge is the processor's size: exact. A larger one: PIL's uint8
@@ -90,7 +91,7 @@ def export_image_encoder(model, processor, path, gen) -> dict[str, Any]:
         ref_in = processor(images=PIL.Image.fromarray(pixels.numpy()), return_tensors="pt")["pixel_values"]
         ref = clip(ref_in)
         got = loaded(pixels.permute(2, 0, 1).unsqueeze(0).float() / 255.0)
-        checks.append({"shape": [1, 3, h, w], "max_abs_diff": _max_diff(got, ref), "tolerance": tol})
+        checks.append({"shape": [1, 3, h, w], "max_abs_diff": max_diff(got, ref), "tolerance": tol})
     del np
     return {"trace_shape": [1, 3, crop["height"], crop["width"]], **saved, "checks": checks,
             "tokens": int(ref.shape[1]), "dim": int(ref.shape[2])}
@@ -108,9 +109,9 @@ class VaeEncodeFirst(torch.nn.Module):
 
     def forward(self, x):
         feat: list[Any] = [None] * self.num_convs
-        x = _patchify(x, self.patch)
+        x = patchify_video(x, self.patch)
         out = self.quant_conv(self.encoder(x, feat_cache=feat, feat_idx=[0]))
-        return out[:, :self.z_dim], [_two_frames(feat[i]) for i in self.used]
+        return out[:, :self.z_dim], [two_frame_cache(feat[i]) for i in self.used]
 
 
 class VaeEncodeNext(torch.nn.Module):
@@ -126,9 +127,9 @@ class VaeEncodeNext(torch.nn.Module):
         feat: list[Any] = [None] * self.num_convs
         for i, cache in zip(self.used, caches):
             feat[i] = cache
-        x = _patchify(x, self.patch)
+        x = patchify_video(x, self.patch)
         out = self.quant_conv(self.encoder(x, feat_cache=feat, feat_idx=[0]))
-        return out[:, :self.z_dim], [_two_frames(feat[i]) for i in self.used]
+        return out[:, :self.z_dim], [two_frame_cache(feat[i]) for i in self.used]
 
 
 class VaeEncoderExport(torch.nn.Module):
@@ -157,23 +158,23 @@ def export_vae_encoder(vae, path, gen) -> dict[str, Any]:
     num_convs = vae._cached_conv_counts["encoder"]  # noqa: SLF001
     patch = vae.config.get("patch_size") or 1
     feat: list[Any] = [None] * num_convs
-    vae.encoder(_patchify(torch.zeros(1, 3, 1, 16 * patch, 16 * patch), vae.config.get("patch_size")),
+    vae.encoder(patchify_video(torch.zeros(1, 3, 1, 16 * patch, 16 * patch), vae.config.get("patch_size")),
                 feat_cache=feat, feat_idx=[0])
     used = [i for i, c in enumerate(feat) if c is not None]
     first, step = VaeEncodeFirst(vae, used).eval(), VaeEncodeNext(vae, used).eval()
     u = 8 * patch  # one latent pixel
     x0 = torch.rand(1, 3, 5, 4 * u, 4 * u, generator=gen) * 2 - 1
-    traced_first = _trace(first, (x0[:, :, :1],))
+    traced_first = trace_quietly(first, (x0[:, :, :1],))
     _, caches = first(x0[:, :, :1])
-    traced_step = _trace(step, (x0[:, :, 1:5], caches))
-    saved = _save(torch.jit.script(VaeEncoderExport(traced_first, traced_step)), path)
+    traced_step = trace_quietly(step, (x0[:, :, 1:5], caches))
+    saved = save_module(torch.jit.script(VaeEncoderExport(traced_first, traced_step)), path)
     loaded = load_saved(path)
     checks = []
     for b, f, h, w in ((1, 9, 4 * u, 6 * u), (2, 1, 2 * u, 2 * u), (1, 5, 3 * u, 5 * u)):
         x = torch.rand(b, 3, f, h, w, generator=gen) * 2 - 1
         x[:, :, 1:] = 0 if b == 1 and f == 9 else x[:, :, 1:]  # the I2V condition: an image, then zeros
         ref = vae.encode(x).latent_dist.mode()
-        checks.append({"shape": [b, 3, f, h, w], "max_abs_diff": _max_diff(loaded(x), ref), "tolerance": 1e-5})
+        checks.append({"shape": [b, 3, f, h, w], "max_abs_diff": max_diff(loaded(x), ref), "tolerance": 1e-5})
     return {"trace_shape": list(x0.shape), "cache_tensors": len(used), **saved, "checks": checks}
 
 
@@ -214,14 +215,14 @@ def export_transformer_i2v(transformer, path, max_length: int, image_tokens: int
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(wrapper, inputs(*trace_shape), check_trace=False)
-    saved = _save(traced, path)
+    saved = save_module(traced, path)
     loaded = load_saved(path)
     checks = []
     for shape in ((1, 3, 3, 4), (3, 1, 1, 1), trace_shape):
         args = inputs(*shape)
         ref = wrapper(*args)
-        checks.append({"shape": list(args[0].shape), "max_abs_diff": _max_diff(loaded(*args), ref),
-                       "tolerance": _tolerance(dtype, ref)})
+        checks.append({"shape": list(args[0].shape), "max_abs_diff": max_diff(loaded(*args), ref),
+                       "tolerance": dtype_tolerance(dtype, ref)})
     b, f, h, w = trace_shape
     return {"trace_shape": [b, cfg.in_channels, f, h * ph, w * pw], **saved, "checks": checks,
             "compact_context": {"checks": [], "usable": False,
@@ -249,7 +250,7 @@ def export_i2v_parts(diffusers_dir, out_dir, max_length: int, tdtype, gen) -> di
                                                        checks["image_encoder"]["tokens"], tdtype, gen)
         del transformer
     for name in ("image_encoder", "vae_encoder", "transformer"):
-        _assert_checks(name, checks[name])
+        assert_checks(name, checks[name])
     section = {"image_tokens": checks["image_encoder"]["tokens"], "image_dim": int(tcfg["image_dim"]),
                "mask_channels": int(tcfg["in_channels"]) - 2 * int(tcfg["out_channels"]),
                "last_image": tcfg.get("pos_embed_seq_len") is not None,

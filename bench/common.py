@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))
 BIN = Path(os.environ.get("VGEN_BENCH_BIN", BUILD / "bin"))
 OUT = Path(os.environ.get("VGEN_BENCH_OUT", ROOT / "bench" / "out"))

@@ -1,7 +1,7 @@
 """Export a diffusers Wan 2.1 text-to-video checkpoint into a vgen model package.
 
-    python tools/export_wan.py --diffusers DIR --out PKG [--dtype float32|float16|bfloat16]
-    python tools/export_wan.py --tiny [--seed N] --out PKG        # builds the tiny test model
+    python -m vgen_export.wan --diffusers DIR --out PKG [--dtype float32|float16|bfloat16]
+    python -m vgen_export.wan --tiny [--seed N] --out PKG        # builds the tiny test model
 
 The package (docs/MODEL_PACKAGE.md) holds TorchScript modules that LibTorch loads, the
 SentencePiece tokenizer model and ``manifest.json``. Each traced module is reloaded with
@@ -29,15 +29,13 @@ import torch
 from . import manifest as mf
 from .latent_preview import preview_section, torchscript_decoder
 from .detect_wan import UnsupportedWanPipeline, check_exportable, detect_wan
-from .export_wan_i2v import a14b_image_conditioning, add_i2v_sections, export_i2v_parts, export_vae_encoder
-from .export_wan_ti2v import add_ti2v_sections, export_ti2v_encoder
-from .export_common import (_assert_checks, _failed_checks, _graphs, _max_diff, _save,  # noqa: F401
-                            _tolerance, _trace, _two_frames, _unpatchify, count_device_constants,
-                            Handoff, load_saved, make_device_agnostic)
+from .wan_i2v import a14b_image_conditioning, add_i2v_sections, export_i2v_parts, export_vae_encoder
+from .wan_ti2v import add_ti2v_sections, export_ti2v_encoder
+from .common import (DTYPES, Handoff, assert_checks, dtype_tolerance, failed_checks, find_spm_file, load_saved,
+                     max_diff, save_module, trace_quietly, two_frame_cache, unpatchify_video)
 from .quantize import QUANTIZATION, QUANTIZE_CHOICES, check_quantize, precision_entries, quantize_int8, variant_name
 from .reference_loop import check_tokenizer, compact_context
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 WAN_NEGATIVE_PROMPT = (
     "Bright tones, overexposed, static, blurred details, subtitles, style, works, paintings, images, "
     "static, overall gray, worst quality, low quality, JPEG compression residue, ugly, incomplete, "
@@ -161,8 +159,8 @@ class VaeFirstChunk(torch.nn.Module):
             cache = feat[i]
             if isinstance(cache, str):  # "Rep": the upsampler's time conv starts from zeros
                 cache = torch.zeros_like(captured[i][:, :, :1])
-            caches.append(_two_frames(cache))
-        return _unpatchify(out, self.patch).clamp(-1.0, 1.0), caches
+            caches.append(two_frame_cache(cache))
+        return unpatchify_video(out, self.patch).clamp(-1.0, 1.0), caches
 
 
 class VaeNextChunk(torch.nn.Module):
@@ -179,10 +177,10 @@ class VaeNextChunk(torch.nn.Module):
         for i, cache in zip(self.used, caches):
             feat[i] = cache
         out = self.decoder(self.post_quant_conv(z), feat_cache=feat, feat_idx=[0])
-        return _unpatchify(out, self.patch).clamp(-1.0, 1.0), [_two_frames(feat[i]) for i in self.used]
+        return unpatchify_video(out, self.patch).clamp(-1.0, 1.0), [two_frame_cache(feat[i]) for i in self.used]
 
 
-def _rms_norm_by_sum_of_squares(self, x: torch.Tensor) -> torch.Tensor:
+def rms_norm_by_sum_of_squares(self, x: torch.Tensor) -> torch.Tensor:
     """diffusers' WanRMS_norm.forward with F.normalize written out: x / max(||x||_2, 1e-12) over
     the channel dim. Same value (max diff ~1e-7 in float32); on CPU the sum of squares reduces
     over the (strided) channel dim 15-30x faster than linalg_vector_norm, which was half of the
@@ -195,13 +193,13 @@ def _rms_norm_by_sum_of_squares(self, x: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def _fast_rms_norms(module: torch.nn.Module):
-    """While tracing, every WanRMS_norm in ``module`` runs ``_rms_norm_by_sum_of_squares``;
+    """While tracing, every WanRMS_norm in ``module`` runs ``rms_norm_by_sum_of_squares``;
     the eager model is restored afterwards, so the export checks compare against diffusers."""
     from diffusers.models.autoencoders.autoencoder_kl_wan import WanRMS_norm
 
     norms = [m for m in module.modules() if isinstance(m, WanRMS_norm)]
     for m in norms:
-        m.forward = types.MethodType(_rms_norm_by_sum_of_squares, m)
+        m.forward = types.MethodType(rms_norm_by_sum_of_squares, m)
     try:
         yield len(norms)
     finally:
@@ -234,23 +232,12 @@ class VaeDecoderExport(torch.nn.Module):
         return self.step(z, caches)
 
 
-def _mask_batch(lengths: list[int], length: int, vocab: int, gen: torch.Generator):
+def random_token_batch(lengths: list[int], length: int, vocab: int, gen: torch.Generator):
     ids = torch.randint(3, vocab, (len(lengths), length), generator=gen)
     mask = torch.zeros(len(lengths), length, dtype=torch.long)
     for row, n in enumerate(lengths):
         mask[row, :n] = 1
     return ids * mask, mask  # pad id 0 after the true length, as the tokenizer pads
-
-
-def find_spm_file(diffusers_dir: Path) -> Path:
-    tok_dir = Path(diffusers_dir) / "tokenizer"
-    for name in ("spiece.model", "tokenizer.model"):
-        if (tok_dir / name).is_file():
-            return tok_dir / name
-    found = sorted(tok_dir.glob("*.model"))
-    if not found:
-        raise FileNotFoundError(f"no SentencePiece .model under {tok_dir}")
-    return found[0]
 
 
 def pipeline_max_sequence_length() -> int:
@@ -276,16 +263,16 @@ def export_text_encoder(encoder, path: Path, max_length: int, dtype, gen) -> dic
     wrapper = TextEncoderExport(encoder).eval()
     vocab = encoder.config.vocab_size
     trace_lens = [min(5, max_length), max(1, max_length // 3)]
-    traced = _trace(wrapper, _mask_batch(trace_lens, max_length, vocab, gen))
-    saved = _save(traced, path)
+    traced = trace_quietly(wrapper, random_token_batch(trace_lens, max_length, vocab, gen))
+    saved = save_module(traced, path)
     loaded = load_saved(path)
     checks = []
     for lengths, length in (([1, min(7, max_length), max_length], max_length),
                             ([max_length], max_length), ([3, 16], min(16, max_length))):
-        ids, mask = _mask_batch(lengths, length, vocab, gen)
+        ids, mask = random_token_batch(lengths, length, vocab, gen)
         ref = wrapper(ids, mask)
-        checks.append({"shape": list(ids.shape), "max_abs_diff": _max_diff(loaded(ids, mask), ref),
-                       "tolerance": _tolerance(dtype, ref)})
+        checks.append({"shape": list(ids.shape), "max_abs_diff": max_diff(loaded(ids, mask), ref),
+                       "tolerance": dtype_tolerance(dtype, ref)})
     return {"trace_shape": [len(trace_lens), max_length], **saved, "checks": checks,
             "padding_invariance": check_padding_invariance(loaded, max_length, vocab, gen)}
 
@@ -295,14 +282,14 @@ def check_padding_invariance(encoder, max_length: int, vocab: int, gen) -> dict[
     whole max_length (UMT5: masked keys and relative positions make padding irrelevant), so the
     runtime may trim the padding (manifest text_encoder.padding_invariant)."""
     lengths = [1, min(7, max_length), min(12, max_length)]
-    ids, mask = _mask_batch(lengths, max_length, vocab, gen)
+    ids, mask = random_token_batch(lengths, max_length, vocab, gen)
     full = encoder(ids, mask)
     n = max(lengths)
     short = encoder(ids[:, :n].contiguous(), mask[:, :n].contiguous())
-    diff = _max_diff(short, full[:, :n])
+    diff = max_diff(short, full[:, :n])
     # float32's tolerance in every dtype: a bf16 encoder run on fewer positions rounds
     # differently (measured: latents 0.05 off diffusers' bf16 loop), so it keeps all L.
-    tol = _tolerance(torch.float32, full)
+    tol = dtype_tolerance(torch.float32, full)
     tail_zero = bool((full[:, n:] == 0).all())
     return {"lengths": lengths, "max_abs_diff": diff, "tolerance": tol, "padded_rows_zero": tail_zero,
             "invariant": diff <= tol and tail_zero}
@@ -378,7 +365,7 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, qua
     trace_full = inputs(*trace_shape)
     trace_ctx, trace_bias = compact_context(padded(trace_full, [3, 4])[2], [3, 4])
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # as in _trace
+        warnings.simplefilter("ignore")  # as in trace_quietly
         traced = torch.jit.trace_module(wrapper, {"forward": trace_full,
                                                   "forward_compact": (*trace_full[:2], trace_ctx, trace_bias)},
                                         check_trace=False)
@@ -388,17 +375,17 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, qua
         args = inputs(*shape)
         refs.append((args, wrapper(*args), float_wrapper(*args) if quantized else None))
     compact_refs = compact_context_refs(float_wrapper, inputs, padded, max_length)
-    saved = _save(traced, path)
+    saved = save_module(traced, path)
     if owned:  # the traced module shares the eager weights: both go before the reload
         del traced, wrapper, float_wrapper
         gc.collect()
     loaded = load_saved(path)
     checks = []
     for args, ref, float_ref in refs:
-        checks.append({"shape": list(args[0].shape), "max_abs_diff": _max_diff(loaded(*args), ref),
-                       "tolerance": _tolerance(dtype, ref)})
+        checks.append({"shape": list(args[0].shape), "max_abs_diff": max_diff(loaded(*args), ref),
+                       "tolerance": dtype_tolerance(dtype, ref)})
         if quantized:  # how far int8 moves the prediction from float (reported, not a check)
-            checks[-1]["max_abs_diff_vs_float"] = _max_diff(loaded(*args), float_ref)
+            checks[-1]["max_abs_diff_vs_float"] = max_diff(loaded(*args), float_ref)
     b, f, h, w = trace_shape
     return {"trace_shape": [b, cfg.in_channels, f, h * ph, w * pw], **saved, "checks": checks,
             **({"quantized_linears": quantized} if quantized else {}),
@@ -427,9 +414,9 @@ def check_compact_context(loaded, refs, int8_slack: float = 0.0) -> dict[str, An
         ctx, bias = compact_context(args[2], lengths)
         out = loaded.forward_compact(args[0], args[1], ctx, bias)
         checks.append({"shape": list(args[0].shape), "lengths": lengths, "context_rows": int(ctx.size(1)),
-                       "max_abs_diff": _max_diff(out, ref),
-                       "tolerance": _tolerance(torch.float32, ref) + 2 * int8_slack})
-    return {"checks": checks, "usable": not _failed_checks({"checks": checks})}
+                       "max_abs_diff": max_diff(out, ref),
+                       "tolerance": dtype_tolerance(torch.float32, ref) + 2 * int8_slack})
+    return {"checks": checks, "usable": not failed_checks({"checks": checks})}
 
 
 def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
@@ -446,18 +433,18 @@ def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
 
     def export(rewrite: bool) -> dict[str, Any]:
         with _fast_rms_norms(vae.decoder) if rewrite else contextlib.nullcontext(0) as rewritten:
-            traced_first = _trace(first, (z0[:, :, :1],))
+            traced_first = trace_quietly(first, (z0[:, :, :1],))
             _, caches = first(z0[:, :, :1])
-            traced_step = _trace(step, (z0[:, :, 1:2], caches))
-        saved = _save(torch.jit.script(VaeDecoderExport(traced_first, traced_step)), path)
+            traced_step = trace_quietly(step, (z0[:, :, 1:2], caches))
+        saved = save_module(torch.jit.script(VaeDecoderExport(traced_first, traced_step)), path)
         loaded = load_saved(path)
-        checks = [{"shape": list(z.shape), "max_abs_diff": _max_diff(loaded(z), ref), "tolerance": 1e-5}
+        checks = [{"shape": list(z.shape), "max_abs_diff": max_diff(loaded(z), ref), "tolerance": 1e-5}
                   for z, ref in zip(zs, refs)]
         return {"trace_shape": [1, z_dim, 1, 4, 4], "cache_tensors": len(used), "rms_norms_rewritten": rewritten,
                 **saved, "checks": checks}
 
     report = export(rewrite=True)
-    if _failed_checks(report):
+    if failed_checks(report):
         # The rewrite rounds differently; if a model amplifies that past the tolerance, ship
         # diffusers' own norm (slower on CPU, same graph as before the rewrite existed).
         report = {**export(rewrite=False), "rms_norm_rewrite_rejected": report["checks"]}
@@ -537,7 +524,7 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     denoisers = ["transformer"] + (["transformer_2"] if experts else [])  # ("transformers" is the library)
     for name in ["text_encoder", "vae_decoder"] + denoisers + (["vae_encoder"] if ti2v or a14b_i2v else []) + \
             ([variant_name(t) for t in denoisers] if quantize == "int8" else []):
-        _assert_checks(name, checks[name])
+        assert_checks(name, checks[name])
 
     scheduler = load_scheduler(diffusers_dir, flow_shift)
     spatial, temporal = int(vcfg.get("scale_factor_spatial", 8)), int(vcfg.get("scale_factor_temporal", 4))
@@ -613,8 +600,9 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Export a diffusers Wan directory (2.1 T2V or I2V, 2.2 A14B or TI2V) to a vgen "
-                                                 "model package")
+    parser = argparse.ArgumentParser(prog="python -m vgen_export.wan",
+                                     description="Export a diffusers Wan directory (2.1 T2V or I2V, 2.2 A14B or "
+                                                 "TI2V) to a vgen model package")
     parser.add_argument("--diffusers", type=Path, help="diffusers checkpoint directory")
     parser.add_argument("--out", type=Path, required=True, help="package directory to write")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
