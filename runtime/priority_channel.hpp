@@ -1,5 +1,5 @@
-// PriorityChannel<T>: BoundedChannel's contract (runtime/channel.hpp) with another order: the
-// item of highest priority first, the oldest first within a priority, and aging so that nothing
+// PriorityChannel<T>: BasicChannel (runtime/channel.hpp) with PriorityOrder: BoundedChannel's
+// contract and waiting/close/cancel logic, with another order: the item of highest priority first, the oldest first within a priority, and aging so that nothing
 // waits forever.
 //
 // Order. Each item comes with a QueueTicket {priority, since}. Its rank is
@@ -27,23 +27,15 @@
 // Lifetime: the channel must outlive the operations started on it.
 #pragma once
 
-#include "runtime/channel.hpp"  // channel_errc
-#include "runtime/wait_list.hpp"
-
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/system/error_code.hpp>
+#include "runtime/channel.hpp"
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <memory>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <utility>
-#include <variant>
 
 namespace vgen {
 
@@ -58,241 +50,77 @@ inline constexpr std::chrono::milliseconds kDefaultAging{5000};
 // since - priority * aging (smaller is served first). `aging` must be positive.
 std::chrono::steady_clock::time_point queue_rank(const QueueTicket& ticket, std::chrono::milliseconds aging);
 
+// Rank order with aging (above): accepted items and waiting producers both by rank.
 template <class T>
-class PriorityChannel {
-  using error_code = boost::system::error_code;
-  using SendSig = void(error_code);
-  using RecvSig = void(error_code, std::optional<T>);
-
+class PriorityOrder {
  public:
-  explicit PriorityChannel(std::size_t capacity, std::chrono::milliseconds aging = kDefaultAging)
-      : state_(std::make_shared<State>(capacity, aging)) {
-    if (capacity == 0) throw std::invalid_argument("PriorityChannel capacity must be >= 1");
-    if (aging.count() <= 0) throw std::invalid_argument("PriorityChannel aging must be positive");
-  }
-  PriorityChannel(const PriorityChannel&) = delete;
-  PriorityChannel& operator=(const PriorityChannel&) = delete;
-
-  // Waits while full. Completion: void(error_code): success, channel_errc::closed or
-  // operation_aborted.
-  template <class Token = boost::asio::use_awaitable_t<>>
-  auto enqueue(T value, QueueTicket ticket, Token&& token = {}) {
-    return boost::asio::async_initiate<Token, SendSig>(
-        [st = state_](auto handler, T v, QueueTicket t) { st->start_send(std::move(handler), std::move(v), t); }, token,
-        std::move(value), ticket);
-  }
-
-  // Waits while empty and open. Completion: void(error_code, optional<T>); nullopt: end of stream.
-  template <class Token = boost::asio::use_awaitable_t<>>
-  auto dequeue(Token&& token = {}) {
-    return boost::asio::async_initiate<Token, RecvSig>([st = state_](auto handler) { st->start_receive(std::move(handler)); },
-                                                       token);
-  }
-
-  // Never waits. Moves from `value` only when it was accepted.
-  bool try_enqueue(T& value, QueueTicket ticket) { return state_->try_send(value, ticket); }
-  // Never waits; always accepted (see the contract above).
-  void requeue(T value, QueueTicket ticket) { state_->requeue(std::move(value), ticket); }
-  std::optional<T> try_dequeue() { return state_->try_receive(); }
-
-  void close() { state_->close(); }
-  bool is_closed() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->closed;
-  }
-  std::size_t size() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->items.size();
-  }
-  std::size_t capacity() const noexcept { return state_->capacity; }
-  std::chrono::milliseconds aging() const noexcept { return state_->aging; }
-  std::size_t waiting_producers() const {
-    std::lock_guard l(state_->mutex);
-    return state_->senders.size();
-  }
-  std::size_t waiting_consumers() const {
-    std::lock_guard l(state_->mutex);
-    return state_->receivers.size();
-  }
-  // Items waiting (accepted, or offered by a producer waiting for room) whose priority is above
-  // `priority`: who would preempt work of that priority.
-  std::size_t count_above(int priority) const {
-    std::lock_guard l(state_->mutex);
-    std::size_t n = 0;
-    for (const auto& [key, item] : state_->items) n += item.priority > priority;
-    for (const auto& [key, id] : state_->blocked) n += key.priority > priority;
-    return n;
-  }
-
- private:
-  // The map key: rank, then arrival (FIFO among equal ranks); the priority rides along.
+  using Ticket = QueueTicket;
+  // Rank, then arrival (FIFO among equal ranks); the priority rides along.
   struct Key {
     std::chrono::steady_clock::time_point rank;
     std::uint64_t seq = 0;
     int priority = 0;
     bool operator<(const Key& o) const { return rank != o.rank ? rank < o.rank : seq < o.seq; }
   };
-  struct Item {
-    T value;
-    int priority = 0;
-  };
-  struct Offer {
-    T value;
-    Key key;
-  };
+  static constexpr const char* kName = "PriorityChannel";
+  static constexpr bool kRequeue = true;
 
-  struct State : std::enable_shared_from_this<State> {
-    State(std::size_t cap, std::chrono::milliseconds a) : capacity(cap), aging(a) {}
+  explicit PriorityOrder(std::chrono::milliseconds aging = kDefaultAging) : aging_(aging) {
+    if (aging.count() <= 0) throw std::invalid_argument("PriorityChannel aging must be positive");
+  }
 
-    Key key_for(const QueueTicket& t) { return Key{queue_rank(t, aging), ++seq, t.priority}; }
+  Key key_for(const Ticket& t) { return Key{queue_rank(t, aging_), ++seq_, t.priority}; }
+  void push(T value, const Key& key) { items_.emplace(key, std::move(value)); }
+  std::optional<T> take() {
+    if (items_.empty()) return std::nullopt;
+    auto node = items_.extract(items_.begin());
+    return std::optional<T>(std::move(node.mapped()));
+  }
+  std::size_t size() const noexcept { return items_.size(); }
 
-    template <class H>
-    void start_send(H&& handler, T value, QueueTicket ticket) {
-      std::unique_lock lock(mutex);
-      if (closed) {
-        lock.unlock();
-        complete_now(std::forward<H>(handler), make_error_code(channel_errc::closed));
-        return;
-      }
-      const auto key = key_for(ticket);
-      if (!receivers.empty()) {  // a consumer waits: the buffer is empty, hand over directly
-        auto r = receivers.pop_front();
-        lock.unlock();
-        std::move(r).complete(error_code{}, std::optional<T>(std::move(value)));
-        complete_now(std::forward<H>(handler), error_code{});
-        return;
-      }
-      if (items.size() < capacity) {
-        items.emplace(key, Item{std::move(value), ticket.priority});
-        lock.unlock();
-        complete_now(std::forward<H>(handler), error_code{});
-        return;
-      }
-      const auto id = senders.push(std::forward<H>(handler), Offer{std::move(value), key}, this->weak_from_this());
-      blocked.emplace(key, id);
-    }
+  void block(const Key& key, std::uint64_t id) { blocked_.emplace(key, id); }
+  void unblock(const Key& key, std::uint64_t) { blocked_.erase(key); }
+  std::optional<std::uint64_t> pop_blocked() {
+    if (blocked_.empty()) return std::nullopt;
+    const auto id = blocked_.begin()->second;
+    blocked_.erase(blocked_.begin());
+    return id;
+  }
+  void clear_blocked() { blocked_.clear(); }
+  // A waiting producer ranks before every accepted item (possible only after a requeue filled
+  // the channel past its capacity, or when nothing is accepted at all).
+  bool promote_first() const { return !blocked_.empty() && (items_.empty() || blocked_.begin()->first < items_.begin()->first); }
 
-    template <class H>
-    void start_receive(H&& handler) {
-      std::unique_lock lock(mutex);
-      auto promoted = promote_locked();
-      if (auto item = take_locked()) {
-        auto released = items.size() < capacity ? admit_waiting_sender_locked() : std::nullopt;
-        lock.unlock();
-        if (promoted) std::move(*promoted).complete(error_code{});
-        if (released) std::move(*released).complete(error_code{});
-        complete_now(std::forward<H>(handler), error_code{}, std::move(item));
-        return;
-      }
-      if (closed) {
-        lock.unlock();
-        complete_now(std::forward<H>(handler), error_code{}, std::optional<T>());
-        return;
-      }
-      receivers.push(std::forward<H>(handler), std::monostate{}, this->weak_from_this());
-    }
+  std::chrono::milliseconds aging() const noexcept { return aging_; }
+  std::size_t count_above(int priority) const {
+    std::size_t n = 0;
+    for (const auto& [key, item] : items_) n += key.priority > priority;
+    for (const auto& [key, id] : blocked_) n += key.priority > priority;
+    return n;
+  }
 
-    bool try_send(T& value, QueueTicket ticket) {
-      std::unique_lock lock(mutex);
-      if (closed) return false;
-      if (!receivers.empty()) {
-        auto r = receivers.pop_front();
-        lock.unlock();
-        std::move(r).complete(error_code{}, std::optional<T>(std::move(value)));
-        return true;
-      }
-      if (items.size() >= capacity) return false;
-      items.emplace(key_for(ticket), Item{std::move(value), ticket.priority});
-      return true;
-    }
+ private:
+  std::chrono::milliseconds aging_;
+  std::map<Key, T> items_;
+  std::map<Key, std::uint64_t> blocked_;  // waiting producers by their item's rank -> waiter id
+  std::uint64_t seq_ = 0;
+};
 
-    void requeue(T value, QueueTicket ticket) {
-      std::unique_lock lock(mutex);
-      if (!receivers.empty()) {
-        auto r = receivers.pop_front();
-        lock.unlock();
-        std::move(r).complete(error_code{}, std::optional<T>(std::move(value)));
-        return;
-      }
-      items.emplace(key_for(ticket), Item{std::move(value), ticket.priority});
-    }
+template <class T>
+class PriorityChannel : public BasicChannel<T, PriorityOrder<T>> {
+  using Base = BasicChannel<T, PriorityOrder<T>>;
 
-    std::optional<T> try_receive() {
-      std::unique_lock lock(mutex);
-      auto promoted = promote_locked();
-      auto item = take_locked();
-      auto released = item && items.size() < capacity ? admit_waiting_sender_locked() : std::nullopt;
-      lock.unlock();
-      if (promoted) std::move(*promoted).complete(error_code{});
-      if (released) std::move(*released).complete(error_code{});
-      return item;
-    }
+ public:
+  explicit PriorityChannel(std::size_t capacity, std::chrono::milliseconds aging = kDefaultAging) : Base(capacity, aging) {}
 
-    // A waiting producer whose item ranks before every accepted one is accepted first, so that
-    // it is the next served (the channel holds more than its capacity only after requeues).
-    std::optional<typename detail::WaitList<Offer, SendSig>::Waiter> promote_locked() {
-      if (blocked.empty() || (!items.empty() && !(blocked.begin()->first < items.begin()->first))) return std::nullopt;
-      return admit_waiting_sender_locked();
-    }
-
-    void close() {
-      std::unique_lock lock(mutex);
-      if (closed) return;
-      closed = true;
-      auto refused = senders.take_all();  // their items were never accepted
-      blocked.clear();
-      auto idle = receivers.take_all();  // non-empty only when the buffer is empty
-      lock.unlock();
-      for (auto& s : refused) std::move(s).complete(make_error_code(channel_errc::closed));
-      for (auto& r : idle) std::move(r).complete(error_code{}, std::optional<T>());
-    }
-
-    // Called from a cancellation slot.
-    void cancel(std::uint64_t id) {
-      std::unique_lock lock(mutex);
-      auto s = senders.remove(id);
-      if (s) blocked.erase(s->payload.key);
-      auto r = s ? std::nullopt : receivers.remove(id);
-      lock.unlock();
-      if (s) std::move(*s).complete(boost::asio::error::operation_aborted);
-      if (r) std::move(*r).complete(boost::asio::error::operation_aborted, std::optional<T>());
-    }
-
-    std::optional<T> take_locked() {
-      if (items.empty()) return std::nullopt;
-      auto node = items.extract(items.begin());
-      return std::optional<T>(std::move(node.mapped().value));
-    }
-
-    // After a dequeue frees a slot, the best-ranked waiting producer's item is accepted.
-    std::optional<typename detail::WaitList<Offer, SendSig>::Waiter> admit_waiting_sender_locked() {
-      if (blocked.empty()) return std::nullopt;
-      const auto id = blocked.begin()->second;
-      blocked.erase(blocked.begin());
-      auto s = senders.remove(id);
-      if (!s) return std::nullopt;
-      items.emplace(s->payload.key, Item{std::move(s->payload.value), s->payload.key.priority});
-      return s;
-    }
-
-    template <class H, class... Args>
-    static void complete_now(H&& handler, Args&&... args) {
-      // Never complete inline from the initiating function: post to the handler's executor.
-      boost::asio::post(boost::asio::append(std::forward<H>(handler), std::forward<Args>(args)...));
-    }
-
-    mutable std::mutex mutex;
-    const std::size_t capacity;
-    const std::chrono::milliseconds aging;
-    std::map<Key, Item> items;
-    std::map<Key, std::uint64_t> blocked;  // waiting producers by their item's rank -> waiter id
-    std::uint64_t seq = 0;
-    bool closed = false;
-    detail::WaitList<Offer, SendSig> senders;
-    detail::WaitList<std::monostate, RecvSig> receivers;
-  };
-
-  std::shared_ptr<State> state_;
+  std::chrono::milliseconds aging() const {
+    return this->with_order([](const PriorityOrder<T>& o) { return o.aging(); });
+  }
+  // Items waiting (accepted, or offered by a producer waiting for room) whose priority is above
+  // `priority`: who would preempt work of that priority.
+  std::size_t count_above(int priority) const {
+    return this->with_order([priority](const PriorityOrder<T>& o) { return o.count_above(priority); });
+  }
 };
 
 }  // namespace vgen

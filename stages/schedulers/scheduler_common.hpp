@@ -1,6 +1,7 @@
 // Internal to the scheduler component: what the scheduler implementations share (parameter
 // reading with diffusers' config keys, numpy's formulas in float64, the DDPM beta schedule,
-// and the Base class). Not a public header: only stages/scheduler*.cpp include it.
+// the Base class and the construction preamble make_from_params). Not a public header: only
+// the files of stages/schedulers/ include it.
 #pragma once
 
 #include "stages/schedulers/scheduler.hpp"
@@ -214,11 +215,17 @@ inline void stretch_to_terminal(Doubles& s, std::optional<double> terminal) {
   for (double& v : s) v = 1 - (1 - v) / scale;
 }
 
-// Shared plumbing: the schedule tensors, and clone_fresh() from the immutable config.
+// Shared plumbing: the name, the schedule tensors, and clone_fresh() from the immutable config.
+// Self provides kName (the diffusers class name), read_config(ParamReader&) -> Config and,
+// where keys depend on each other, check_config(const ParamReader&, Config&) (run once every
+// key is read: cross-key checks and derived values).
 template <typename Self, typename Config>
 class Base : public Scheduler {
  public:
+  using ConfigType = Config;
   explicit Base(Config c) : c_(std::move(c)) {}
+  std::string_view name() const noexcept override { return Self::kName; }
+  static void check_config(const ParamReader&, Config&) {}
   const Tensor& timesteps() const override { return timesteps_; }
   const Tensor& sigmas() const override { return sigmas_; }
   std::unique_ptr<Scheduler> clone_fresh() const override { return std::make_unique<Self>(c_); }
@@ -228,10 +235,25 @@ class Base : public Scheduler {
   Tensor timesteps_, sigmas_;
 };
 
+// The construction preamble every scheduler shares: read its diffusers config keys, refuse
+// unknown ones, check the keys against each other, build it. Error(invalid_argument) naming
+// the scheduler and the key.
+template <typename S>
+std::unique_ptr<Scheduler> make_from_params(const SchedulerParams& params) {
+  ParamReader p(S::kName, params);
+  typename S::ConfigType c = S::read_config(p);
+  p.finish();
+  S::check_config(p, c);
+  return std::make_unique<S>(std::move(c));
+}
 
-std::unique_ptr<Scheduler> make_unipc(const SchedulerParams& params);  // scheduler_unipc.cpp
-// FlowMatchEuler on a pipeline's own sigmas (LTXPipeline), chosen when the params name a
-// "sigma_schedule" (scheduler_flow_sigmas.cpp).
+// The registered factories (scheduler.cpp's registry), one file each.
+std::unique_ptr<Scheduler> make_flow_match(const SchedulerParams& params);      // flow_match_euler.cpp
+std::unique_ptr<Scheduler> make_ddim(const SchedulerParams& params);            // ddim.cpp
+std::unique_ptr<Scheduler> make_euler_discrete(const SchedulerParams& params);  // euler_discrete.cpp
+std::unique_ptr<Scheduler> make_unipc(const SchedulerParams& params);           // unipc.cpp
+// FlowMatchEuler on a pipeline's own sigmas (LTXPipeline), chosen by make_flow_match when the
+// params name a "sigma_schedule" (flow_match_sigmas.cpp).
 bool wants_pipeline_sigmas(const SchedulerParams& params);
 std::unique_ptr<Scheduler> make_flow_match_pipeline_sigmas(const SchedulerParams& params);
 

@@ -8,7 +8,7 @@
 //            timestep-conditioned VAE the decode noise after it, from the job's own seed (the
 //            order LTXPipeline draws them from its generator).
 //  scheduler FlowMatchEuler on the pipeline's sigmas linspace(1, 1/n, n), shifted by
-//            mu(latent sequence length) (stages/schedulers/scheduler_flow_sigmas.cpp).
+//            mu(latent sequence length) (stages/schedulers/flow_match_sigmas.cpp).
 //  predict   latents [N,C,F,H,W] packed to tokens [N,F*H*W,C] (patch size 1); one transformer
 //            call for every job's uncond and cond rows, with each text's mask and each job's
 //            rope coordinates (its own frame rate: jobs with different fps share a call); each

@@ -1,5 +1,5 @@
 // UniPCMultistepScheduler (Wan's default), ported from diffusers; see the parity notes in
-// stages/scheduler.cpp.
+// stages/schedulers/scheduler.cpp.
 #include "stages/schedulers/scheduler_common.hpp"
 
 namespace vgen::scheduler_detail {
@@ -17,9 +17,9 @@ struct UniPCConfig : DdpmConfig {
 
 class UniPCMultistep final : public Base<UniPCMultistep, UniPCConfig> {
  public:
+  static constexpr std::string_view kName = "UniPCMultistepScheduler";
   explicit UniPCMultistep(UniPCConfig c) : Base(std::move(c)) {}
-  static std::unique_ptr<Scheduler> make(const SchedulerParams& params) {
-    ParamReader p("UniPCMultistepScheduler", params);
+  static UniPCConfig read_config(ParamReader& p) {
     UniPCConfig c;
     read_ddpm(p, c, "linspace", {"epsilon", "sample", "v_prediction", "flow_prediction"});
     c.order = p.integer("solver_order", 2, 1);
@@ -38,14 +38,13 @@ class UniPCMultistep final : public Base<UniPCMultistep, UniPCConfig> {
     }
     // Only read by thresholding, dynamic shifting and the Karras family.
     for (auto k : {"dynamic_thresholding_ratio", "sample_max_value", "time_shift_type", "sigma_min", "sigma_max"}) p.ignore(k);
-    p.finish();
+    return c;
+  }
+  static void check_config(const ParamReader& p, UniPCConfig& c) {
     if (c.order > 3) p.bad("solver_order", "must be 1, 2 or 3");
     if (c.prediction == "flow_prediction" && !c.predict_x0) p.bad("predict_x0", "must be true for flow_prediction");
     if (c.shift_terminal && !c.flow) p.bad("shift_terminal", "needs use_flow_sigmas=true");
-    return std::make_unique<UniPCMultistep>(std::move(c));
   }
-
-  std::string_view name() const noexcept override { return "UniPCMultistepScheduler"; }
 
   void set_timesteps(int n) override {
     check_num_steps(n);
@@ -242,6 +241,6 @@ class UniPCMultistep final : public Base<UniPCMultistep, UniPCConfig> {
 
 }  // namespace
 
-std::unique_ptr<Scheduler> make_unipc(const SchedulerParams& params) { return UniPCMultistep::make(params); }
+std::unique_ptr<Scheduler> make_unipc(const SchedulerParams& params) { return make_from_params<UniPCMultistep>(params); }
 
 }  // namespace vgen::scheduler_detail

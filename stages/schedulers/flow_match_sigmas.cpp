@@ -16,15 +16,44 @@ struct FlowSigmasConfig {
   int train = 1000;
   double shift = 1.0;
   bool dynamic = false, exponential = true;
-  double mu = 0.0;
+  double mu = 0.0;  // derived in check_config
   std::optional<double> shift_terminal;
+  // calculate_shift's inputs, read for mu.
+  double base_len = 256, max_len = 4096, base_shift = 0.5, max_shift = 1.15;
+  std::optional<double> seq_len;
 };
 
 class FlowMatchEulerSigmas final : public Base<FlowMatchEulerSigmas, FlowSigmasConfig> {
  public:
+  static constexpr std::string_view kName = "FlowMatchEulerDiscreteScheduler";
   explicit FlowMatchEulerSigmas(FlowSigmasConfig c) : Base(c) {}
 
-  std::string_view name() const noexcept override { return "FlowMatchEulerDiscreteScheduler"; }
+  static FlowSigmasConfig read_config(ParamReader& p) {
+    FlowSigmasConfig c;
+    p.text("sigma_schedule", "one_to_one_over_n", {"one_to_one_over_n"});
+    c.train = p.integer("num_train_timesteps", 1000, 1, 100'000);
+    c.shift = p.number("shift", 1.0);
+    c.shift_terminal = p.optional_number("shift_terminal");
+    c.dynamic = p.flag("use_dynamic_shifting", false);
+    c.exponential = p.text("time_shift_type", "exponential", {"exponential", "linear"}) == "exponential";
+    c.base_len = p.number("base_image_seq_len", 256);
+    c.max_len = p.number("max_image_seq_len", 4096);
+    c.base_shift = p.number("base_shift", 0.5);
+    c.max_shift = p.number("max_shift", 1.15);
+    c.seq_len = p.optional_number("image_seq_len");
+    for (auto k : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas", "stochastic_sampling"})
+      p.off_only(k);
+    return c;
+  }
+  // calculate_shift(image_seq_len, base_seq_len, max_seq_len, base_shift, max_shift) in Python floats.
+  static void check_config(const ParamReader& p, FlowSigmasConfig& c) {
+    if (!c.dynamic) return;
+    if (!c.seq_len) p.bad("image_seq_len", "is required with use_dynamic_shifting (the latent sequence length)");
+    if (c.max_len == c.base_len) p.bad("max_image_seq_len", "must differ from base_image_seq_len");
+    const double m = (c.max_shift - c.base_shift) / (c.max_len - c.base_len);
+    const double b = c.base_shift - m * c.base_len;
+    c.mu = *c.seq_len * m + b;
+  }
 
   void set_timesteps(int n) override {
     check_num_steps(n);
@@ -61,29 +90,7 @@ class FlowMatchEulerSigmas final : public Base<FlowMatchEulerSigmas, FlowSigmasC
 bool wants_pipeline_sigmas(const SchedulerParams& params) { return params.count("sigma_schedule") > 0; }
 
 std::unique_ptr<Scheduler> make_flow_match_pipeline_sigmas(const SchedulerParams& params) {
-  ParamReader p("FlowMatchEulerDiscreteScheduler", params);
-  FlowSigmasConfig c;
-  p.text("sigma_schedule", "one_to_one_over_n", {"one_to_one_over_n"});
-  c.train = p.integer("num_train_timesteps", 1000, 1, 100'000);
-  c.shift = p.number("shift", 1.0);
-  c.shift_terminal = p.optional_number("shift_terminal");
-  c.dynamic = p.flag("use_dynamic_shifting", false);
-  c.exponential = p.text("time_shift_type", "exponential", {"exponential", "linear"}) == "exponential";
-  // calculate_shift(image_seq_len, base_seq_len, max_seq_len, base_shift, max_shift) in Python floats.
-  const double base_len = p.number("base_image_seq_len", 256), max_len = p.number("max_image_seq_len", 4096);
-  const double base_shift = p.number("base_shift", 0.5), max_shift = p.number("max_shift", 1.15);
-  const auto seq_len = p.optional_number("image_seq_len");
-  for (auto k : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas", "stochastic_sampling"})
-    p.off_only(k);
-  p.finish();
-  if (c.dynamic) {
-    if (!seq_len) p.bad("image_seq_len", "is required with use_dynamic_shifting (the latent sequence length)");
-    if (max_len == base_len) p.bad("max_image_seq_len", "must differ from base_image_seq_len");
-    const double m = (max_shift - base_shift) / (max_len - base_len);
-    const double b = base_shift - m * base_len;
-    c.mu = *seq_len * m + b;
-  }
-  return std::make_unique<FlowMatchEulerSigmas>(c);
+  return make_from_params<FlowMatchEulerSigmas>(params);
 }
 
 }  // namespace vgen::scheduler_detail
