@@ -38,8 +38,7 @@ import time
 import traceback
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+HERE = Path(__file__).resolve().parent  # tools/gpu_check.sh puts the bundle's tools/ on PYTHONPATH
 
 NEGATIVE = "low quality, blurry, static"
 PROMPTS = ["a red circle moving left on a black background", "a blue square bouncing on a green field",
@@ -234,7 +233,7 @@ def phase_build_model(args) -> dict:
 
 
 def phase_export(args) -> dict:
-    from vgen_export import export_wan as ew
+    from vgen_export import wan as ew
 
     work, res = Path(args.work), {}
     for dtype, name in [("bfloat16", "pkg")] + ([("float32", "pkg_f32")] if args.tiny else []):
