@@ -1,5 +1,6 @@
 #include "api/engine.hpp"
 
+#include "api/compute_devices.hpp"
 #include "api/job_entry.hpp"
 
 #include "api/job_recovery.hpp"
@@ -25,7 +26,6 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/use_future.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
@@ -77,16 +77,18 @@ class RuntimeImpl {
     tuning_ = std::make_unique<RuntimeTuning>(config_, loaded, parse_device_list(config_.devices, discover_cuda_devices, 0.9, 1), metrics_);
     wo.on_batch_capped = [t = tuning_.get()](const std::string& key, std::size_t cap) { t->on_capped(key, cap); };
     wo.batching = config_.batching;  // max_batch as tuned
-    const auto devices = start_devices();
-    wo.leases = devices.size() * config_.threads_per_device;
+    devices_ = std::make_unique<ComputeDevices>(config_, executor_, metrics_);  // the threads as tuned
+    wo.leases = devices_->leases();
+    // One thread for job-store writes (each may fsync), off the io threads.
+    store_pool_ = &executor_.add_pool(WorkerPool::Options{.name = "store", .threads = 1, .spin = std::chrono::microseconds(0)});
     if (!config_.trace_file.empty()) trace_start_ = tracer_.begin();
-    models_ = std::make_unique<ModelSet>(std::move(loaded), executor_, *devices_, wo);
+    models_ = std::make_unique<ModelSet>(std::move(loaded), executor_, devices_->pool(), wo);
     if (wo.preview_every > 0)
       for (const auto& name : models_->model_names())
         if (!models_->previews(name))
           spdlog::info("previews: off for model '{}': its package has no preview factors "
                        "(python tools/vgen_export/latent_preview.py --model DIR adds them)", name);
-    if (config_.warmup) warm_up_devices(devices);
+    if (config_.warmup) devices_->warm_up([this](const std::string& device) { models_->warm_up(device); });
     PipelineOptions po;
     po.metrics = &metrics_;
     po.tracer = &tracer_;
@@ -122,19 +124,6 @@ class RuntimeImpl {
     };
   }
 
-  // The device threads, as tuned: a CPU device admits as many concurrent leases as it has
-  // compute threads, so that with threads.per_device > 1 preprocess, denoise and decode of
-  // different jobs overlap; each compute thread runs LibTorch with threads.intra_op threads.
-  std::vector<DeviceSpec> start_devices() {
-    const auto devices = parse_device_list(config_.devices, discover_cuda_devices, 0.9, config_.threads_per_device);
-    add_device_pools(executor_, devices, config_.threads_per_device, config_.codec_threads,
-                     [intra = static_cast<int>(config_.intra_op_threads)](std::size_t) { set_intra_op_threads(intra); });
-    // One thread for job-store writes (each may fsync), off the io threads.
-    store_pool_ = &executor_.add_pool(WorkerPool::Options{.name = "store", .threads = 1, .spin = std::chrono::microseconds(0)});
-    devices_ = std::make_unique<DevicePool>(devices, DevicePoolOptions{.policy = config_.device_policy, .metrics = &metrics_});
-    return devices;
-  }
-
   // Step checkpoints need a journal (a job found after a restart is what resumes from one);
   // off (no dir) without one.
   CheckpointOptions checkpoint_options() const {
@@ -168,22 +157,6 @@ class RuntimeImpl {
     std::vector<std::pair<std::string, fs::path>> list{{name.empty() ? "default" : name, config_.model}};
     list.insert(list.end(), config_.models.begin(), config_.models.end());  // a name given twice is refused
     return list;
-  }
-
-  // config.warmup: each device's compute thread calls every module twice before any job
-  // (ModelSet::warm_up); the constructor returns once all are warm.
-  void warm_up_devices(const std::vector<DeviceSpec>& devices) {
-    for (const auto& d : devices) {
-      const auto t0 = std::chrono::steady_clock::now();
-      auto task = [this, id = d.id] {
-        models_->warm_up(id);
-        return 0;
-      };
-      executor_.pool(device_pool_name(d.id)).run(std::move(task), asio::use_future).get();
-      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
-      metrics_.gauge("vgen_warmup_seconds", "Start-up warm-up of the model on a device", {{"device", d.id}}).set(took.count());
-      spdlog::info("warmed up the model on {} in {:.2f} s", d.id, took.count());
-    }
   }
 
   ~RuntimeImpl() { shutdown(); }
@@ -581,7 +554,7 @@ class RuntimeImpl {
   Executor executor_;
   std::unique_ptr<FaultInjector> faults_;  // before devices_/models_: stages refer to it
   std::unique_ptr<RuntimeTuning> tuning_;  // before models_: its Batcher reports caps to it
-  std::unique_ptr<DevicePool> devices_;
+  std::unique_ptr<ComputeDevices> devices_;
   std::unique_ptr<ModelSet> models_;
   std::unique_ptr<Pipeline> pipeline_;
   std::vector<OutputLock> locks_;  // held for the Runtime's life (config.exclusive_output)
