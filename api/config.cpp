@@ -209,7 +209,8 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
          auto& e = c.encoder;
          r.object(v, p, {{"crf", count(r, e.crf, 0, 63)},
                          {"preset", [&](const json::value& s, const std::string& sp) { e.preset = r.string(s, sp); }},
-                         {"threads", count(r, e.threads, 1, 64)}});
+                         {"threads", count(r, e.threads, 1, 64)},
+                         {"keyframe_interval_s", [&](const json::value& k, const std::string& kp) { e.keyframe_interval_s = r.number(k, kp, 0.01, 3600.0); }}});
        }},
       {"job_ttl_s", seconds(r, c.job_ttl, 1, 365 * 86400)},
       {"images", [&](const json::value& v, const std::string& p) {
@@ -313,7 +314,8 @@ json::object to_json(const RuntimeConfig& c) {
                  {"results", {{"entries", c.result_cache_entries}, {"ttl_s", c.result_cache_ttl.count()}}}}},
       {"retry", {{"attempts", c.retry_attempts}, {"initial_backoff_ms", c.retry_initial_backoff.count()},
                  {"max_backoff_ms", c.retry_max_backoff.count()}, {"multiplier", c.retry_multiplier}}},
-      {"encoder", {{"crf", c.encoder.crf}, {"preset", c.encoder.preset}, {"threads", c.encoder.threads}}},
+      {"encoder", {{"crf", c.encoder.crf}, {"preset", c.encoder.preset}, {"threads", c.encoder.threads},
+                   {"keyframe_interval_s", c.encoder.keyframe_interval_s}}},
       {"job_ttl_s", c.job_ttl.count()},
       {"images", {{"max_bytes", c.images.max_bytes}, {"max_pixels", c.images.max_pixels}}},
       {"preview_every", c.preview_every ? json::value(*c.preview_every) : json::value(nullptr)},

@@ -203,6 +203,23 @@ TEST_CASE("batching.join_running: on by default, read, round-tripped, a boolean"
   fs::remove_all(dir);
 }
 
+TEST_CASE("encoder.keyframe_interval_s: the encoder's default, read, round-tripped and bounded") {
+  CHECK(RuntimeConfig{}.encoder.keyframe_interval_s == EncodeOptions{}.keyframe_interval_s);
+  CHECK(to_json(RuntimeConfig{}).at("encoder").at("keyframe_interval_s") == boost::json::value(2.0));
+  const auto dir = test::temp_dir("vgen-config-");
+  const auto c = load_config(write(dir, R"({"encoder": {"keyframe_interval_s": 0.5}})"));
+  CHECK(c.encoder.keyframe_interval_s == 0.5);
+  CHECK(c.encoder.crf == EncodeOptions{}.crf);  // the rest of the encoder's options keep their defaults
+  auto j = to_json(c);
+  j.erase("model");
+  CHECK(apply_config(RuntimeConfig{}, j, "again", "/").encoder.keyframe_interval_s == 0.5);
+  CHECK(error_of(write(dir, R"({"encoder": {"keyframe_interval_s": 0}})")).find("encoder.keyframe_interval_s: must be between") !=
+        std::string::npos);
+  CHECK(error_of(write(dir, R"({"encoder": {"keyframe_interval_s": "1s"}})")).find("encoder.keyframe_interval_s: must be a number") !=
+        std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("priority_aging_ms: the priority queues' default, read, round-tripped and bounded") {
   CHECK(RuntimeConfig{}.priority_aging == kDefaultAging);
   const auto dir = test::temp_dir("vgen-config-");
