@@ -112,9 +112,22 @@ Reader::Setter millis(const Reader& r, std::chrono::milliseconds& out, std::int6
   return [&r, &out, min, max](const json::value& v, const std::string& p) { out = std::chrono::milliseconds(r.integer(v, p, min, max)); };
 }
 
-Reader::Setter stage(const Reader& r, StageConfig& s) {
-  return [&r, &s](const json::value& v, const std::string& p) {
-    r.object(v, p, {{"workers", count(r, s.workers, 1, 256)}, {"queue", count(r, s.queue, 1, 1'000'000)}});
+// Whole MiB into a byte count (config keys "*.mb" / "max_mb" over components' byte sizes).
+template <class T>
+Reader::Setter mebibytes(const Reader& r, T& bytes, std::int64_t min, std::int64_t max) {
+  return [&r, &bytes, min, max](const json::value& v, const std::string& p) { bytes = static_cast<T>(r.integer(v, p, min, max)) << 20; };
+}
+
+// "stages": one object per stage the model set declares (the map's keys); any other name is an
+// unknown key.
+Reader::Setter stages(const Reader& r, StageOptionsMap& stages) {
+  return [&r, &stages](const json::value& v, const std::string& p) {
+    std::map<std::string, Reader::Setter> keys;
+    for (auto& [name, s] : stages)
+      keys.emplace(name, [&r, &s](const json::value& sv, const std::string& sp) {
+        r.object(sv, sp, {{"workers", count(r, s.workers, 1, 256)}, {"queue", count(r, s.queue, 1, 1'000'000)}});
+      });
+    r.object(v, p, keys);
   };
 }
 
@@ -149,7 +162,7 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
          }
        }},
       {"output_dir", [&](const json::value& v, const std::string& p) { c.output_dir = r.path(v, p); }},
-      {"lora_dir", [&](const json::value& v, const std::string& p) { c.lora_dir = v.is_null() ? fs::path() : r.path(v, p); }},
+      {"lora_dir", [&](const json::value& v, const std::string& p) { c.loras.dir = v.is_null() ? fs::path() : r.path(v, p); }},
       {"warmup", [&](const json::value& v, const std::string& p) { c.warmup = r.boolean(v, p); }},
       {"journal", [&](const json::value& v, const std::string& p) { c.journal = v.is_null() ? fs::path() : r.path(v, p); }},
       {"threads", [&](const json::value& v, const std::string& p) {
@@ -159,13 +172,11 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
                          {"intra_op", count_or_auto(r, c.intra_op_threads, 0, 256)},
                          {"spin_us", count(r, c.spin_us, 0, 100000)}});
        }},
-      {"stages", [&](const json::value& v, const std::string& p) {
-         r.object(v, p, {{"preprocess", stage(r, c.preprocess)}, {"denoise", stage(r, c.denoise)},
-                         {"decode", stage(r, c.decode)}, {"encode", stage(r, c.encode)}});
-       }},
+      {"stages", stages(r, c.stages)},
       {"batching", [&](const json::value& v, const std::string& p) {
-         r.object(v, p, {{"max_batch", count_or_auto(r, c.max_batch, 1, 256)}, {"wait_ms", millis(r, c.batch_wait, 0, 60'000)},
-                         {"join_running", [&](const json::value& b, const std::string& bp) { c.join_running = r.boolean(b, bp); }}});
+         auto& b = c.batching;
+         r.object(v, p, {{"max_batch", count_or_auto(r, b.max_batch, 1, 256)}, {"wait_ms", millis(r, b.wait, 0, 60'000)},
+                         {"join_running", [&](const json::value& j, const std::string& jp) { b.join_running = r.boolean(j, jp); }}});
        }},
       {"tune", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {{"budget_s", [&](const json::value& b, const std::string& bp) { c.tune.budget_s = r.number(b, bp, 0.0, 86400.0); }},
@@ -175,11 +186,11 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
       {"cache", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {
              {"text", [&](const json::value& t, const std::string& tp) {
-                r.object(t, tp, {{"entries", count(r, c.text_cache_entries, 0, 1'000'000)},
-                                 {"ttl_s", seconds(r, c.text_cache_ttl, 1, 365 * 86400)}});
+                r.object(t, tp, {{"entries", count(r, c.text_cache.entries, 0, 1'000'000)},
+                                 {"ttl_s", seconds(r, c.text_cache.ttl, 1, 365 * 86400)}});
               }},
              {"loras", [&](const json::value& t, const std::string& tp) {
-                r.object(t, tp, {{"mb", count(r, c.lora_cache_mb, 0, 1'000'000)}});
+                r.object(t, tp, {{"mb", mebibytes(r, c.loras.cache_bytes, 0, 1'000'000)}});
               }},
              {"results", [&](const json::value& t, const std::string& tp) {
                 r.object(t, tp, {{"entries", count(r, c.result_cache_entries, 0, 10'000'000)},
@@ -195,14 +206,16 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
          if (c.retry_max_backoff < c.retry_initial_backoff) r.fail(p + ".max_backoff_ms", "must be >= initial_backoff_ms");
        }},
       {"encoder", [&](const json::value& v, const std::string& p) {
-         r.object(v, p, {{"crf", count(r, c.encoder_crf, 0, 63)},
-                         {"preset", [&](const json::value& s, const std::string& sp) { c.encoder_preset = r.string(s, sp); }},
-                         {"threads", count(r, c.encoder_threads, 1, 64)}});
+         auto& e = c.encoder;
+         r.object(v, p, {{"crf", count(r, e.crf, 0, 63)},
+                         {"preset", [&](const json::value& s, const std::string& sp) { e.preset = r.string(s, sp); }},
+                         {"threads", count(r, e.threads, 1, 64)},
+                         {"keyframe_interval_s", [&](const json::value& k, const std::string& kp) { e.keyframe_interval_s = r.number(k, kp, 0.01, 3600.0); }}});
        }},
       {"job_ttl_s", seconds(r, c.job_ttl, 1, 365 * 86400)},
       {"images", [&](const json::value& v, const std::string& p) {
-         r.object(v, p, {{"max_bytes", count(r, c.image_max_bytes, 1, std::int64_t{1} << 30)},
-                         {"max_pixels", count(r, c.image_max_pixels, 1, std::int64_t{1} << 30)}});
+         r.object(v, p, {{"max_bytes", count(r, c.images.max_bytes, 1, std::int64_t{1} << 30)},
+                         {"max_pixels", count(r, c.images.max_pixels, 1, std::int64_t{1} << 30)}});
        }},
       {"preview_every", [&](const json::value& v, const std::string& p) {
          c.preview_every = v.is_null() ? std::nullopt : std::optional<int>(static_cast<int>(r.integer(v, p, 0, 100'000)));
@@ -214,7 +227,7 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
          r.object(v, p, {{"every_steps", count(r, k.every_steps, 0, 100'000)},
                          {"every_seconds", [&](const json::value& s, const std::string& sp) { k.every_seconds = r.number(s, sp, 0.0, 86400.0); }},
                          {"min_steps", count(r, k.min_steps, 1, 100'000)},
-                         {"max_mb", count(r, k.max_mb, 1, 1 << 24)},
+                         {"max_mb", mebibytes(r, k.max_bytes, 1, 1 << 24)},
                          {"dir", [&](const json::value& s, const std::string& sp) { k.dir = r.path(s, sp); }}});
        }},
       {"job_store", [&](const json::value& v, const std::string& p) {
@@ -270,7 +283,12 @@ json::value count_or_auto(std::size_t n) { return n == RuntimeConfig::kAuto ? js
 }  // namespace
 
 json::object to_json(const RuntimeConfig& c) {
-  auto stage = [](const StageConfig& s) { return json::object{{"workers", s.workers}, {"queue", s.queue}}; };
+  json::object stages;  // in pipeline order, as the model set runs them
+  auto stage = [&stages](const std::string& name, const StageOptions& s) { stages[name] = json::object{{"workers", s.workers}, {"queue", s.queue}}; };
+  for (const auto& name : stage_names())
+    if (const auto it = c.stages.find(name); it != c.stages.end()) stage(name, it->second);
+  for (const auto& [name, s] : c.stages)
+    if (!stages.contains(name)) stage(name, s);
   return json::object{
       {"model", c.model.string()},
       {"models", [&] {
@@ -281,29 +299,31 @@ json::object to_json(const RuntimeConfig& c) {
       {"devices", c.devices},
       {"device_policy", c.device_policy},
       {"output_dir", c.output_dir.string()},
-      {"lora_dir", c.lora_dir.empty() ? json::value(nullptr) : json::value(c.lora_dir.string())},  // unset: null, as journal
+      {"lora_dir", c.loras.dir.empty() ? json::value(nullptr) : json::value(c.loras.dir.string())},  // unset: null, as journal
       {"journal", c.journal.empty() ? json::value(nullptr) : json::value(c.journal.string())},
       {"threads", {{"io", c.io_threads}, {"per_device", count_or_auto(c.threads_per_device)}, {"codec", c.codec_threads},
                    {"intra_op", count_or_auto(c.intra_op_threads)}, {"spin_us", c.spin_us}}},
-      {"stages", {{"preprocess", stage(c.preprocess)}, {"denoise", stage(c.denoise)}, {"decode", stage(c.decode)}, {"encode", stage(c.encode)}}},
-      {"batching", {{"max_batch", count_or_auto(c.max_batch)}, {"wait_ms", c.batch_wait.count()}, {"join_running", c.join_running}}},
+      {"stages", std::move(stages)},
+      {"batching", {{"max_batch", count_or_auto(c.batching.max_batch)}, {"wait_ms", c.batching.wait.count()},
+                    {"join_running", c.batching.join_running}}},
       {"tune", {{"budget_s", c.tune.budget_s}, {"dir", c.tune.dir.empty() ? json::value(nullptr) : json::value(c.tune.dir.string())},
                 {"max_batch", c.tune.max_batch}}},
       {"warmup", c.warmup},
-      {"cache", {{"text", {{"entries", c.text_cache_entries}, {"ttl_s", c.text_cache_ttl.count()}}},
-                 {"loras", {{"mb", c.lora_cache_mb}}},
+      {"cache", {{"text", {{"entries", c.text_cache.entries}, {"ttl_s", c.text_cache.ttl.count()}}},
+                 {"loras", {{"mb", c.loras.cache_bytes >> 20}}},
                  {"results", {{"entries", c.result_cache_entries}, {"ttl_s", c.result_cache_ttl.count()}}}}},
       {"retry", {{"attempts", c.retry_attempts}, {"initial_backoff_ms", c.retry_initial_backoff.count()},
                  {"max_backoff_ms", c.retry_max_backoff.count()}, {"multiplier", c.retry_multiplier}}},
-      {"encoder", {{"crf", c.encoder_crf}, {"preset", c.encoder_preset}, {"threads", c.encoder_threads}}},
+      {"encoder", {{"crf", c.encoder.crf}, {"preset", c.encoder.preset}, {"threads", c.encoder.threads},
+                   {"keyframe_interval_s", c.encoder.keyframe_interval_s}}},
       {"job_ttl_s", c.job_ttl.count()},
-      {"images", {{"max_bytes", c.image_max_bytes}, {"max_pixels", c.image_max_pixels}}},
+      {"images", {{"max_bytes", c.images.max_bytes}, {"max_pixels", c.images.max_pixels}}},
       {"preview_every", c.preview_every ? json::value(*c.preview_every) : json::value(nullptr)},
       {"quarantine_after", c.quarantine_after},
       {"priority_aging_ms", c.priority_aging.count()},
       {"checkpoints", [&c] {
          json::object o{{"every_steps", c.checkpoints.every_steps}, {"every_seconds", c.checkpoints.every_seconds},
-                        {"min_steps", c.checkpoints.min_steps}, {"max_mb", c.checkpoints.max_mb}};
+                        {"min_steps", c.checkpoints.min_steps}, {"max_mb", c.checkpoints.max_bytes >> 20}};
          if (!c.checkpoints.dir.empty()) o["dir"] = c.checkpoints.dir.string();
          return o;
        }()},
@@ -312,6 +332,21 @@ json::object to_json(const RuntimeConfig& c) {
       {"service", {{"listen", c.service.listen}, {"max_body_bytes", c.service.max_body_bytes},
                    {"token", c.service.token.empty() ? "" : "(set)"}, {"max_connections", c.service.max_connections}}},
   };
+}
+
+void read_environment(RuntimeConfig& c) {
+  if (const char* env = std::getenv("VGEN_FAULTS"); env && *env) {
+    boost::system::error_code ec;
+    auto v = json::parse(env, ec);
+    if (ec || !v.is_object()) throw_error(ErrorKind::invalid_argument, "VGEN_FAULTS: must be a JSON object");
+    c.faults = parse_fault_plan(v.get_object(), "VGEN_FAULTS");
+  }
+  // As LibTorch reads it: a positive integer, else as if unset.
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env && *env && c.intra_op_threads == RuntimeConfig::kAuto) {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (*end == '\0' && n >= 1 && n <= 1024) c.intra_op_threads = static_cast<std::size_t>(n);
+  }
 }
 
 fs::path default_model_dir() {

@@ -7,11 +7,21 @@
 // "output_dir") are relative to the file's directory.
 // Command-line flags override the file: apps load the file first and then assign the flags
 // they were given (see apply_overrides).
+// The settings of a component are that component's own options struct, held whole (batching:
+// the Batcher's, encoder: the encoder's, ...): the reader below fills them and the Runtime
+// hands them down untouched, so a new knob is an edit to its component and to this reader.
+// Environment variables are not read here nor in the Runtime: apps call read_environment.
 // Thread-safety: plain values; the functions are pure apart from reading the file.
 #pragma once
 
 #include "api/fleet/fleet_queue.hpp"
 #include "runtime/fault_injector.hpp"
+#include "stages/exec/batching_options.hpp"
+#include "stages/exec/checkpoint.hpp"
+#include "stages/exec/stage_options.hpp"
+#include "stages/families/family_options.hpp"
+#include "stages/media/encode.hpp"
+#include "stages/media/image_input.hpp"
 
 #include <boost/json/object.hpp>
 
@@ -25,11 +35,6 @@
 #include <vector>
 
 namespace vgen {
-
-struct StageConfig {
-  std::size_t workers = 1;
-  std::size_t queue = 4;  // capacity of the stage's input queue
-};
 
 struct RuntimeConfig {
   std::filesystem::path model;  // empty: the bundled default model (default_model_dir())
@@ -48,22 +53,18 @@ struct RuntimeConfig {
   // Compute worker threads (and CPU leases) per device; kAuto: tuned.
   std::size_t threads_per_device = kAuto;
   std::size_t codec_threads = 1;       // encode worker threads
-  // LibTorch threads per compute thread; kAuto: OMP_NUM_THREADS if set, else tuned with
-  // per_device (their product the cores), else cores / (devices * per_device).
+  // LibTorch threads per compute thread; kAuto: tuned with per_device (their product the
+  // cores). read_environment sets it from OMP_NUM_THREADS when it is kAuto.
   std::size_t intra_op_threads = kAuto;
   std::size_t spin_us = 50;            // idle io/compute threads poll this long before blocking
 
-  StageConfig preprocess{1, 64}, denoise{1, 4}, decode{1, 4}, encode{1, 4};
+  // Per stage of the model set, by name ("stages.<name>": the keys of default_stage_options()).
+  StageOptionsMap stages = default_stage_options();
 
-  // Cross-job batching in denoise: up to max_batch compatible jobs (same size, frames, steps,
-  // scheduler, guidance on/off) per transformer call, waiting at most batch_wait for company.
-  // kAuto: tuned (once the Runtime is built, config() holds the number chosen).
-  std::size_t max_batch = kAuto;
-  std::chrono::milliseconds batch_wait{20};
-  // Whether a compatible job joins a denoise group that is already running, at its next step
-  // boundary (true), or waits for the next group (false: the batching of before issue 20,
-  // kept for comparison, bench/cpp/bench_admission.cpp). Config key "batching.join_running".
-  bool join_running = true;
+  // Cross-job batching (stages/exec/batching_options.hpp), config keys "batching.max_batch",
+  // "wait_ms", "join_running". max_batch kAuto: tuned (once the Runtime is built, config()
+  // holds the number chosen).
+  BatchingOptions batching{.max_batch = kAuto};
 
   // The auto-tuner (runtime/auto_tune.hpp), for the settings left at kAuto. Config key "tune":
   // {"budget_s": N, "dir": "...", "max_batch": N}. The probe measures the default model at
@@ -84,13 +85,11 @@ struct RuntimeConfig {
   // Costs those calls at start-up. Config key "warmup".
   bool warmup = false;
 
-  std::size_t text_cache_entries = 256;
-  std::chrono::seconds text_cache_ttl{1800};
-  // LoRA (stages/lora.hpp): jobs' "loras" name files under lora_dir (empty: LoRAs refused);
-  // merged variants are kept within lora_cache_mb per model (0: merge for every group).
-  // Config keys "lora_dir" and cache.loras.mb.
-  std::filesystem::path lora_dir;
-  std::size_t lora_cache_mb = 1024;
+  TextCacheOptions text_cache;  // config keys "cache.text.entries", "cache.text.ttl_s"
+  // LoRA (stages/model/lora.hpp): jobs' "loras" name files under loras.dir (empty: LoRAs
+  // refused); merged variants are kept within loras.cache_bytes per model (0: merge for every
+  // group). Config keys "lora_dir" and "cache.loras.mb" (whole MiB).
+  LoraOptions loras;
   std::size_t result_cache_entries = 1024;  // 0 disables the result cache
   std::chrono::seconds result_cache_ttl{3600};
 
@@ -99,9 +98,9 @@ struct RuntimeConfig {
   std::chrono::milliseconds retry_max_backoff{5000};
   double retry_multiplier = 2.0;
 
-  int encoder_crf = 23;
-  std::string encoder_preset = "veryfast";
-  int encoder_threads = 1;
+  // The encoder's (stages/media/encode.hpp), config keys "encoder.*"; format and comment are
+  // each job's.
+  EncodeOptions encoder;
 
   // Durable job journal (SQLite, api/journal.hpp); empty: none. `vgen batch` and `vgen serve`
   // default to <output_dir>/.vgen-journal.db. With resume_journal a new Runtime resubmits the
@@ -124,19 +123,15 @@ struct RuntimeConfig {
   // "priority_aging_ms" (1 ms to 1 day; default kDefaultAging, 5 s).
   std::chrono::milliseconds priority_aging{5000};
   bool resume_journal = true;
-  // Step checkpoints (stages/checkpoint.hpp), with a journal only, in `dir` (default
+  // Step checkpoints (stages/exec/checkpoint.hpp), with a journal only, in `dir` (empty here:
   // <output_dir>/.vgen-checkpoints): a denoising job's state every `every_steps` steps or
   // `every_seconds` seconds (0: not by that; both 0: off), for jobs of at least `min_steps`
-  // steps; the folder stays under max_mb. A job resumed after a crash goes on from there.
-  struct CheckpointConfig {
-    int every_steps = 0;
-    double every_seconds = 30;
-    int min_steps = 10;
-    std::size_t max_mb = 1024;
-    std::filesystem::path dir;
-  } checkpoints;
+  // steps; the folder stays under max_bytes (config key "checkpoints.max_mb", whole MiB). A
+  // job resumed after a crash goes on from there.
+  CheckpointOptions checkpoints;
 
-  // Fault injection (off by default; runtime/fault_injector.hpp). $VGEN_FAULTS (JSON) replaces it.
+  // Fault injection (off by default; runtime/fault_injector.hpp). read_environment replaces
+  // it with $VGEN_FAULTS (JSON).
   FaultPlan faults;
 
   // When set, the Runtime records its timeline from start to shutdown and writes it here as
@@ -152,10 +147,10 @@ struct RuntimeConfig {
   // Kept in memory after a job ends, so that status and result queries still find it.
   std::chrono::seconds job_ttl{3600};
 
-  // Image inputs of image-to-video jobs (stages/image_input.hpp ImageLimits): the largest file
-  // or upload, and the most pixels, a job's image may have.
-  std::uint64_t image_max_bytes = 32ull << 20;
-  std::int64_t image_max_pixels = 8192ll * 8192;
+  // Image inputs of image-to-video jobs (stages/media/image_input.hpp): the largest file or
+  // upload, and the most pixels, a job's image may have (config keys "images.max_bytes",
+  // "images.max_pixels").
+  ImageLimits images;
 
   // The fleet (api/fleet_queue.hpp): `vgen serve --queue` / `vgen worker` over NATS JetStream.
   QueueConfig queue;
@@ -179,6 +174,13 @@ RuntimeConfig apply_config(RuntimeConfig base, const boost::json::object& json, 
                            const std::filesystem::path& base_dir);
 // The config as JSON (every key), e.g. for `vgen serve` to log what it runs with.
 boost::json::object to_json(const RuntimeConfig& config);
+
+// The process environment's say, applied by apps after the file and the flags (the Runtime
+// reads no environment variable: an embedder or a test gets exactly the config it passes):
+// $VGEN_FAULTS (a JSON fault plan) replaces config.faults (Error(invalid_argument) when it is
+// not one); OMP_NUM_THREADS (an integer 1..1024, as LibTorch honours it) sets
+// threads.intra_op when that is kAuto, so that the tuner keeps it fixed. Others are ignored.
+void read_environment(RuntimeConfig& config);
 
 // The bundled default model: $VGEN_MODEL if set, else the first existing of
 // <exe>/../share/vgen/models/vgen-shapes (installed) and <source>/models/vgen-shapes (build tree).

@@ -1,5 +1,6 @@
 #include "api/engine.hpp"
 
+#include "api/compute_devices.hpp"
 #include "api/job_entry.hpp"
 
 #include "api/job_recovery.hpp"
@@ -25,7 +26,6 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/use_future.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
@@ -35,7 +35,6 @@
 #include <atomic>
 #include <deque>
 #include <map>
-#include <cstdlib>
 #include <random>
 
 namespace vgen {
@@ -61,69 +60,35 @@ class RuntimeImpl {
         result_cache_(config_.result_cache_entries, config_.result_cache_ttl),
         outputs_(config_.output_dir, config_.journal, config_.overwrite_outputs) {
     if (config_.model.empty()) config_.model = default_model_dir();
+    for (const auto& [name, d] : default_stage_options()) config_.stages.try_emplace(name, d);  // every stage named
     std::error_code ec;
     fs::create_directories(config_.output_dir, ec);
     if (!fs::is_directory(config_.output_dir))
       throw_error(ErrorKind::invalid_argument, "output directory '" + config_.output_dir.string() + "' cannot be created" +
                                                    (ec ? " (" + ec.message() + ")" : ""));
-    ModelSetOptions wo;
-    wo.out_dir = config_.output_dir;
-    wo.images.max_bytes = config_.image_max_bytes;
-    wo.images.max_pixels = config_.image_max_pixels;
-    wo.encode = EncodeOptions{.crf = config_.encoder_crf, .preset = config_.encoder_preset, .threads = config_.encoder_threads};
-    wo.text_cache_entries = config_.text_cache_entries;
-    wo.text_cache_ttl = config_.text_cache_ttl;
-    wo.lora_dir = config_.lora_dir;
-    wo.lora_cache_bytes = config_.lora_cache_mb << 20;
-    wo.preprocess_workers = config_.preprocess.workers;
-    wo.denoise_workers = config_.denoise.workers;
-    wo.decode_workers = config_.decode.workers;
-    wo.encode_workers = config_.encode.workers;
-    wo.preview_every = config_.preview_every.value_or(0);
-    if (const char* env = std::getenv("VGEN_FAULTS"); env && *env) {
-      boost::system::error_code ec;
-      auto v = json::parse(env, ec);
-      if (ec || !v.is_object()) throw_error(ErrorKind::invalid_argument, "VGEN_FAULTS: must be a JSON object");
-      config_.faults = parse_fault_plan(v.get_object(), "VGEN_FAULTS");
-    }
-    if (config_.faults.enabled()) {
-      faults_ = std::make_unique<FaultInjector>(config_.faults);
-      spdlog::warn("fault injection is on: {}", "see the config's \"faults\" or $VGEN_FAULTS");
-      if (config_.faults.oom_rate > 0 || config_.faults.oom_above_batch > 0)
-        wo.before_denoise = [f = faults_.get()](std::size_t jobs, const std::string& device, const std::string& job, int attempt) {
-          f->check_oom(jobs, device, job, attempt);
-        };
-    }
+    // The components' options go down whole; what is added here is the Runtime's own wiring.
+    ModelSetOptions wo{.out_dir = config_.output_dir, .encode = config_.encoder, .text_cache = config_.text_cache,
+                       .lora = config_.loras, .stages = config_.stages, .before_denoise = start_faults(),
+                       .metrics = &metrics_, .tracer = &tracer_, .preview_every = config_.preview_every.value_or(0),
+                       .images = config_.images, .checkpoints = checkpoint_options(), .on_checkpoint = checkpoint_hook()};
     // The models load before the device threads exist: "auto" settings are measured on them
     // (api/runtime_tuning.hpp), and the threads follow what was chosen.
     auto loaded = load_models(model_list(), wo);
     tuning_ = std::make_unique<RuntimeTuning>(config_, loaded, parse_device_list(config_.devices, discover_cuda_devices, 0.9, 1), metrics_);
     wo.on_batch_capped = [t = tuning_.get()](const std::string& key, std::size_t cap) { t->on_capped(key, cap); };
-    // A CPU device admits as many concurrent leases as it has compute threads, so that with
-    // threads.per_device > 1 preprocess, denoise and decode of different jobs overlap.
-    const auto devices = parse_device_list(config_.devices, discover_cuda_devices, 0.9, config_.threads_per_device);
-    std::size_t intra = config_.intra_op_threads;
-    if (intra == 0) intra = static_cast<std::size_t>(default_intra_op_threads(devices.size() * config_.threads_per_device));
-    add_device_pools(executor_, devices, config_.threads_per_device, config_.codec_threads,
-                     [intra](std::size_t) { set_intra_op_threads(static_cast<int>(intra)); });
+    wo.batching = config_.batching;  // max_batch as tuned
+    devices_ = std::make_unique<ComputeDevices>(config_, executor_, metrics_);  // the threads as tuned
+    wo.leases = devices_->leases();
     // One thread for job-store writes (each may fsync), off the io threads.
     store_pool_ = &executor_.add_pool(WorkerPool::Options{.name = "store", .threads = 1, .spin = std::chrono::microseconds(0)});
-    devices_ = std::make_unique<DevicePool>(devices, DevicePoolOptions{.policy = config_.device_policy, .metrics = &metrics_});
-    wo.max_batch = config_.max_batch;
-    wo.leases = devices.size() * config_.threads_per_device;
-    wo.metrics = &metrics_;
-    wo.tracer = &tracer_;
     if (!config_.trace_file.empty()) trace_start_ = tracer_.begin();
-    wo.batch_wait = config_.batch_wait;
-    wo.join_running = config_.join_running;
-    set_checkpoints(wo);
-    models_ = std::make_unique<ModelSet>(std::move(loaded), executor_, *devices_, wo);
+    models_ = std::make_unique<ModelSet>(std::move(loaded), executor_, devices_->pool(), wo);
     if (wo.preview_every > 0)
       for (const auto& name : models_->model_names())
         if (!models_->previews(name))
           spdlog::info("previews: off for model '{}': its package has no preview factors "
                        "(python tools/vgen_export/latent_preview.py --model DIR adds them)", name);
-    if (config_.warmup) warm_up_devices(devices);
+    if (config_.warmup) devices_->warm_up([this](const std::string& device) { models_->warm_up(device); });
     PipelineOptions po;
     po.metrics = &metrics_;
     po.tracer = &tracer_;
@@ -147,18 +112,31 @@ class RuntimeImpl {
     recovery_->resume_unfinished(executor_.get_executor());
   }
 
-  // Step checkpoints need a journal (a job found after a restart is what resumes from one).
-  void set_checkpoints(ModelSetOptions& wo) {
-    const auto& k = config_.checkpoints;
-    if (config_.journal.empty() || (k.every_steps == 0 && k.every_seconds == 0)) return;
-    wo.checkpoints = CheckpointOptions{.dir = k.dir.empty() ? config_.output_dir / ".vgen-checkpoints" : k.dir,
-                                       .every_steps = k.every_steps,
-                                       .every_seconds = k.every_seconds,
-                                       .min_steps = k.min_steps,
-                                       .max_bytes = static_cast<std::uint64_t>(k.max_mb) << 20,
-                                       .warn = [](const std::string& m) { spdlog::warn("{}", m); }};
-    // On the checkpoint thread, once the file is durable: the store's reference, then the drill.
-    wo.on_checkpoint = [this](const std::vector<CheckpointWritten>& written) {
+  // config.faults (read_environment puts $VGEN_FAULTS there): the injector, and its simulated
+  // out-of-memory before each denoiser call when the plan has one.
+  std::function<void(std::size_t, const std::string&, const std::string&, int)> start_faults() {
+    if (!config_.faults.enabled()) return {};
+    faults_ = std::make_unique<FaultInjector>(config_.faults);
+    spdlog::warn("fault injection is on: {}", "see the config's \"faults\" or $VGEN_FAULTS");
+    if (config_.faults.oom_rate <= 0 && config_.faults.oom_above_batch <= 0) return {};
+    return [f = faults_.get()](std::size_t jobs, const std::string& device, const std::string& job, int attempt) {
+      f->check_oom(jobs, device, job, attempt);
+    };
+  }
+
+  // Step checkpoints need a journal (a job found after a restart is what resumes from one);
+  // off (no dir) without one.
+  CheckpointOptions checkpoint_options() const {
+    auto k = config_.checkpoints;
+    if (config_.journal.empty() || (k.every_steps == 0 && k.every_seconds == 0)) return {};
+    if (k.dir.empty()) k.dir = config_.output_dir / ".vgen-checkpoints";
+    k.warn = [](const std::string& m) { spdlog::warn("{}", m); };
+    return k;
+  }
+
+  // On the checkpoint thread, once the file is durable: the store's reference, then the drill.
+  Checkpoints::OnWritten checkpoint_hook() {
+    return [this](const std::vector<CheckpointWritten>& written) {
       for (const auto& w : written) {
         try {
           store_->record_progress(w.job_id, w.step, w.total, w.file.string());
@@ -179,22 +157,6 @@ class RuntimeImpl {
     std::vector<std::pair<std::string, fs::path>> list{{name.empty() ? "default" : name, config_.model}};
     list.insert(list.end(), config_.models.begin(), config_.models.end());  // a name given twice is refused
     return list;
-  }
-
-  // config.warmup: each device's compute thread calls every module twice before any job
-  // (ModelSet::warm_up); the constructor returns once all are warm.
-  void warm_up_devices(const std::vector<DeviceSpec>& devices) {
-    for (const auto& d : devices) {
-      const auto t0 = std::chrono::steady_clock::now();
-      auto task = [this, id = d.id] {
-        models_->warm_up(id);
-        return 0;
-      };
-      executor_.pool(device_pool_name(d.id)).run(std::move(task), asio::use_future).get();
-      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
-      metrics_.gauge("vgen_warmup_seconds", "Start-up warm-up of the model on a device", {{"device", d.id}}).set(took.count());
-      spdlog::info("warmed up the model on {} in {:.2f} s", d.id, took.count());
-    }
   }
 
   ~RuntimeImpl() { shutdown(); }
@@ -309,7 +271,7 @@ class RuntimeImpl {
   RuntimeStats stats() const {
     const auto c = pipeline_->counts();
     RuntimeStats s{c.submitted, c.rejected, c.done, c.failed, c.cancelled, c.in_flight, pipeline_->queue_depth(0),
-                   config_.preprocess.queue, result_hits_.load(), models_->text_cache_stats(), result_cache_.stats()};
+                   config_.stages.at("preprocess").queue, result_hits_.load(), models_->text_cache_stats(), result_cache_.stats()};
     return s;
   }
 
@@ -569,10 +531,8 @@ class RuntimeImpl {
     auto stages = models_->stages();
     RetryPolicy retry{.max_attempts = config_.retry_attempts, .base_delay = config_.retry_initial_backoff,
                       .multiplier = config_.retry_multiplier, .max_delay = config_.retry_max_backoff};
-    const StageConfig* cfg[] = {&config_.preprocess, &config_.denoise, &config_.decode, &config_.encode};
-    for (std::size_t i = 0; i < stages.size(); ++i) {
+    for (std::size_t i = 0; i < stages.size(); ++i) {  // workers and queues: config_.stages, set by the model set
       auto& s = stages[i];
-      s.queue_capacity = cfg[i]->queue;
       if (config_.retry_attempts > 1) s.retry = retry;
       if (faults_) s = faults_->wrap(std::move(s));
       // A job served from the result cache skips the rendering stages.
@@ -581,7 +541,7 @@ class RuntimeImpl {
       };
     }
     if (config_.result_cache_entries == 0) return stages;  // no cache: nothing to look up
-    StageSpec first{"lookup", JobState::queued, 4, config_.preprocess.queue,
+    StageSpec first{"lookup", JobState::queued, 4, config_.stages.at("preprocess").queue,
                     [this](Job& job) { return lookup_stage(job); }};
     stages.insert(stages.begin(), std::move(first));
     return stages;
@@ -594,7 +554,7 @@ class RuntimeImpl {
   Executor executor_;
   std::unique_ptr<FaultInjector> faults_;  // before devices_/models_: stages refer to it
   std::unique_ptr<RuntimeTuning> tuning_;  // before models_: its Batcher reports caps to it
-  std::unique_ptr<DevicePool> devices_;
+  std::unique_ptr<ComputeDevices> devices_;
   std::unique_ptr<ModelSet> models_;
   std::unique_ptr<Pipeline> pipeline_;
   std::vector<OutputLock> locks_;  // held for the Runtime's life (config.exclusive_output)

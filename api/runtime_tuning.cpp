@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <thread>
 
 namespace vgen {
@@ -13,16 +12,6 @@ namespace vgen {
 namespace json = boost::json;
 
 namespace {
-
-// OMP_NUM_THREADS as LibTorch reads it: a positive integer, else unset.
-std::optional<std::size_t> omp_threads() {
-  const char* env = std::getenv("OMP_NUM_THREADS");
-  if (!env || !*env) return std::nullopt;
-  char* end = nullptr;
-  const long n = std::strtol(env, &end, 10);
-  if (*end != '\0' || n < 1 || n > 1024) return std::nullopt;
-  return static_cast<std::size_t>(n);
-}
 
 std::optional<std::size_t> given(std::size_t v) {
   return v == RuntimeConfig::kAuto ? std::nullopt : std::optional<std::size_t>(v);
@@ -43,10 +32,9 @@ RuntimeTuning::RuntimeTuning(RuntimeConfig& c, const LoadedModels& models, const
   TuneSpace space;
   space.max_batch = c.tune.max_batch;
   space.one_job = c.tune.one_job;
-  space.batch = space.one_job ? std::optional<std::size_t>(1) : given(c.max_batch);
+  space.batch = space.one_job ? std::optional<std::size_t>(1) : given(c.batching.max_batch);
   space.leases = given(c.threads_per_device);
   space.intra_op = given(c.intra_op_threads);
-  if (!space.intra_op) space.intra_op = omp_threads();
   if (cpu) {
     space.cores = std::max<std::size_t>(1, cores / std::max<std::size_t>(1, cpu_devices));
   } else {  // a GPU: the batch is what matters; one lease, the host's cores shared out as before
@@ -87,7 +75,7 @@ RuntimeTuning::RuntimeTuning(RuntimeConfig& c, const LoadedModels& models, const
       probe_.reset();
     }
   }
-  c.max_batch = choice_.setting.batch;
+  c.batching.max_batch = choice_.setting.batch;
   c.threads_per_device = choice_.setting.leases;
   c.intra_op_threads = choice_.setting.intra_op;
   if (choice_.source == "probe")

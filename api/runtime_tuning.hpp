@@ -3,8 +3,8 @@
 // AutoTuner (runtime/auto_tune.hpp) measuring the loaded default model (stages/exec/tune_probe.hpp)
 // on the first device, at the shape config.tune.spec gives (a job spec; empty: the package's
 // defaults). Settings the config gives as numbers stay as they are and bound the search
-// (OMP_NUM_THREADS counts as a given threads.intra_op). The choice is logged (info) and
-// exported as gauges: vgen_tune_max_batch, vgen_tune_leases, vgen_tune_intra_op_threads
+// (apps' read_environment turns OMP_NUM_THREADS into a given threads.intra_op). The choice is
+// logged (info) and exported as gauges: vgen_tune_max_batch, vgen_tune_leases, vgen_tune_intra_op_threads
 // {model, device, source = probe | cache | fixed | fallback} and vgen_tune_probe_seconds.
 // When the probe cannot run (e.g. an image-to-video model without an image in tune.spec), a
 // warning says why and the fallback is batch 1, one lease, every core.
@@ -34,7 +34,7 @@ namespace vgen {
 
 class RuntimeTuning {
  public:
-  // Resolves config's kAuto settings in place (config.max_batch, threads_per_device and
+  // Resolves config's kAuto settings in place (config.batching.max_batch, threads_per_device and
   // intra_op_threads are all numbers >= 1 afterwards). `cores`: the machine's (0: detect).
   RuntimeTuning(RuntimeConfig& config, const LoadedModels& models, const std::vector<DeviceSpec>& devices,
                 MetricsRegistry& metrics, std::size_t cores = 0);

@@ -98,8 +98,7 @@ class BatchRun {
       // by its bytes, as the finished job's record does; submit checks them again.
       json::value admitted(std::move(item.spec));
       auto spec = jobs_.validate(admitted);
-      admit_images(admitted, spec,
-                   ImageLimits{.max_bytes = jobs_.config().image_max_bytes, .max_pixels = jobs_.config().image_max_pixels});
+      admit_images(admitted, spec, jobs_.config().images);
       r.output = jobs_.config().output_dir / (item.name + extension_for(spec.format));
       if (!options_.force && complete_(admitted, spec, r.output)) return end_item(i, "skipped");
       SubmitOptions so;

@@ -428,7 +428,7 @@ FleetWorker::FleetWorker(Runtime& runtime, FleetWorkerOptions options) {
   if (runtime.config().queue.url.empty())
     throw_error(ErrorKind::invalid_argument, "queue: no URL (--queue nats://HOST:PORT or the config's queue.url)");
   if (options.name.empty()) options.name = default_name();
-  if (options.capacity == 0) options.capacity = std::max<std::size_t>(1, runtime.config().max_batch);
+  if (options.capacity == 0) options.capacity = std::max<std::size_t>(1, runtime.config().batching.max_batch);
   if (options.models.empty()) {
     options.models = model_names(runtime.config());
     options.models.insert(options.models.begin(), "default");

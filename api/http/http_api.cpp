@@ -340,9 +340,7 @@ asio::awaitable<void> stream_trace(Tracer& tracer, std::chrono::seconds seconds,
 
 HttpApi::HttpApi(JobService& runtime, std::filesystem::path web_dir)
     : runtime_(runtime),
-      uploads_(std::make_shared<UploadStore>(runtime.config().output_dir / "uploads",
-                                             ImageLimits{.max_bytes = runtime.config().image_max_bytes,
-                                                         .max_pixels = runtime.config().image_max_pixels})),
+      uploads_(std::make_shared<UploadStore>(runtime.config().output_dir / "uploads", runtime.config().images)),
       web_dir_(std::move(web_dir)) {
   // What a crash left: keep the images of the jobs that resume, remove the rest.
   for (const auto& job : runtime_.unfinished()) {
@@ -430,7 +428,7 @@ http::Response HttpApi::submit_job(const http::Request& request, const std::stri
       return http::error_response(415, "invalid_argument",
                                   "Content-Type must be application/json or multipart/form-data (got '" +
                                       std::string(it->value()) + "')");
-  const auto max_image = runtime_.config().image_max_bytes;
+  const auto max_image = runtime_.config().images.max_bytes;
   auto [spec, images] = multipart ? read_multipart(request, max_image) : read_json(request, max_image);
   std::vector<std::filesystem::path> files;
   if (!images.empty()) {

@@ -39,9 +39,10 @@ RuntimeConfig make_config(const RuntimeFlags& f) {
   if (!f.model.empty()) c.model = f.model;
   if (!f.devices.empty()) c.devices = f.devices;
   if (f.output_dir) c.output_dir = *f.output_dir;
-  if (f.max_batch) c.max_batch = *f.max_batch;
-  if (f.lora_dir) c.lora_dir = *f.lora_dir;
+  if (f.max_batch) c.batching.max_batch = *f.max_batch;
+  if (f.lora_dir) c.loras.dir = *f.lora_dir;
   if (f.trace) c.trace_file = *f.trace;
+  read_environment(c);  // the process's environment: the app is the edge that reads it
   return c;
 }
 

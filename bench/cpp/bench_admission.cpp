@@ -56,7 +56,7 @@ Result run(const std::shared_ptr<Family>& family, std::size_t max_batch, int ste
   Timeline tl;
   std::unique_ptr<Pipeline> pipeline;
   std::atomic<bool> sent{false};
-  BatcherOptions bo{.max_batch = max_batch, .wait = std::chrono::milliseconds(0), .executor = &executor, .devices = &devices};
+  BatcherOptions bo{.batching = {.max_batch = max_batch, .wait = std::chrono::milliseconds(0)}, .executor = &executor, .devices = &devices};
   auto batcher = std::make_shared<Batcher>(std::move(bo));
   auto prepare = [batcher, family, &tl, &pipeline, &sent, at, steps, b_priority](Job& job) -> asio::awaitable<void> {
     auto work = family->create_job(family->validate(job.spec()));

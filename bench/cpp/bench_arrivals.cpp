@@ -71,12 +71,13 @@ std::unique_ptr<vgen::Runtime> make_runtime(const Options& o, bool join) {
   vgen::RuntimeConfig c;
   c.model = o.model;
   c.output_dir = o.out;
-  c.max_batch = o.max_batch;
-  c.join_running = join;
+  c.batching.max_batch = o.max_batch;
+  c.batching.join_running = join;
   c.result_cache_entries = 0;  // every job renders
   c.retry_attempts = 1;
   c.spin_us = 0;               // a shared host: no polling
   c.warmup = true;
+  vgen::read_environment(c);  // OMP_NUM_THREADS, VGEN_FAULTS: as the vgen app reads them
   return std::make_unique<vgen::Runtime>(c);
 }
 

@@ -103,8 +103,8 @@ int main(int argc, char** argv) {
     else if (k == "--steps") base["steps"] = std::stoi(v);
     else if (k == "--guidance") base["guidance"] = std::stod(v);
     else if (k == "--negative-prompt") base["negative_prompt"] = v;
-    else if (k == "--max-batch") c.max_batch = std::stoul(v);
-    else if (k == "--batch-wait-ms") c.batch_wait = std::chrono::milliseconds(std::stoi(v));
+    else if (k == "--max-batch") c.batching.max_batch = std::stoul(v);
+    else if (k == "--batch-wait-ms") c.batching.wait = std::chrono::milliseconds(std::stoi(v));
     else if (k == "--threads-per-device") c.threads_per_device = std::stoul(v);
     else if (k == "--codec-threads") c.codec_threads = std::stoul(v);
     else if (k == "--spin-us") c.spin_us = std::stoul(v);
@@ -118,8 +118,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  vgen::read_environment(c);  // OMP_NUM_THREADS, VGEN_FAULTS: as the vgen app reads them
   vgen::Runtime rt(c);
-  json::object out{{"jobs", jobs}, {"spec", base}, {"max_batch", c.max_batch},
+  json::object out{{"jobs", jobs}, {"spec", base}, {"max_batch", c.batching.max_batch},
                    {"threads_per_device", c.threads_per_device}, {"codec_threads", c.codec_threads}, {"devices", c.devices}, {"spin_us", c.spin_us},
                    {"intra_op_threads", at::get_num_threads()},
                    {"jit_optimize", torch::jit::getGraphExecutorOptimize()}};

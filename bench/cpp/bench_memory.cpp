@@ -51,8 +51,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  c.preprocess.queue = std::max<std::size_t>(queued + 16, 64);
-  json::object out{{"queued", queued}, {"first_queue_capacity", c.preprocess.queue}};
+  c.stages["preprocess"].queue = std::max<std::size_t>(queued + 16, 64);
+  json::object out{{"queued", queued}, {"first_queue_capacity", c.stages["preprocess"].queue}};
+  vgen::read_environment(c);  // OMP_NUM_THREADS, VGEN_FAULTS: as the vgen app reads them
   vgen::Runtime rt(c);
   auto spec = [steps](std::size_t i) {
     return json::object{{"prompt", "a red circle moving left on a black background, clip " + std::to_string(i)},

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   const auto specs = parse_device_list("cpu");
   DevicePool pool(specs);
   add_device_pools(executor, specs);
-  Batcher batcher(BatcherOptions{.max_batch = 1, .wait = std::chrono::milliseconds(0), .executor = &executor, .devices = &pool});
+  Batcher batcher(BatcherOptions{.batching = {.max_batch = 1, .wait = std::chrono::milliseconds(0)}, .executor = &executor, .devices = &pool});
   const std::vector<std::string> prompts = {"a red circle moving left", "a blue square rotating slowly",
                                             "a green triangle bouncing"};
   render(*family, batcher, executor, prompts[0], 1, 3, 0);  // warm-up: the modules' first calls are slow

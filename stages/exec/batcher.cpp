@@ -20,7 +20,14 @@ namespace vgen {
 
 namespace asio = boost::asio;
 
-Batcher::Batcher(BatcherOptions options) : options_(std::move(options)) {
+namespace {
+BatcherOptions at_least_one(BatcherOptions o) {
+  o.batching.max_batch = std::max<std::size_t>(o.batching.max_batch, 1);  // 0 (kAuto, never tuned): alone
+  return o;
+}
+}  // namespace
+
+Batcher::Batcher(BatcherOptions options) : options_(at_least_one(std::move(options))) {
   if (!options_.executor || !options_.devices) throw_error(ErrorKind::internal, "Batcher needs an executor and a device pool");
 }
 
@@ -61,7 +68,7 @@ asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, Ba
   {
     std::lock_guard lock(mutex_);
     // After an out-of-memory error this key's groups are capped (halved each time, down to 1).
-    const auto cap = caps_.count(key) ? caps_[key] : options_.max_batch;
+    const auto cap = caps_.count(key) ? caps_[key] : options_.batching.max_batch;
     auto& slot = open_[key];
     if (!slot) {
       slot = std::make_shared<Group>();
@@ -115,7 +122,7 @@ std::uint64_t Batcher::preemptions() const {
 }
 
 bool Batcher::join_running(const std::string& base_key, Member& self, std::shared_ptr<Outcome>& outcome) {
-  if (!options_.join_running) return false;  // the next group takes it
+  if (!options_.batching.join_running) return false;  // the next group takes it
   std::lock_guard lock(mutex_);
   const auto it = running_.find(base_key);
   if (it == running_.end()) return false;
@@ -163,8 +170,8 @@ void Batcher::close(Group& group) {
 // Until the group is full (the joiner that fills it sets `full`) or `wait` has passed.
 asio::awaitable<void> Batcher::collect(Group& group) {
   using namespace asio::experimental::awaitable_operators;
-  if (group.full.is_set() || options_.wait.count() <= 0) co_return;
-  asio::steady_timer timer(co_await asio::this_coro::executor, options_.wait);
+  if (group.full.is_set() || options_.batching.wait.count() <= 0) co_return;
+  asio::steady_timer timer(co_await asio::this_coro::executor, options_.batching.wait);
   auto token = asio::as_tuple(asio::use_awaitable);
   co_await (group.full.wait(token) || timer.async_wait(token));
 }

@@ -51,6 +51,7 @@
 #include "runtime/event.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/metrics.hpp"
+#include "stages/exec/batching_options.hpp"
 #include "stages/families/family.hpp"
 #include "stages/exec/step_cache.hpp"
 
@@ -78,11 +79,7 @@ struct Placement {
 };
 
 struct BatcherOptions {
-  std::size_t max_batch = 1;
-  std::chrono::milliseconds wait{20};
-  // Whether a job may join a denoise group that is already running (at its next step
-  // boundary). false: it waits for the next group, as before joining existed (comparisons).
-  bool join_running = true;
+  BatchingOptions batching;  // max_batch (0 counts as 1), wait, join_running
   Executor* executor = nullptr;  // holds a "device:<id>" pool per device
   DevicePool* devices = nullptr;
   MetricsRegistry* metrics = nullptr;  // optional: histogram vgen_batch_size{stage}
@@ -110,7 +107,7 @@ class Batcher {
   // the job's part is done. Throws the group's error, or Error(cancelled) for a cancelled job.
   boost::asio::awaitable<void> join(std::shared_ptr<Family> family, Job& job, BatchKind kind);
 
-  std::size_t max_batch() const noexcept { return options_.max_batch; }
+  std::size_t max_batch() const noexcept { return options_.batching.max_batch; }
   // How many groups ran with each size (observability and tests).
   std::map<std::size_t, std::uint64_t> group_sizes(BatchKind kind) const;
   // The keys of the groups run so far, with their sizes, in order (tests).

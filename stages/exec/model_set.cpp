@@ -111,9 +111,7 @@ LoadedModels load_models(const std::vector<std::pair<std::string, std::filesyste
                          const ModelSetOptions& options) {
   if (models.empty()) throw_error(ErrorKind::invalid_argument, "no model to serve");
   register_builtin_families();
-  FamilyOptions fo{.backend = options.backend, .text_cache_entries = options.text_cache_entries,
-                   .text_cache_ttl = options.text_cache_ttl, .lora_dir = options.lora_dir,
-                   .lora_cache_bytes = options.lora_cache_bytes};
+  FamilyOptions fo{.backend = options.backend, .text_cache = options.text_cache, .lora = options.lora};
   LoadedModels out;
   for (const auto& [name, dir] : models) {
     for (const auto& [n, f] : out.models)
@@ -136,9 +134,7 @@ ModelSet::ModelSet(LoadedModels models, Executor& executor, DevicePool& devices,
     if (auto preview = LatentPreview::of_package(family->package()); preview && options.preview_every > 0)
       state_->previews.emplace(family.get(), std::move(preview));
   state_->executor = &executor;
-  BatcherOptions bo{.max_batch = std::max<std::size_t>(options.max_batch, 1),
-                    .wait = options.batch_wait,
-                    .join_running = options.join_running,
+  BatcherOptions bo{.batching = options.batching,
                     .executor = &executor,
                     .devices = &devices,
                     .metrics = options.metrics,
@@ -193,12 +189,18 @@ std::vector<StageSpec> ModelSet::stages() const {
   // Each job in a forming or running group holds a worker, and every lease may run a group:
   // at least max_batch x leases workers, or a second lease idles while the first group's jobs
   // hold all the workers.
-  const auto slots = std::max<std::size_t>(o.max_batch, 1) * std::max<std::size_t>(o.leases, 1);
+  const auto slots = std::max<std::size_t>(o.batching.max_batch, 1) * std::max<std::size_t>(o.leases, 1);
+  const auto defaults = default_stage_options();
+  auto stage = [&](const char* name, JobState state, std::size_t min_workers, auto fn) {
+    const auto it = o.stages.find(name);
+    const auto& s = it != o.stages.end() ? it->second : defaults.at(name);
+    return StageSpec{name, state, std::max(s.workers, min_workers), s.queue, bind(fn)};
+  };
   return {
-      {"preprocess", JobState::preprocess, std::max(o.preprocess_workers, slots), 16, bind(preprocess)},
-      {"denoise", JobState::denoise, std::max(o.denoise_workers, slots), 4, bind(denoise)},
-      {"decode", JobState::decode, std::max(o.decode_workers, slots), 4, bind(decode)},
-      {"encode", JobState::encode, o.encode_workers, 4, bind(encode)},
+      stage("preprocess", JobState::preprocess, slots, preprocess),
+      stage("denoise", JobState::denoise, slots, denoise),
+      stage("decode", JobState::decode, slots, decode),
+      stage("encode", JobState::encode, 1, encode),
   };
 }
 

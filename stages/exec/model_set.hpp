@@ -22,7 +22,10 @@
 #include "runtime/metrics.hpp"
 #include "runtime/pipeline.hpp"
 #include "runtime/ttl_cache.hpp"
+#include "stages/exec/batching_options.hpp"
 #include "stages/exec/checkpoint.hpp"
+#include "stages/exec/stage_options.hpp"
+#include "stages/families/family_options.hpp"
 #include "stages/media/encode.hpp"
 #include "stages/media/image_input.hpp"
 #include "stages/job_spec.hpp"
@@ -40,23 +43,20 @@
 
 namespace vgen {
 
+// The components' own options, held whole (a Runtime hands its config's down untouched):
+// a new knob of the encoder, the batcher or a cache is added to its struct, not copied here.
 struct ModelSetOptions {
   std::filesystem::path out_dir;
   std::string backend = "torchscript";
-  EncodeOptions encode;  // format is taken from each job
-  std::size_t text_cache_entries = 256;
-  std::chrono::steady_clock::duration text_cache_ttl = std::chrono::minutes(30);
-  std::filesystem::path lora_dir;                       // see FamilyOptions
-  std::size_t lora_cache_bytes = std::size_t{1} << 30;
-  std::size_t preprocess_workers = 1, denoise_workers = 1, decode_workers = 1, encode_workers = 1;
-  // Cross-job batching: up to max_batch compatible jobs per model call, waiting at most
-  // batch_wait for a group to fill. 1: no batching.
-  std::size_t max_batch = 1;
-  std::chrono::milliseconds batch_wait{20};
+  EncodeOptions encode;  // format and comment are taken from each job
+  TextCacheOptions text_cache;  // each family's (stages/families/family_options.hpp)
+  LoraOptions lora;
+  // Workers and queue per stage, by the names stages() gives (a name missing: its default).
+  StageOptionsMap stages = default_stage_options();
+  BatchingOptions batching;  // the Batcher's (max_batch 0 counts as 1)
   // Compute leases of all devices together (threads.per_device x devices): as many groups can
   // run at once, so the model stages get at least max_batch x leases workers.
   std::size_t leases = 1;
-  bool join_running = true;  // BatcherOptions::join_running
   // Called on the compute thread before every denoiser call (fault injection's simulated
   // out-of-memory); may throw. Arguments: jobs in the call, device, first job id, its retries.
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;

@@ -29,6 +29,7 @@
 #include "runtime/job.hpp"
 #include "runtime/registry.hpp"
 #include "runtime/ttl_cache.hpp"
+#include "stages/families/family_options.hpp"
 #include "stages/job_spec.hpp"
 #include "stages/model/model_package.hpp"
 #include "stages/schedulers/scheduler.hpp"
@@ -116,16 +117,6 @@ class Family {
   // Merged LoRA variants (stages/model/lora_variants.hpp) as cache stats: hits, misses = merges,
   // evictions, entries, cost = their bytes. None for a family without LoRAs.
   virtual CacheStats lora_cache_stats() const { return {}; }
-};
-
-// What a family's factory gets besides its package.
-struct FamilyOptions {
-  std::string backend = "torchscript";  // stages/model/model_backend.hpp
-  std::size_t text_cache_entries = 256;
-  std::chrono::steady_clock::duration text_cache_ttl = std::chrono::minutes(30);
-  std::string model_name;  // the name jobs use for it (messages); empty: its directory's name
-  std::filesystem::path lora_dir;                  // jobs' "loras" name files here (stages/model/lora.hpp)
-  std::size_t lora_cache_bytes = std::size_t{1} << 30;  // merged LoRA variants kept (0: none)
 };
 
 using FamilyFactory = std::function<std::shared_ptr<Family>(ModelPackage package, const FamilyOptions& options)>;

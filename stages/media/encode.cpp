@@ -333,8 +333,9 @@ void tag_bt709(AVCodecContext* c) {
   c->color_range = AVCOL_RANGE_MPEG;
 }
 
-int two_second_gop(const AVCodecContext* c) {
-  return std::max(1, static_cast<int>(std::lround(2.0 * av_q2d(c->framerate))));
+// EncodeOptions::keyframe_interval_s in frames (at least one).
+int gop_frames(const AVCodecContext* c, const EncodeOptions& options) {
+  return std::max(1, static_cast<int>(std::lround(options.keyframe_interval_s * av_q2d(c->framerate))));
 }
 
 void set_private(AVCodecContext* c, const char* key, const std::string& value) {
@@ -356,7 +357,7 @@ struct Mp4Encoder final : LibavEncoder {
   }
   void configure(AVCodecContext* c, const EncodeOptions& options) const override {
     tag_bt709(c);
-    c->gop_size = two_second_gop(c);
+    c->gop_size = gop_frames(c, options);
     set_private(c, "preset", options.preset);
     set_private(c, "crf", std::to_string(options.crf));
   }
@@ -375,7 +376,7 @@ struct WebmEncoder final : LibavEncoder {
   }
   void configure(AVCodecContext* c, const EncodeOptions& options) const override {
     tag_bt709(c);
-    c->gop_size = two_second_gop(c);
+    c->gop_size = gop_frames(c, options);
     c->bit_rate = 0;  // with crf: constant-quality mode
     set_private(c, "crf", std::to_string(options.crf));
     set_private(c, "deadline", "good");
@@ -439,6 +440,8 @@ std::shared_ptr<const FormatEncoder> checked_encoder(const VideoFrames& frames,
   frames.validate();
   require(options.threads >= 1 && options.threads <= 64,
           "threads must be in [1, 64], got " + std::to_string(options.threads));
+  require(options.keyframe_interval_s >= 0.01 && options.keyframe_interval_s <= 3600,
+          "keyframe_interval_s must be in [0.01, 3600], got " + std::to_string(options.keyframe_interval_s));
   encoder->check(frames, options);
   return encoder;
 }

@@ -19,7 +19,8 @@
 // threads per call. There is no cancellation: an encode runs to completion or failure.
 //
 // Errors: Error(invalid_argument) for bad frames, an unknown format, bad options (odd sizes
-// for mp4/webm, crf out of range, unknown x264 preset, threads < 1) or a missing output
+// for mp4/webm, crf out of range, unknown x264 preset, threads < 1, keyframe_interval_s out
+// of range) or a missing output
 // directory; Error(transient, "<what failed>: <reason>") for a failure a retry may fix (disk
 // full, I/O error: see runtime/atomic_file.hpp's io_error_kind) and Error(internal, ...) for
 // any other libav or filesystem failure.
@@ -43,6 +44,9 @@ struct EncodeOptions {
   int crf = 23;                     // mp4: 0..51, webm: 0..63 (lower is better); gif/png ignore it
   std::string preset = "veryfast";  // x264 preset (ultrafast ... placebo); mp4 only
   int threads = 1;                  // encoder threads for this one encode (1..64)
+  // mp4, webm: the longest stretch between keyframes, in seconds of video (0.01..3600; at
+  // least one frame). Shorter seeks and cuts faster and starts streams sooner, at some size.
+  double keyframe_interval_s = 2.0;
   std::string comment;              // container "comment" tag (mp4, webm); vgen writes the job key
 };
 

@@ -16,8 +16,4 @@ std::string torch_version();
 // LibTorch's intra-op threads for the calling thread (at::set_num_threads); n >= 1.
 void set_intra_op_threads(int n);
 
-// What threads.intra_op = 0 means: OMP_NUM_THREADS when it is a positive integer (as LibTorch
-// itself honours it), else the cores shared out over `compute_threads` threads (at least 1).
-int default_intra_op_threads(std::size_t compute_threads);
-
 }  // namespace vgen

@@ -9,7 +9,11 @@
 
 #include <boost/json.hpp>
 
+#include <cstdlib>
 #include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace fs = std::filesystem;
 using namespace vgen;
@@ -40,15 +44,15 @@ TEST_CASE("the shipped configs load and say what they should") {
   const auto cpu = load_config(src / "configs/cpu.json");
   CHECK(cpu.devices == "cpu");
   CHECK(cpu.model.empty());  // null: the bundled model
-  CHECK(cpu.max_batch == RuntimeConfig::kAuto);
+  CHECK(cpu.batching.max_batch == RuntimeConfig::kAuto);
   CHECK(cpu.threads_per_device == RuntimeConfig::kAuto);
   const auto gpu = load_config(src / "configs/multi-gpu.json");
   CHECK(gpu.devices == "cuda:0,cuda:1,cuda:2,cuda:3");
-  CHECK(gpu.denoise.workers == 4);
+  CHECK(gpu.stages.at("denoise").workers == 4);
   const auto svc = load_config(src / "configs/service.json");
   CHECK(svc.service.listen == "127.0.0.1:8080");
   CHECK(svc.service.max_body_bytes == 65536);
-  CHECK(svc.preprocess.queue == 32);
+  CHECK(svc.stages.at("preprocess").queue == 32);
 }
 
 TEST_CASE("configs/cpu.json and the built-in defaults agree (one source of truth)") {
@@ -69,14 +73,14 @@ TEST_CASE("max_batch, threads.per_device and threads.intra_op take \"auto\" or a
   const auto dir = test::temp_dir("vgen-config-");
   auto c = load_config(write(dir, R"({"batching": {"max_batch": "auto"}, "threads": {"per_device": "auto", "intra_op": "auto"},
                                      "tune": {"budget_s": 5, "dir": "tune", "max_batch": 16}})"));
-  CHECK(c.max_batch == RuntimeConfig::kAuto);
+  CHECK(c.batching.max_batch == RuntimeConfig::kAuto);
   CHECK(c.threads_per_device == RuntimeConfig::kAuto);
   CHECK(c.intra_op_threads == RuntimeConfig::kAuto);
   CHECK(c.tune.budget_s == 5);
   CHECK(c.tune.dir == dir / "tune");
   CHECK(c.tune.max_batch == 16);
   c = load_config(write(dir, R"({"batching": {"max_batch": 3}, "threads": {"per_device": 2, "intra_op": 1}})"));
-  CHECK(c.max_batch == 3);
+  CHECK(c.batching.max_batch == 3);
   CHECK(c.threads_per_device == 2);
   CHECK(c.intra_op_threads == 1);
   // Round trip: to_json writes "auto" back.
@@ -110,35 +114,35 @@ TEST_CASE("every key is read, with comments and relative paths") {
   CHECK(c.threads_per_device == 3);
   CHECK(c.codec_threads == 4);
   CHECK(c.spin_us == 0);
-  CHECK(c.preprocess.workers == 2);
-  CHECK(c.preprocess.queue == 9);
-  CHECK(c.denoise.workers == 5);
-  CHECK(c.denoise.queue == RuntimeConfig{}.denoise.queue);  // absent keys keep their defaults
-  CHECK(c.text_cache_entries == 7);
-  CHECK(c.text_cache_ttl == std::chrono::seconds(8));
+  CHECK(c.stages.at("preprocess").workers == 2);
+  CHECK(c.stages.at("preprocess").queue == 9);
+  CHECK(c.stages.at("denoise").workers == 5);
+  CHECK(c.stages.at("denoise").queue == RuntimeConfig{}.stages.at("denoise").queue);  // absent keys keep their defaults
+  CHECK(c.text_cache.entries == 7);
+  CHECK(c.text_cache.ttl == std::chrono::seconds(8));
   CHECK(c.result_cache_entries == 0);
   CHECK(c.retry_attempts == 1);
-  CHECK(c.encoder_crf == 30);
-  CHECK(c.encoder_preset == "ultrafast");
+  CHECK(c.encoder.crf == 30);
+  CHECK(c.encoder.preset == "ultrafast");
   CHECK(c.job_ttl == std::chrono::seconds(60));
-  CHECK(c.max_batch == 8);
-  CHECK(c.batch_wait == std::chrono::milliseconds(5));
+  CHECK(c.batching.max_batch == 8);
+  CHECK(c.batching.wait == std::chrono::milliseconds(5));
   CHECK(c.warmup);
   CHECK_FALSE(RuntimeConfig{}.warmup);
   CHECK(c.service.listen == "0.0.0.0:9000");
   CHECK(c.service.token == "t");
   CHECK(c.service.max_connections == 3);
-  CHECK(c.image_max_bytes == 1000);
-  CHECK(c.image_max_pixels == 4096);
-  CHECK(RuntimeConfig{}.image_max_bytes == 32u << 20);
+  CHECK(c.images.max_bytes == 1000);
+  CHECK(c.images.max_pixels == 4096);
+  CHECK(RuntimeConfig{}.images.max_bytes == 32u << 20);
   // The JSON form round-trips through apply_config.
   auto j = to_json(c);
   j["service"].as_object()["token"] = "t";
   const auto again = apply_config(RuntimeConfig{}, j, "again", "/");
-  CHECK(again.denoise.workers == 5);
+  CHECK(again.stages.at("denoise").workers == 5);
   CHECK(again.warmup);
   CHECK(again.model == c.model);
-  CHECK(again.image_max_pixels == 4096);
+  CHECK(again.images.max_pixels == 4096);
   fs::remove_all(dir);
 }
 
@@ -171,13 +175,13 @@ TEST_CASE("checkpoints: defaults, read, round-tripped and bounded") {
   CHECK(c.checkpoints.every_steps == 4);
   CHECK(c.checkpoints.every_seconds == 0);
   CHECK(c.checkpoints.min_steps == 2);
-  CHECK(c.checkpoints.max_mb == 5);
+  CHECK(c.checkpoints.max_bytes == 5u << 20);
   CHECK(c.checkpoints.dir == dir / "ck");  // relative to the config file
   auto j = to_json(c);
   j.erase("model");
   const auto again = apply_config(RuntimeConfig{}, j, "again", "/");
   CHECK(again.checkpoints.every_steps == 4);
-  CHECK(again.checkpoints.max_mb == 5);
+  CHECK(again.checkpoints.max_bytes == 5u << 20);
   CHECK(again.checkpoints.dir == dir / "ck");
   CHECK(error_of(write(dir, R"({"checkpoints": {"every_steps": -1}})")).find("checkpoints.every_steps") != std::string::npos);
   CHECK(error_of(write(dir, R"({"checkpoints": {"often": 1}})")).find("checkpoints.often") != std::string::npos);
@@ -185,16 +189,33 @@ TEST_CASE("checkpoints: defaults, read, round-tripped and bounded") {
 }
 
 TEST_CASE("batching.join_running: on by default, read, round-tripped, a boolean") {
-  CHECK(RuntimeConfig{}.join_running);
+  CHECK(RuntimeConfig{}.batching.join_running);
   const auto dir = test::temp_dir("vgen-config-");
   const auto c = load_config(write(dir, R"({"batching": {"max_batch": 4, "join_running": false}})"));
-  CHECK_FALSE(c.join_running);
-  CHECK(c.max_batch == 4);
+  CHECK_FALSE(c.batching.join_running);
+  CHECK(c.batching.max_batch == 4);
   auto j = to_json(c);
   j.erase("model");
-  CHECK_FALSE(apply_config(RuntimeConfig{}, j, "again", "/").join_running);
-  CHECK(load_config(write(dir, R"({"batching": {"join_running": true}})")).join_running);
+  CHECK_FALSE(apply_config(RuntimeConfig{}, j, "again", "/").batching.join_running);
+  CHECK(load_config(write(dir, R"({"batching": {"join_running": true}})")).batching.join_running);
   CHECK(error_of(write(dir, R"({"batching": {"join_running": "no"}})")).find("batching.join_running: must be true or false") !=
+        std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("encoder.keyframe_interval_s: the encoder's default, read, round-tripped and bounded") {
+  CHECK(RuntimeConfig{}.encoder.keyframe_interval_s == EncodeOptions{}.keyframe_interval_s);
+  CHECK(to_json(RuntimeConfig{}).at("encoder").at("keyframe_interval_s") == boost::json::value(2.0));
+  const auto dir = test::temp_dir("vgen-config-");
+  const auto c = load_config(write(dir, R"({"encoder": {"keyframe_interval_s": 0.5}})"));
+  CHECK(c.encoder.keyframe_interval_s == 0.5);
+  CHECK(c.encoder.crf == EncodeOptions{}.crf);  // the rest of the encoder's options keep their defaults
+  auto j = to_json(c);
+  j.erase("model");
+  CHECK(apply_config(RuntimeConfig{}, j, "again", "/").encoder.keyframe_interval_s == 0.5);
+  CHECK(error_of(write(dir, R"({"encoder": {"keyframe_interval_s": 0}})")).find("encoder.keyframe_interval_s: must be between") !=
+        std::string::npos);
+  CHECK(error_of(write(dir, R"({"encoder": {"keyframe_interval_s": "1s"}})")).find("encoder.keyframe_interval_s: must be a number") !=
         std::string::npos);
   fs::remove_all(dir);
 }
@@ -248,6 +269,86 @@ TEST_CASE("unknown keys and bad values name the key path") {
     CHECK(msg.find("c.json") != std::string::npos);  // the file is named
   }
   CHECK(error_of(dir / "missing.json").find("cannot be read") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+namespace {
+
+// Sets (nullptr: unsets) an environment variable for one scope and restores the old value.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(std::string n, const char* value) : name(std::move(n)) {
+    if (const char* v = std::getenv(name.c_str())) old = v;
+    if (value) ::setenv(name.c_str(), value, 1);
+    else ::unsetenv(name.c_str());
+  }
+  ~ScopedEnv() {
+    if (old) ::setenv(name.c_str(), old->c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("read_environment: OMP_NUM_THREADS fills an \"auto\" threads.intra_op, $VGEN_FAULTS replaces the plan") {
+  ScopedEnv no_faults("VGEN_FAULTS", nullptr);
+  {
+    ScopedEnv omp("OMP_NUM_THREADS", "3");
+    RuntimeConfig c;
+    read_environment(c);
+    CHECK(c.intra_op_threads == 3);  // then the tuner keeps it fixed
+    CHECK_FALSE(c.faults.enabled());
+    c.intra_op_threads = 2;
+    read_environment(c);
+    CHECK(c.intra_op_threads == 2);  // a number the config or a flag gave stays
+    // The reader itself reads no environment: a file says what it says.
+    const fs::path src = VGEN_TEST_SOURCE_DIR;
+    CHECK(load_config(src / "configs/cpu.json").intra_op_threads == RuntimeConfig::kAuto);
+  }
+  for (const char* bad : {"", "0", "-2", "two", "4x", "2000"}) {
+    CAPTURE(bad);
+    ScopedEnv omp("OMP_NUM_THREADS", bad);
+    RuntimeConfig c;
+    read_environment(c);
+    CHECK(c.intra_op_threads == RuntimeConfig::kAuto);  // as LibTorch: ignored
+  }
+  ScopedEnv no_omp("OMP_NUM_THREADS", nullptr);
+  {
+    ScopedEnv faults("VGEN_FAULTS", R"({"seed": 3, "stages": {"*": {"transient_rate": 0.5}}})");
+    RuntimeConfig c;
+    read_environment(c);
+    CHECK(c.faults.enabled());
+    CHECK(c.faults.seed == 3);
+    CHECK(c.intra_op_threads == RuntimeConfig::kAuto);
+  }
+  for (const char* bad : {"[1]", "{", R"({"colour": 1})"}) {
+    CAPTURE(bad);
+    ScopedEnv faults("VGEN_FAULTS", bad);
+    RuntimeConfig c;
+    try {
+      read_environment(c);
+      FAIL("no error for " << bad);
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::invalid_argument);
+      CHECK(std::string(e.what()).find("VGEN_FAULTS") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("stages: a map keyed by the model set's stage names, in pipeline order in JSON") {
+  const RuntimeConfig d;
+  std::vector<std::string> names;
+  for (const auto& [name, s] : d.stages) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"decode", "denoise", "encode", "preprocess"});
+  CHECK(d.stages.at("preprocess").queue == 64);
+  std::vector<std::string> in_json;
+  const auto j = to_json(d);
+  for (const auto& kv : j.at("stages").as_object()) in_json.emplace_back(kv.key());
+  CHECK(in_json == std::vector<std::string>{"preprocess", "denoise", "decode", "encode"});
+  const auto dir = test::temp_dir("vgen-config-");
+  const auto msg = error_of(write(dir, R"({"stages": {"lookup": {"workers": 2}}})"));
+  CHECK_MESSAGE(msg.find("stages.lookup: unknown key (known: decode, denoise, encode, preprocess)") != std::string::npos, msg);
   fs::remove_all(dir);
 }
 

@@ -48,7 +48,7 @@ RuntimeConfig small_config(const fs::path& model, const fs::path& out) {
   c.model = model;
   c.output_dir = out;
   c.retry_attempts = 1;
-  c.max_batch = 1;  // fixed, not "auto": no start-up probe, the same groups on every machine
+  c.batching.max_batch = 1;  // fixed, not "auto": no start-up probe, the same groups on every machine
   c.threads_per_device = 1;
   return c;
 }
@@ -162,10 +162,10 @@ TEST_CASE("a full queue refuses try_submit; cancelled and queued jobs still end"
   if (pkg.empty()) return;
   TempDir out;
   auto cfg = small_config(pkg, out.path);
-  cfg.preprocess.queue = 1;
-  cfg.denoise.queue = 1;
-  cfg.decode.queue = 1;
-  cfg.encode.queue = 1;
+  cfg.stages["preprocess"].queue = 1;
+  cfg.stages["denoise"].queue = 1;
+  cfg.stages["decode"].queue = 1;
+  cfg.stages["encode"].queue = 1;
   Runtime rt(cfg);
   std::vector<JobHandle> accepted;
   int refused = 0;
@@ -233,8 +233,8 @@ TEST_CASE("a permanent fault fails only its job; out of memory retries with a sm
   auto cfg = small_config(pkg, out.path);
   cfg.retry_attempts = 3;
   cfg.retry_initial_backoff = std::chrono::milliseconds(1);
-  cfg.max_batch = 4;
-  cfg.batch_wait = std::chrono::seconds(10);
+  cfg.batching.max_batch = 4;
+  cfg.batching.wait = std::chrono::seconds(10);
   cfg.faults = parse_fault_plan(
       json::parse(R"({"seed": 3, "oom_above_batch": 2, "stages": {"encode": {"permanent_rate": 0.3}}})").as_object(), "faults");
   const FaultInjector oracle(cfg.faults);
@@ -333,11 +333,11 @@ TEST_CASE("two families at once: every job ends once, groups never mix, the fake
   const auto fake_dir = fake_package_dir(pkg, out.path / "fake-pkg");
   auto config = small_config(pkg, out.path / "mixed");
   config.models = {{"fake", fake_dir}};
-  config.max_batch = 4;
-  config.batch_wait = std::chrono::milliseconds(200);
+  config.batching.max_batch = 4;
+  config.batching.wait = std::chrono::milliseconds(200);
   // Groups form from step 0 only: a job that joins a running group is within 1e-4 of its solo
   // run (tests/stages: every family), not bit-identical, and this test compares MP4 bytes.
-  config.join_running = false;
+  config.batching.join_running = false;
   std::map<std::string, std::string> outputs;  // fake jobs' names -> bytes
   {
     Runtime rt(config);

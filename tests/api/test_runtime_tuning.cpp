@@ -37,13 +37,13 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 TEST_CASE("numbers in the config are kept and nothing is measured") {
   test::TempDir dir;
   auto c = auto_config(dir.path());
-  c.max_batch = 3;
+  c.batching.max_batch = 3;
   c.threads_per_device = 2;
   MetricsRegistry metrics;
   RuntimeTuning t(c, bundled(), cpu(), metrics, 4);
   CHECK(t.choice().source == "config");
   CHECK(t.key().empty());
-  CHECK(c.max_batch == 3);
+  CHECK(c.batching.max_batch == 3);
   CHECK(c.threads_per_device == 2);
   CHECK(c.intra_op_threads == 2);  // the cores shared out over the leases
   CHECK(fs::is_empty(dir.path()));
@@ -57,8 +57,8 @@ TEST_CASE("auto settings are measured once, then read from the cache" * doctest:
   RuntimeTuning first(c, bundled(), cpu(), metrics, 2);
   CHECK(first.choice().source == "probe");
   CHECK(first.key().rfind("denoise|wan2.1-t2v|", 0) == 0);
-  CHECK(c.max_batch >= 1);
-  CHECK(c.max_batch <= 2);
+  CHECK(c.batching.max_batch >= 1);
+  CHECK(c.batching.max_batch <= 2);
   CHECK(c.threads_per_device * c.intra_op_threads == 2);  // the split fills the 2 cores
   CHECK(fs::is_regular_file(first.choice().file));
   CHECK(has(metrics.render_prometheus(), "vgen_tune_leases{device=\"cpu\",model=\"shapes\",source=\"probe\"} " +
@@ -69,7 +69,7 @@ TEST_CASE("auto settings are measured once, then read from the cache" * doctest:
   RuntimeTuning second(again, bundled(), cpu(), again_metrics, 2);
   CHECK(second.choice().source == "cache");
   CHECK(second.choice().setting == first.choice().setting);
-  CHECK(again.max_batch == c.max_batch);
+  CHECK(again.batching.max_batch == c.batching.max_batch);
   CHECK(has(again_metrics.render_prometheus(), R"(vgen_tune_probe_seconds{device="cpu",model="shapes"} 0)"));
 
   SUBCASE("out of memory on the tuned shape lowers the cached batch; other keys do not") {
@@ -81,7 +81,7 @@ TEST_CASE("auto settings are measured once, then read from the cache" * doctest:
     auto after = auto_config(dir.path());
     RuntimeTuning capped(after, bundled(), cpu(), again_metrics, 2);
     CHECK(capped.choice().source == "cache");
-    CHECK(after.max_batch == 1);
+    CHECK(after.batching.max_batch == 1);
   }
 }
 
@@ -92,7 +92,7 @@ TEST_CASE("vgen render's one job: batch 1 on one lease, only the threads measure
   c.tune.one_job = true;
   RuntimeTuning t(c, bundled(), cpu(), metrics, 2);
   CHECK(t.choice().source == "probe");
-  CHECK(c.max_batch == 1);
+  CHECK(c.batching.max_batch == 1);
   CHECK(c.threads_per_device == 1);
   for (const auto& s : t.choice().samples) {
     CHECK(s.setting.batch == 1);
@@ -107,7 +107,7 @@ TEST_CASE("a shape the model refuses falls back to batch 1, one lease, every cor
   c.tune.spec["frames"] = 4;
   RuntimeTuning t(c, bundled(), cpu(), metrics, 2);
   CHECK(t.choice().source == "fallback");
-  CHECK(c.max_batch == 1);
+  CHECK(c.batching.max_batch == 1);
   CHECK(c.threads_per_device == 1);
   CHECK(c.intra_op_threads == 2);
 }

@@ -61,7 +61,7 @@ TEST_CASE("every test-only family renders a job through the Runtime" * doctest::
       config.model = package_for(name, root.path() / "pkg");
       config.output_dir = root.path() / "out";
       config.retry_attempts = 1;
-      config.max_batch = 1;  // fixed, not "auto": no start-up probe
+      config.batching.max_batch = 1;  // fixed, not "auto": no start-up probe
       config.threads_per_device = 1;
       Runtime rt(config);
       const json::object spec{{"prompt", "a red square"}, {"name", "seam"}, {"width", 32}, {"height", 32},

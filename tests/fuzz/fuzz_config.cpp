@@ -24,14 +24,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   require(c.model.empty() || c.model.is_absolute(), "model: absolute");
   require(c.output_dir.is_absolute() || c.output_dir == ".", "output_dir: absolute");
-  require(!c.devices.empty() && !c.encoder_preset.empty(), "strings: not empty");
+  require(!c.devices.empty() && !c.encoder.preset.empty(), "strings: not empty");
   require(c.device_policy == "least_loaded" || c.device_policy == "round_robin", "device_policy: known");
-  for (const auto* s : {&c.preprocess, &c.denoise, &c.decode, &c.encode})
-    require(s->workers >= 1 && s->workers <= 256 && s->queue >= 1, "stages: bounds");
+  for (const auto& [name, stage] : c.stages)
+    require(stage.workers >= 1 && stage.workers <= 256 && stage.queue >= 1, "stages: bounds");
   require(c.io_threads >= 1 && c.threads_per_device >= 1 && c.codec_threads >= 1, "threads: >= 1");
-  require(c.max_batch >= 1 && c.retry_attempts >= 1 && c.retry_multiplier >= 1.0, "batching/retry: bounds");
+  require(c.batching.max_batch >= 1 && c.retry_attempts >= 1 && c.retry_multiplier >= 1.0, "batching/retry: bounds");
   require(c.retry_max_backoff >= c.retry_initial_backoff, "retry: max_backoff >= initial_backoff");
-  require(c.encoder_crf >= 0 && c.encoder_crf <= 63, "encoder.crf: bounds");
+  require(c.encoder.crf >= 0 && c.encoder.crf <= 63, "encoder.crf: bounds");
   require(c.service.max_body_bytes >= 64 && c.service.max_connections >= 1, "service: bounds");
   require(c.service.listen.find(':') != std::string::npos, "service.listen: HOST:PORT");
   require(!boost::json::serialize(vgen::to_json(c)).empty(), "to_json");

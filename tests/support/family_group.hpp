@@ -149,7 +149,7 @@ int run_joined_batcher(const std::shared_ptr<Family>& family, const std::shared_
   DevicePool devices(specs);
   add_device_pools(executor, specs);
   auto batcher = std::make_shared<Batcher>(
-      BatcherOptions{.max_batch = 2, .wait = std::chrono::milliseconds(0), .executor = &executor, .devices = &devices});
+      BatcherOptions{.batching = {.max_batch = 2, .wait = std::chrono::milliseconds(0)}, .executor = &executor, .devices = &devices});
   for (FamilyJob* j : {static_cast<FamilyJob*>(first.get()), static_cast<FamilyJob*>(late.get())}) {
     family->prepare("cpu", {j});
     j->device = "cpu";

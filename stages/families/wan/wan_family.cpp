@@ -117,11 +117,11 @@ WanFamily::WanFamily(ModelPackage package, const FamilyOptions& options) : packa
     if (const auto* n = p.scheduler_config.if_contains("num_train_timesteps"); n && n->is_number()) train = n->to_number<double>();
     boundary_timestep_ = ratio->to_number<double>() * train;
   }
-  if (options.text_cache_entries > 0)
+  if (options.text_cache.entries > 0)
     text_cache_ = std::make_shared<TtlCache<at::Tensor>>(TtlCacheOptions{
-        .max_entries = options.text_cache_entries, .max_cost = 1ull << 30, .default_ttl = options.text_cache_ttl});
-  loras_ = std::make_shared<LoraLibrary>(options.lora_dir);
-  variants_ = std::make_shared<LoraVariants>(options.lora_cache_bytes);
+        .max_entries = options.text_cache.entries, .max_cost = 1ull << 30, .default_ttl = options.text_cache.ttl});
+  loras_ = std::make_shared<LoraLibrary>(options.lora.dir);
+  variants_ = std::make_shared<LoraVariants>(options.lora.cache_bytes);
 }
 
 std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOptions& options) {

@@ -36,7 +36,7 @@ RuntimeConfig worker_config(const fs::path& pkg, const fs::path& out, const std:
   c.model = pkg;
   c.output_dir = out;
   c.retry_attempts = 1;
-  c.max_batch = 1;  // fixed, not "auto": no start-up probe, the same groups on every machine
+  c.batching.max_batch = 1;  // fixed, not "auto": no start-up probe, the same groups on every machine
   c.threads_per_device = 1;
   c.overwrite_outputs = true;
   c.queue.url = url;

@@ -36,7 +36,7 @@ struct Bench {
   Bench(std::size_t max_batch, std::chrono::milliseconds wait, const std::string& devices = "cpu", bool join_running = true)
       : specs(parse_device_list(devices)), pool(specs) {
     add_device_pools(executor, specs);
-    batcher = std::make_shared<Batcher>(BatcherOptions{.max_batch = max_batch, .wait = wait, .join_running = join_running,
+    batcher = std::make_shared<Batcher>(BatcherOptions{.batching = {.max_batch = max_batch, .wait = wait, .join_running = join_running},
                                                        .executor = &executor, .devices = &pool,
                                                        .on_capped = [this](const std::string& key, std::size_t cap) {
                                                          std::lock_guard lock(capped_mutex);

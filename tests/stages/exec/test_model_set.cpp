@@ -24,9 +24,9 @@ std::map<std::string, std::size_t> workers(std::size_t max_batch, std::size_t le
   add_device_pools(executor, devs);
   DevicePool pool(devs);
   ModelSetOptions o;
-  o.max_batch = max_batch;
+  o.batching.max_batch = max_batch;
   o.leases = leases;
-  o.preprocess_workers = o.denoise_workers = o.decode_workers = o.encode_workers = configured;
+  for (auto& [name, s] : o.stages) s.workers = configured;
   ModelSet set({{"shapes", bundled()}}, executor, pool, o);
   std::map<std::string, std::size_t> out;
   for (const auto& s : set.stages()) out[s.name] = s.workers;

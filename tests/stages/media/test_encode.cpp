@@ -311,6 +311,39 @@ TEST_CASE("webm file: vp9, 17 frames at 16 fps") {
   CHECK(p.color_primaries == "bt709");
 }
 
+// The longest run of frames from one keyframe to the next (or to the end), in display order.
+int longest_keyframe_gap(const fs::path& file) {
+  const CommandResult r = run_command("ffprobe -v error -select_streams v:0 -show_entries frame=key_frame -of csv=p=0 " +
+                                      quoted(file));
+  REQUIRE(r.status == 0);
+  INFO("key_frame flags: " << r.output);
+  int longest = 0, run = 0, frames = 0;
+  for (std::size_t at = 0; at < r.output.size(); ++at) {
+    if (r.output[at] != '0' && r.output[at] != '1') continue;
+    if (r.output[at] == '1') run = 0;
+    longest = std::max(longest, ++run);
+    ++frames;
+  }
+  CHECK(frames == 33);
+  return longest;
+}
+
+TEST_CASE("keyframe_interval_s bounds the frames between keyframes (mp4 and webm)") {
+  TempDir dir;
+  const VideoFrames frames = vgen::make_test_pattern(64, 48, 33, 16.0, 1);
+  for (const std::string format : {"mp4", "webm"}) {
+    CAPTURE(format);
+    EncodeOptions options = options_for(format);
+    vgen::encode_to_file(frames, dir / ("default." + format), options);
+    CHECK(longest_keyframe_gap(dir / ("default." + format)) > 4);  // 2 s: 32 frames at 16 fps
+    options.keyframe_interval_s = 0.25;                             // 4 frames
+    vgen::encode_to_file(frames, dir / ("short." + format), options);
+    CHECK(longest_keyframe_gap(dir / ("short." + format)) <= 4);
+    options.keyframe_interval_s = 0.001;  // below 0.01 s: refused, as is > 3600 s
+    check_error([&] { vgen::encode_to_memory(frames, options); }, ErrorKind::invalid_argument, {"keyframe_interval_s"});
+  }
+}
+
 TEST_CASE("gif file: 17 paletted frames that decode close to the source") {
   TempDir dir;
   vgen::encode_to_file(clip(), dir / "clip.gif", options_for("gif"));

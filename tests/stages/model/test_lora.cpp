@@ -78,10 +78,10 @@ Run run_jobs(const fs::path& package, const fs::path& lora_dir, const std::vecto
   DevicePool pool(devs);
   ModelSetOptions o;
   o.out_dir = out;
-  o.lora_dir = lora_dir;
+  o.lora.dir = lora_dir;
   o.backend = backend;
-  o.max_batch = max_batch;
-  o.batch_wait = std::chrono::seconds(20);
+  o.batching.max_batch = max_batch;
+  o.batching.wait = std::chrono::seconds(20);
   auto set = std::make_shared<ModelSet>(std::vector<std::pair<std::string, fs::path>>{{"m", package}}, executor, pool, o);
   auto stages = set->stages();
   for (auto& s : stages)

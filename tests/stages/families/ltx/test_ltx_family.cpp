@@ -102,8 +102,8 @@ std::vector<std::shared_ptr<Job>> run_jobs(const fs::path& package, const std::v
   DevicePool pool(specs);
   ModelSetOptions options;
   options.out_dir = out_dir;
-  options.max_batch = max_batch;
-  options.batch_wait = std::chrono::seconds(20);  // every job joins (they arrive well within it)
+  options.batching.max_batch = max_batch;
+  options.batching.wait = std::chrono::seconds(20);  // every job joins (they arrive well within it)
   options.preview_every = preview_every;
   auto models = std::make_shared<ModelSet>(std::vector<std::pair<std::string, fs::path>>{{"m", package}}, executor, pool, options);
   if (keep) *keep = models;

@@ -126,10 +126,10 @@ std::vector<std::shared_ptr<Job>> run_jobs(const fs::path& package, const std::s
   DevicePool pool(specs);
   ModelSetOptions options;
   options.out_dir = out_dir;
-  options.denoise_workers = specs.size();
-  options.preprocess_workers = specs.size();
-  options.max_batch = max_batch;
-  options.batch_wait = std::chrono::seconds(20);  // every job joins (they arrive well within it)
+  options.stages["denoise"].workers = specs.size();
+  options.stages["preprocess"].workers = specs.size();
+  options.batching.max_batch = max_batch;
+  options.batching.wait = std::chrono::seconds(20);  // every job joins (they arrive well within it)
   auto runtime = std::make_shared<ModelSet>(std::vector<std::pair<std::string, fs::path>>{{"m", package}}, executor, pool, options);
   if (keep) *keep = runtime;
   Pipeline pipeline(executor.get_executor(), capturing(runtime->stages(), cap));
