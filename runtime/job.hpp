@@ -107,7 +107,7 @@ class Job : public std::enable_shared_from_this<Job> {
 
   // Pipeline-side transitions; each emits an event (ignored once finished).
   void enter_stage(std::string_view stage);  // running `stage`
-  void return_to_queue();                    // queued again (a requeued job)
+  void return_to_queue();                    // queued (again): a requeued job, or one a hook took
   // Progress within the running stage: step of total, with the stage's `detail` and note
   // (JobEvent::detail, JobEvent::message).
   void report_progress(int step, int total, boost::json::object detail = {}, std::string message = {});

@@ -249,7 +249,9 @@ asio::awaitable<void> Pipeline::run_worker(std::size_t k, std::shared_ptr<Worker
 asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job, WorkerSlot& slot) {
   if (job->is_finished()) co_return;  // ended while queued (cancelled, deadline)
   job->throw_if_cancelled();
-  if (!is_hook(k)) job->enter_stage(stages_[k].name);  // a hook's job stays queued
+  // A hook's job stays queued; its event says a worker took it, as a stage's does.
+  if (is_hook(k)) job->return_to_queue();
+  else job->enter_stage(stages_[k].name);
   const auto t0 = std::chrono::steady_clock::now();
   std::exception_ptr error;
   bool ended_early = false;

@@ -459,7 +459,9 @@ TEST_CASE("a before_first_stage hook runs first, keeps the job queued, and may f
       std::atomic<int> hooked{0};
       std::vector<std::string> hook_status;  // the job's status while the hook ran (one hook worker at a time)
       std::mutex m;
+      std::atomic<int> queued_events{0};
       PipelineOptions opts;
+      opts.on_event = [&](const JobEvent& e) { queued_events += e.state == JobState::queued; };
       opts.before_first_stage = PipelineHook{"lookup", workers, 4, [&](Job& job) -> asio::awaitable<HookOutcome> {
         ++hooked;
         {
@@ -477,6 +479,7 @@ TEST_CASE("a before_first_stage hook runs first, keeps the job queued, and may f
       for (int i = 0; i < 10; ++i) jobs.push_back(co_await p.submit(spec_for(i)));
       co_await p.drain();
       CHECK(hooked == 10);
+      CHECK(queued_events == 10);  // one as the hook takes each job
       for (const auto& s : hook_status) CHECK(s == "queued");
       for (auto& j : jobs) {
         const bool early = index_of(*j) % 2 == 0;
