@@ -1,11 +1,13 @@
 #include "api/engine.hpp"
 
 #include "api/compute_devices.hpp"
-#include "api/job_entry.hpp"
+#include "api/job_entries.hpp"
 
 #include "api/job_recovery.hpp"
+#include "api/job_results.hpp"
 #include "api/output_reservations.hpp"
 #include "api/result_cache.hpp"
+#include "api/result_lookup.hpp"
 #include "api/runtime_tuning.hpp"
 #include "runtime/content_key.hpp"
 #include "runtime/device_pool.hpp"
@@ -33,7 +35,6 @@
 #include <algorithm>
 #include <climits>
 #include <atomic>
-#include <deque>
 #include <map>
 #include <random>
 
@@ -45,12 +46,6 @@ namespace json = boost::json;
 
 namespace detail {
 
-namespace {
-
-std::string content_type_of(const std::string& format) { return format == "png" ? "inode/directory" : content_type_for(format); }
-
-}  // namespace
-
 class RuntimeImpl {
  public:
   explicit RuntimeImpl(RuntimeConfig config)
@@ -58,7 +53,8 @@ class RuntimeImpl {
         executor_(Executor::Options{.io_threads = config_.io_threads,
                                     .spin = std::chrono::microseconds(config_.spin_us)}),
         result_cache_(config_.result_cache_entries, config_.result_cache_ttl),
-        outputs_(config_.output_dir, config_.journal, config_.overwrite_outputs) {
+        outputs_(config_.output_dir, config_.journal, config_.overwrite_outputs),
+        entries_(config_.job_ttl) {
     if (config_.model.empty()) config_.model = default_model_dir();
     for (const auto& [name, d] : default_stage_options()) config_.stages.try_emplace(name, d);  // every stage named
     std::error_code ec;
@@ -105,9 +101,11 @@ class RuntimeImpl {
     if (const auto swept = sweep_temporaries(config_.output_dir))
       spdlog::info("removed {} temporary file(s) a crashed run left in {}", swept, config_.output_dir.string());
     open_store();
+    po.before_first_stage = lookup_hook();
+    results_ = std::make_unique<JobResults>(
+        JobResults::Parts{*models_, entries_, outputs_, *recovery_, *store_pool_, lookup_.get(), stopping_});
     pipeline_ = std::make_unique<Pipeline>(executor_.get_executor(), make_stages(), po);
-    // Running denoise groups see who waits in the denoise queue: higher priority preempts.
-    models_->set_waiting_probe([p = pipeline_.get()](int priority) { return p->waiting_above("denoise", priority); });
+    models_->preempt_for(*pipeline_);  // running groups see who waits for them: higher priority preempts
     pipeline_->start();
     recovery_->resume_unfinished(executor_.get_executor());
   }
@@ -211,23 +209,16 @@ class RuntimeImpl {
   }
 
   std::optional<JobHandle> find(const std::string& id) {
-    expire_finished();
+    entries_.expire();
     if (auto e = lookup(id)) return JobHandle(e);
-    if (auto e = recovery_->from_journal(id)) {
-      std::lock_guard lock(mutex_);
-      return JobHandle(entries_.emplace(id, e).first->second);
-    }
+    if (auto e = recovery_->from_journal(id)) return JobHandle(entries_.adopt(std::move(e)));
     return std::nullopt;
   }
 
   // (wt-img: the HTTP uploads pin the images of resumed jobs through this.)
   std::vector<JobHandle> unfinished() const {
     std::vector<JobHandle> out;
-    std::lock_guard lock(mutex_);
-    for (const auto& [id, e] : entries_) {
-      std::lock_guard entry_lock(e->mutex);
-      if (!e->final_result) out.push_back(JobHandle(e));
-    }
+    for (auto& e : entries_.unfinished()) out.push_back(JobHandle(std::move(e)));
     return out;
   }
 
@@ -239,14 +230,14 @@ class RuntimeImpl {
   void drain() {
     if (drained_.exchange(true)) return;
     executor_.run_sync(pipeline_->drain());
-    executor_.run_sync(wait_watchers());
+    executor_.run_sync(results_->wait_all());
   }
 
   void shutdown() {
     stopping_ = true;  // jobs cancelled from here on stay unfinished in the store: they resume
     if (!drained_.exchange(true)) {
       executor_.run_sync(pipeline_->shutdown());
-      executor_.run_sync(wait_watchers());
+      executor_.run_sync(results_->wait_all());
     }
     executor_.stop();
     write_trace();
@@ -271,7 +262,7 @@ class RuntimeImpl {
   RuntimeStats stats() const {
     const auto c = pipeline_->counts();
     RuntimeStats s{c.submitted, c.rejected, c.done, c.failed, c.cancelled, c.in_flight, pipeline_->queue_depth(0),
-                   config_.stages.at("preprocess").queue, result_hits_.load(), models_->text_cache_stats(), result_cache_.stats()};
+                   config_.stages.at("preprocess").queue, lookup_ ? lookup_->hits() : 0, models_->text_cache_stats(), result_cache_.stats()};
     return s;
   }
 
@@ -295,11 +286,7 @@ class RuntimeImpl {
   asio::any_io_executor executor() { return executor_.get_executor(); }
 
  private:
-  std::shared_ptr<JobEntry> lookup(const std::string& id) const {
-    std::lock_guard lock(mutex_);
-    const auto it = entries_.find(id);
-    return it == entries_.end() ? nullptr : it->second;
-  }
+  std::shared_ptr<JobEntry> lookup(const std::string& id) const { return entries_.find(id); }
 
   std::optional<Job::clock::time_point> deadline_of(const SubmitOptions& o) const {
     if (!o.deadline) return std::nullopt;
@@ -307,34 +294,24 @@ class RuntimeImpl {
   }
 
   std::shared_ptr<JobEntry> register_entry(const SubmitOptions& o, const JobSpec& spec) {
-    expire_finished();
-    auto entry = std::make_shared<JobEntry>();
-    std::lock_guard lock(mutex_);
-    entry->id = o.id.empty() ? new_job_id() : o.id;  // time-ordered and unique across processes
-    if (entries_.count(entry->id) || (!o.id.empty() && !o.resuming && store_->find(o.id)))
-      throw_error(ErrorKind::already_exists, "id: a job with id '" + entry->id + "' already exists");
-    // Outputs may not be overwritten (the service) unless the store says this same job (same
-    // content key) wrote the file; the runtime's own files are never outputs.
-    entry->output = outputs_.reserve(entry->id, spec, o.resuming, [&](const fs::path& path) {
-      const auto rec = store_->find_output(path.string());
-      return rec && rec->key == content_key(spec);
+    return entries_.add(o.id.empty() ? new_job_id() : o.id, [&](JobEntry& entry) {  // time-ordered, unique across processes
+      if (!o.id.empty() && !o.resuming && store_->find(o.id))
+        throw_error(ErrorKind::already_exists, "id: a job with id '" + entry.id + "' already exists");
+      // Outputs may not be overwritten (the service) unless the store says this same job (same
+      // content key) wrote the file; the runtime's own files are never outputs.
+      entry.output = outputs_.reserve(entry.id, spec, o.resuming, [&](const fs::path& path) {
+        const auto rec = store_->find_output(path.string());
+        return rec && rec->key == content_key(spec);
+      });
+      entry.spec = spec;  // what JobHandle::result() shows before the job ends
+      if (o.on_progress) entry.listeners.emplace(entry.next_listener++, o.on_progress);
     });
-    entry->spec = spec;  // what JobHandle::result() shows before the job ends
-    if (o.on_progress) entry->listeners.emplace(entry->next_listener++, o.on_progress);
-    entries_.emplace(entry->id, entry);
-    return entry;
   }
 
   // Forgets a submission that was refused after all; its store row too unless the store had
   // it before (a resumed job stays there to be resumed or failed).
   void unregister(const std::string& id, bool forget_row = true) {
-    {
-      std::lock_guard lock(mutex_);
-      if (auto it = entries_.find(id); it != entries_.end()) {
-        outputs_.release(it->second->output, id);
-        entries_.erase(it);
-      }
-    }
+    if (auto entry = entries_.remove(id)) outputs_.release(entry->output, id);
     if (forget_row) store_->forget(id);  // never acknowledged
   }
 
@@ -355,7 +332,7 @@ class RuntimeImpl {
       return register_entry(options, spec);
     };
     hooks.resubmit = [this](json::value spec, std::shared_ptr<JobEntry> entry) { return resubmit(std::move(spec), std::move(entry)); };
-    hooks.end_entry = [this](const std::shared_ptr<JobEntry>& entry, const JobResult& r) { end_unrun(entry, r); };
+    hooks.end_entry = [this](const std::shared_ptr<JobEntry>& entry, const JobResult& r) { results_->end_unrun(*entry, r); };
     hooks.drop_checkpoint = [this](const std::string& key) { models_->drop_checkpoint(key); };
     hooks.stopping = [this] { return stopping_.load() || drained_.load(); };
     recovery_ = std::make_unique<JobRecovery>(config_, metrics_, std::move(hooks));
@@ -370,161 +347,35 @@ class RuntimeImpl {
     co_await async_submit(std::move(spec), std::move(options), std::move(entry));
   }
 
-  // Publishes the end of a registered job that never ran (one that could not be resumed).
-  void end_unrun(const std::shared_ptr<JobEntry>& entry, const JobResult& r) {
-    release_output(*entry);
-    {
-      std::lock_guard lock(entry->mutex);
-      entry->final_result = r;
-      entry->ended_at = std::chrono::steady_clock::now();
-    }
-    {
-      std::lock_guard lock(mutex_);
-      finished_order_.emplace_back(entry->ended_at, entry->id);
-    }
-    entry->promise.set_value(r);
-    entry->ended.set();
-  }
-
   JobHandle admitted(const std::shared_ptr<JobEntry>& entry, std::shared_ptr<Job> job) {
-    {
-      std::lock_guard lock(entry->mutex);
-      entry->job = job;
-    }
-    watchers_.fetch_add(1);
-    asio::co_spawn(executor_.get_executor(), watch(entry, std::move(job)), asio::detached);
+    results_->watch(entry, std::move(job), executor_.get_executor());
     return JobHandle(entry);
   }
 
-  // Waits for the job's end, then publishes its result (future, cache, in-flight map).
-  asio::awaitable<void> watch(std::shared_ptr<JobEntry> entry, std::shared_ptr<Job> job) {
-    co_await job->finished_event().wait();
-    co_await finalize(*entry, *job);
-    job->payload.reset();  // the result is copied out: free the job's tensors (frames, latents) now
-    if (watchers_.fetch_sub(1) == 1 && waiting_watchers_.load()) no_watchers_.set();
-  }
-
-  // Every watcher has published its job's result (they run right after the jobs end). Called
-  // once intake has stopped, so no new watcher starts; the last one to end wakes this.
-  asio::awaitable<void> wait_watchers() {
-    waiting_watchers_ = true;
-    if (watchers_.load() == 0) co_return;
-    co_await no_watchers_.wait();
-  }
-
-  asio::awaitable<void> finalize(JobEntry& entry, const Job& job) {
-    JobResult r = result_of(entry, job);
-    release_output(entry);
-    if (r.state == JobState::done && !r.cache_hit && entry.key) result_cache_.put(*entry.key, r.output);
-    if (entry.leader) result_cache_.release(*entry.key, &entry);
-    {
-      std::lock_guard lock(entry.mutex);
-      entry.final_result = r;
-      entry.ended_at = std::chrono::steady_clock::now();
-    }
-    {
-      std::lock_guard lock(mutex_);
-      finished_order_.emplace_back(entry.ended_at, entry.id);
-    }
-    // Before the result is visible (a client that saw it, the store has it), on the store's own
-    // thread: an fsync must not stall the io threads that serve HTTP and drive every job.
-    auto record = [this, &entry, &r] {
-      recovery_->record_finished(entry, r, stopping_);
-      return 0;
-    };
-    co_await store_pool_->run(record);
-    entry.promise.set_value(r);
-    entry.ended.set();
-  }
-
- public:
-  JobResult result_of(const JobEntry& entry, const Job& job) const {
-    const auto s = job.snapshot();
-    JobResult r;
-    r.id = s.id;
-    r.state = s.state;
-    r.retries = s.attempts;
-    r.resumed_from_step = s.resumed_from;
-    r.seconds = s.total_seconds;
-    r.stage_seconds = s.stage_seconds;
-    r.error_kind = s.error_kind;
-    r.error = s.error;
-    r.cache_hit = entry.cache_hit.load();
-    try {
-      r.spec = validate(job.spec());
-    } catch (...) {
-    }
-    r.content_type = content_type_of(r.spec.format);
-    if (s.state == JobState::done) {
-      if (r.cache_hit) {
-        r.output = entry.cached_output;
-      } else {
-        const auto w = models_->result(job);
-        r.output = w.output;
-        r.device = w.device;
-        r.text_cache_hit = w.text_cache_hit;
-        r.spec = w.spec;
-      }
-    }
-    return r;
-  }
-
  private:
-  // Forgets finished jobs older than job_ttl, oldest first: O(expired), called on every
-  // submission and lookup (a long batch keeps no finished job beyond job_ttl).
-  void expire_finished() {
-    const auto now = std::chrono::steady_clock::now();
-    std::lock_guard lock(mutex_);
-    while (!finished_order_.empty() && now - finished_order_.front().first > config_.job_ttl) {
-      const auto id = std::move(finished_order_.front().second);
-      finished_order_.pop_front();
-      if (auto it = entries_.find(id); it != entries_.end()) {
-        std::lock_guard l(it->second->mutex);
-        if (it->second->final_result && now - it->second->ended_at > config_.job_ttl) entries_.erase(it);
-      }
-    }
-  }
-
   void refuse_when_stopping() const {
     if (drained_.load()) throw_error(ErrorKind::overloaded, "the runtime is stopping: it takes no new jobs");
   }
 
-  void release_output(const JobEntry& entry) { outputs_.release(entry.output, entry.id); }
-
-  // The first stage: serve the job from the result cache or from an identical job in flight.
-  asio::awaitable<void> lookup_stage(Job& job) {
-    auto entry = lookup(job.id());
-    if (!entry || !result_cache_.enabled()) co_return;
-    const auto spec = validate(job.spec());
-    entry->key = job_content_key(models_->model_id(spec), spec);
-    const auto out = outputs_.path_for(spec, job.id());
-    for (;;) {
-      if (auto hit = result_cache_.get(*entry->key)) {
-        auto copy = [from = hit->path, out] { copy_atomically(from, out); };
-        co_await executor_.pool("codec").run(copy);
-        entry->cached_output = out;
-        entry->cache_hit = true;
-        result_hits_.fetch_add(1);
-        co_return;
-      }
-      auto leader = result_cache_.lead(*entry->key, entry);
-      if (!leader) {
-        entry->leader = true;
-        co_return;  // render it
-      }
-      co_await leader->ended.wait();  // then the cache has its output, or it failed and we lead
-    }
+  // The result cache as the pipeline's first hook (api/result_lookup.hpp); none without a cache.
+  std::optional<PipelineHook> lookup_hook() {
+    if (config_.result_cache_entries == 0) return std::nullopt;
+    ResultLookup::Context context;
+    context.entry = [this](const std::string& id) { return lookup(id); };
+    context.key = [this](const Job& job) {
+      const auto spec = validate(job.spec());
+      return job_content_key(models_->model_id(spec), spec);
+    };
+    context.output = [this](const Job& job) { return outputs_.path_for(validate(job.spec()), job.id()); };
+    lookup_ = std::make_unique<ResultLookup>(result_cache_, executor_.pool("codec"), std::move(context));
+    return lookup_->hook(4, config_.stages.at("preprocess").queue);
   }
 
-  // A job served from the result cache skips the rendering stages; the first of them claims
-  // the job in the store (status running, one more attempt) before its compute starts.
-  static asio::awaitable<void> unless_cached(RuntimeImpl* self, std::shared_ptr<StageFn> inner, bool claims, Job& job) {
-    if (auto e = self->lookup(job.id()); e && e->cache_hit) co_return;
-    if (claims && job.snapshot().attempts == 0) {
-      auto claim = [self, id = job.id()] { return self->store_->claim(id); };  // on the store's thread (fsync)
-      co_await self->store_pool_->run(claim);
-    }
-    co_await (*inner)(job);
+  // The first stage claims the job in the store (status running, one more attempt) before its
+  // compute starts, once: a retry of the stage does not claim again.
+  asio::awaitable<void> claim(Job& job) {
+    auto claim = [this, id = job.id()] { return store_->claim(id); };  // on the store's thread (fsync)
+    co_await store_pool_->run(claim);
   }
 
   std::vector<StageSpec> make_stages() {
@@ -535,15 +386,8 @@ class RuntimeImpl {
       auto& s = stages[i];
       if (config_.retry_attempts > 1) s.retry = retry;
       if (faults_) s = faults_->wrap(std::move(s));
-      // A job served from the result cache skips the rendering stages.
-      s.fn = [this, inner = std::make_shared<StageFn>(std::move(s.fn)), claims = i == 0](Job& job) {
-        return unless_cached(this, inner, claims, job);
-      };
     }
-    if (config_.result_cache_entries == 0) return stages;  // no cache: nothing to look up
-    StageSpec first{"lookup", JobState::queued, 4, config_.stages.at("preprocess").queue,
-                    [this](Job& job) { return lookup_stage(job); }};
-    stages.insert(stages.begin(), std::move(first));
+    stages.front().before = [this](Job& job) { return claim(job); };
     return stages;
   }
 
@@ -563,13 +407,10 @@ class RuntimeImpl {
   WorkerPool* store_pool_ = nullptr;  // owned by executor_
   ResultCache result_cache_;
   OutputReservations outputs_;
-  std::atomic<std::uint64_t> result_hits_{0};
-  mutable std::mutex mutex_;
-  std::map<std::string, std::shared_ptr<JobEntry>> entries_;
-  std::deque<std::pair<std::chrono::steady_clock::time_point, std::string>> finished_order_;  // under mutex_
-  std::atomic<std::size_t> watchers_{0};
-  std::atomic<bool> waiting_watchers_{false}, stopping_{false};
-  AsyncEvent no_watchers_;
+  std::unique_ptr<ResultLookup> lookup_;  // with a result cache: the first hook
+  JobEntries entries_;
+  std::atomic<bool> stopping_{false};
+  std::unique_ptr<JobResults> results_;  // refers to the parts above
   std::atomic<bool> drained_{false};
   std::mutex publish_mutex_;
   CacheStats last_text_, last_results_, last_lora_;

@@ -28,6 +28,7 @@
 #include "runtime/job.hpp"
 #include "runtime/job_store.hpp"
 #include "runtime/ttl_cache.hpp"
+#include "stages/exec/denoise_news.hpp"
 #include "stages/job_spec.hpp"
 #include "stages/model/model_package.hpp"
 
@@ -49,6 +50,7 @@ class Tracer;  // runtime/trace.hpp
 struct JobResult {
   std::string id;
   JobState state = JobState::queued;  // done | failed | cancelled once finished
+  std::string stage;                  // while running: the stage (its name is the status)
   std::filesystem::path output;       // set when done
   std::string content_type;           // e.g. "video/mp4"
   std::string device;

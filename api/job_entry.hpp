@@ -1,7 +1,7 @@
-// Internal to vgen_engine: the shared state behind a JobHandle (api/engine.cpp creates and
-// finishes it, api/job_handle.cpp reads it). Not installed for embedders' use.
+// Internal to vgen_engine: the shared state behind a JobHandle (api/job_entries.hpp keeps and
+// publishes it, api/job_handle.cpp reads it). Not installed for embedders' use.
 // Thread-safety: `mutex` guards job, final_result, listeners and ended_at; fields the lookup
-// stage writes (key, leader, cached_output) are read only after the job has ended.
+// hook writes (key, leader, cached_output) are read only after the job has ended.
 #pragma once
 
 #include "api/engine.hpp"
@@ -17,8 +17,9 @@
 
 namespace vgen::detail {
 
-// One job as the Runtime sees it. Fields written by the lookup stage (key, leader, cache_hit,
-// output for hits) are read only after the job has ended; `mutex` guards the rest.
+// One job as the Runtime sees it. Fields written by the lookup hook (api/result_lookup.hpp:
+// key, leader, cache_hit, output for hits) are read only after the job has ended; `mutex`
+// guards the rest.
 struct JobEntry {
   std::string id;
   std::shared_ptr<Job> job;

@@ -33,7 +33,7 @@ std::shared_ptr<const JobPreview> JobHandle::preview() const {
     std::lock_guard lock(entry_->mutex);
     job = entry_->job;
   }
-  return job ? job->latest_preview() : nullptr;
+  return job ? latest_preview(*job) : nullptr;
 }
 
 bool JobHandle::finished() const {
@@ -59,7 +59,9 @@ JobResult JobHandle::result() const {
   r.spec = entry_->spec;
   if (entry_->job) {
     const auto s = entry_->job->snapshot();
-    r.state = is_terminal(s.state) ? JobState::encode : s.state;  // terminal only once published
+    // Terminal only once published: until then it reads as still in its last stage.
+    r.state = is_terminal(s.state) ? JobState::running : s.state;
+    r.stage = s.stage;
     r.retries = s.attempts;
     r.seconds = s.total_seconds;
     r.stage_seconds = s.stage_seconds;

@@ -9,7 +9,7 @@ namespace vgen {
 namespace json = boost::json;
 
 json::object to_json(const JobResult& r) {
-  json::object o{{"id", r.id}, {"status", std::string(to_string(r.state))}, {"seconds", r.seconds},
+  json::object o{{"id", r.id}, {"status", std::string(status_name(r.state, r.stage))}, {"seconds", r.seconds},
                  {"retries", r.retries}, {"cache_hit", r.cache_hit}};
   json::object stages;
   for (const auto& [name, secs] : r.stage_seconds) stages[name] = secs;

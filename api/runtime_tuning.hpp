@@ -1,6 +1,6 @@
 // RuntimeTuning: how a Runtime turns the "auto" settings of its config (batching.max_batch,
 // threads.per_device, threads.intra_op; RuntimeConfig::kAuto) into numbers, with the
-// AutoTuner (runtime/auto_tune.hpp) measuring the loaded default model (stages/exec/tune_probe.hpp)
+// AutoTuner (stages/exec/auto_tune.hpp) measuring the loaded default model (stages/exec/tune_probe.hpp)
 // on the first device, at the shape config.tune.spec gives (a job spec; empty: the package's
 // defaults). Settings the config gives as numbers stay as they are and bound the search
 // (apps' read_environment turns OMP_NUM_THREADS into a given threads.intra_op). The choice is
@@ -18,7 +18,7 @@
 #pragma once
 
 #include "api/config.hpp"
-#include "runtime/auto_tune.hpp"
+#include "stages/exec/auto_tune.hpp"
 #include "runtime/device_list.hpp"
 #include "runtime/metrics.hpp"
 #include "stages/exec/model_set.hpp"

@@ -1,5 +1,5 @@
 // Atomic output: a file (or a directory of files) appears at its target complete, or not at
-// all. Every writer in vgen (encoded videos, png frame directories, cached copies, batch
+// all. Every writer in vgen (videos, png frame directories, cached copies, batch
 // summaries) goes through here instead of writing the target in place.
 //
 // How: the output is built at a temporary in the target's own folder, named

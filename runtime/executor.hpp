@@ -1,6 +1,6 @@
 // Executor: owns the threads. An Asio io_context driven by `io_threads` threads runs all
 // orchestration (stage coroutines, channels, timers, HTTP); named WorkerPools run blocking
-// compute (one per device, one for the encoders), so compute never blocks the event loop.
+// compute (one per device, one for media work), so compute never blocks the event loop.
 // Describing a pipeline (runtime/pipeline.hpp) is separate from running it here.
 //
 // Ownership: the Executor owns the io_context, its threads and every WorkerPool it created;

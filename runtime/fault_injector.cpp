@@ -136,7 +136,7 @@ StageSpec FaultInjector::wrap(StageSpec stage) const {
 void FaultInjector::check_oom(std::size_t jobs, const std::string& device, const std::string& first_job, int attempt) const {
   const bool too_big = plan_.oom_above_batch > 0 && jobs > plan_.oom_above_batch;
   if (too_big || (plan_.oom_rate > 0 && draw(first_job, "oom", attempt) < plan_.oom_rate))
-    throw_error(ErrorKind::out_of_memory, "injected out-of-memory on " + device + " (denoiser call over " + std::to_string(jobs) + " jobs)");
+    throw_error(ErrorKind::out_of_memory, "injected out-of-memory on " + device + " (model call over " + std::to_string(jobs) + " jobs)");
 }
 
 }  // namespace vgen

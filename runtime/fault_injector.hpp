@@ -1,6 +1,6 @@
 // Fault injection for resilience tests and drills (off by default): per stage, a failure rate
 // (transient: retried with backoff; permanent: fails only that job), added latency, and a
-// simulated device out-of-memory for the denoiser (a rate, or every call above a batch size).
+// simulated device out-of-memory for a batched model call (a rate, or every call above a batch size).
 //
 // Decisions are deterministic for a given seed: whether attempt n of stage s of job j fails is
 // a hash of (seed, j, s, n), never of thread timing, so a test with a fixed seed sees the same
@@ -31,7 +31,7 @@ struct StageFaults {
 struct FaultPlan {
   std::uint64_t seed = 1;
   std::map<std::string, StageFaults> stages;  // by stage name; "*" applies to every stage
-  double oom_rate = 0;                        // denoiser calls reporting out-of-memory
+  double oom_rate = 0;                        // batched model calls reporting out-of-memory
   std::size_t oom_above_batch = 0;            // calls with more jobs than this run out of memory (0: never)
   std::string crash_stage, crash_prompt;      // kill the process when a matching job enters the stage
   bool enabled() const;
@@ -47,7 +47,7 @@ class FaultInjector {
   const FaultPlan& plan() const noexcept { return plan_; }
   // The stage with faults injected before its function runs (unchanged if none apply).
   StageSpec wrap(StageSpec stage) const;
-  // Throws Error(out_of_memory) if the plan says this denoiser call (over `jobs` jobs, for the
+  // Throws Error(out_of_memory) if the plan says this batched model call (over `jobs` jobs, for the
   // job ids given) runs out of memory on `device`.
   void check_oom(std::size_t jobs, const std::string& device, const std::string& first_job, int attempt) const;
   // The crash drill: SIGKILL if the plan's crash point is `point` (a stage name, or

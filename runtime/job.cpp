@@ -9,10 +9,7 @@ namespace vgen {
 std::string_view to_string(JobState s) noexcept {
   switch (s) {
     case JobState::queued: return "queued";
-    case JobState::preprocess: return "preprocess";
-    case JobState::denoise: return "denoise";
-    case JobState::decode: return "decode";
-    case JobState::encode: return "encode";
+    case JobState::running: return "running";
     case JobState::done: return "done";
     case JobState::failed: return "failed";
     case JobState::cancelled: return "cancelled";
@@ -22,6 +19,10 @@ std::string_view to_string(JobState s) noexcept {
 
 bool is_terminal(JobState s) noexcept {
   return s == JobState::done || s == JobState::failed || s == JobState::cancelled;
+}
+
+std::string_view status_name(JobState s, std::string_view stage) noexcept {
+  return s == JobState::running && !stage.empty() ? stage : to_string(s);
 }
 
 namespace {
@@ -50,6 +51,7 @@ JobSnapshot Job::snapshot() const {
   JobSnapshot s;
   s.id = id_;
   s.state = state_;
+  s.stage = stage_;
   s.step = step_;
   s.total = total_;
   if (error_) {
@@ -57,10 +59,8 @@ JobSnapshot Job::snapshot() const {
     s.error = describe(error_);
   }
   s.attempts = retries_;
-  s.resumed_from = resumed_from_;
   s.priority = priority_;
-  s.preemptions = preemptions_;
-  s.skipped_steps = skipped_;
+  s.detail = detail_;
   s.stage_seconds = stage_seconds_;
   const auto end = finished_at_.value_or(clock::now());
   s.queued_seconds = std::chrono::duration<double>(started_.value_or(end) - submitted_).count();
@@ -68,50 +68,59 @@ JobSnapshot Job::snapshot() const {
   return s;
 }
 
-void Job::enter_stage(JobState stage) {
+JobEvent Job::event_locked(int step, int total) const {
+  JobEvent e;
+  e.job_id = id_;
+  e.state = state_;
+  e.stage = stage_;
+  e.step = step;
+  e.total = total;
+  return e;
+}
+
+void Job::enter_stage(std::string_view stage) {
   JobEvent e;
   {
     std::lock_guard lock(mutex_);
     if (is_terminal(state_)) return;
-    state_ = stage;
+    state_ = JobState::running;
+    stage_ = std::string(stage);
     step_ = total_ = 0;
     if (!started_) started_ = clock::now();
-    e = {id_, stage, 0, 0, {}};
+    e = event_locked(0, 0);
   }
   emit(e);
 }
 
-void Job::report_progress(int step, int total) {
+void Job::return_to_queue() {
+  JobEvent e;
+  {
+    std::lock_guard lock(mutex_);
+    if (is_terminal(state_)) return;
+    state_ = JobState::queued;
+    step_ = total_ = 0;
+    e = event_locked(0, 0);
+  }
+  emit(e);
+}
+
+void Job::report_progress(int step, int total, boost::json::object detail, std::string message) {
   JobEvent e;
   {
     std::lock_guard lock(mutex_);
     if (is_terminal(state_)) return;
     step_ = step;
     total_ = total;
-    e = {id_, state_, step, total, {}};
-    e.skipped = skipped_;
+    e = event_locked(step, total);
   }
+  e.detail = std::move(detail);
+  e.message = std::move(message);
   emit(e);
 }
 
-void Job::report_scheduling(std::string_view event, int step, int total) {
-  JobEvent e;
-  {
-    std::lock_guard lock(mutex_);
-    if (is_terminal(state_)) return;
-    step_ = step;
-    total_ = total;
-    if (event == "preempted") ++preemptions_;
-    e = {id_, state_, step, total, std::string(event) + " at step " + std::to_string(step) + " of " + std::to_string(total)};
-    e.event = std::string(event);
-    e.skipped = skipped_;
-  }
-  emit(e);
-}
-
-void Job::record_skipped(int n) {
+void Job::edit_detail(const std::function<void(boost::json::object&)>& edit) {
   std::lock_guard lock(mutex_);
-  skipped_ += n;
+  edit(detail_);
 }
 
 void Job::request_requeue() {
@@ -124,35 +133,23 @@ bool Job::take_requeue() {
   return std::exchange(requeue_, false);
 }
 
-void Job::report_resumed(int step, int total) {
+void Job::publish(std::string name, std::shared_ptr<const JobAttachment> attachment, int step, int total) {
   JobEvent e;
   {
     std::lock_guard lock(mutex_);
-    if (is_terminal(state_)) return;
-    step_ = step;
-    total_ = total;
-    resumed_from_ = step;
-    e = {id_, state_, step, total, "resumed at step " + std::to_string(step) + " of " + std::to_string(total) +
-                                       " from a checkpoint"};
-    e.event = "resumed";
+    if (is_terminal(state_) || !attachment) return;
+    attachments_[name] = attachment;
+    e = event_locked(step, total);
   }
+  e.attachment_name = std::move(name);
+  e.attachment = std::move(attachment);
   emit(e);
 }
 
-void Job::report_preview(std::shared_ptr<const JobPreview> preview) {
-  JobEvent e;
-  {
-    std::lock_guard lock(mutex_);
-    if (is_terminal(state_) || !preview) return;
-    preview_ = preview;
-    e = {id_, state_, preview->step, preview->total, {}, std::move(preview)};
-  }
-  emit(e);
-}
-
-std::shared_ptr<const JobPreview> Job::latest_preview() const {
+std::shared_ptr<const JobAttachment> Job::attachment(std::string_view name) const {
   std::lock_guard lock(mutex_);
-  return preview_;
+  const auto it = attachments_.find(name);
+  return it == attachments_.end() ? nullptr : it->second;
 }
 
 void Job::record_stage_time(std::string_view stage, double seconds) {
@@ -174,7 +171,8 @@ bool Job::finish(JobState terminal, std::exception_ptr error) {
     state_ = terminal;
     error_ = error;
     finished_at_ = clock::now();
-    e = {id_, terminal, step_, total_, error ? describe(error) : std::string()};
+    e = event_locked(step_, total_);
+    e.message = error ? describe(error) : std::string();
   }
   emit(e);
   finished_event_.set();

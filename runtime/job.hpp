@@ -1,8 +1,12 @@
 // Job: one request moving through the pipeline, and the record of what happened to it.
 //
-// Lifecycle: queued -> preprocess -> denoise -> decode -> encode -> done | failed | cancelled
-// (a pipeline may use any prefix of the stage states). finish() is the only way into a
-// terminal state and only its first call wins, so a job ends exactly once.
+// Lifecycle: queued -> running (a named stage, one after another) -> done | failed | cancelled
+// (a stage may send the job back to queued). finish() is the only way into a terminal state
+// and only its first call wins, so a job ends exactly once.
+// The core knows no stage's vocabulary: a stage says more about its job through a JSON detail
+// (on an event, and the job's lasting detail that snapshot() shows) and through named
+// attachments (the latest of each kept with the job); the stages that write them define what
+// they mean, and front ends pass them on.
 //
 // Ownership: jobs are shared (std::shared_ptr<Job>) between the submitter, the pipeline and
 // listeners. `payload` belongs to the stage currently processing the job (one stage at a
@@ -17,6 +21,7 @@
 #include "runtime/errors.hpp"
 #include "runtime/event.hpp"
 
+#include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 #include <any>
 #include <chrono>
@@ -30,48 +35,52 @@
 
 namespace vgen {
 
-enum class JobState { queued, preprocess, denoise, decode, encode, done, failed, cancelled };
+enum class JobState { queued, running, done, failed, cancelled };
 std::string_view to_string(JobState s) noexcept;
 bool is_terminal(JobState s) noexcept;
+// What a job's status reads as outside: the name of the stage it runs while running, else the
+// state's name ("queued", "done", ...).
+std::string_view status_name(JobState s, std::string_view stage) noexcept;
 
-// A small image of what a job will look like (stages/preview.hpp makes them while denoising).
-// Immutable once made: shared between the job, its events and readers.
-struct JobPreview {
-  int step = 0, total = 0;   // the denoising step it shows, of total
-  int width = 0, height = 0;
-  std::string content_type;  // "image/png"
-  std::string bytes;         // the encoded image
+// Something a stage publishes about a job (e.g. an image of it), kept as the job's latest under
+// its name. Immutable once made: shared between the job, its events and readers, who downcast
+// it to the type the publishing stage defines.
+struct JobAttachment {
+  virtual ~JobAttachment() = default;
 };
 
 struct JobEvent {
   std::string job_id;
   JobState state = JobState::queued;
-  int step = 0;   // progress within the state (e.g. denoising step i of total)
+  std::string stage;  // the stage running it (state running); the last one it ran otherwise
+  int step = 0;       // progress within the stage (e.g. step i of total)
   int total = 0;
-  std::string message;  // error text for failed/cancelled; a note for progress (a resume)
-  std::shared_ptr<const JobPreview> preview;  // set on the event that announces a new preview only
-  // Scheduling news while denoising: "admitted" (joined a running group at `step`), "preempted"
-  // (left its group at `step` and went back to the queue), "resumed" (went on from `step` after a
-  // preemption or a checkpoint); empty for state changes and plain progress.
-  std::string event;
-  int skipped = 0;  // denoiser calls the step cache skipped for this job so far
+  std::string message;  // error text for failed/cancelled; a stage's note for progress
+  // What the stage said with this progress event, in its own words (empty for state changes).
+  boost::json::object detail;
+  // Set on the event that publishes a new attachment only (Job::publish).
+  std::string attachment_name;
+  std::shared_ptr<const JobAttachment> attachment;
+
+  std::string_view status() const noexcept { return status_name(state, stage); }
 };
 using JobEventHandler = std::function<void(const JobEvent&)>;
 
 struct JobSnapshot {
   std::string id;
   JobState state = JobState::queued;
+  std::string stage;  // as JobEvent::stage
   int step = 0, total = 0;
   std::optional<ErrorKind> error_kind;
   std::string error;
   int attempts = 0;  // stage attempts beyond the first (retries)
-  int resumed_from = 0;  // > 0: the denoising step a checkpoint brought it back to
   int priority = 0;
-  int preemptions = 0;    // times it left a denoise group for a higher-priority job
-  int skipped_steps = 0;  // denoiser calls the step cache skipped
+  boost::json::object detail;  // the job's lasting detail (Job::edit_detail)
   std::map<std::string, double> stage_seconds;
   double queued_seconds = 0;  // submission -> first stage
   double total_seconds = 0;   // submission -> terminal (or now)
+
+  std::string_view status() const noexcept { return status_name(state, stage); }
 };
 
 class Job : public std::enable_shared_from_this<Job> {
@@ -96,24 +105,24 @@ class Job : public std::enable_shared_from_this<Job> {
   bool is_finished() const;
   JobSnapshot snapshot() const;
 
-  // Pipeline-side transitions; each emits an event.
-  void enter_stage(JobState stage);
-  void report_progress(int step, int total);
-  // Progress that did not start at 0: the job went on from a checkpoint at `step` (the event's
-  // message says so, and snapshot().resumed_from keeps it).
-  void report_resumed(int step, int total);
-  // Scheduling news (JobEvent::event): "admitted", "preempted" or "resumed" at `step` of `total`.
-  // A preemption is counted in snapshot().preemptions.
-  void report_scheduling(std::string_view event, int step, int total);
-  // The step cache skipped `n` more denoiser calls for this job (carried by its next progress event).
-  void record_skipped(int n);
-  // A stage asks to go back into its own input queue instead of on to the next stage (the denoise
-  // stage after a preemption); the pipeline takes the request once the stage returns.
+  // Pipeline-side transitions; each emits an event (ignored once finished).
+  void enter_stage(std::string_view stage);  // running `stage`
+  void return_to_queue();                    // queued (again): a requeued job, or one a hook took
+  // Progress within the running stage: step of total, with the stage's `detail` and note
+  // (JobEvent::detail, JobEvent::message).
+  void report_progress(int step, int total, boost::json::object detail = {}, std::string message = {});
+  // Changes the job's lasting detail (snapshot().detail). `edit` runs under the job's lock: keep
+  // it short, and never call back into the job from it.
+  void edit_detail(const std::function<void(boost::json::object&)>& edit);
+  // A stage asks to go back into its own input queue instead of on to the next stage (e.g. a
+  // job that gave way to a higher-priority one); the pipeline takes the request once the stage
+  // returns.
   void request_requeue();
   bool take_requeue();
-  // Keeps `preview` as the job's latest and emits an event carrying it (ignored once finished).
-  void report_preview(std::shared_ptr<const JobPreview> preview);
-  std::shared_ptr<const JobPreview> latest_preview() const;  // nullptr until the first
+  // Keeps `attachment` as the job's latest under `name` and emits an event carrying it, at
+  // `step` of `total` (the job's own progress stays as it is). Ignored once finished or null.
+  void publish(std::string name, std::shared_ptr<const JobAttachment> attachment, int step, int total);
+  std::shared_ptr<const JobAttachment> attachment(std::string_view name) const;  // nullptr until the first
   void record_stage_time(std::string_view stage, double seconds);
   void record_retry();
   // First call wins; returns whether this call ended the job.
@@ -149,6 +158,7 @@ class Job : public std::enable_shared_from_this<Job> {
   std::any payload;  // stage-to-stage data (owned by the stage processing the job)
 
  private:
+  JobEvent event_locked(int step, int total) const;  // under mutex_: the job's state and stage
   void emit(const JobEvent& e);
 
   const std::string id_;
@@ -159,10 +169,10 @@ class Job : public std::enable_shared_from_this<Job> {
 
   mutable std::mutex mutex_;
   JobState state_ = JobState::queued;
+  std::string stage_;
   int step_ = 0, total_ = 0;
   int retries_ = 0;
-  int resumed_from_ = 0;
-  int preemptions_ = 0, skipped_ = 0;
+  boost::json::object detail_;
   bool requeue_ = false;
   std::optional<clock::time_point> started_, finished_at_;
   std::map<std::string, double> stage_seconds_;
@@ -172,7 +182,7 @@ class Job : public std::enable_shared_from_this<Job> {
   std::map<std::size_t, JobEventHandler> listeners_;
   CancelTarget* cancel_target_ = nullptr;
   std::size_t next_listener_ = 0;
-  std::shared_ptr<const JobPreview> preview_;
+  std::map<std::string, std::shared_ptr<const JobAttachment>, std::less<>> attachments_;
 
   AsyncEvent cancel_event_;
   AsyncEvent finished_event_;

@@ -60,18 +60,36 @@ struct Pipeline::WorkerSlot final : Job::CancelTarget, std::enable_shared_from_t
   const std::string track;       // its trace track, "<stage> worker <n>"
 };
 
+namespace {
+
+// The hook as the pipeline's first stage (its queue, workers and metrics); process() runs its fn.
+std::vector<StageSpec> with_hook(std::vector<StageSpec> stages, const std::optional<PipelineHook>& hook) {
+  if (stages.empty()) throw_error(ErrorKind::invalid_argument, "pipeline needs at least one stage");
+  if (!hook) return stages;
+  if (!hook->fn) throw_error(ErrorKind::invalid_argument, "pipeline hook '" + hook->name + "' has no function");
+  StageSpec first;
+  first.name = hook->name;
+  first.workers = hook->workers;
+  first.queue_capacity = hook->queue_capacity;
+  stages.insert(stages.begin(), std::move(first));
+  return stages;
+}
+
+}  // namespace
+
 Pipeline::Pipeline(asio::any_io_executor executor, std::vector<StageSpec> stages, PipelineOptions options)
     : executor_(std::move(executor)),
-      stages_(std::move(stages)),
+      stages_(with_hook(std::move(stages), options.before_first_stage)),
       options_(std::move(options)),
       live_workers_(stages_.size()) {
+  if (options_.before_first_stage) hook_fn_ = options_.before_first_stage->fn;
   if (options_.aging.count() <= 0) throw_error(ErrorKind::invalid_argument, "pipeline aging must be positive");
-  if (stages_.empty()) throw_error(ErrorKind::invalid_argument, "pipeline needs at least one stage");
   std::set<std::string> names;
-  for (const auto& s : stages_) {
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    const auto& s = stages_[k];
     if (s.name.empty() || !names.insert(s.name).second)
       throw_error(ErrorKind::invalid_argument, "pipeline stage names must be unique and non-empty ('" + s.name + "')");
-    if (!s.fn) throw_error(ErrorKind::invalid_argument, "pipeline stage '" + s.name + "' has no function");
+    if (!s.fn && !is_hook(k)) throw_error(ErrorKind::invalid_argument, "pipeline stage '" + s.name + "' has no function");
     if (s.workers == 0) throw_error(ErrorKind::invalid_argument, "pipeline stage '" + s.name + "': workers must be >= 1");
     if (s.queue_capacity == 0)
       throw_error(ErrorKind::invalid_argument, "pipeline stage '" + s.name + "': queue_capacity must be >= 1");
@@ -231,14 +249,17 @@ asio::awaitable<void> Pipeline::run_worker(std::size_t k, std::shared_ptr<Worker
 asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job, WorkerSlot& slot) {
   if (job->is_finished()) co_return;  // ended while queued (cancelled, deadline)
   job->throw_if_cancelled();
-  job->enter_stage(stages_[k].state);
+  // A hook's job stays queued; its event says a worker took it, as a stage's does.
+  if (is_hook(k)) job->return_to_queue();
+  else job->enter_stage(stages_[k].name);
   const auto t0 = std::chrono::steady_clock::now();
   std::exception_ptr error;
+  bool ended_early = false;
   slot.current = job.get();
   job->set_cancel_target(&slot);
   try {
     job->throw_if_cancelled();  // a request that came before the target was set
-    co_await run_stage(k, *job);
+    ended_early = co_await run_stage(k, *job);
   } catch (...) {
     error = std::current_exception();
   }
@@ -259,6 +280,10 @@ asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job, WorkerSlot& s
     std::rethrow_exception(error);
   }
   if (job->is_finished()) co_return;
+  if (ended_early) {  // the hook finished it: no stage runs (a cancel meanwhile is too late, as below)
+    end_job(job, JobState::done);
+    co_return;
+  }
   // The last stage returned: its work (the output file) is complete, so a cancel that came
   // meanwhile is too late, and the job is done (a signal must not call a written video cancelled).
   const bool requeue = job->take_requeue();
@@ -267,8 +292,8 @@ asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job, WorkerSlot& s
     co_return;
   }
   job->throw_if_cancelled();  // cancelled while its last step ran: end it here
-  if (requeue) {  // preempted: back into this stage's queue (never waits, see requeue)
-    job->enter_stage(JobState::queued);  // queued again: a cancel or deadline ends it at once
+  if (requeue) {  // back into this stage's queue (never waits, see requeue)
+    job->return_to_queue();  // queued again: a cancel or deadline ends it at once
     mark_queued(*job);
     queues_[k]->requeue(job, ticket_of(*job));
     if (stage_metrics_[k].depth) stage_metrics_[k].depth->set(static_cast<double>(queues_[k]->size()));
@@ -281,16 +306,21 @@ asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job, WorkerSlot& s
   if (stage_metrics_[k + 1].depth) stage_metrics_[k + 1].depth->set(static_cast<double>(queues_[k + 1]->size()));
 }
 
-asio::awaitable<void> Pipeline::run_stage(std::size_t k, Job& job) {
+asio::awaitable<bool> Pipeline::run_stage(std::size_t k, Job& job) {
+  // The stage runs inside this worker's coroutine (no spawn per stage): a cancel request
+  // reaches its awaits through the worker's cancellation slot (WorkerSlot::interrupt).
+  if (is_hook(k)) co_return co_await hook_fn_(job) == HookOutcome::done;
   const StageSpec& stage = stages_[k];
   AsyncSemaphore::Permit permit;
   if (stage.limiter) permit = co_await stage.limiter->acquire_permit();
   job.throw_if_cancelled();
-  // The stage runs inside this worker's coroutine (no spawn per stage): a cancel request
-  // reaches its awaits through the worker's cancellation slot (WorkerSlot::interrupt).
+  if (stage.before) {
+    co_await stage.before(job);
+    job.throw_if_cancelled();
+  }
   if (!stage.retry) {
     co_await stage.fn(job);
-    co_return;
+    co_return false;
   }
   RetryOptions retry_options;
   retry_options.policy = *stage.retry;
@@ -309,6 +339,7 @@ asio::awaitable<void> Pipeline::run_stage(std::size_t k, Job& job) {
   // `cancelled` and so not retried; process() then reports the job's own reason.
   std::function<asio::awaitable<void>()> op = [&stage, &job] { return stage.fn(job); };
   co_await retry<void>(std::move(retry_options), std::move(op));
+  co_return false;
 }
 
 void Pipeline::end_job(const JobPtr& job, JobState state, std::exception_ptr error) {

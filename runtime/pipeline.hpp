@@ -2,10 +2,16 @@
 //
 //   submit -> [queue 0] -> stage 0 workers -> [queue 1] -> stage 1 workers -> ... -> finish
 //
-// A stage is a StageSpec: a name, the JobState it represents, a worker count, the capacity of
-// its input queue, an optional retry policy and a function `awaitable<void>(Job&)`. The
-// pipeline describes and runs the flow on the executor it is given; it owns no threads
+// A stage is a StageSpec: a name (the job's status while it runs there), a worker count, the
+// capacity of its input queue, an optional retry policy and a function `awaitable<void>(Job&)`.
+// The pipeline describes and runs the flow on the executor it is given; it owns no threads
 // (stage functions offload compute to WorkerPools themselves).
+// Hooks let the embedder act around the stages without wrapping them:
+//  - PipelineOptions::before_first_stage runs for each job, with its own queue and workers,
+//    before the first stage (the job stays queued meanwhile); it may finish the job early as
+//    done (e.g. served from a cache), and then no stage sees it.
+//  - StageSpec::before runs each time a job enters that stage, once, before its retries (e.g.
+//    a claim in a job store that a retry must not repeat).
 //
 // Guarantees
 //  - Every accepted job ends exactly once: done, failed or cancelled. A stage exception fails
@@ -13,8 +19,8 @@
 //  - Order: every queue serves the job of highest Job::priority() first, the oldest (by
 //    submission) first within a level, with aging (PipelineOptions::aging per level; see
 //    runtime/priority_channel.hpp), so a job waits behind newer ones of at most a bounded lead.
-//  - Requeue: a stage that calls Job::request_requeue() (the denoise stage, for a job preempted
-//    at a step boundary) puts the job back into its own input queue, with its original ticket,
+//  - Requeue: a stage that calls Job::request_requeue() (e.g. for a job that gave way to a
+//    higher-priority one) puts the job back into its own input queue, with its original ticket,
 //    instead of passing it on (its state is `queued` again until a worker takes it, so a cancel
 //    ends it at once); the worker then takes the best job waiting there.
 //  - Backpressure: a full queue suspends the submitter (submit) or refuses it (try_submit ->
@@ -56,13 +62,30 @@ class Tracer;  // runtime/trace.hpp
 using StageFn = std::function<boost::asio::awaitable<void>(Job&)>;
 
 struct StageSpec {
-  std::string name;
-  JobState state = JobState::preprocess;
+  std::string name;  // unique; the job's status while it runs here, and the metrics' "stage" label
   std::size_t workers = 1;
   std::size_t queue_capacity = 16;  // capacity of this stage's input queue
   StageFn fn;
   std::optional<RetryPolicy> retry;  // none: a failure fails the job at once
   std::shared_ptr<AsyncSemaphore> limiter;  // optional extra limit shared with other stages
+  // Optional: runs once each time a job enters the stage, after `limiter`, before `fn` and its
+  // retries; an exception fails the job as `fn`'s would (without a retry).
+  StageFn before;
+};
+
+// What a before_first_stage hook decided for a job.
+enum class HookOutcome { go_on, done };
+using HookFn = std::function<boost::asio::awaitable<HookOutcome>(Job&)>;
+
+// A hook that runs for each job before its first stage, as a pseudo-stage: its own input queue
+// (submissions wait for room there), workers, queue-depth gauge, time and trace span under
+// `name`, but the job keeps its `queued` state (a cancel ends it at once). HookOutcome::done
+// ends the job as done without running any stage; an exception fails it.
+struct PipelineHook {
+  std::string name;
+  std::size_t workers = 1;
+  std::size_t queue_capacity = 16;
+  HookFn fn;
 };
 
 struct PipelineOptions {
@@ -75,6 +98,7 @@ struct PipelineOptions {
   Tracer* tracer = nullptr;
   // Queue aging: a waiting job gains one priority level per this much waiting (> 0).
   std::chrono::milliseconds aging = kDefaultAging;
+  std::optional<PipelineHook> before_first_stage;
 };
 
 struct PipelineCounts {
@@ -108,6 +132,7 @@ class Pipeline {
   boost::asio::awaitable<void> shutdown();
 
   PipelineCounts counts() const;
+  // The stages, with a before_first_stage hook first (as a StageSpec without fn) when there is one.
   const std::vector<StageSpec>& stages() const noexcept { return stages_; }
   std::size_t queue_depth(std::size_t stage) const { return queues_.at(stage)->size(); }
   // Jobs waiting in the input queue of the stage named `stage` (or offered to it by a worker
@@ -129,7 +154,9 @@ class Pipeline {
   void reject(const JobPtr& job, std::string why);
   boost::asio::awaitable<void> run_worker(std::size_t stage, std::shared_ptr<WorkerSlot> slot);
   boost::asio::awaitable<void> process(std::size_t stage, JobPtr job, WorkerSlot& slot);
-  boost::asio::awaitable<void> run_stage(std::size_t stage, Job& job);
+  // Whether the job ended early (a before_first_stage hook's HookOutcome::done).
+  boost::asio::awaitable<bool> run_stage(std::size_t stage, Job& job);
+  bool is_hook(std::size_t stage) const noexcept { return stage == 0 && hook_fn_ != nullptr; }
   boost::asio::awaitable<void> watch_deadline(JobPtr job);
   void end_job(const JobPtr& job, JobState state, std::exception_ptr error = {});
   void on_worker_exit(std::size_t stage);
@@ -141,6 +168,7 @@ class Pipeline {
   boost::asio::any_io_executor executor_;
   std::vector<StageSpec> stages_;
   PipelineOptions options_;
+  HookFn hook_fn_;  // options_.before_first_stage's, run as stages_[0]
   std::vector<std::unique_ptr<PriorityChannel<JobPtr>>> queues_;
   std::vector<StageMetrics> stage_metrics_;
   std::vector<std::atomic<std::size_t>> live_workers_;

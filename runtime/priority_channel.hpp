@@ -15,8 +15,8 @@
 //    one dequeue; close() never discards accepted items; enqueue on a closed channel fails with
 //    channel_errc::closed (the item was not accepted). dequeue returns nullopt only once closed
 //    and drained. try_enqueue / try_dequeue never wait.
-//  - requeue(v, ticket): for an item a consumer took from this channel and gives back (a job
-//    preempted at a step boundary). It never waits and is accepted even when the channel is full
+//  - requeue(v, ticket): for an item a consumer took from this channel and gives back (e.g. a
+//    job that gave way to higher-priority work). It never waits and is accepted even when the channel is full
 //    or closed: the item already held a place, so the bound becomes capacity + consumers, and the
 //    consumer that gives it back dequeues again, so a closed channel still drains it. A producer
 //    waiting for room whose item ranks first is served before the accepted items.

@@ -1,5 +1,5 @@
 // vgen::Registry<T>: the one way variants are chosen by name — schedulers, model backends,
-// placement policies, encoders, model families and job stores each keep one Registry of their
+// placement policies, media writers, model families and job stores each keep one Registry of their
 // factories.
 //
 //   Registry<SchedulerFactory>& schedulers();           // a function-local static per kind

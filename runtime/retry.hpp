@@ -89,7 +89,7 @@ struct RetryOptions {
   Sleeper sleeper;         // optional: tests pass a virtual clock that records delays
   Classifier classifier;   // optional
   std::uint64_t seed = 0;  // jitter RNG seed; 0 => seeded from std::random_device
-  std::string name;        // operation name for logs ("denoise", ...)
+  std::string name;        // operation name for logs (a stage and a job, ...)
 };
 
 namespace detail {

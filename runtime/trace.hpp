@@ -3,9 +3,9 @@
 //
 // Tracks. Every span is on a named track; a track is a (process, thread) pair of the format,
 // named by metadata events. The runtime uses three processes:
-//   "stages"  one track per pipeline stage worker ("denoise worker 2"): a span per job stage;
+//   "stages"  one track per pipeline stage worker ("<stage> worker 2"): a span per job stage;
 //   "devices" one track per compute thread of a device lease ("cpu:0 thread 1", "cuda:0 thread 0"): a span per
-//             model call (prepare, each denoise step with its batch size, decode);
+//             model call (each with its batch size), as the stages record them;
 //   "jobs"    one track per job: its queue waits and its stages, retries as instant events.
 // `thread_track(prefix)` names the calling thread's track "<prefix> thread <n>", n counted per
 // prefix in order of first use, so a span on a worker pool lands on that thread's own track.

@@ -54,10 +54,10 @@ json::object light_validate(const json::value& spec) {
   return o;
 }
 
-std::optional<JobState> stage_of(const std::string& s) {
-  for (auto st : {JobState::preprocess, JobState::denoise, JobState::decode, JobState::encode})
-    if (to_string(st) == s) return st;
-  return std::nullopt;
+// A running record's stage name (the worker's status); none for "queued" or an empty one.
+std::optional<std::string> stage_of(const std::string& s) {
+  if (s.empty() || s == to_string(JobState::queued)) return std::nullopt;
+  return s;
 }
 
 JobResult result_of(const FleetRecord& rec) {
@@ -150,7 +150,7 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
     if (is_final(rec)) return finish(*entry, rec);
     if (rec.status == "running") {
       if (const auto st = stage_of(rec.stage)) {
-        if (job.state() != *st) job.enter_stage(*st);
+        if (const auto snap = job.snapshot(); snap.state != JobState::running || snap.stage != *st) job.enter_stage(*st);
         const auto snap = job.snapshot();
         if (rec.total > 0 && (snap.step != rec.step || snap.total != rec.total)) job.report_progress(rec.step, rec.total);
       }

@@ -317,7 +317,7 @@ struct FleetWorker::State : std::enable_shared_from_this<FleetWorker::State> {
       auto it = held.find(id);
       if (it == held.end()) return;
       auto& rec = it->second->rec;
-      rec.stage = std::string(to_string(e.state));
+      rec.stage = std::string(e.status());
       rec.step = e.step;
       rec.total = e.total;
       text = json::serialize(to_json(rec));

@@ -96,9 +96,8 @@ json::object status_json(const JobHandle& job, const JobResult& r) {
     o.erase("output");
   }
   const auto s = job.snapshot();
-  json::object progress{{"state", to_string(s.state)}, {"step", s.step}, {"total", s.total}};
-  if (s.preemptions > 0) progress["preemptions"] = s.preemptions;
-  if (s.skipped_steps > 0) progress["skipped_steps"] = s.skipped_steps;
+  json::object progress{{"state", s.status()}, {"step", s.step}, {"total", s.total}};
+  for (const auto& kv : s.detail) progress[kv.key()] = kv.value();  // what the stages say (denoise_news.hpp)
   o["progress"] = std::move(progress);
   o["queued_seconds"] = s.queued_seconds;
   o["links"] = links_of(r.id);
@@ -182,10 +181,9 @@ JobListQuery list_query(std::string_view target) {
 }
 
 json::object event_json(const JobEvent& e) {
-  json::object o{{"id", e.job_id}, {"state", to_string(e.state)}, {"step", e.step}, {"total", e.total}};
+  json::object o{{"id", e.job_id}, {"state", e.status()}, {"step", e.step}, {"total", e.total}};
   if (!e.message.empty()) o["message"] = e.message;
-  if (!e.event.empty()) o["event"] = e.event;
-  if (e.skipped > 0) o["skipped"] = e.skipped;
+  for (const auto& kv : e.detail) o[kv.key()] = kv.value();  // what the stage says (denoise_news.hpp)
   return o;
 }
 
@@ -219,7 +217,13 @@ asio::awaitable<void> stream_events(JobHandle job, http::StreamWriter& out) {
   } unsubscribe{job, token};
 
   const auto now = job.snapshot();
-  const JobEvent current{now.id, now.state, now.step, now.total, now.error};
+  JobEvent current;
+  current.job_id = now.id;
+  current.state = now.state;
+  current.stage = now.stage;
+  current.step = now.step;
+  current.total = now.total;
+  current.message = now.error;
   // Each chunk is a named local: GCC 12 mishandles class temporaries inside co_await operands.
   std::string chunk = http::sse_event("progress", json::serialize(event_json(current)));
   if (!co_await out.write(std::move(chunk))) co_return;
@@ -229,8 +233,10 @@ asio::awaitable<void> stream_events(JobHandle job, http::StreamWriter& out) {
   }
   if (job.finished() || is_terminal(now.state)) events->close();  // ended before we subscribed
   while (auto e = co_await events->dequeue(asio::use_awaitable)) {
-    chunk = e->preview ? http::sse_event("preview", json::serialize(preview_json(e->job_id, *e->preview)))
-                       : http::sse_event("progress", json::serialize(event_json(*e)));
+    const auto preview = preview_of(*e);
+    if (e->attachment && !preview) continue;  // an attachment this stream does not show
+    chunk = preview ? http::sse_event("preview", json::serialize(preview_json(e->job_id, *preview)))
+                    : http::sse_event("progress", json::serialize(event_json(*e)));
     if (!co_await out.write(std::move(chunk))) co_return;
   }
   const JobResult result = co_await job.async_wait();
@@ -519,7 +525,7 @@ http::Response HttpApi::job_video(const http::Request& request, const std::strin
   const auto r = job.result();
   if (!job.finished())
     return http::error_response(409, "not_ready", "job '" + id + "' has not finished (status: " +
-                                                      std::string(to_string(r.state)) + ")");
+                                                      std::string(status_name(r.state, r.stage)) + ")");
   if (r.state != JobState::done)
     return http::error_response(409, "not_ready", "job '" + id + "' ended " + std::string(to_string(r.state)) +
                                                       (r.error.empty() ? "" : ": " + r.error) + "; it has no video");

@@ -31,7 +31,7 @@ int run_jobs(vgen::JobService& jobs, bool expect_progress) {
   std::atomic<int> steps{0};
   vgen::SubmitOptions watched;
   watched.on_progress = [&steps](const vgen::JobEvent& e) {
-    if (e.state == vgen::JobState::denoise && e.total > 0) ++steps;
+    if (e.status() == "denoise" && e.total > 0) ++steps;
   };
   auto first = jobs.submit(spec("a red circle moving left", "first"), watched);
   auto second = jobs.submit(spec("a blue square moving up", "second"), {});

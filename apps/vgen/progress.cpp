@@ -36,13 +36,13 @@ void Progress::on_event(const std::string& label, const JobEvent& e) {
   const std::string overall = total_ != 1 ? count() : "";
   if (tty_) {
     if (is_terminal(e.state)) return;  // on_job_end / the caller reports it
-    std::string line = overall + label + " " + std::string(to_string(e.state));
+    std::string line = overall + label + " " + std::string(e.status());
     if (e.total > 0) line += " " + bar(e.step, e.total) + " " + std::to_string(e.step) + "/" + std::to_string(e.total);
     draw(line);
   } else if (e.total == 0 && !is_terminal(e.state)) {  // stage changes only, no per-step lines
-    std::cerr << overall << label << " " << to_string(e.state) << "\n";
+    std::cerr << overall << label << " " << e.status() << "\n";
   } else if (total_ == 1 && e.total > 0 && e.step == e.total) {
-    std::cerr << label << " " << to_string(e.state) << " " << e.step << "/" << e.total << "\n";
+    std::cerr << label << " " << e.status() << " " << e.step << "/" << e.total << "\n";
   }
 }
 

@@ -12,6 +12,7 @@
 // runs it; report the machine with them.
 #include "runtime/pipeline.hpp"
 #include "stages/exec/batcher.hpp"
+#include "stages/exec/denoise_news.hpp"
 #include "stages/model/model_package.hpp"
 #include "stages/families/wan/wan_family.hpp"
 
@@ -78,13 +79,13 @@ Result run(const std::shared_ptr<Family>& family, std::size_t max_batch, int ste
     co_await batcher->join(family, job, BatchKind::preprocess);
   };
   auto denoise = [batcher, family](Job& job) { return batcher->join(family, job, BatchKind::denoise); };
-  std::vector<StageSpec> stages{{"preprocess", JobState::preprocess, max_batch, 8, prepare},
-                                {"denoise", JobState::denoise, max_batch, 8, denoise}};
+  std::vector<StageSpec> stages{{"preprocess", max_batch, 8, prepare},
+                                {"denoise", max_batch, 8, denoise}};
   PipelineOptions po;
   // When B's first step ended (its first plain progress event).
   std::optional<Clock::time_point> b_first_step_end;
   po.on_event = [&](const JobEvent& e) {
-    if (e.job_id == "B" && e.state == JobState::denoise && e.step == 1 && e.event.empty()) {
+    if (e.job_id == "B" && e.status() == "denoise" && e.step == 1 && scheduling_event(e).empty()) {
       std::lock_guard lock(tl.m);
       if (!b_first_step_end) b_first_step_end = Clock::now();
     }

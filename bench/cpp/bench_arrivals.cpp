@@ -97,9 +97,9 @@ RunStats run(vgen::Runtime& rt, const Options& o, int n, double interval, const 
     auto* t = tl[static_cast<std::size_t>(i)].get();
     vgen::SubmitOptions so;
     so.on_progress = [t](const vgen::JobEvent& e) {
-      if (e.state != vgen::JobState::denoise) return;
-      if (e.event == "admitted") t->joined = true;
-      if (e.event.empty() && e.step >= 1 && !t->stepped.load()) {
+      if (e.status() != "denoise") return;
+      if (vgen::scheduling_event(e) == "admitted") t->joined = true;
+      if (vgen::scheduling_event(e).empty() && e.step >= 1 && !t->stepped.load()) {
         t->first_step = Clock::now();
         t->stepped = true;
       }

@@ -75,14 +75,13 @@ int spin(double us) {
 
 std::vector<StageSpec> stub_stages(const Args& a, WorkerPool& pool) {
   std::vector<StageSpec> stages;
-  const JobState states[] = {JobState::preprocess, JobState::denoise, JobState::decode, JobState::encode};
   for (std::size_t k = 0; k < a.stages; ++k) {
     StageFn fn = [&pool, cost = a.cost_us, inl = a.inline_compute](Job&) -> asio::awaitable<void> {
       auto work = [cost] { return spin(cost); };
       if (inl) work();
       else co_await pool.run(work);
     };
-    stages.push_back({"stage" + std::to_string(k), states[std::min<std::size_t>(k, 3)], a.workers, a.queue, fn});
+    stages.push_back({"stage" + std::to_string(k), a.workers, a.queue, fn});
   }
   return stages;
 }

@@ -95,7 +95,7 @@ struct BatcherOptions {
   std::function<void(const std::vector<Job*>&, const std::vector<FamilyJob*>&, const Scheduler&)> after_step;
   // Called (on an io thread, outside the Batcher's lock) when out of memory caps a key's batch:
   // the group key ("denoise|<Family::denoise_key>", ...) and its new cap. The auto-tuner's
-  // cached batch for that shape follows it (runtime/auto_tune.hpp).
+  // cached batch for that shape follows it (stages/exec/auto_tune.hpp).
   std::function<void(const std::string& key, std::size_t cap)> on_capped;
 };
 

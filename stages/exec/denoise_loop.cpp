@@ -2,6 +2,7 @@
 
 #include "runtime/errors.hpp"
 #include "runtime/trace.hpp"
+#include "stages/exec/denoise_news.hpp"
 
 #include <ATen/ATen.h>
 
@@ -67,8 +68,8 @@ void add_cohorts(Batcher::Group& group, std::size_t from, std::vector<Cohort>& c
     m.entry = m.work->state;
     m.cache = StepCache(m.work->spec.step_cache);
     by_step[m.work->state.step].push_back(i);
-    if (m.work->state.step > 0 && m.job->snapshot().preemptions > 0) {
-      m.job->report_scheduling("resumed", m.work->state.step, m.work->spec.steps);
+    if (m.work->state.step > 0 && preemptions(m.job->snapshot()) > 0) {
+      report_scheduling(*m.job, "resumed", m.work->state.step, m.work->spec.steps);
       ++resumed;
     }
   }
@@ -107,7 +108,7 @@ StepTally step_all(Batcher::Group& group, std::vector<Cohort>& cohorts, const st
       const auto pos = static_cast<std::int64_t>(p);
       part.live.push_back(pos);
       if (!m.cache.needs_call(co.step, steps, part.x.narrow(0, pos, 1))) {
-        m.job->record_skipped(1);  // its next progress event says so
+        record_skipped(*m.job, 1);  // its next progress event says so
         continue;
       }
       part.called.push_back(pos);
@@ -197,7 +198,7 @@ void settle(Batcher::Group& group, std::vector<Cohort>& cohorts) {
 
 // Whether a member may leave the group and go on later with the same numbers.
 bool preemptible(const Member& m, const Cohort& co, const BatcherOptions& options) {
-  return m.work->spec.step_cache <= 0.0 && co.scheduler->resumable() && m.job->snapshot().preemptions < options.max_preemptions &&
+  return m.work->spec.step_cache <= 0.0 && co.scheduler->resumable() && preemptions(m.job->snapshot()) < options.max_preemptions &&
          co.step < co.scheduler->num_inference_steps();
 }
 
@@ -216,7 +217,7 @@ void leave_preempted(Member& m, Cohort& co, std::int64_t pos) {
   }
   m.finished = m.dropped = true;  // out of the group: fed zero, never restored, never reported
   m.outcome->preempted = true;
-  m.job->report_scheduling("preempted", co.step, co.scheduler->num_inference_steps());
+  report_scheduling(*m.job, "preempted", co.step, co.scheduler->num_inference_steps());
   leave(m);
 }
 
@@ -295,7 +296,7 @@ bool admit(Batcher::Group& group, std::vector<Cohort>& cohorts, std::size_t& adm
   for (auto& m : joined) group.members.push_back(std::move(m));
   for (auto i = from; i < group.members.size(); ++i) {
     const auto& w = *group.members[i].work;
-    group.members[i].job->report_scheduling("admitted", w.state.step, w.spec.steps);
+    report_scheduling(*group.members[i].job, "admitted", w.state.step, w.spec.steps);
   }
   add_cohorts(group, from, cohorts, options);  // after: a preempted joiner's "resumed" follows its "admitted"
   return true;
@@ -347,7 +348,7 @@ asio::awaitable<void> run_steps(Batcher::Group& group, const Placement& placemen
     for (const auto& co : cohorts)
       for (auto r : co.rows)
         if (!group.members[r].dropped && !group.members[r].finished)
-          group.members[r].job->report_progress(co.step, co.scheduler->num_inference_steps());
+          report_step(*group.members[r].job, co.step, co.scheduler->num_inference_steps());
   }
 }
 

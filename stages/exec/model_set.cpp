@@ -4,6 +4,7 @@
 #include "stages/exec/batcher.hpp"
 #include "stages/families/family.hpp"
 #include "stages/media/image_admission.hpp"
+#include "stages/exec/denoise_news.hpp"
 #include "stages/exec/preview.hpp"
 
 #include <ATen/ATen.h>
@@ -15,6 +16,9 @@ namespace vgen {
 
 namespace asio = boost::asio;
 namespace json = boost::json;
+
+// The stage a running denoise group watches: higher-priority jobs waiting for it preempt rows.
+constexpr std::string_view kDenoise = "denoise";
 
 struct ModelSet::State {
   std::vector<std::pair<std::string, std::shared_ptr<Family>>> models;  // the first is the default
@@ -60,7 +64,7 @@ asio::awaitable<void> resume_from_checkpoint(State& st, Job& job, FamilyJob& wor
   if (work.state.step > 0) co_return;
   auto restore = [&] { return st.checkpoints->restore(key, work); };
   if (const int from = co_await st.executor->pool("checkpoint").run(restore); from > 0)
-    job.report_resumed(from, work.spec.steps);
+    report_resumed(job, from, work.spec.steps);
 }
 
 asio::awaitable<void> denoise(State& st, Job& job) {
@@ -191,21 +195,25 @@ std::vector<StageSpec> ModelSet::stages() const {
   // hold all the workers.
   const auto slots = std::max<std::size_t>(o.batching.max_batch, 1) * std::max<std::size_t>(o.leases, 1);
   const auto defaults = default_stage_options();
-  auto stage = [&](const char* name, JobState state, std::size_t min_workers, auto fn) {
+  auto stage = [&](std::string name, std::size_t min_workers, auto fn) {
     const auto it = o.stages.find(name);
     const auto& s = it != o.stages.end() ? it->second : defaults.at(name);
-    return StageSpec{name, state, std::max(s.workers, min_workers), s.queue, bind(fn)};
+    return StageSpec{name, std::max(s.workers, min_workers), s.queue, bind(fn)};
   };
   return {
-      stage("preprocess", JobState::preprocess, slots, preprocess),
-      stage("denoise", JobState::denoise, slots, denoise),
-      stage("decode", JobState::decode, slots, decode),
-      stage("encode", JobState::encode, 1, encode),
+      stage("preprocess", slots, preprocess),
+      stage(std::string(kDenoise), slots, denoise),
+      stage("decode", slots, decode),
+      stage("encode", 1, encode),
   };
 }
 
 void ModelSet::set_waiting_probe(std::function<std::size_t(int)> probe) const {
   state_->batcher->set_waiting_probe(std::move(probe));
+}
+
+void ModelSet::preempt_for(const Pipeline& pipeline) const {
+  set_waiting_probe([p = &pipeline](int priority) { return p->waiting_above(kDenoise, priority); });
 }
 
 void ModelSet::warm_up(const std::string& device) const {
@@ -216,6 +224,11 @@ RenderOutput ModelSet::result(const Job& job) const {
   const auto* w = find_family_job(job);
   if (!w) throw_error(ErrorKind::internal, "job " + job.id() + " has no render result");
   return {w->spec, w->output, w->text_cache_hit, w->device};
+}
+
+int ModelSet::resumed_from(const Job& job) const {
+  const auto* w = find_family_job(job);
+  return w ? w->state.resumed_from : 0;
 }
 
 namespace {

@@ -127,10 +127,14 @@ class ModelSet {
   // "denoise" stage): running denoise groups preempt lower-priority rows for them
   // (stages/batcher.hpp). Thread-safe; without it nothing is preempted.
   void set_waiting_probe(std::function<std::size_t(int priority)> probe) const;
+  // The probe over `pipeline`'s denoise queue, built from stages(); `pipeline` outlives the set's jobs.
+  void preempt_for(const Pipeline& pipeline) const;
   // Calls every model's modules on `device` twice before jobs arrive (Family::warm_up).
   void warm_up(const std::string& device) const;
 
   RenderOutput result(const Job& job) const;  // Error(internal) if the job never prepared
+  // > 0: the denoising step a checkpoint brought the job back to (0 too if it never prepared).
+  int resumed_from(const Job& job) const;
   // The job with content key `key_hex` ended for good: its step checkpoint is removed.
   void drop_checkpoint(const std::string& key_hex) const;
   std::uint64_t checkpoint_bytes() const;  // on disk now (0 when off)

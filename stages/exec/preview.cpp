@@ -92,7 +92,7 @@ void attach_previews(Job& job, FamilyJob& work, std::shared_ptr<const LatentPrev
     auto job = weak.lock();
     if (!job) return;
     try {
-      job->report_preview(preview->render(latents, done, steps));
+      report_preview(*job, preview->render(latents, done, steps));
     } catch (const std::exception&) {
       *failed = true;  // a preview is a courtesy: the job goes on without them, never fails for one
     }

@@ -9,7 +9,7 @@
 // k * temporal_scale), upscaled bilinearly towards the output size but at most kMaxSide pixels
 // on its longer side, encoded as PNG (libavcodec).
 // attach_previews() hooks a job's FamilyJob::on_step so that every `every` steps (and at the
-// last) the job gets a new JobPreview (Job::report_preview: its event reaches the library's
+// last) the job gets a new JobPreview (report_preview, stages/exec/denoise_news.hpp: its event reaches the library's
 // progress callback and the HTTP event stream).
 //
 // Threads: image() and render() are const and thread-safe; they run on the device's compute
@@ -19,6 +19,7 @@
 #pragma once
 
 #include "runtime/job.hpp"
+#include "stages/exec/denoise_news.hpp"
 #include "stages/model/model_package.hpp"
 
 #include <ATen/core/Tensor.h>

@@ -1,4 +1,4 @@
-// TuneProbe: the AutoTuner's measure (runtime/auto_tune.hpp) for a loaded model: times the
+// TuneProbe: the AutoTuner's measure (stages/exec/auto_tune.hpp) for a loaded model: times the
 // family's denoiser and decoder for one job shape at a batch size and a compute split.
 //
 // measure(setting) starts setting.leases threads, each with setting.intra_op LibTorch threads
@@ -21,7 +21,7 @@
 // Not cancellable.
 #pragma once
 
-#include "runtime/auto_tune.hpp"
+#include "stages/exec/auto_tune.hpp"
 #include "stages/exec/model_set.hpp"
 
 #include <boost/json/value.hpp>

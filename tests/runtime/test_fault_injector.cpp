@@ -20,7 +20,7 @@ FaultPlan plan(const char* text) { return parse_fault_plan(json::parse(text).as_
 std::vector<StageSpec> stages(const FaultInjector& f, int attempts) {
   std::vector<StageSpec> out;
   for (const char* name : {"preprocess", "denoise"}) {
-    StageSpec s{name, JobState::preprocess, 2, 8, [](Job&) -> asio::awaitable<void> { co_return; }};
+    StageSpec s{name, 2, 8, [](Job&) -> asio::awaitable<void> { co_return; }};
     if (attempts > 1) s.retry = RetryPolicy{.max_attempts = attempts, .base_delay = std::chrono::milliseconds(0)};
     out.push_back(f.wrap(std::move(s)));
   }

@@ -54,10 +54,10 @@ std::vector<StageSpec> stub_stages(Ledger& ledger, std::function<asio::awaitable
     ledger.note("denoise", job.id());
   };
   return {
-      {"preprocess", JobState::preprocess, workers, capacity, simple("preprocess")},
-      {"denoise", JobState::denoise, workers, capacity, denoise},
-      {"decode", JobState::decode, workers, capacity, simple("decode")},
-      {"encode", JobState::encode, workers, capacity, simple("encode")},
+      {"preprocess", workers, capacity, simple("preprocess")},
+      {"denoise", workers, capacity, denoise},
+      {"decode", workers, capacity, simple("decode")},
+      {"encode", workers, capacity, simple("encode")},
   };
 }
 
@@ -75,7 +75,7 @@ TEST_CASE("every submitted job flows through every stage exactly once" * doctest
     run_async([&](asio::io_context& io) -> asio::awaitable<void> {
       PipelineOptions opts;
       opts.metrics = &metrics;
-      opts.on_event = [&](const JobEvent& e) { if (e.state == JobState::denoise && e.total == 4) ++progress_events; };
+      opts.on_event = [&](const JobEvent& e) { if (e.status() == "denoise" && e.total == 4) ++progress_events; };
       Pipeline p(io.get_executor(), stub_stages(ledger), opts);
       p.start();
       for (int i = 0; i < 60; ++i) jobs.push_back(co_await p.submit(spec_for(i)));  // backpressure
@@ -171,7 +171,7 @@ TEST_CASE("cancellation ends queued and running jobs as cancelled; the rest fini
       // (some are then running, the others still queued).
       auto parked = [&] {
         int n = 0;
-        for (auto& j : jobs) n += index_of(*j) % 2 == 1 && j->state() == JobState::denoise;
+        for (auto& j : jobs) n += index_of(*j) % 2 == 1 && j->snapshot().status() == "denoise";
         return n;
       };
       while (parked() < 2) co_await sleep_for(1ms);
@@ -398,7 +398,7 @@ TEST_CASE("queues serve higher priority first; a requeued job goes back into its
       if (job.id() == "first") co_await gate.wait(asio::use_awaitable);
       if (job.id() == "bounce" && ++runs[job.id()] == 1) job.request_requeue();  // like a preempted job
     };
-    std::vector<StageSpec> stages{{"only", JobState::denoise, 1, 8, stage}};
+    std::vector<StageSpec> stages{{"only", 1, 8, stage}};
     Pipeline p(io.get_executor(), std::move(stages));
     p.start();
     auto first = p.try_submit(boost::json::object{}, "first");
@@ -431,7 +431,7 @@ TEST_CASE("a requeued job is queued again: a cancel ends it at once" * doctest::
         co_await gate.wait(asio::use_awaitable);
       }
     };
-    std::vector<StageSpec> stages{{"only", JobState::denoise, 2, 8, stage}};
+    std::vector<StageSpec> stages{{"only", 2, 8, stage}};
     Pipeline p(io.get_executor(), std::move(stages));
     p.start();
     auto hold = p.try_submit(boost::json::object{{"priority", 9}}, "hold");
@@ -448,5 +448,82 @@ TEST_CASE("a requeued job is queued again: a cancel ends it at once" * doctest::
     CHECK(runs["bounce"] == 1);
     CHECK(p.counts().done == 2);
     CHECK(p.counts().cancelled == 1);
+  });
+}
+
+TEST_CASE("a before_first_stage hook runs first, keeps the job queued, and may finish it early" * doctest::timeout(60)) {
+  for (std::size_t workers : {1, 3}) {
+    CAPTURE(workers);
+    run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+      Ledger ledger;
+      std::atomic<int> hooked{0};
+      std::vector<std::string> hook_status;  // the job's status while the hook ran (one hook worker at a time)
+      std::mutex m;
+      std::atomic<int> queued_events{0};
+      PipelineOptions opts;
+      opts.on_event = [&](const JobEvent& e) { queued_events += e.state == JobState::queued; };
+      opts.before_first_stage = PipelineHook{"lookup", workers, 4, [&](Job& job) -> asio::awaitable<HookOutcome> {
+        ++hooked;
+        {
+          std::lock_guard l(m);
+          hook_status.emplace_back(job.snapshot().status());
+        }
+        co_await sleep_for(100us);
+        co_return index_of(job) % 2 == 0 ? HookOutcome::done : HookOutcome::go_on;  // even ones end here
+      }};
+      Pipeline p(io.get_executor(), stub_stages(ledger), opts);
+      REQUIRE(p.stages().size() == 5);
+      CHECK(p.stages().front().name == "lookup");
+      p.start();
+      std::vector<std::shared_ptr<Job>> jobs;
+      for (int i = 0; i < 10; ++i) jobs.push_back(co_await p.submit(spec_for(i)));
+      co_await p.drain();
+      CHECK(hooked == 10);
+      CHECK(queued_events == 10);  // one as the hook takes each job
+      for (const auto& s : hook_status) CHECK(s == "queued");
+      for (auto& j : jobs) {
+        const bool early = index_of(*j) % 2 == 0;
+        CHECK(j->state() == JobState::done);
+        CHECK(j->snapshot().stage_seconds.count("lookup") == 1);
+        for (const char* stage : {"preprocess", "denoise", "decode", "encode"})
+          CHECK(ledger.count(stage, j->id()) == (early ? 0u : 1u));
+      }
+      CHECK(p.counts().done == 10);
+    });
+  }
+}
+
+TEST_CASE("a failing hook fails only its job; a stage's before runs once per entry, not per retry" * doctest::timeout(60)) {
+  run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+    std::map<std::string, int> befores, attempts;
+    PipelineOptions opts;
+    opts.retry_seed = 1;
+    opts.before_first_stage = PipelineHook{"check", 1, 4, [](Job& job) -> asio::awaitable<HookOutcome> {
+      if (job.id() == "bad") throw Error(ErrorKind::invalid_argument, "refused by the hook");
+      co_return HookOutcome::go_on;
+    }};
+    StageSpec only{"only", 1, 4, [&](Job& job) -> asio::awaitable<void> {
+      if (++attempts[job.id()] < 3) throw Error(ErrorKind::transient, "try again");
+      co_return;
+    }};
+    only.retry = RetryPolicy{.max_attempts = 5, .base_delay = 1ms, .multiplier = 1.0, .max_delay = 1ms};
+    only.before = [&](Job& job) -> asio::awaitable<void> {
+      CHECK(job.snapshot().status() == "only");  // the stage has begun
+      ++befores[job.id()];
+      co_return;
+    };
+    Pipeline p(io.get_executor(), {only}, opts);
+    p.start();
+    auto good = co_await p.submit(boost::json::object{}, "good");
+    auto bad = co_await p.submit(boost::json::object{}, "bad");
+    co_await p.drain();
+    CHECK(good->state() == JobState::done);
+    CHECK(attempts["good"] == 3);
+    CHECK(befores["good"] == 1);  // the retries did not run it again
+    CHECK(good->snapshot().attempts == 2);
+    CHECK(bad->state() == JobState::failed);
+    CHECK(bad->snapshot().error == "refused by the hook");
+    CHECK(befores.count("bad") == 0);
+    CHECK(attempts.count("bad") == 0);
   });
 }

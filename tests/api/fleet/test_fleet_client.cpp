@@ -142,7 +142,7 @@ TEST_CASE("the handle follows the record: progress events, then the result" * do
   rec.attempts = 1;
   nats.kv_put("vgen_jobs", job.id(), json::serialize(to_json(rec)));
   CHECK(eventually([&] { return job.snapshot().step == 1; }));
-  CHECK(job.snapshot().state == JobState::denoise);
+  CHECK(job.snapshot().status() == "denoise");
   rec.status = "done";
   rec.output = "/shared/" + job.id() + ".mp4";
   rec.content_type = "video/mp4";

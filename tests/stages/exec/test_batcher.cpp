@@ -1,5 +1,7 @@
 #include "stages/exec/batcher.hpp"
 
+#include "stages/exec/denoise_news.hpp"
+
 #include <doctest/doctest.h>
 
 #include <mutex>
@@ -443,14 +445,14 @@ struct Service {
     auto b = bench.batcher;
     auto fam = family;
     std::vector<StageSpec> stages{
-        {"preprocess", JobState::preprocess, max_batch, 32, [b, fam](Job& job) { return prepare_stage(b, fam, job); }},
-        {"denoise", JobState::denoise, max_batch, 32, [b, fam](Job& job) { return denoise_stage(b, fam, job); }}};
+        {"preprocess", max_batch, 32, [b, fam](Job& job) { return prepare_stage(b, fam, job); }},
+        {"denoise", max_batch, 32, [b, fam](Job& job) { return denoise_stage(b, fam, job); }}};
     PipelineOptions po;
     po.on_event = [this](const JobEvent& e) {
       std::lock_guard lock(mutex);
-      if (!e.event.empty()) log.push_back(e.job_id + " " + e.event);
+      if (const auto news = scheduling_event(e); !news.empty()) log.push_back(e.job_id + " " + news);
       else if (is_terminal(e.state)) log.push_back(e.job_id + " " + std::string(to_string(e.state)));
-      else if (e.state == JobState::denoise && e.total == 0 && started.insert(e.job_id).second)
+      else if (e.status() == "denoise" && e.total == 0 && started.insert(e.job_id).second)
         log.push_back(e.job_id + " entered");  // a denoise worker took it (the first time)
     };
     pipeline = std::make_unique<Pipeline>(bench.executor.get_executor(), std::move(stages), std::move(po));
@@ -517,7 +519,7 @@ TEST_CASE("a high-priority job preempts a busy device at a step boundary; preemp
     CHECK(svc.at("low-2 preempted") >= 0);  // the newest of the equal-priority rows
     CHECK(svc.at("low-1 preempted") == -1);
     CHECK(svc.at("low-2 resumed") > svc.at("low-2 preempted"));
-    CHECK(low[1]->snapshot().preemptions == 1);
+    CHECK(preemptions(low[1]->snapshot()) == 1);
     CHECK(test::fake(*svc.family).predicted("low-2") == steps);  // no step ran twice
     // Every job's result is that of the job alone, bit for bit.
     for (std::size_t i = 0; i < low.size(); ++i) {

@@ -115,10 +115,10 @@ TEST_CASE("attach_previews: every N steps and at the last, as job events; a fail
   const auto latents = at::zeros({1, 2, 1, 2, 2});
   for (int i = 0; i < 5; ++i) work.on_step(i, latents);
   REQUIRE(events.size() == 3);
-  CHECK(events[0].preview->step == 2);
-  CHECK(events[1].preview->step == 4);
-  CHECK(events[2].preview->step == 5);  // the last step, though not a multiple of 2
-  CHECK(job->latest_preview()->step == 5);
+  CHECK(preview_of(events[0])->step == 2);
+  CHECK(preview_of(events[1])->step == 4);
+  CHECK(preview_of(events[2])->step == 5);  // the last step, though not a multiple of 2
+  CHECK(latest_preview(*job)->step == 5);
 
   // Latents the projection cannot take: the job's previews stop, the step goes on.
   FamilyJob broken;

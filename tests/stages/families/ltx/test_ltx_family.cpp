@@ -289,7 +289,7 @@ TEST_CASE("LTX previews: the package has factors, a job gets them, and they beat
   Capture cap;
   auto jobs = run_jobs(pkg, {case_json(c, 5)}, cap, out.path, nullptr, 1, /*preview_every=*/1);
   REQUIRE_MESSAGE(jobs[0]->state() == JobState::done, jobs[0]->snapshot().error);
-  const auto last = jobs[0]->latest_preview();
+  const auto last = latest_preview(*jobs[0]);
   REQUIRE(last);
   CHECK(last->step == c["num_inference_steps"].get<int>());
   CHECK(last->content_type == "image/png");

@@ -139,7 +139,7 @@ std::vector<std::shared_ptr<Job>> run_jobs(const fs::path& package, const std::s
     for (const auto& j : jobs) out.push_back(co_await pipeline.submit(j));
     if (!cancel_id.empty()) {  // once it is denoising, so that it leaves a running batch
       asio::steady_timer t(co_await asio::this_coro::executor);
-      while (out.front()->state() != JobState::denoise || out.front()->snapshot().step < 1) {
+      while (out.front()->snapshot().status() != "denoise" || out.front()->snapshot().step < 1) {
         t.expires_after(std::chrono::milliseconds(2));
         co_await t.async_wait(asio::use_awaitable);
       }

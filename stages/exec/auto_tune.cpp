@@ -1,4 +1,4 @@
-#include "runtime/auto_tune.hpp"
+#include "stages/exec/auto_tune.hpp"
 
 #include "runtime/atomic_file.hpp"
 #include "runtime/content_key.hpp"

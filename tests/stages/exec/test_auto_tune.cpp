@@ -1,4 +1,4 @@
-#include "runtime/auto_tune.hpp"
+#include "stages/exec/auto_tune.hpp"
 
 #include "runtime/errors.hpp"
 #include "tests/support/temp_dir.hpp"

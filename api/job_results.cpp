@@ -1,0 +1,94 @@
+#include "api/job_results.hpp"
+
+#include "stages/media/encode.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+namespace vgen::detail {
+
+namespace asio = boost::asio;
+
+namespace {
+
+std::string content_type_of(const std::string& format) { return format == "png" ? "inode/directory" : content_type_for(format); }
+
+}  // namespace
+
+void JobResults::watch(const std::shared_ptr<JobEntry>& entry, std::shared_ptr<Job> job, const asio::any_io_executor& executor) {
+  {
+    std::lock_guard lock(entry->mutex);
+    entry->job = job;
+  }
+  watchers_.fetch_add(1);
+  asio::co_spawn(executor, watch_one(entry, std::move(job)), asio::detached);
+}
+
+asio::awaitable<void> JobResults::watch_one(std::shared_ptr<JobEntry> entry, std::shared_ptr<Job> job) {
+  co_await job->finished_event().wait(asio::use_awaitable);
+  co_await publish(*entry, *job);
+  job->payload.reset();  // the result is copied out: free the job's tensors (frames, latents) now
+  if (watchers_.fetch_sub(1) == 1 && waiting_.load()) none_left_.set();
+}
+
+// Called once intake has stopped, so no new watch starts.
+asio::awaitable<void> JobResults::wait_all() {
+  waiting_ = true;
+  if (watchers_.load() == 0) co_return;
+  co_await none_left_.wait(asio::use_awaitable);
+}
+
+asio::awaitable<void> JobResults::publish(JobEntry& entry, const Job& job) {
+  JobResult r = result_of(entry, job);
+  parts_.outputs.release(entry.output, entry.id);
+  if (parts_.lookup) parts_.lookup->finish(entry, r);
+  parts_.entries.end(entry, r);
+  // Before the result is visible to waiters (one that saw it finds it in the store), on the
+  // store's own thread.
+  auto record = [this, &entry, &r] {
+    parts_.recovery.record_finished(entry, r, parts_.stopping);
+    return 0;
+  };
+  co_await parts_.store_pool.run(record, asio::use_awaitable);
+  JobEntries::resolve(entry, r);
+}
+
+void JobResults::end_unrun(JobEntry& entry, const JobResult& r) {
+  parts_.outputs.release(entry.output, entry.id);
+  parts_.entries.publish(entry, r);
+}
+
+JobResult JobResults::result_of(const JobEntry& entry, const Job& job) const {
+  const auto s = job.snapshot();
+  JobResult r;
+  r.id = s.id;
+  r.state = s.state;
+  r.stage = s.stage;
+  r.retries = s.attempts;
+  r.resumed_from_step = parts_.models.resumed_from(job);
+  r.seconds = s.total_seconds;
+  r.stage_seconds = s.stage_seconds;
+  r.error_kind = s.error_kind;
+  r.error = s.error;
+  r.cache_hit = entry.cache_hit.load();
+  try {
+    r.spec = parts_.models.validate(job.spec());
+  } catch (...) {
+  }
+  r.content_type = content_type_of(r.spec.format);
+  if (s.state == JobState::done) {
+    if (r.cache_hit) {
+      r.output = entry.cached_output;
+    } else {
+      const auto w = parts_.models.result(job);
+      r.output = w.output;
+      r.device = w.device;
+      r.text_cache_hit = w.text_cache_hit;
+      r.spec = w.spec;
+    }
+  }
+  return r;
+}
+
+}  // namespace vgen::detail
