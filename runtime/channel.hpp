@@ -151,8 +151,8 @@ class BasicChannel {
   bool try_enqueue(T&& value) requires kTicketless { return state_->try_send(value, Ticket{}); }
   std::optional<T> try_dequeue() { return state_->try_receive(); }
 
-  // For an item a consumer took from this channel and gives back (a job preempted at a step
-  // boundary). Never waits and is accepted even when the channel is full or closed: the item
+  // For an item a consumer took from this channel and gives back (e.g. a job a stage
+  // sends back to its own queue). Never waits and is accepted even when the channel is full or closed: the item
   // already held a place, so the bound becomes capacity + consumers, and the consumer that gives
   // it back dequeues again, so a closed channel still drains it.
   void requeue(T value, Ticket ticket) requires Order::kRequeue { state_->requeue(std::move(value), ticket); }

@@ -117,7 +117,7 @@ class PriorityChannel : public BasicChannel<T, PriorityOrder<T>> {
     return this->with_order([](const PriorityOrder<T>& o) { return o.aging(); });
   }
   // Items waiting (accepted, or offered by a producer waiting for room) whose priority is above
-  // `priority`: who would preempt work of that priority.
+  // `priority`: who would displace work of that priority.
   std::size_t count_above(int priority) const {
     return this->with_order([priority](const PriorityOrder<T>& o) { return o.count_above(priority); });
   }

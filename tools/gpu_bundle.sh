@@ -108,7 +108,7 @@ rmdir "$STAGE/wheels"
 
 # The exporter and the check driver (the device runs the bundle's copy, not the work tree's).
 cp -r "$ROOT/tools/vgen_export" "$STAGE/tools/"
-cp "$ROOT/tools/gpu_check.py" "$STAGE/tools/"
+cp -r "$ROOT/tools/vgen_gpu" "$STAGE/tools/"
 find "$STAGE/tools" -name __pycache__ -prune -exec rm -rf {} +
 
 # The highest GLIBC symbol version the binary and the bundled libraries need.

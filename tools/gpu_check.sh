@@ -8,7 +8,7 @@
 # prompts, seeds and sizes with diffusers' WanPipeline and with vgen (bf16, same device, same run),
 # and writes OUT_DIR/gpu_check.json (rewritten after every phase: partial results survive a
 # failure or a time-out) and OUT_DIR/gpu_check.log. Phases, time boxes and what each number
-# means: tools/gpu_check.py. The whole run is planned for < 8 minutes on an H100 (--budget-s,
+# means: tools/vgen_gpu/check.py. The whole run is planned for < 8 minutes on an H100 (--budget-s,
 # default 450 s of phases after the set-up); the exit status is 0 only if every phase passed.
 #
 # On the GPU machine (its image: Python 3.12 and torch 2.11.0+cu130 in /opt/torch/.venv, no
@@ -103,7 +103,7 @@ export PYTHONPATH="$SITE:$B/tools${PYTHONPATH:+:$PYTHONPATH}"
 
 ARGS=(--device "$DEVICE" --vgen "$B/bin/vgen" --work "$WORK" --out "$OUT" "${EXTRA[@]}")
 ((TINY)) && ARGS+=(--tiny)
-"$PY" "$B/tools/gpu_check.py" "${ARGS[@]}"
+"$PY" -m vgen_gpu.check "${ARGS[@]}"
 rc=$?
 echo "gpu_check: exit $rc; $OUT/gpu_check.json"
 exit $rc

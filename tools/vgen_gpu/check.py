@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The driver behind tools/gpu_check.sh (which sets up the bundle, LD_LIBRARY_PATH and PYTHONPATH).
 
-    gpu_check.py --device cuda|cpu [--tiny] --vgen BIN --work DIR --out DIR [--budget-s S]
+    python -m vgen_gpu.check --device cuda|cpu [--tiny] --vgen BIN --work DIR --out DIR [--budget-s S]
 
 Runs the phases below, each in its own child process (a crash or a hang costs that phase only)
 with a time box cut to what is left of the budget, and rewrites OUT/gpu_check.json after every
@@ -38,7 +38,6 @@ import time
 import traceback
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent  # tools/gpu_check.sh puts the bundle's tools/ on PYTHONPATH
 
 NEGATIVE = "low quality, blurry, static"
 PROMPTS = ["a red circle moving left on a black background", "a blue square bouncing on a green field",
