@@ -172,12 +172,15 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
       entry.final_result = r;
       entry.ended_at = std::chrono::steady_clock::now();
     }
-    entry.promise.set_value(r);
-    entry.ended.set();
+    // The job's terminal event reaches its listeners before wait() returns, as with the
+    // in-process Runtime: a caller that waited has seen every event (api.fleet_client saw the
+    // "done" event missing once when the promise came first).
     std::exception_ptr error;
     if (r.state != JobState::done) error = std::make_exception_ptr(Error(*r.error_kind, r.error));
     entry.job->set_cancel_target(nullptr);
     entry.job->finish(r.state, error);
+    entry.promise.set_value(r);
+    entry.ended.set();
   }
 
   void send_cancel(const std::string& id) {
