@@ -64,14 +64,14 @@ TEST_CASE("every test-only family renders a job through the Runtime" * doctest::
       config.batching.max_batch = 1;  // fixed, not "auto": no start-up probe
       config.threads_per_device = 1;
       Runtime rt(config);
-      const json::object spec{{"prompt", "a red square"}, {"name", "seam"}, {"width", 32}, {"height", 32},
-                              {"frames", 5}, {"steps", 2}, {"seed", 7}};
+      const json::object spec{{"prompt", "a red square"}, {"name", "seam"}, {"width", 128}, {"height", 128},
+                              {"frames", 9}, {"steps", 2}, {"seed", 7}};
       const auto result = rt.submit(spec).wait();
       REQUIRE_MESSAGE(result.state == JobState::done, result.error);
       const auto video = probe_video(result.output);
-      CHECK(video.width == 32);
-      CHECK(video.height == 32);
-      CHECK(video.frames == 5);
+      CHECK(video.width == 128);
+      CHECK(video.height == 128);
+      CHECK(video.frames == 9);
       rt.drain();
     }
   }
