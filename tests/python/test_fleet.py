@@ -16,7 +16,6 @@ import re
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -41,18 +40,15 @@ pytestmark = [
 ]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Broker:
-    """nats-server -js on a free loopback port with its store in `root`; restartable."""
+    """nats-server -js on a loopback port it picks itself, with its store in `root`; restartable
+    on the same port. Ready means this process wrote its ports file: a port probe alone would
+    also accept another test's broker that took a port chosen here first (python.fleet once got
+    a 202 "from a stopped broker" that way)."""
 
     def __init__(self, root: Path):
         self.root = root
-        self.port = free_port()
+        self.port = -1  # nats-server picks a free one on the first start (no race with other tests)
         self.proc = None
         self.start()
 
@@ -61,15 +57,24 @@ class Broker:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self):
+        ports_dir = self.root / f"nats-ports-{time.monotonic_ns()}"
+        ports_dir.mkdir(parents=True)
         self.proc = subprocess.Popen(["nats-server", "-js", "-a", "127.0.0.1", "-p", str(self.port),
-                                      "-sd", str(self.root / "store"), "-l", str(self.root / "nats.log")])
+                                      "-sd", str(self.root / "store"), "-l", str(self.root / "nats.log"),
+                                      "--ports_file_dir", str(ports_dir)])
+        ports = ports_dir / f"nats-server_{self.proc.pid}.ports"
         deadline = time.monotonic() + 120  # bounds a hang: a loaded machine starts it slowly
         while time.monotonic() < deadline:
+            if self.proc.poll() is not None:  # e.g. a restart whose port another process took meanwhile
+                log = (self.root / "nats.log").read_text()[-2000:] if (self.root / "nats.log").exists() else ""
+                raise AssertionError(f"nats-server exited ({self.proc.returncode}) on start:\n{log}")
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
+                url = json.loads(ports.read_text())["nats"][0]  # written once it listens
+            except (OSError, ValueError, KeyError, IndexError):
                 time.sleep(0.05)
+                continue
+            self.port = int(url.rsplit(":", 1)[1])
+            return
         raise AssertionError("nats-server did not start")
 
     def stop(self):

@@ -1,22 +1,24 @@
-// Test support: a private nats-server with JetStream on a free loopback port and a temporary
-// store directory, started by the case and stopped (SIGTERM, then waited for) at its end.
+// Test support: a private nats-server with JetStream on a loopback port it picks itself and a
+// temporary store directory, started by the case and stopped (SIGTERM, then waited for) at its end.
 //   if (!NatsServer::available()) { MESSAGE(NatsServer::skip_reason()); return; }
 //   NatsServer broker;                      // broker.url() == "nats://127.0.0.1:<port>"
 //   broker.stop(); broker.start();          // a restart on the same store directory and port
-// Readiness is a TCP connect to the port, retried every 20 ms for at most 10 s.
+// Readiness is this process's ports file (--ports_file_dir, written once it listens), polled
+// every 20 ms for at most 60 s: a probe of a port chosen here would also accept another test's
+// broker that took it first. A server that exits on start (its port taken at a restart) throws.
 #pragma once
 
 #include "tests/support/temp_dir.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -31,7 +33,7 @@ class NatsServer {
     return "SKIPPED: nats-server is not installed (apt-get install nats-server): the fleet tests need a broker";
   }
 
-  NatsServer() : port_(free_port()) { start(); }
+  NatsServer() { start(); }
   ~NatsServer() { stop(); }
   NatsServer(const NatsServer&) = delete;
   NatsServer& operator=(const NatsServer&) = delete;
@@ -41,15 +43,27 @@ class NatsServer {
 
   void start() {
     const auto port = std::to_string(port_), store = (dir_ / "store").string();
+    const auto ports_dir = dir_ / ("ports-" + std::to_string(++starts_));
+    std::filesystem::create_directories(ports_dir);
     pid_ = fork();
     if (pid_ == 0) {
       prctl(PR_SET_PDEATHSIG, SIGTERM);  // a crashed test leaves no broker behind (holding its pipes)
       execlp("nats-server", "nats-server", "-js", "-a", "127.0.0.1", "-p", port.c_str(), "-sd", store.c_str(),
-             "-l", (dir_ / "server.log").c_str(), static_cast<char*>(nullptr));
+             "-l", (dir_ / "server.log").c_str(), "--ports_file_dir", ports_dir.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
+    const auto ports_file = ports_dir / ("nats-server_" + std::to_string(pid_) + ".ports");
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);  // bounds a hang: a loaded machine starts it slowly
-    while (!accepting()) {
+    while (true) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        throw std::runtime_error("nats-server exited on start (port " + port + "); see " + (dir_ / "server.log").string());
+      }
+      if (const int listening = port_of(ports_file); listening > 0) {
+        port_ = listening;
+        return;
+      }
       if (std::chrono::steady_clock::now() > until) throw std::runtime_error("nats-server did not start on " + port);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -64,31 +78,23 @@ class NatsServer {
   }
 
  private:
-  static int free_port() {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    close(fd);
-    return ntohs(a.sin_port);
-  }
-
-  bool accepting() const {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port_));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    close(fd);
-    return ok;
+  // The port in a ports file ({"nats":["nats://127.0.0.1:PORT"]}); 0 while it is absent or partly written.
+  static int port_of(const std::filesystem::path& file) {
+    std::ifstream in(file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto close = text.find("\"]");
+    const auto colon = text.rfind(':', close);
+    if (close == std::string::npos || colon == std::string::npos) return 0;
+    try {
+      return std::stoi(text.substr(colon + 1, close - colon - 1));
+    } catch (const std::exception&) {
+      return 0;
+    }
   }
 
   TempDir dir_{"vgen-nats-"};
-  int port_;
+  int port_ = -1;  // nats-server picks it on the first start; restarts keep it
+  int starts_ = 0;
   pid_t pid_ = -1;
 };
 
