@@ -280,20 +280,6 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   p.pad_id = r.int_in(tok, "pad_id", "tokenizer.", 0, kMaxTokenId);
   p.eos_id = r.int_in(tok, "eos_id", "tokenizer.", 0, kMaxTokenId);
   if (const auto* a = tok.if_contains("add_eos"); a && a->is_bool()) p.add_eos = a->get_bool();
-  // Optional flags (absent in older packages): false unless the manifest says true.
-  auto flag = [&m](const char* section, const char* key) {
-    const auto* s = m.if_contains(section);
-    const auto* a = s && s->is_object() ? s->get_object().if_contains(key) : nullptr;
-    return a && a->is_bool() && a->get_bool();
-  };
-  p.text_padding_invariant = flag("text_encoder", "padding_invariant");
-  p.text_output_masked = flag("text_encoder", "output_masked");
-  // The compact path also needs the method itself in the manifest's list for the transformer.
-  bool has_compact_method = false;
-  if (const auto* t = comps.if_contains("transformer"); t && t->is_object())
-    if (const auto* methods = t->get_object().if_contains("methods"); methods && methods->is_array())
-      for (const auto& name : methods->get_array()) has_compact_method |= name.is_string() && name.get_string() == "forward_compact";
-  p.transformer_compact_context = p.text_output_masked && has_compact_method && flag("transformer", "compact_context");
 
   const auto& sch = r.obj(m, "scheduler");
   p.scheduler_type = r.str(sch, "type", "scheduler.");

@@ -2,7 +2,8 @@
 // manifest.json plus component files. Reading it checks the format and version, that every
 // component exists with its recorded size, and (for files up to verify_limit bytes) its
 // sha256, so that a missing, truncated or corrupt package is reported by name before any job
-// runs. No LibTorch here: loading the components is stages/model_backend's job.
+// runs. No LibTorch here: loading the components is stages/model_backend's job. It reads what
+// every family has; a family reads its own sections from `manifest` (WanConfig, LtxConfig).
 // Thread-safety: an immutable value once loaded; share it freely.
 #pragma once
 
@@ -35,17 +36,6 @@ struct ModelPackage {
   // tokenizer
   int max_length = 512, pad_id = 0, eos_id = 1;
   bool add_eos = true;
-  // text encoder: true when encoding only up to the longest prompt gives the same rows as all
-  // max_length tokens (manifest text_encoder.padding_invariant; exporter-measured)
-  bool text_padding_invariant = false;
-  // text encoder: true when its rows past a prompt's tokens are exactly zero (manifest
-  // text_encoder.output_masked), so a prompt's embedding can be kept at its own length
-  bool text_output_masked = false;
-  // transformer: true when its forward_compact method takes a compacted text context (the
-  // prompt rows, one zero row weighted by a ln(count) key bias) and the exporter measured it
-  // equal to forward on the zero-padded max_length context (manifest transformer.compact_context,
-  // and forward_compact listed in components.transformer.methods)
-  bool transformer_compact_context = false;
   // scheduler
   std::string scheduler_type;
   boost::json::object scheduler_config;

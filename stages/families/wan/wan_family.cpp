@@ -100,7 +100,29 @@ std::unique_ptr<Scheduler> make_wan_scheduler(const ModelPackage& package, const
   return make_scheduler(override_type, scheduler_params_of(with_flow_shift(std::move(carried), override_type, shift)));
 }
 
-WanFamily::WanFamily(ModelPackage package, const FamilyOptions& options) : package_(std::move(package)), backend_(options.backend) {
+WanConfig read_wan_config(const ModelPackage& package) {
+  const auto& m = package.manifest;
+  // Optional flags (absent in older packages): false unless the manifest says true.
+  auto flag = [&m](const char* section, const char* key) {
+    const auto* s = m.if_contains(section);
+    const auto* a = s && s->is_object() ? s->get_object().if_contains(key) : nullptr;
+    return a && a->is_bool() && a->get_bool();
+  };
+  WanConfig c;
+  c.text_padding_invariant = flag("text_encoder", "padding_invariant");
+  c.text_output_masked = flag("text_encoder", "output_masked");
+  // The compact path also needs the method itself in the manifest's list for the transformer.
+  bool has_compact_method = false;
+  const auto* comps = m.if_contains("components");
+  if (const auto* t = comps && comps->is_object() ? comps->get_object().if_contains("transformer") : nullptr; t && t->is_object())
+    if (const auto* methods = t->get_object().if_contains("methods"); methods && methods->is_array())
+      for (const auto& name : methods->get_array()) has_compact_method |= name.is_string() && name.get_string() == "forward_compact";
+  c.transformer_compact_context = c.text_output_masked && has_compact_method && flag("transformer", "compact_context");
+  return c;
+}
+
+WanFamily::WanFamily(ModelPackage package, const FamilyOptions& options)
+    : package_(std::move(package)), config_(read_wan_config(package_)), backend_(options.backend) {
   const auto& p = package_;
   for (const char* name : {"tokenizer", "text_encoder", "transformer", "vae_decoder"}) p.component(name);  // named if missing
   tokenizer_ = Tokenizer::load(p.component("tokenizer").file,
@@ -205,12 +227,12 @@ TextRows WanFamily::encode_text(const std::string& device, const std::vector<std
   auto ids = at::tensor(batch.ids, at::kLong).reshape({batch.batch, batch.length});
   auto mask = at::tensor(batch.mask, at::kLong).reshape({batch.batch, batch.length});
   std::int64_t run = batch.length;
-  if (package_.text_padding_invariant && !batch.lengths.empty())
+  if (config_.text_padding_invariant && !batch.lengths.empty())
     run = std::clamp<std::int64_t>(*std::max_element(batch.lengths.begin(), batch.lengths.end()), 1, batch.length);
   auto out = module("text_encoder", device)
                  ->forward({ids.narrow(1, 0, run).contiguous(), mask.narrow(1, 0, run).contiguous()})
                  .to(at::kFloat);
-  if (!package_.text_output_masked)
+  if (!config_.text_output_masked)
     return {pad_rows(out, batch.length), std::vector<std::int64_t>(texts.size(), batch.length)};
   // Rows past the longest prompt are zero: drop them (an encoder that is not padding-invariant
   // ran on all max_length tokens).
@@ -303,10 +325,10 @@ void WanFamily::begin_denoise(const std::vector<FamilyJob*>& group, const std::s
   const auto& p = package_;
   std::vector<std::int64_t> lengths;
   for (auto* j : group) lengths.insert(lengths.end(), wan(*j).embed_lengths.begin(), wan(*j).embed_lengths.end());
-  const auto rows = context_rows(lengths, p.max_length, p.transformer_compact_context);
+  const auto rows = context_rows(lengths, p.max_length, config_.transformer_compact_context);
   for (auto* j : group) {
     auto& w = wan(*j);
-    w.text = make_context({w.embeds, w.embed_lengths}, rows, p.max_length, p.transformer_compact_context);
+    w.text = make_context({w.embeds, w.embed_lengths}, rows, p.max_length, config_.transformer_compact_context);
   }
 }
 

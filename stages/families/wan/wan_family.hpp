@@ -39,6 +39,27 @@ struct WanJob : FamilyJob {
   std::shared_ptr<const Module> transformer;  // with the group's LoRA set merged (set by predict)
 };
 
+// What a Wan package's manifest says beyond the generic package fields (stages/model/
+// model_package.hpp reads only what every family has). Optional flags, false when absent
+// (older packages), all measured by the exporter (docs/MODEL_PACKAGE.md).
+struct WanConfig {
+  // text_encoder.padding_invariant: encoding only up to the longest prompt gives the same rows
+  // as all max_length tokens.
+  bool text_padding_invariant = false;
+  // text_encoder.output_masked: the encoder's rows past a prompt's tokens are exactly zero, so a
+  // prompt's embedding can be kept at its own length.
+  bool text_output_masked = false;
+  // transformer.compact_context, with forward_compact listed in components.transformer.methods
+  // and a masked text output: the transformer takes a compacted text context (the prompt rows,
+  // one zero row weighted by a ln(count) key bias), measured equal to forward on the
+  // zero-padded max_length context.
+  bool transformer_compact_context = false;
+};
+
+// Reads the manifest's Wan flags from package.manifest (all false for a package built in
+// memory, which has no manifest).
+WanConfig read_wan_config(const ModelPackage& package);
+
 class WanFamily : public Family {
  public:
   WanFamily(ModelPackage package, const FamilyOptions& options);
@@ -56,6 +77,7 @@ class WanFamily : public Family {
   CacheStats text_cache_stats() const override;
   CacheStats lora_cache_stats() const override;
   LoraVariantStats lora_stats() const { return variants_->stats(); }
+  const WanConfig& config() const noexcept { return config_; }
 
   // One transformer call on `device`: forward on the zero-padded max_length context (bias
   // undefined), or forward_compact with the compact form's key bias; with `image` defined
@@ -89,6 +111,7 @@ class WanFamily : public Family {
   void validate_loras(JobSpec& spec, const boost::json::object& fields, const SpecLimits& limits) const;
 
   ModelPackage package_;
+  WanConfig config_;
   std::string backend_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<TtlCache<at::Tensor>> text_cache_;  // null when off

@@ -16,6 +16,7 @@
 #include <set>
 
 #include <boost/asio/steady_timer.hpp>
+#include <boost/json/parse.hpp>
 #include <boost/asio/this_coro.hpp>
 
 #include "runtime/errors.hpp"
@@ -199,8 +200,8 @@ TEST_CASE("vgen's Wan stages reproduce diffusers' WanPipeline (UniPC and FlowMat
   // Text embeddings: [cond; uncond] as one batch. The exporter found UMT5 padding-invariant,
   // so these come from an encoder run over the longest prompt only; each text keeps its own
   // rows (zero after them), where diffusers zero-pads all to 512 positions.
-  CHECK(runtime->package().text_padding_invariant);
-  CHECK(runtime->package().transformer_compact_context);  // so the denoise above used forward_compact
+  CHECK(read_wan_config(runtime->package()).text_padding_invariant);
+  CHECK(read_wan_config(runtime->package()).transformer_compact_context);  // so the denoise above used forward_compact
   const auto& e = cap.embeds[jobs[0]->id()];
   const auto& lengths = cap.embed_lengths[jobs[0]->id()];
   REQUIRE(lengths.size() == 2);
@@ -333,11 +334,11 @@ TEST_CASE("the compact text context and the zero-padded 512 rows give the same d
   auto b = run_jobs(full, "cpu", specs, padded, out.path, &rp, 2);
   run_jobs(unlisted, "cpu", specs, unlisted_cap, out.path, &ru, 2);
   auto w = run_jobs(whole_text, "cpu", specs, whole_cap, out.path, &rw, 2);
-  CHECK(rc->package().transformer_compact_context);
-  CHECK_FALSE(rp->package().transformer_compact_context);
-  CHECK_FALSE(ru->package().transformer_compact_context);
-  CHECK(rw->package().transformer_compact_context);
-  CHECK_FALSE(rw->package().text_padding_invariant);
+  CHECK(read_wan_config(rc->package()).transformer_compact_context);
+  CHECK_FALSE(read_wan_config(rp->package()).transformer_compact_context);
+  CHECK_FALSE(read_wan_config(ru->package()).transformer_compact_context);
+  CHECK(read_wan_config(rw->package()).transformer_compact_context);
+  CHECK_FALSE(read_wan_config(rw->package()).text_padding_invariant);
   CHECK(rc->group_sizes("denoise").count(2) == 1);
   CHECK_NOTHROW(rw->warm_up("cpu"));  // its text rows come back at the longest prompt, not 512
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -360,6 +361,28 @@ TEST_CASE("the compact text context and the zero-padded 512 rows give the same d
     auto single = run_jobs(pkg, "cpu", {specs[i]}, alone, out.path);
     CHECK(max_diff(alone.steps[single[0]->id()].back(), x.back()) <= 1e-4);
   }
+}
+
+TEST_CASE("WanConfig: the manifest's Wan flags, false when absent; compact only with the method listed and a masked output") {
+  auto config = [](const char* manifest) {
+    ModelPackage p;
+    p.manifest = boost::json::parse(manifest).as_object();
+    return read_wan_config(p);
+  };
+  const auto none = config("{}");
+  CHECK_FALSE(none.text_padding_invariant);
+  CHECK_FALSE(none.text_output_masked);
+  CHECK_FALSE(none.transformer_compact_context);
+  const auto all = config(R"({"text_encoder": {"padding_invariant": true, "output_masked": true},
+      "transformer": {"compact_context": true}, "components": {"transformer": {"methods": ["forward", "forward_compact"]}}})");
+  CHECK(all.text_padding_invariant);
+  CHECK(all.text_output_masked);
+  CHECK(all.transformer_compact_context);
+  CHECK_FALSE(config(R"({"text_encoder": {"output_masked": true}, "transformer": {"compact_context": true},
+      "components": {"transformer": {"methods": ["forward"]}}})").transformer_compact_context);
+  CHECK_FALSE(config(R"({"text_encoder": {"output_masked": false}, "transformer": {"compact_context": true},
+      "components": {"transformer": {"methods": ["forward_compact"]}}})").transformer_compact_context);
+  CHECK_FALSE(config(R"({"text_encoder": {"padding_invariant": "yes"}})").text_padding_invariant);
 }
 
 TEST_CASE("a missing or damaged package is reported by name") {
