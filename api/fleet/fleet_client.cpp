@@ -19,7 +19,6 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
-#include <thread>
 
 namespace vgen {
 
@@ -27,6 +26,10 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 
 namespace {
+
+// How long a submit blocked on a full stream waits for a job to end before it tries again anyway
+// (see State::wait_for_room).
+constexpr std::chrono::milliseconds kSubmitBackstop{1000};
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -97,6 +100,10 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
   FleetClientStats stats;
   std::atomic<bool> caught_up{false};
   mutable std::condition_variable caught_up_changed;  // with mutex
+  // Jobs seen to end (a final record): each frees a place in a full stream once its worker
+  // acknowledges the message, so a blocked submit retries on it.
+  std::uint64_t jobs_gone = 0;                // with mutex
+  std::condition_variable jobs_gone_changed;  // with mutex
   std::uint64_t expected_at_start = 0, seen = 0;
   Subscription watch;
 
@@ -128,7 +135,7 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
       if (auto it = entries.find(key); it != entries.end() && !it->second->final_result) entries.erase(it);
       records.erase(key);
       count_seen();  // a delete marker is one of the bucket's messages too
-      return;
+      return;        // not a job gone from the stream: a refused one never entered it
     }
     FleetRecord rec;
     try {
@@ -145,6 +152,7 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
       if (!slot) slot = make_entry(rec.id, rec.spec);
       entry = slot;
       count_seen();
+      if (is_final(rec)) count_gone();
     }
     auto& job = *entry->job;
     if (is_final(rec)) return finish(*entry, rec);
@@ -162,6 +170,27 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
     if (caught_up || ++seen < expected_at_start) return;
     caught_up = true;
     caught_up_changed.notify_all();
+  }
+
+  // Under mutex.
+  void count_gone() {
+    ++jobs_gone;
+    jobs_gone_changed.notify_all();
+  }
+
+  std::uint64_t gone_so_far() {
+    std::lock_guard lock(mutex);
+    return jobs_gone;
+  }
+
+  // Waits until a job has ended since `before` was read, or `backstop` has passed. A worker
+  // writes a job's final record just before it acknowledges the message, so the retry the record
+  // wakes can still find the stream full; and a message can leave the stream with no final record
+  // (an operator's purge, a record expired). The backstop retries after those; an ending job
+  // wakes the submit at once.
+  void wait_for_room(std::uint64_t before, std::chrono::milliseconds backstop) {
+    std::unique_lock lock(mutex);
+    jobs_gone_changed.wait_for(lock, backstop, [&] { return jobs_gone != before; });
   }
 
   void finish(detail::JobEntry& entry, const FleetRecord& rec) {
@@ -274,12 +303,13 @@ JobHandle FleetClient::try_submit(json::value spec, SubmitOptions options) {
 
 JobHandle FleetClient::submit(json::value spec, SubmitOptions options) {
   while (true) {
+    const auto gone = state_->gone_so_far();  // read before the attempt: an end during it counts
     try {
       return state_->submit_once(spec, options);
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::overloaded) throw;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the stream is full: wait for room
+    state_->wait_for_room(gone, kSubmitBackstop);  // the stream is full: until a job ends
   }
 }
 

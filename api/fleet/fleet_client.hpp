@@ -21,7 +21,9 @@
 // two-thread pool runs async_submit's broker round trip, so no io thread waits on the broker.
 // Blocking: the constructor, submit and try_submit are broker round trips (up to the connect
 // timeout, 5 s). try_submit: Error(overloaded) when the stream holds queue.max_pending jobs;
-// submit waits for room instead (retrying every 200 ms). Error(transient) when the broker is away.
+// submit waits for room instead: it tries again when the bucket watch sees a job end (at the
+// latest after 1 s, for a place freed without a final record). Error(transient) when the
+// broker is away.
 // Lifetime: handles stay valid after the client is destroyed; they stop updating.
 #pragma once
 

@@ -8,6 +8,7 @@
 #include <boost/json/serialize.hpp>
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <thread>
 
 using namespace vgen;
@@ -117,6 +118,42 @@ TEST_CASE("a full queue refuses with overloaded and leaves no record of the refu
   CHECK_FALSE(nats.kv_get("vgen_jobs", third.id).has_value());  // no record of what was refused
   CHECK(fleet.find(a.id()).has_value());
   CHECK(fleet.stats().rejected == 1);
+}
+
+TEST_CASE("submit on a full queue waits, and goes in once a worker ends a job" * doctest::timeout(60)) {
+  REQUIRE_BROKER();
+  test::NatsServer broker;
+  auto config = fleet_config(broker.url());
+  config.queue.max_pending = 1;
+  FleetClient fleet(config);
+  auto first = fleet.try_submit(json::value(spec("first")), {});
+  std::atomic<bool> submitted{false};
+  std::string second_id;
+  std::thread submitter([&] {
+    second_id = fleet.submit(json::value(spec("second")), {}).id();
+    submitted = true;
+  });
+  // The submit was refused once (the stream is full) and is now waiting: it cannot get in yet.
+  CHECK(eventually([&] { return fleet.stats().rejected >= 1; }));
+  CHECK_FALSE(submitted.load());
+  // A worker's part, by hand, in a worker's order: take the job, record its end, then acknowledge.
+  NatsClient worker({.url = broker.url()});
+  worker.ensure_consumer({.stream = config.queue.stream, .durable = consumer_name(config.queue, ""),
+                          .filter = job_subject(config.queue, "")});
+  auto pull = worker.pull_subscribe(config.queue.stream, consumer_name(config.queue, ""), job_subject(config.queue, ""));
+  auto got = pull.fetch(1, 5s);
+  REQUIRE(got.size() == 1);
+  auto rec = record_of(worker, first.id());
+  rec.status = "done";
+  rec.worker = "w";
+  rec.output = "/shared/" + first.id() + ".mp4";
+  worker.kv_put("vgen_jobs", first.id(), json::serialize(to_json(rec)));
+  got[0].ack_sync();
+  submitter.join();  // returns once the freed place is seen (doctest's timeout bounds it)
+  CHECK(submitted.load());
+  CHECK(record_of(worker, second_id).status == "queued");
+  CHECK(first.wait().state == JobState::done);
+  CHECK(fleet.stats().submitted == 2);
 }
 
 TEST_CASE("the handle follows the record: progress events, then the result" * doctest::timeout(60)) {
