@@ -88,7 +88,7 @@ if [ "$(cat "$TOOLS_STAMP" 2>/dev/null)" != "$tools_want" ] || [ "$tools_at" != 
 else
   log "vgen Python tooling: installed from this checkout"
 fi
-TORCH_CMAKE="$("$VGEN_VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+TORCH_CMAKE="$("$VGEN_VENV/bin/python" -W ignore -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 
 # 3. Configure and build ------------------------------------------------------------------
 with_torch=ON
