@@ -1,6 +1,5 @@
 #include "api/webhooks.hpp"
 
-#include "api/webhook_outbox.hpp"
 #include "api/webhook_signature.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/metrics.hpp"
@@ -81,8 +80,8 @@ class Webhooks::Impl {
     bool in_flight = false;
   };
 
-  Impl(WebhookOptions options, const std::filesystem::path& outbox, MetricsRegistry& metrics)
-      : options_(std::move(options)), outbox_(outbox), timer_(ctx_), rng_(std::random_device{}()) {
+  Impl(WebhookOptions options, const std::filesystem::path& outbox, MetricsRegistry& metrics, AttemptObserver on_attempt)
+      : options_(std::move(options)), on_attempt_(std::move(on_attempt)), outbox_(outbox), timer_(ctx_), rng_(std::random_device{}()) {
     for (const auto& e : options_.endpoints) {
       const Labels labels{{"endpoint", label_of(e.url)}};
       Endpoint ep{.config = e, .url = parse_webhook_url(e.url, "webhook"), .key = webhook_key(webhook_secret(e))};
@@ -97,7 +96,11 @@ class Webhooks::Impl {
         throw_error(ErrorKind::invalid_argument, "webhooks: endpoint " + e.url + " is configured twice");
     }
     std::size_t unconfigured = 0;
+    const double now = unix_now();
     for (auto& d : outbox_.pending()) {
+      // A new process tries what an earlier one left at once (in memory only: the backoff
+      // resumes from the attempts recorded); most were never tried, as after a crash.
+      d.attempts.next_unix = std::min(d.attempts.next_unix, now);
       if (!endpoints_.contains(d.endpoint)) {
         ++unconfigured;  // an endpoint removed from the config: never called, its rows kept
         continue;
@@ -225,6 +228,7 @@ class Webhooks::Impl {
       // Not written: it stays pending in the file, so at worst it is sent again by the next process.
       spdlog::error("webhooks: outbox {}: {}", outbox_.file().string(), e.what());
     }
+    if (on_attempt_) on_attempt_(d);
     if (d.attempts.state == WebhookState::delivered) {
       ep.delivered->inc();
       ++delivered_;
@@ -255,7 +259,8 @@ class Webhooks::Impl {
   asio::awaitable<AttemptOutcome> attempt(const WebhookDelivery& d, const Endpoint& ep) {
     const auto timestamp = static_cast<std::int64_t>(std::floor(unix_now()));
     http::request<http::string_body> req{http::verb::post, ep.url.target, 11};
-    req.set(http::field::host, ep.url.host + (ep.url.port == "80" ? "" : ":" + ep.url.port));
+    const bool v6 = ep.url.host.find(':') != std::string::npos;
+    req.set(http::field::host, (v6 ? "[" + ep.url.host + "]" : ep.url.host) + (ep.url.port == "80" ? "" : ":" + ep.url.port));
     req.set(http::field::user_agent, "vgen-webhooks");
     req.set(http::field::content_type, "application/json");
     req.set(http::field::connection, "close");
@@ -290,6 +295,7 @@ class Webhooks::Impl {
   }
 
   WebhookOptions options_;
+  AttemptObserver on_attempt_;
   WebhookOutbox outbox_;
   asio::io_context ctx_{1};
   asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(ctx_);
@@ -305,8 +311,8 @@ class Webhooks::Impl {
   std::thread thread_;  // last: starts once everything above exists
 };
 
-Webhooks::Webhooks(WebhookOptions options, const std::filesystem::path& outbox, MetricsRegistry& metrics)
-    : impl_(std::make_unique<Impl>(std::move(options), outbox, metrics)) {}
+Webhooks::Webhooks(WebhookOptions options, const std::filesystem::path& outbox, MetricsRegistry& metrics, AttemptObserver on_attempt)
+    : impl_(std::make_unique<Impl>(std::move(options), outbox, metrics, std::move(on_attempt))) {}
 Webhooks::~Webhooks() = default;
 std::size_t Webhooks::record(const WebhookEvent& event) { return impl_->record(event); }
 void Webhooks::wake() { impl_->wake(); }

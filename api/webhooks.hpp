@@ -24,8 +24,10 @@
 #pragma once
 
 #include "api/webhook_options.hpp"
+#include "api/webhook_outbox.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -52,7 +54,11 @@ class Webhooks {
   // Opens `outbox` (options.outbox is ignored here: the Runtime resolves it), checks every
   // endpoint's URL and secret (Error(invalid_argument) naming it), loads the pending
   // deliveries and starts sending them. `metrics` must outlive this.
-  Webhooks(WebhookOptions options, const std::filesystem::path& outbox, MetricsRegistry& metrics);
+  // `on_attempt` (optional) sees each delivery once its attempt is written to the outbox (its
+  // state: delivered, pending with the next attempt's time, or expired), on the sender's thread:
+  // it must not block. For logs and tests.
+  using AttemptObserver = std::function<void(const WebhookDelivery&)>;
+  Webhooks(WebhookOptions options, const std::filesystem::path& outbox, MetricsRegistry& metrics, AttemptObserver on_attempt = {});
   ~Webhooks();
   Webhooks(const Webhooks&) = delete;
   Webhooks& operator=(const Webhooks&) = delete;
