@@ -15,6 +15,9 @@
 //   headers are read (at most 16 KiB); at most `concurrency` requests per endpoint in flight.
 //   Everything runs on one thread of its own (its io_context), so a slow, hanging or hostile
 //   receiver costs that thread sockets and timers, never an io thread of the API or a job.
+// The fleet: not yet. A worker's Runtime also ends (cancelled) the jobs it hands back when it
+// stops, and never sees those a worker ends without running, so `vgen worker` and `vgen serve
+// --queue` ignore the endpoints (with a warning) instead of sending wrong events.
 // Metrics (the registry given): vgen_webhook_deliveries_total{endpoint,result} (delivered,
 // failed_attempt, expired), vgen_webhook_pending{endpoint}, vgen_webhook_in_flight{endpoint}.
 // Thread-safety: record() and wake() from any thread (record() blocks on the outbox's fsync:
