@@ -155,6 +155,14 @@ void WebhookOutbox::update(const WebhookDelivery& d) {
   s.step();
 }
 
+std::size_t WebhookOutbox::prune(double before_unix) {
+  std::lock_guard lock(mutex_);
+  Statement s(db_, "DELETE FROM webhook_deliveries WHERE state != 'pending' AND created_unix < ?1");
+  s.bind(1, before_unix);
+  s.step();
+  return static_cast<std::size_t>(sqlite3_changes(db_));
+}
+
 std::size_t WebhookOutbox::count(WebhookState state) const {
   std::lock_guard lock(mutex_);
   Statement s(db_, "SELECT COUNT(*) FROM webhook_deliveries WHERE state = ?1");

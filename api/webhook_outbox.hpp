@@ -43,6 +43,9 @@ class WebhookOutbox {
   std::vector<WebhookDelivery> pending() const;
   // Writes a delivery's state, attempts, next attempt and last error (by event id and endpoint).
   void update(const WebhookDelivery& d);
+  // Deletes the delivered and expired rows of events created before `before_unix`; returns how
+  // many (pending rows are never deleted). Keeps the file from growing with every event.
+  std::size_t prune(double before_unix);
   // Rows in `state` (all endpoints).
   std::size_t count(WebhookState state) const;
   const std::filesystem::path& file() const noexcept { return file_; }

@@ -97,6 +97,9 @@ class Webhooks::Impl {
     }
     std::size_t unconfigured = 0;
     const double now = unix_now();
+    // Settled rows are kept for twice the max age (a job that ends again after a crash does so
+    // well within it, and its event must stay known so as not to be sent twice), then dropped.
+    outbox_.prune(now - 2.0 * static_cast<double>(options_.retry.max_age.count()));
     for (auto& d : outbox_.pending()) {
       // A new process tries what an earlier one left at once (in memory only: the backoff
       // resumes from the attempts recorded); most were never tried, as after a crash.
@@ -228,7 +231,6 @@ class Webhooks::Impl {
       // Not written: it stays pending in the file, so at worst it is sent again by the next process.
       spdlog::error("webhooks: outbox {}: {}", outbox_.file().string(), e.what());
     }
-    if (on_attempt_) on_attempt_(d);
     if (d.attempts.state == WebhookState::delivered) {
       ep.delivered->inc();
       ++delivered_;
@@ -243,6 +245,7 @@ class Webhooks::Impl {
       spdlog::info("webhooks: {} to {}: attempt {} failed ({}), next in {:.1f} s", d.event_id, d.endpoint, d.attempts.attempts,
                    outcome.error, d.attempts.next_unix - unix_now());
     }
+    if (on_attempt_) on_attempt_(d);  // after the counters (stats() agrees), while it still holds its room
     --ep.in_flight;
     --in_flight_;
     ep.in_flight_gauge->dec();

@@ -57,9 +57,9 @@ class Webhooks {
   // Opens `outbox` (options.outbox is ignored here: the Runtime resolves it), checks every
   // endpoint's URL and secret (Error(invalid_argument) naming it), loads the pending
   // deliveries and starts sending them. `metrics` must outlive this.
-  // `on_attempt` (optional) sees each delivery once its attempt is written to the outbox (its
-  // state: delivered, pending with the next attempt's time, or expired), on the sender's thread:
-  // it must not block. For logs and tests.
+  // `on_attempt` (optional) sees each delivery once its attempt is written to the outbox and
+  // counted in stats() (its state: delivered, pending with the next attempt's time, or expired),
+  // on the sender's thread, before the endpoint's room is freed: it must not block. For logs and tests.
   using AttemptObserver = std::function<void(const WebhookDelivery&)>;
   Webhooks(WebhookOptions options, const std::filesystem::path& outbox, MetricsRegistry& metrics, AttemptObserver on_attempt = {});
   ~Webhooks();

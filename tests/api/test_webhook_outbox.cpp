@@ -1,6 +1,6 @@
 // The webhook outbox: a recorded delivery is pending until updated, survives reopening (a new
 // process after a crash) with its event id and exact body, and recording the same event again
-// (a job that ends again after a resume) adds nothing.
+// (a job that ends again after a resume) adds nothing; pruning drops only settled rows.
 #include "api/webhook_outbox.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -46,6 +46,11 @@ TEST_CASE("deliveries are pending until settled, across reopening") {
   // A settled pair recorded again stays settled.
   CHECK(box.add("evt_1", "video.completed", "{}", 100, {first.endpoint}).empty());
   CHECK(box.count(WebhookState::delivered) == 1);
+  // Pruning drops settled rows created before the time given, never pending ones.
+  CHECK(box.prune(100) == 0);   // evt_1 was created at 100: not before
+  CHECK(box.prune(1000) == 1);  // evt_1's delivered row; evt_2 (created at 50) is still pending
+  CHECK(box.count(WebhookState::delivered) == 0);
+  CHECK(box.count(WebhookState::pending) == 3);
 }
 
 TEST_CASE("an outbox that cannot be created is refused by name") {
