@@ -243,6 +243,10 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
          if (!v.is_object()) r.fail(p, "must be an object");
          c.faults = parse_fault_plan(v.get_object(), origin + ": " + p);
        }},
+      {"webhooks", [&](const json::value& v, const std::string& p) {
+         if (!v.is_object()) r.fail(p, "must be an object");
+         c.webhooks = parse_webhook_options(v.get_object(), origin, base_dir, c.webhooks);
+       }},
       {"service", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {
              {"listen", [&](const json::value& s, const std::string& sp) {
@@ -329,6 +333,7 @@ json::object to_json(const RuntimeConfig& c) {
        }()},
       {"job_store", c.job_store},
       {"queue", to_json(c.queue)},
+      {"webhooks", to_json(c.webhooks)},
       {"service", {{"listen", c.service.listen}, {"max_body_bytes", c.service.max_body_bytes},
                    {"token", c.service.token.empty() ? "" : "(set)"}, {"max_connections", c.service.max_connections}}},
   };
@@ -341,6 +346,9 @@ void read_environment(RuntimeConfig& c) {
     if (ec || !v.is_object()) throw_error(ErrorKind::invalid_argument, "VGEN_FAULTS: must be a JSON object");
     c.faults = parse_fault_plan(v.get_object(), "VGEN_FAULTS");
   }
+  if (const char* env = std::getenv("VGEN_WEBHOOK_SECRET"); env && *env)
+    for (auto& e : c.webhooks.endpoints)
+      if (e.secret.empty() && e.secret_file.empty()) e.secret = env;
   // As LibTorch reads it: a positive integer, else as if unset.
   if (const char* env = std::getenv("OMP_NUM_THREADS"); env && *env && c.intra_op_threads == RuntimeConfig::kAuto) {
     char* end = nullptr;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "api/fleet/fleet_queue.hpp"
+#include "api/webhook_options.hpp"
 #include "runtime/fault_injector.hpp"
 #include "stages/exec/batching_options.hpp"
 #include "stages/exec/checkpoint.hpp"
@@ -155,6 +156,10 @@ struct RuntimeConfig {
   // The fleet (api/fleet_queue.hpp): `vgen serve --queue` / `vgen worker` over NATS JetStream.
   QueueConfig queue;
 
+  // Webhooks (api/webhooks.hpp): job-end events signed and sent at least once to these
+  // endpoints; config key "webhooks" (api/webhook_options.hpp). No endpoints: none sent.
+  WebhookOptions webhooks;
+
   struct Service {
     std::string listen = "127.0.0.1:8080";
     std::size_t max_body_bytes = 64 * 1024;
@@ -178,7 +183,7 @@ boost::json::object to_json(const RuntimeConfig& config);
 // The process environment's say, applied by apps after the file and the flags (the Runtime
 // reads no environment variable: an embedder or a test gets exactly the config it passes):
 // $VGEN_FAULTS (a JSON fault plan) replaces config.faults (Error(invalid_argument) when it is
-// not one); OMP_NUM_THREADS (an integer 1..1024, as LibTorch honours it) sets
+// not one); $VGEN_WEBHOOK_SECRET is the secret of webhook endpoints that have none; OMP_NUM_THREADS (an integer 1..1024, as LibTorch honours it) sets
 // threads.intra_op when that is kAuto, so that the tuner keeps it fixed. Others are ignored.
 void read_environment(RuntimeConfig& config);
 

@@ -9,6 +9,7 @@
 #include "api/result_cache.hpp"
 #include "api/result_lookup.hpp"
 #include "api/runtime_tuning.hpp"
+#include "api/webhooks.hpp"
 #include "runtime/content_key.hpp"
 #include "runtime/device_pool.hpp"
 #include "runtime/executor.hpp"
@@ -101,9 +102,10 @@ class RuntimeImpl {
     if (const auto swept = sweep_temporaries(config_.output_dir))
       spdlog::info("removed {} temporary file(s) a crashed run left in {}", swept, config_.output_dir.string());
     open_store();
+    webhooks_ = start_webhooks();  // before any job can end (resumed ones included)
     po.before_first_stage = lookup_hook();
-    results_ = std::make_unique<JobResults>(
-        JobResults::Parts{*models_, entries_, outputs_, *recovery_, *store_pool_, lookup_.get(), stopping_});
+    results_ = std::make_unique<JobResults>(JobResults::Parts{*models_, entries_, outputs_, *recovery_, *store_pool_, lookup_.get(),
+                                                              stopping_, webhooks_.get(), faults_.get()});
     pipeline_ = std::make_unique<Pipeline>(executor_.get_executor(), make_stages(), po);
     models_->preempt_for(*pipeline_);  // running groups see who waits for them: higher priority preempts
     pipeline_->start();
@@ -146,6 +148,18 @@ class RuntimeImpl {
         for (const auto& w : written)
           if (auto entry = lookup(w.job_id); entry && entry->job) faults_->crash_if("checkpoint", entry->job->spec());
     };
+  }
+
+  // The configured webhook endpoints' sender; its outbox is a table in the SQLite journal's
+  // file when there is one (one file to keep, under the same lock), else a file of its own.
+  std::unique_ptr<Webhooks> start_webhooks() {
+    if (config_.webhooks.endpoints.empty()) return nullptr;
+    auto file = config_.webhooks.outbox;
+    if (file.empty())
+      file = !config_.journal.empty() && config_.job_store == "sqlite" ? config_.journal : config_.output_dir / ".vgen-webhooks.db";
+    auto webhooks = std::make_unique<Webhooks>(config_.webhooks, file, metrics_);
+    spdlog::info("webhooks: {} endpoint(s), deliveries recorded in {}", config_.webhooks.endpoints.size(), file.string());
+    return webhooks;
   }
 
   // The default model under its directory's name, then the config's further models.
@@ -410,6 +424,7 @@ class RuntimeImpl {
   std::unique_ptr<ResultLookup> lookup_;  // with a result cache: the first hook
   JobEntries entries_;
   std::atomic<bool> stopping_{false};
+  std::unique_ptr<Webhooks> webhooks_;    // nullptr: no endpoints configured
   std::unique_ptr<JobResults> results_;  // refers to the parts above
   std::atomic<bool> drained_{false};
   std::mutex publish_mutex_;

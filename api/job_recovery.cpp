@@ -34,8 +34,12 @@ void JobRecovery::record_submitted(const std::string& id, const std::string& key
   store_->record_accepted(id, key_hex, raw);
 }
 
+bool JobRecovery::ends_for_good(const JobEntry& entry, const JobResult& r, bool stopping) {
+  return !(stopping && r.state == JobState::cancelled && !entry.cancelled_by_request);
+}
+
 void JobRecovery::record_finished(const JobEntry& entry, const JobResult& r, bool stopping) {
-  if (stopping && r.state == JobState::cancelled && !entry.cancelled_by_request) {
+  if (!ends_for_good(entry, r, stopping)) {
     try {
       store_->unclaim(r.id);
     } catch (const std::exception& e) {

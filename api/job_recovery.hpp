@@ -59,6 +59,8 @@ class JobRecovery {
   // stays unfinished: it resumes, and the attempt the stop ended is not a crash. Store errors
   // are logged, not thrown (the job's result stands).
   void record_finished(const JobEntry& entry, const JobResult& r, bool stopping);
+  // Whether record_finished records `r` as the job's end (false: a graceful stop's cancel, resumed later).
+  static bool ends_for_good(const JobEntry& entry, const JobResult& r, bool stopping);
 
   // Every unfinished job is registered (through the hooks) before this returns, then resumed
   // by a coroutine detached on `ex`. Without config.resume_journal they are marked interrupted.

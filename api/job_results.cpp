@@ -5,6 +5,9 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
 
 namespace vgen::detail {
 
@@ -46,8 +49,14 @@ asio::awaitable<void> JobResults::publish(JobEntry& entry, const Job& job) {
   parts_.entries.end(entry, r);
   // Before the result is visible to waiters (one that saw it finds it in the store), on the
   // store's own thread.
-  auto record = [this, &entry, &r] {
+  auto record = [this, &entry, &r, &job] {
+    const bool ends = parts_.webhooks && JobRecovery::ends_for_good(entry, r, parts_.stopping);
+    if (ends) record_webhook(r);  // durable before the end is: a crash in between loses no event
     parts_.recovery.record_finished(entry, r, parts_.stopping);
+    if (ends) {
+      if (parts_.faults) parts_.faults->crash_if("webhook", job.spec());
+      parts_.webhooks->wake();
+    }
     return 0;
   };
   co_await parts_.store_pool.run(record, asio::use_awaitable);
@@ -55,8 +64,30 @@ asio::awaitable<void> JobResults::publish(JobEntry& entry, const Job& job) {
 }
 
 void JobResults::end_unrun(JobEntry& entry, const JobResult& r) {
+  // A job that never ran (quarantined, or not resumable): its end is in the store already.
+  if (parts_.webhooks && JobRecovery::ends_for_good(entry, r, parts_.stopping)) {
+    record_webhook(r);
+    parts_.webhooks->wake();
+  }
   parts_.outputs.release(entry.output, entry.id);
   parts_.entries.publish(entry, r);
+}
+
+WebhookEvent JobResults::webhook_event(const JobResult& r) {
+  WebhookEvent e;
+  e.id = "evt_" + r.id;
+  e.type = r.state == JobState::done ? "video.completed" : r.state == JobState::cancelled ? "video.cancelled" : "video.failed";
+  e.subject_id = r.id;
+  e.created_at = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return e;
+}
+
+void JobResults::record_webhook(const JobResult& r) const {
+  try {
+    parts_.webhooks->record(webhook_event(r));
+  } catch (const std::exception& e) {
+    spdlog::error("webhooks: could not record the end of {}: {}", r.id, e.what());
+  }
 }
 
 JobResult JobResults::result_of(const JobEntry& entry, const Job& job) const {

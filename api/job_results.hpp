@@ -1,8 +1,9 @@
 // JobResults: watches each job the Runtime admitted and publishes its result once it ends:
 // what the render produced (or the result cache's copy), the output name released, the result
-// cache told (api/result_lookup.hpp), the job store's record written on the store's own thread
-// (an fsync must not stall the io threads), then the entry's future and event
-// (api/job_entries.hpp).
+// cache told (api/result_lookup.hpp), its webhook event recorded durably (api/webhooks.hpp) and
+// then the job store's record, both on the store's own thread (an fsync must not stall the io
+// threads), then the entry's future and event (api/job_entries.hpp). The event comes first so
+// that a crash between the two loses no event (the job resumes and its event id is the same).
 // Ownership: refers to the Runtime's parts (Parts), which outlive it; each watch holds its job
 // and entry until published, then frees the job's stage data (Job::payload).
 // Thread-safety: every member may be called from any thread.
@@ -14,6 +15,8 @@
 #include "api/job_recovery.hpp"
 #include "api/output_reservations.hpp"
 #include "api/result_lookup.hpp"
+#include "api/webhooks.hpp"
+#include "runtime/fault_injector.hpp"
 #include "runtime/worker_pool.hpp"
 #include "stages/exec/model_set.hpp"
 
@@ -35,6 +38,8 @@ class JobResults {
     WorkerPool& store_pool;
     ResultLookup* lookup;               // nullptr: no result cache
     const std::atomic<bool>& stopping;  // a graceful stop: cancelled jobs stay unfinished in the store
+    Webhooks* webhooks = nullptr;       // nullptr: no webhook endpoints
+    const FaultInjector* faults = nullptr;  // the "webhook" crash drill: after the end is recorded, before any send
   };
   explicit JobResults(Parts parts) : parts_(parts) {}
 
@@ -46,10 +51,13 @@ class JobResults {
   void end_unrun(JobEntry& entry, const JobResult& result);
 
   JobResult result_of(const JobEntry& entry, const Job& job) const;
+  // The webhook event of a job's end ("evt_<job id>": the same if the job ends again after a resume).
+  static WebhookEvent webhook_event(const JobResult& r);
 
  private:
   boost::asio::awaitable<void> watch_one(std::shared_ptr<JobEntry> entry, std::shared_ptr<Job> job);
   boost::asio::awaitable<void> publish(JobEntry& entry, const Job& job);
+  void record_webhook(const JobResult& r) const;  // logs, never throws: the job's result stands
 
   const Parts parts_;
   std::atomic<std::size_t> watchers_{0};

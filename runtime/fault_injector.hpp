@@ -9,7 +9,8 @@
 // "oom_rate", "oom_above_batch", "crash": {"stage", "prompt"}}), e.g. the "faults" key of a
 // config file or $VGEN_FAULTS. "crash" is a drill for poison-job quarantine: a job whose prompt
 // contains `prompt` kills the whole process (SIGKILL, no cleanup) when it enters `stage`
-// (or, for the stage name "checkpoint", right after its first durable step checkpoint).
+// (or, for the stage name "checkpoint", right after its first durable step checkpoint; for
+// "webhook", right after its end and its webhook events are durable, before any is sent).
 // Thread-safety: immutable after construction; wrap() and check_oom() may run on any thread.
 #pragma once
 

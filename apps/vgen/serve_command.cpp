@@ -1,6 +1,6 @@
 // `vgen serve [--listen HOST:PORT] [--config FILE] [--model DIR] [--device D] [--output-dir DIR]
 //             [--token T] [--max-body BYTES] [--job-ttl SECONDS] [--preview-every STEPS] [--print-routes]
-//             [--queue nats://HOST:PORT]`:
+//             [--queue nats://HOST:PORT] [--webhook URL [--webhook-secret-file FILE]]`:
 // the HTTP API (api/http/http_api.hpp) over one vgen::Runtime, and the page at / (api/http/web_page.hpp;
 // its files from default_web_dir(); without them the API runs and / answers 404). Previews
 // are on (every RuntimeConfig::kServePreviewEvery steps) unless the config or the flag says.
@@ -40,6 +40,8 @@ namespace {
 struct ServeFlags {
   RuntimeFlags runtime;
   std::string listen, token, queue;
+  std::vector<std::string> webhooks;  // --webhook URL, repeatable
+  std::string webhook_secret_file;
   std::optional<std::size_t> max_body;
   std::optional<long> job_ttl;
   std::optional<int> preview_every;
@@ -55,6 +57,19 @@ std::filesystem::path default_serve_dir() {
   throw_error(ErrorKind::invalid_argument, "--output-dir: needed (neither XDG_DATA_HOME nor HOME is set for the default)");
 }
 
+// --webhook URL: an endpoint for every event type (api/webhooks.hpp), its secret from
+// --webhook-secret-file or $VGEN_WEBHOOK_SECRET: never a flag, which any `ps` would show.
+void add_webhook_flags(RuntimeConfig& c, const ServeFlags& f) {
+  for (const auto& url : f.webhooks) {
+    parse_webhook_url(url, "--webhook");
+    WebhookEndpoint e{.url = url};
+    if (!f.webhook_secret_file.empty()) e.secret_file = f.webhook_secret_file;
+    else if (const char* env = std::getenv("VGEN_WEBHOOK_SECRET"); env && *env) e.secret = env;
+    else throw_error(ErrorKind::invalid_argument, "--webhook " + url + ": needs a secret (--webhook-secret-file FILE or $VGEN_WEBHOOK_SECRET)");
+    c.webhooks.endpoints.push_back(std::move(e));
+  }
+}
+
 RuntimeConfig serve_config(const ServeFlags& f) {
   auto c = make_config(f.runtime);
   // A config's output_dir is resolved against the config's folder, so "." here means unset.
@@ -65,6 +80,7 @@ RuntimeConfig serve_config(const ServeFlags& f) {
   if (f.job_ttl) c.job_ttl = std::chrono::seconds(*f.job_ttl);
   if (f.preview_every) c.preview_every = *f.preview_every;
   apply_queue_flag(c, f.queue);
+  add_webhook_flags(c, f);
   if (!c.queue.url.empty()) return c;  // the fleet keeps job state in the broker
   if (!c.preview_every) c.preview_every = RuntimeConfig::kServePreviewEvery;  // watching is what a service is for
   default_journal(c, /*resume=*/true);  // accepted jobs survive a crash and resume on restart
@@ -129,6 +145,8 @@ int run_serve(const ServeFlags& f) {
   auto stop_signals = block_stop_signals();  // before any thread starts: this thread alone takes them
 
   if (fleet) {
+    if (!config.webhooks.endpoints.empty())  // no job ends in this process; workers do not send them yet either
+      spdlog::warn("serve: --queue: webhooks are not sent from the fleet yet: --webhook and the config's endpoints are ignored");
 #ifdef VGEN_WITH_NATS
     FleetClient client(config);
     boost::asio::thread_pool io(std::max<std::size_t>(2, config.io_threads));
@@ -160,6 +178,8 @@ Run add_serve_command(CLI::App& app) {
   cmd->add_option("--preview-every", f->preview_every, "a preview image every N denoising steps; 0: none (default: config, else 2)")
       ->check(CLI::Range(0, 100000));
   cmd->add_option("--queue", f->queue, "serve the fleet on this NATS broker (nats://HOST:PORT): jobs run on `vgen worker`s");
+  cmd->add_option("--webhook", f->webhooks, "send signed job-end events (video.completed|failed|cancelled) to this http:// URL; repeatable");
+  cmd->add_option("--webhook-secret-file", f->webhook_secret_file, "the webhooks' whsec_ secret (default: $VGEN_WEBHOOK_SECRET)");
   cmd->add_flag("--print-routes", f->print_routes, "print the API's routes (METHOD PATH) and exit");
   return [f] { return run_serve(*f); };
 }
