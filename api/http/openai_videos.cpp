@@ -326,15 +326,18 @@ std::optional<JobRecord> OpenAiVideos::find_record(const std::string& id) const 
 openai::VideoFacts OpenAiVideos::facts_of(const JobHandle& job) const {
   const auto r = job.result();
   const auto s = job.snapshot();
+  auto spec = r.spec;
+  if (spec.prompt.empty())  // a fleet front end's job carries no admitted spec: the record's, parsed
+    if (const auto record = find_record(r.id)) spec = spec_of(*record);
   openai::VideoFacts v;
   v.id = r.id;
-  v.model = r.spec.model.empty() ? served().front().name : r.spec.model;
-  v.prompt = r.spec.prompt;
+  v.model = spec.model.empty() ? served().front().name : spec.model;
+  v.prompt = spec.prompt;
   v.status = std::string(openai::status_of(job.finished() ? to_string(r.state) : to_string(s.state)));
-  v.width = r.spec.width;
-  v.height = r.spec.height;
-  v.frames = r.spec.frames;
-  v.fps = r.spec.fps;
+  v.width = spec.width;
+  v.height = spec.height;
+  v.frames = spec.frames;
+  v.fps = spec.fps;
   v.created_at = created_at(v.id, s.total_seconds);
   if (v.status == "completed") v.progress = 100;
   else if (v.status == "in_progress" && s.total > 0) v.progress = std::clamp(s.step * 100 / s.total, 0, 99);
@@ -349,13 +352,11 @@ openai::VideoFacts OpenAiVideos::facts_of(const JobHandle& job) const {
   return v;
 }
 
-openai::VideoFacts OpenAiVideos::facts_of(const JobRecord& r) const {
-  openai::VideoFacts v;
-  v.id = r.id;
-  JobSpec spec;
+JobSpec OpenAiVideos::spec_of(const JobRecord& r) const {
   try {
-    spec = jobs_.validate(r.spec);  // the model's defaults filled in
+    return jobs_.validate(r.spec);  // the model's defaults filled in
   } catch (const Error&) {          // a model no longer served: what the record says
+    JobSpec spec;
     const auto get = [&](const char* k, double d) { const auto* p = r.spec.if_contains(k); return p && p->is_number() ? p->to_number<double>() : d; };
     spec.width = static_cast<int>(get("width", 0));
     spec.height = static_cast<int>(get("height", 0));
@@ -363,7 +364,14 @@ openai::VideoFacts OpenAiVideos::facts_of(const JobRecord& r) const {
     spec.fps = get("fps", spec.fps);
     if (const auto* p = r.spec.if_contains("prompt"); p && p->is_string()) spec.prompt = p->get_string();
     if (const auto* p = r.spec.if_contains("model"); p && p->is_string()) spec.model = p->get_string();
+    return spec;
   }
+}
+
+openai::VideoFacts OpenAiVideos::facts_of(const JobRecord& r) const {
+  openai::VideoFacts v;
+  v.id = r.id;
+  const auto spec = spec_of(r);
   v.model = spec.model.empty() ? served().front().name : spec.model;
   v.prompt = spec.prompt;
   v.status = std::string(openai::status_of(r.status));

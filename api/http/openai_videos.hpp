@@ -89,6 +89,7 @@ class OpenAiVideos {
   const ServedModel& model_named(const std::vector<ServedModel>& served, std::string_view name) const;
   std::optional<openai::VideoFacts> facts(const std::string& id) const;
   std::optional<JobRecord> find_record(const std::string& id) const;  // a job no longer in memory
+  JobSpec spec_of(const JobRecord& record) const;  // validated, or what the record says
   openai::VideoFacts facts_of(const JobRecord& record) const;
   openai::VideoFacts facts_of(const JobHandle& job) const;
 
