@@ -267,8 +267,8 @@ http::Response OpenAiVideos::list(const http::Request& request) {
   for (bool full = false; !full;) {
     auto page = jobs_.list_jobs(query);
     for (auto& r : page.jobs) {
-      if (deleted(r.id)) continue;
-      if (!found) found = r.id == after;
+      if (!found) found = r.id == after;  // a deleted video still marks its place
+      else if (!ascending && deleted(r.id)) continue;  // ascending: after `after` is placed, below
       else if (records.push_back(std::move(r)); !ascending && records.size() > limit) full = true;
       if (full) break;
     }
@@ -279,11 +279,11 @@ http::Response OpenAiVideos::list(const http::Request& request) {
     std::reverse(records.begin(), records.end());
     if (!after.empty()) {
       const auto at = std::find_if(records.begin(), records.end(), [&](const JobRecord& r) { return r.id == after; });
-      found = at != records.end();
-      records.erase(records.begin(), found ? at + 1 : records.end());
+      records.erase(records.begin(), at == records.end() ? at : at + 1);  // an unknown `after`: nothing follows it
     }
   }
-  if (!found) throw_error(ErrorKind::invalid_argument, "after: no video '" + truncate_utf8(after, 60) + "' (a data[].id of an earlier page)");
+  if (!found) records.clear();  // an id the store never recorded: nothing comes after it
+  std::erase_if(records, [&](const JobRecord& r) { return deleted(r.id); });
   const bool more = records.size() > limit;
   if (records.size() > limit) records.resize(limit);
   json::array data;

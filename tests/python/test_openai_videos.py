@@ -125,6 +125,7 @@ def test_list_pages_by_cursor_in_both_orders(client):
     oldest_first = [v.id for v in client.videos.list(limit=2, order="asc")]
     assert oldest_first == newest_first[::-1]
     last = client.videos.list(limit=100, after=ids[1])
+    assert client.videos.list(after="0193b5d6-8a1c-7f3e-9b2a-4c5d6e7f8091").data == []  # never recorded: nothing after it
     assert [v.id for v in last.data][:1] == [ids[0]] and ids[1] not in [v.id for v in last.data]
     for i in ids:
         wait_done(client, i)
