@@ -144,8 +144,8 @@ def test_delete_removes_a_finished_and_a_running_video(client, service):
         client.videos.retrieve(done.id)
     status, _, _ = service.request("GET", f"/v1/jobs/{done.id}", headers={"Authorization": f"Bearer {TOKEN}"})
     assert status == 404
-    deadline = time.monotonic() + 60  # the files go once the watcher has seen the job's end
-    while output.exists() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60  # the video and its stills go once the watcher has seen the job's end
+    while list(service.out_dir.glob(output.stem + ".*")) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not output.exists()
     assert not list(service.out_dir.glob(output.stem + ".*"))
