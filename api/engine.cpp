@@ -297,6 +297,14 @@ class RuntimeImpl {
   const ModelPackage& package() const { return models_->package(); }
   JobPage list_jobs(const JobListQuery& query) const { return store_->list(query); }
   bool previews(const std::string& model) const { return models_->previews(model); }
+  std::vector<ServedModel> served_models() const {
+    std::vector<ServedModel> out;
+    for (const auto& name : models_->model_names()) {
+      const auto& package = models_->package(name);
+      out.push_back({name, package.defaults, package.limits});
+    }
+    return out;
+  }
   asio::any_io_executor executor() { return executor_.get_executor(); }
 
  private:
@@ -456,6 +464,7 @@ const ModelPackage& Runtime::package() const { return impl_->package(); }
 RuntimeStats Runtime::stats() const { return impl_->stats(); }
 JobPage Runtime::list_jobs(const JobListQuery& query) const { return impl_->list_jobs(query); }
 bool Runtime::previews(const std::string& model) const { return impl_->previews(model); }
+std::vector<ServedModel> Runtime::served_models() const { return impl_->served_models(); }
 std::string Runtime::metrics_text() const { return impl_->metrics_text(); }
 asio::any_io_executor Runtime::executor() const { return impl_->executor(); }
 Tracer& Runtime::tracer() const { return impl_->tracer(); }

@@ -141,6 +141,7 @@ class Runtime : public JobService {  // JobService: the interface the fleet clie
   JobPage list_jobs(const JobListQuery& query) const override;
   // Whether jobs of model `model` (empty: the default) get previews (preview_every and factors).
   bool previews(const std::string& model = {}) const override;
+  std::vector<ServedModel> served_models() const override;  // every loaded package, the default first
   bool cancel(const std::string& id, std::string reason = "cancelled by request") override;
 
   void drain();     // stops intake, waits for every accepted job to end

@@ -26,6 +26,14 @@ class Tracer;
 struct SubmitOptions;
 struct RuntimeConfig;
 
+// One model a service serves, as a front end describes it (GET /v1/models; /v1/videos maps
+// "size" and "seconds" onto its defaults and limits: fps, frame step).
+struct ServedModel {
+  std::string name;    // what a job's "model" field names; the first one is the default
+  JobSpec defaults;    // the package's job defaults
+  SpecLimits limits;   // the package's limits
+};
+
 class JobService {
  public:
   virtual ~JobService() = default;
@@ -46,7 +54,10 @@ class JobService {
   // Whether try_submit waits on another machine (a broker round trip): a front end then calls it
   // on executor(), never on its own io threads. (wt-nats, issue 19)
   virtual bool submit_is_remote() const { return false; }
-  virtual Tracer& tracer() const = 0;  // its timeline recorder (runtime/trace.hpp; GET /v1/trace)
+  virtual Tracer& tracer() const = 0;
+  // The models jobs may name, the default first. Empty where this process holds no package (the
+  // fleet's front end: its workers have them); a front end then falls back to the config's names.
+  virtual std::vector<ServedModel> served_models() const { return {}; }  // its timeline recorder (runtime/trace.hpp; GET /v1/trace)
 };
 
 }  // namespace vgen

@@ -91,6 +91,9 @@ json::object links_of(const std::string& id) {
 // its file name (clients fetch it through /video).
 json::object status_json(const JobHandle& job, const JobResult& r) {
   auto o = to_json(r);
+  if (auto* spec = o.if_contains("spec"); spec && spec->is_object())  // no "name": "" (the schema's pattern refuses it)
+    if (const auto* name = spec->as_object().if_contains("name"); name && name->is_string() && name->get_string().empty())
+      spec->as_object().erase("name");
   if (auto it = o.find("output"); it != o.end()) {
     o["output_name"] = std::filesystem::path(r.output).filename().string();
     o.erase("output");
@@ -124,45 +127,19 @@ json::object preview_json(const std::string& id, const JobPreview& p) {
           {"height", p.height}, {"content_type", p.content_type}, {"url", job_path(id) + "/preview"}};
 }
 
-// "a=1&b=x%20y" -> {a: 1, b: "x y"}; a key given twice keeps its last value.
-std::map<std::string, std::string, std::less<>> parse_query(std::string_view target) {
-  std::map<std::string, std::string, std::less<>> out;
-  const auto q = target.find('?');
-  if (q == std::string_view::npos) return out;
-  auto decode = [](std::string_view s) {
-    std::string r;
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      if (s[i] == '+') r += ' ';
-      else if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
-               std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
-        r += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
-        i += 2;
-      } else r += s[i];
-    }
-    return r;
-  };
-  auto rest = target.substr(q + 1);
-  while (!rest.empty()) {
-    const auto amp = std::min(rest.find('&'), rest.size());
-    const auto pair = rest.substr(0, amp);
-    const auto eq = std::min(pair.find('='), pair.size());
-    if (!pair.empty()) out[decode(pair.substr(0, eq))] = decode(pair.substr(std::min(eq + 1, pair.size())));
-    rest.remove_prefix(std::min(amp + 1, rest.size()));
-  }
-  return out;
-}
-
 // GET /v1/jobs's parameters: status, limit (1..200, default 20), cursor (a next_cursor).
 JobListQuery list_query(std::string_view target) {
   JobListQuery q;
   q.limit = 20;
-  for (const auto& [key, value] : parse_query(target)) {
+  for (const auto& [key, value] : http::parse_query(target)) {
     if (key == "status") {
       static constexpr std::string_view known[] = {"queued", "running", "done", "failed", "cancelled", "interrupted"};
       if (std::find(std::begin(known), std::end(known), value) == std::end(known))
         throw_error(ErrorKind::invalid_argument, "status: must be one of queued, running, done, failed, cancelled, "
                                                  "interrupted (got '" + truncate_utf8(value, 40) + "')");
       q.status = value;
+    } else if (key == "cursor" && value.empty()) {
+      continue;  // the first page, as without one
     } else if (key == "limit" || key == "cursor") {
       std::uint64_t n = 0;
       const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
@@ -358,6 +335,11 @@ HttpApi::HttpApi(JobService& runtime, std::filesystem::path web_dir)
     if (!files.empty()) release_when_finished(job, std::move(files));
   }
   uploads_->sweep();
+  OpenAiVideos::Hooks hooks{[this](json::value spec, std::vector<std::pair<std::string, std::string>> images) {
+                              return submit_spec(std::move(spec), std::move(images));
+                            },
+                            [this](JobHandle& job, std::string reason) { cancel_by_client(job, std::move(reason)); }};
+  videos_ = std::make_unique<OpenAiVideos>(runtime_, std::move(hooks), upload_thread_.get_executor());
 }
 
 HttpApi::~HttpApi() { upload_thread_.join(); }
@@ -380,10 +362,13 @@ void HttpApi::release_when_finished(const JobHandle& job, std::vector<std::files
 std::vector<HttpApi::Route> HttpApi::routes() {
   std::vector<Route> out;
   for (const auto& r : kRoutes) out.push_back({std::string(bhttp::to_string(r.method)), std::string(r.path)});
+  for (auto& [method, path] : OpenAiVideos::routes()) out.push_back({std::move(method), std::move(path)});
   return out;
 }
 
 asio::awaitable<http::Response> HttpApi::handle(http::Request request) {
+  if (const auto target = std::string_view(request.target()); OpenAiVideos::serves(target.substr(0, target.find('?'))))
+    co_return co_await videos_->handle(std::move(request));
   if (request.method() == bhttp::verb::post && runtime_.submit_is_remote() && !may_carry_images(request))
     // The fleet's submit is a broker round trip (202 only after its ack): not on an io thread. (wt-nats)
     co_return co_await asio::co_spawn(
@@ -423,19 +408,11 @@ http::Response HttpApi::dispatch(const http::Request& request) {
 
 JobHandle HttpApi::find_job(const std::string& id) const {
   auto job = runtime_.find(id);
-  if (!job) throw_error(ErrorKind::not_found, "job '" + id + "' not found");
+  if (!job || videos_->deleted(id)) throw_error(ErrorKind::not_found, "job '" + id + "' not found");
   return *job;
 }
 
-http::Response HttpApi::submit_job(const http::Request& request, const std::string&) {
-  const bool multipart = has_content_type(request, "multipart/form-data");
-  if (!multipart && !has_content_type(request, "application/json"))
-    if (auto it = request.find(bhttp::field::content_type); it != request.end())
-      return http::error_response(415, "invalid_argument",
-                                  "Content-Type must be application/json or multipart/form-data (got '" +
-                                      std::string(it->value()) + "')");
-  const auto max_image = runtime_.config().images.max_bytes;
-  auto [spec, images] = multipart ? read_multipart(request, max_image) : read_json(request, max_image);
+JobHandle HttpApi::submit_spec(json::value spec, std::vector<std::pair<std::string, std::string>> images) {
   std::vector<std::filesystem::path> files;
   if (!images.empty()) {
     // Every field checked before anything is written: a model that takes no image refuses here.
@@ -460,6 +437,28 @@ http::Response HttpApi::submit_job(const http::Request& request, const std::stri
     throw;
   }
   if (!files.empty()) release_when_finished(job, std::move(files));
+  return job;
+}
+
+bool HttpApi::cancel_by_client(JobHandle& job, std::string reason) {
+  {
+    std::lock_guard lock(cancels_->mutex);
+    const auto spec = job.result().spec;
+    if (!job.finished() && !(spec.image.empty() && spec.last_image.empty())) cancels_->ids.insert(job.id());  // its uploads go when it ends
+  }
+  return job.cancel(std::move(reason));
+}
+
+http::Response HttpApi::submit_job(const http::Request& request, const std::string&) {
+  const bool multipart = has_content_type(request, "multipart/form-data");
+  if (!multipart && !has_content_type(request, "application/json"))
+    if (auto it = request.find(bhttp::field::content_type); it != request.end())
+      return http::error_response(415, "invalid_argument",
+                                  "Content-Type must be application/json or multipart/form-data (got '" +
+                                      std::string(it->value()) + "')");
+  const auto max_image = runtime_.config().images.max_bytes;
+  auto [spec, images] = multipart ? read_multipart(request, max_image) : read_json(request, max_image);
+  const auto job = submit_spec(std::move(spec), std::move(images));
   auto res = json_body(202, {{"id", job.id()}, {"status", "queued"}, {"links", links_of(job.id())}});
   res.set(bhttp::field::location, job_path(job.id()));
   return res;
@@ -470,6 +469,7 @@ http::Response HttpApi::list_jobs(const http::Request& request, const std::strin
   const auto page = runtime_.list_jobs(query);
   json::array items;
   for (const auto& record : page.jobs) {
+    if (videos_->deleted(record.id)) continue;  // deleted through /v1/videos
     const auto job = runtime_.find(record.id);
     items.push_back(job ? status_json(*job, job->result()) : record_json(record));
   }
@@ -487,11 +487,12 @@ http::Response HttpApi::job_preview(const http::Request&, const std::string& id)
   const auto job = find_job(id);
   const auto preview = job.preview();
   if (!preview) {
+    // The job exists: 409 (as /video before the end), not 404, which would say it does not.
     if (!runtime_.previews(job.result().spec.model))
-      throw_error(ErrorKind::not_found, "job '" + id + "' has no preview: previews are off for its model (preview_every "
-                                        "is 0, or its package has no preview factors)");
-    throw_error(ErrorKind::not_found, "job '" + id + "' has no preview yet (one comes every " +
-                                          std::to_string(runtime_.config().preview_every.value_or(0)) + " steps while it denoises)");
+      return http::error_response(409, "not_ready", "job '" + id + "' has no preview: previews are off for its model "
+                                                    "(preview_every is 0, or its package has no preview factors)");
+    return http::error_response(409, "not_ready", "job '" + id + "' has no preview yet (one comes every " +
+                                                      std::to_string(runtime_.config().preview_every.value_or(0)) + " steps while it denoises)");
   }
   http::StringResponse res{bhttp::status::ok, 11};
   res.set(bhttp::field::content_type, preview->content_type);
@@ -536,12 +537,7 @@ http::Response HttpApi::job_video(const http::Request& request, const std::strin
 
 http::Response HttpApi::cancel_job(const http::Request&, const std::string& id) {
   auto job = find_job(id);
-  {
-    std::lock_guard lock(cancels_->mutex);
-    const auto spec = job.result().spec;
-    if (!job.finished() && !(spec.image.empty() && spec.last_image.empty())) cancels_->ids.insert(id);  // its uploads go when it ends
-  }
-  const bool requested = job.cancel("cancelled by DELETE " + job_path(id));
+  const bool requested = cancel_by_client(job, "cancelled by DELETE " + job_path(id));
   return json_body(requested ? 202 : 200, status_json(job, job.result()));
 }
 

@@ -11,7 +11,7 @@
 //   GET    /v1/jobs/{id}/events  Server-Sent Events: `progress` per job event, `preview` per new
 //                                preview image, then one final `done` | `failed` | `cancelled`
 //                                event, then the stream ends
-//   GET    /v1/jobs/{id}/preview the latest preview while it denoises (image/png; 404 if none)
+//   GET    /v1/jobs/{id}/preview the latest preview while it denoises (image/png; 409 if none yet)
 //   GET    /v1/jobs/{id}/video   the output file (Range requests: 206 / 416; 409 until done)
 //   DELETE /v1/jobs/{id}         cancel
 //   GET    /metrics              Prometheus text (Runtime::metrics_text)
@@ -19,6 +19,8 @@
 //   GET    /v1/trace?seconds=N   the runtime's timeline for the next N seconds (1..60, default 5)
 //                                as Chrome / Perfetto trace JSON (runtime/trace.hpp), sent when done
 //   GET    /  and  /ui/{name}    the page (api/http/web_page.hpp; files from web_dir, 404 without one)
+//   /v1/videos..., /v1/models     OpenAI's videos API over the same jobs (api/http/openai_videos.hpp);
+//                                a video deleted there answers 404 here too
 // docs/openapi.json describes the same routes; tests/api/http/test_http_api.cpp keeps them in sync
 // with routes().
 //
@@ -45,6 +47,7 @@
 
 #include "api/engine.hpp"
 #include "api/http/http_server.hpp"
+#include "api/http/openai_videos.hpp"
 #include "api/http/uploads.hpp"
 
 #include <boost/asio/thread_pool.hpp>
@@ -91,6 +94,10 @@ class HttpApi : public http::RequestHandler {
   http::Response trace(const http::Request& request, const std::string& id);
 
   JobHandle find_job(const std::string& id) const;  // Error(not_found)
+  // Stores `images` (by field) as uploads, puts their paths into `spec`, submits; nothing stays
+  // written when it is refused. Shared by POST /v1/jobs and POST /v1/videos.
+  JobHandle submit_spec(boost::json::value spec, std::vector<std::pair<std::string, std::string>> images);
+  bool cancel_by_client(JobHandle& job, std::string reason);  // JobHandle::cancel; its uploads go when it ends
   // Unpins `files` once `job` ends (unless a graceful stop cancelled it: it resumes).
   void release_when_finished(const JobHandle& job, std::vector<std::filesystem::path> files);
 
@@ -104,6 +111,7 @@ class HttpApi : public http::RequestHandler {
   std::shared_ptr<Cancels> cancels_ = std::make_shared<Cancels>();
   boost::asio::thread_pool upload_thread_{1};
   std::filesystem::path web_dir_;
+  std::unique_ptr<OpenAiVideos> videos_;  // after upload_thread_: it runs create and delete there
 };
 
 }  // namespace vgen

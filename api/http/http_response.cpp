@@ -8,6 +8,7 @@
 #include <boost/json/value.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <system_error>
 
@@ -149,6 +150,35 @@ std::string sse_event(std::string_view event, std::string_view data) {
     data.remove_prefix(nl + 1);
   }
   out.append("\n");
+  return out;
+}
+
+// ---- query strings ---------------------------------------------------------------------
+
+std::map<std::string, std::string, std::less<>> parse_query(std::string_view target) {
+  std::map<std::string, std::string, std::less<>> out;
+  const auto q = target.find('?');
+  if (q == std::string_view::npos) return out;
+  auto decode = [](std::string_view s) {
+    std::string r;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '+') r += ' ';
+      else if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+               std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+        r += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+        i += 2;
+      } else r += s[i];
+    }
+    return r;
+  };
+  auto rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const auto amp = std::min(rest.find('&'), rest.size());
+    const auto pair = rest.substr(0, amp);
+    const auto eq = std::min(pair.find('='), pair.size());
+    if (!pair.empty()) out[decode(pair.substr(0, eq))] = decode(pair.substr(std::min(eq + 1, pair.size())));
+    rest.remove_prefix(std::min(amp + 1, rest.size()));
+  }
   return out;
 }
 

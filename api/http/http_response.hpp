@@ -27,6 +27,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -114,6 +115,10 @@ StringResponse json_response(unsigned status, std::string body);
 // multi-range header is ignored (200, as RFC 9110 allows). Accept-Ranges: bytes is always set.
 // Error(not_found) if the file cannot be opened.
 Response file_response(const Request& request, const std::filesystem::path& path, std::string_view content_type);
+
+// The query parameters of a request target, percent- and '+'-decoded: "a=1&b=x%20y" ->
+// {a: "1", b: "x y"}; a key given twice keeps its last value.
+std::map<std::string, std::string, std::less<>> parse_query(std::string_view target);
 
 // One Server-Sent Event: "event: NAME\ndata: LINE\n...\n\n" (each line of data prefixed).
 std::string sse_event(std::string_view event, std::string_view data);

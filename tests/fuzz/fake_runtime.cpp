@@ -113,6 +113,7 @@ JobPage Runtime::list_jobs(const JobListQuery& query) const {
   return page;
 }
 bool Runtime::previews(const std::string&) const { return false; }
+std::vector<ServedModel> Runtime::served_models() const { return {}; }  // the config's names (OpenAiVideos)
 
 const RuntimeConfig& Runtime::config() const { return impl_->config; }
 JobSpec Runtime::validate(const json::value& spec) const { return parse_job_spec(spec, JobSpec{}, SpecLimits{}); }

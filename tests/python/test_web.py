@@ -71,7 +71,7 @@ def test_previews_off_by_flag_and_for_a_package_without_factors(tmp_path):
         job = body["id"]
         assert [e for e in server.events(job) if e[0] == "preview"] == []
         status, _, body = server.json("GET", f"/v1/jobs/{job}/preview")
-        assert status == 404 and "previews are off" in body["error"]["message"]
+        assert status == 409 and "previews are off" in body["error"]["message"]
         assert server.stop() == 0
     old = tmp_path / "old-package"
     shutil.copytree(MODEL, old)
@@ -85,7 +85,7 @@ def test_previews_off_by_flag_and_for_a_package_without_factors(tmp_path):
         events = server.events(job)
         assert events[-1][0] == "done" and not [e for e in events if e[0] == "preview"]
         status, _, body = server.json("GET", f"/v1/jobs/{job}/preview")
-        assert status == 404 and "no preview factors" in body["error"]["message"]
+        assert status == 409 and "no preview factors" in body["error"]["message"]
         assert "previews: off for model 'old-package'" in server.logs()
         assert server.stop() == 0
 
