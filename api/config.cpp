@@ -217,6 +217,16 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
          r.object(v, p, {{"max_bytes", count(r, c.images.max_bytes, 1, std::int64_t{1} << 30)},
                          {"max_pixels", count(r, c.images.max_pixels, 1, std::int64_t{1} << 30)}});
        }},
+      {"post", [&](const json::value& v, const std::string& p) {
+         auto& o = c.post;
+         r.object(v, p, {{"max_side", count(r, o.max_side, 16, 16384)},
+                         {"interpolator", [&](const json::value& s, const std::string& sp) { o.interpolator = r.string(s, sp); }},
+                         {"upscaler", [&](const json::value& s, const std::string& sp) { o.upscaler = s.is_null() ? std::string() : r.string(s, sp); }},
+                         {"upscale_model", [&](const json::value& m, const std::string& mp) { o.upscale_model = m.is_null() ? fs::path() : r.path(m, mp); }},
+                         {"tile", count(r, o.tile, 0, 16384)},
+                         {"tile_overlap", count(r, o.tile_overlap, 0, 1024)},
+                         {"threads", count(r, c.post_threads, 1, 64)}});
+       }},
       {"preview_every", [&](const json::value& v, const std::string& p) {
          c.preview_every = v.is_null() ? std::nullopt : std::optional<int>(static_cast<int>(r.integer(v, p, 0, 100'000)));
        }},
@@ -322,6 +332,9 @@ json::object to_json(const RuntimeConfig& c) {
                    {"keyframe_interval_s", c.encoder.keyframe_interval_s}}},
       {"job_ttl_s", c.job_ttl.count()},
       {"images", {{"max_bytes", c.images.max_bytes}, {"max_pixels", c.images.max_pixels}}},
+      {"post", {{"max_side", c.post.max_side}, {"interpolator", c.post.interpolator}, {"upscaler", c.post.upscaler.empty() ? json::value(nullptr) : json::value(c.post.upscaler)},
+                {"upscale_model", c.post.upscale_model.empty() ? json::value(nullptr) : json::value(c.post.upscale_model.string())},
+                {"tile", c.post.tile}, {"tile_overlap", c.post.tile_overlap}, {"threads", c.post_threads}}},
       {"preview_every", c.preview_every ? json::value(*c.preview_every) : json::value(nullptr)},
       {"quarantine_after", c.quarantine_after},
       {"priority_aging_ms", c.priority_aging.count()},

@@ -23,6 +23,7 @@
 #include "stages/families/family_options.hpp"
 #include "stages/media/encode.hpp"
 #include "stages/media/image_input.hpp"
+#include "stages/post/post_process.hpp"
 
 #include <boost/json/object.hpp>
 
@@ -152,6 +153,11 @@ struct RuntimeConfig {
   // upload, and the most pixels, a job's image may have (config keys "images.max_bytes",
   // "images.max_pixels").
   ImageLimits images;
+  // The post-stages (stages/post/post_process.hpp): config section "post" with max_side (an
+  // upscaled frame's longest side), interpolator, upscaler (variant names), upscale_model (a
+  // post package), tile and tile_overlap (model upscaling), threads (the "post" pool's).
+  PostOptions post;
+  std::size_t post_threads = 1;
 
   // The fleet (api/fleet_queue.hpp): `vgen serve --queue` / `vgen worker` over NATS JetStream.
   QueueConfig queue;

@@ -287,7 +287,8 @@ asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job, WorkerSlot& s
   // The last stage returned: its work (the output file) is complete, so a cancel that came
   // meanwhile is too late, and the job is done (a signal must not call a written video cancelled).
   const bool requeue = job->take_requeue();
-  if (k + 1 == stages_.size() && !requeue) {
+  const std::size_t next = next_stage(k, *job);
+  if (next == stages_.size() && !requeue) {
     end_job(job, JobState::done);
     co_return;
   }
@@ -300,10 +301,17 @@ asio::awaitable<void> Pipeline::process(std::size_t k, JobPtr job, WorkerSlot& s
     co_return;
   }
   // The next queue cannot be closed while a worker of this stage is alive (it is closed only
-  // when the last of them exits), so this either succeeds or waits: the job is never lost.
+  // when the last of them exits, and a queue further down only after the queues above it), so
+  // this either succeeds or waits: the job is never lost.
   mark_queued(*job);
-  co_await queues_[k + 1]->enqueue(job, ticket_of(*job), asio::use_awaitable);
-  if (stage_metrics_[k + 1].depth) stage_metrics_[k + 1].depth->set(static_cast<double>(queues_[k + 1]->size()));
+  co_await queues_[next]->enqueue(job, ticket_of(*job), asio::use_awaitable);
+  if (stage_metrics_[next].depth) stage_metrics_[next].depth->set(static_cast<double>(queues_[next]->size()));
+}
+
+std::size_t Pipeline::next_stage(std::size_t k, const Job& job) const {
+  std::size_t next = k + 1;
+  while (next < stages_.size() && stages_[next].applies && !stages_[next].applies(job)) ++next;
+  return next;
 }
 
 asio::awaitable<bool> Pipeline::run_stage(std::size_t k, Job& job) {

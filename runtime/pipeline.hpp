@@ -23,6 +23,8 @@
 //    higher-priority one) puts the job back into its own input queue, with its original ticket,
 //    instead of passing it on (its state is `queued` again until a worker takes it, so a cancel
 //    ends it at once); the worker then takes the best job waiting there.
+//  - Optional stages: a job skips every stage whose StageSpec::applies says no (it goes from
+//    the stage before into the next one that applies); end of stream still flows through them.
 //  - Backpressure: a full queue suspends the submitter (submit) or refuses it (try_submit ->
 //    Error(overloaded)), and a full next queue suspends the upstream worker, so memory is
 //    bounded by the queue capacities plus the workers.
@@ -71,6 +73,11 @@ struct StageSpec {
   // Optional: runs once each time a job enters the stage, after `limiter`, before `fn` and its
   // retries; an exception fails the job as `fn`'s would (without a retry).
   StageFn before;
+  // Optional: whether a job that finished the stage before this one goes through this one. A
+  // job it says no to passes straight into the next stage that applies (or ends done), never
+  // entering this stage's queue: an optional stage costs the jobs that skip it nothing. Called
+  // on the previous stage's worker; must be cheap and not throw. Ignored for the first stage.
+  std::function<bool(const Job&)> applies;
 };
 
 // What a before_first_stage hook decided for a job.
@@ -156,6 +163,8 @@ class Pipeline {
   boost::asio::awaitable<void> process(std::size_t stage, JobPtr job, WorkerSlot& slot);
   // Whether the job ended early (a before_first_stage hook's HookOutcome::done).
   boost::asio::awaitable<bool> run_stage(std::size_t stage, Job& job);
+  // The stage after `stage` that `job` goes through (StageSpec::applies); stages_.size(): none.
+  std::size_t next_stage(std::size_t stage, const Job& job) const;
   bool is_hook(std::size_t stage) const noexcept { return stage == 0 && hook_fn_ != nullptr; }
   boost::asio::awaitable<void> watch_deadline(JobPtr job);
   void end_job(const JobPtr& job, JobState state, std::exception_ptr error = {});

@@ -137,6 +137,15 @@ void check_precision(const JobSpec& s, const SpecLimits& l) {
                        (is_quantized_precision(s.precision) ? "; export one with --quantize " + s.precision : "") + ")");
 }
 
+// "interpolate" / "upscale": 1 (off), 2 or 4; an interpolated frame rate stays within max_fps.
+void check_post(const JobSpec& s, const SpecLimits& l) {
+  for (auto [field, v] : {std::pair{"interpolate", s.interpolate}, std::pair{"upscale", s.upscale}})
+    if (v != 1 && v != 2 && v != 4) bad(field, "must be 1 (off), 2 or 4 (got " + std::to_string(v) + ")");
+  if (s.interpolate > 1 && s.fps * s.interpolate > l.max_fps)
+    bad("interpolate", "fps " + number_text(s.fps) + " x " + std::to_string(s.interpolate) + " exceeds " +
+                           number_text(l.max_fps) + " fps");
+}
+
 }  // namespace
 
 bool is_quantized_precision(std::string_view precision) { return precision == "int8"; }
@@ -207,6 +216,7 @@ void validate_job_spec(const JobSpec& s, const SpecLimits& l) {
   if (!s.model.empty()) checked_output_name(s.model, "model");
   check_images(s, l);
   check_precision(s, l);
+  check_post(s, l);
 }
 
 JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const SpecLimits& limits) {
@@ -216,7 +226,7 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
                                                           "steps", "guidance", "seed", "fps", "format", "scheduler", "name",
                                                           "model", "image", "last_image", "image_sha256",
                                                           "last_image_sha256", "loras", "step_cache", "priority", "shift",
-                                                          "precision"};
+                                                          "precision", "interpolate", "upscale"};
   for (const auto& kv : *obj)
     if (!known.count(kv.key())) bad(std::string(kv.key()), "unknown field");
   JobSpec s = defaults;
@@ -250,6 +260,8 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
     }
     else if (k == "shift") s.shift = as_number(v, k);
     else if (k == "precision") s.precision = as_text(v, k);
+    else if (k == "interpolate") s.interpolate = as_int(v, k);
+    else if (k == "upscale") s.upscale = as_int(v, k);
     else if (k == "seed") {
       const auto i = as_integer(v, k);
       if (i < 0) bad("seed", "must be between 0 and " + std::to_string(limits.max_seed) + " (got " + shown(v) + ")");
@@ -270,6 +282,8 @@ json::object to_json(const JobSpec& s) {
   if (s.priority != 0) o["priority"] = s.priority;  // scheduling only: job_content_key leaves it out
   if (s.shift > 0.0) o["shift"] = s.shift;                // the same: absent for the scheduler's own shift
   if (!s.precision.empty()) o["precision"] = s.precision;  // echoed; job_content_key keeps only a quantized one
+  if (s.interpolate > 1) o["interpolate"] = s.interpolate;  // another video; absent when off: keys stay
+  if (s.upscale > 1) o["upscale"] = s.upscale;
   // Absent for text-to-video jobs, so their keys stay as they were too.
   if (!s.image.empty()) o["image"] = s.image;
   if (!s.image_sha256.empty()) o["image_sha256"] = s.image_sha256;

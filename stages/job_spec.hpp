@@ -59,6 +59,12 @@ struct JobSpec {
   // default (SpecLimits::precisions, JobSpec defaults). Jobs of different precisions never share
   // a denoiser call; a quantized precision is part of the content key (another video).
   std::string precision;
+  // Post-stages after decode (stages/post/): 1 is off, else 2 or 4. interpolate multiplies the
+  // frame rate ((frames - 1) x factor + 1 frames at fps x factor), upscale both sides (the
+  // upscaled size is checked against the runtime's post.max_side by ModelSet::validate). Both
+  // are part of the content key only when on: a job without them keeps the key it had before.
+  int interpolate = 1;
+  int upscale = 1;
 };
 
 // Whether a model takes an input (manifest "inputs": {"image": ..., "last_image": ...}).

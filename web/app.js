@@ -20,7 +20,7 @@
 const TOKEN_KEY = "vgen.token";
 const PAGE_SIZE = 20;
 const TERMINAL = new Set(["done", "failed", "cancelled", "interrupted"]);
-const STAGE_SHARE = { queued: 0, preprocess: 0.03, running: 0.03, denoise: 0.05, decode: 0.92, encode: 0.96, done: 1 };
+const STAGE_SHARE = { queued: 0, preprocess: 0.03, running: 0.03, denoise: 0.05, decode: 0.92, interpolate: 0.93, upscale: 0.94, encode: 0.96, done: 1 };
 
 let token = sessionStorage.getItem(TOKEN_KEY) || "";
 let tokenPrompt = null;  // the pending dialog, shared by every request that got a 401

@@ -69,6 +69,8 @@ void add_job_flags(CLI::App& cmd, JobFlags& f) {
   cmd.add_option("--negative-prompt", f.negative_prompt);
   cmd.add_option("--format", f.format, "mp4, webm, gif or png");
   cmd.add_option("--lora", f.loras, "a LoRA from --lora-dir, NAME[:SCALE] (scale 1 by default); repeatable");
+  cmd.add_option("--interpolate", f.interpolate, "frame interpolation after decode, 2 or 4: (frames-1)xN+1 frames at N x fps");
+  cmd.add_option("--upscale", f.upscale, "upscaling after decode, 2 or 4: N x width by N x height");
 }
 
 boost::json::object job_fields(const JobFlags& f) {
@@ -87,6 +89,8 @@ boost::json::object job_fields(const JobFlags& f) {
   if (f.scheduler) o["scheduler"] = *f.scheduler;
   if (f.negative_prompt) o["negative_prompt"] = *f.negative_prompt;
   if (f.format) o["format"] = *f.format;
+  if (f.interpolate) o["interpolate"] = *f.interpolate;
+  if (f.upscale) o["upscale"] = *f.upscale;
   if (!f.loras.empty()) {  // NAME[:SCALE]; a bad scale is left for the job spec to name
     boost::json::array a;
     for (const auto& l : f.loras) {

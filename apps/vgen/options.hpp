@@ -37,6 +37,7 @@ struct JobFlags {
   std::optional<std::uint64_t> seed;
   std::optional<std::string> scheduler, negative_prompt, format;
   std::vector<std::string> loras;  // NAME[:SCALE], repeatable
+  std::optional<int> interpolate, upscale;  // post-stages: 2 or 4 (the job spec checks)
 };
 void add_job_flags(CLI::App& cmd, JobFlags& f);
 boost::json::object job_fields(const JobFlags& f);  // only the flags given

@@ -6,6 +6,8 @@
 #include "stages/media/image_admission.hpp"
 #include "stages/exec/denoise_news.hpp"
 #include "stages/exec/preview.hpp"
+#include "stages/post/libav_post.hpp"
+#include "stages/post/rrdb_upscaler.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
@@ -27,6 +29,8 @@ struct ModelSet::State {
   std::shared_ptr<Batcher> batcher;
   std::map<const Family*, std::shared_ptr<const LatentPreview>> previews;  // families with factors, when on
   std::unique_ptr<Checkpoints> checkpoints;  // null when off
+  DevicePool* devices = nullptr;              // leases for model-backed post-stages
+  std::shared_ptr<const PostProcessor> interpolator, upscaler;
 
   const std::shared_ptr<Family>& family(const std::string& name) const {
     if (name.empty()) return models.front().second;
@@ -97,6 +101,38 @@ VideoFrames to_video_frames(const at::Tensor& frames, double fps) {
   return v;
 }
 
+// A post-stage: the job's clip (the last post-stage's, else the decoded frames) through the
+// set's variant of `kind`, on the "post" pool or, for a model, on a leased device.
+asio::awaitable<void> post_process(State& st, Job& job, PostKind kind) {
+  auto w = family_job(job);
+  const auto& processor = kind == PostKind::interpolate ? st.interpolator : st.upscaler;
+  const int factor = kind == PostKind::interpolate ? w->spec.interpolate : w->spec.upscale;
+  auto run = [w, processor, factor](const std::string& device) {
+    auto in = w->post_frames ? w->post_frames : std::make_shared<const VideoFrames>(to_video_frames(w->frames, w->spec.fps));
+    return std::make_shared<const VideoFrames>(processor->run(*in, factor, device));
+  };
+  std::shared_ptr<const VideoFrames> out;
+  if (processor->uses_device()) {
+    // A named request: GCC 12 frees a temporary built inside the co_await expression twice.
+    PlacementRequest request;
+    auto lease = co_await st.devices->acquire(request, asio::use_awaitable);
+    const std::string device = lease.device().id;
+    auto on_device = [run, device] { return run(device); };
+    out = co_await st.executor->pool(device_pool_name(device)).run(on_device);
+  } else {
+    auto on_host = [run] { return run(std::string()); };
+    out = co_await st.executor->pool("post").run(on_host);
+  }
+  w->post_frames = std::move(out);
+  w->frames = at::Tensor();  // the clip lives on in post_frames, in bytes
+  if (st.options.metrics)
+    st.options.metrics->counter("vgen_post_frames_total", "Frames the post-stages made", {{"stage", std::string(to_string(kind))}})
+        .inc(w->post_frames->count);
+}
+
+asio::awaitable<void> interpolate(State& st, Job& job) { co_await post_process(st, job, PostKind::interpolate); }
+asio::awaitable<void> upscale(State& st, Job& job) { co_await post_process(st, job, PostKind::upscale); }
+
 asio::awaitable<void> encode(State& st, Job& job) {
   auto w = family_job(job);
   const auto& family = st.family(w->spec.model);
@@ -105,7 +141,10 @@ asio::awaitable<void> encode(State& st, Job& job) {
   options.comment = "vgen:" + job_content_key(family->package().id(), w->spec).hex();
   const std::string stem = w->spec.name.empty() ? job.id() : w->spec.name;
   w->output = st.options.out_dir / (stem + extension_for(options.format));
-  auto write = [w, options] { encode_to_file(to_video_frames(w->frames, w->spec.fps), w->output, options); };
+  auto write = [w, options] {
+    if (w->post_frames) encode_to_file(*w->post_frames, w->output, options);
+    else encode_to_file(to_video_frames(w->frames, w->spec.fps), w->output, options);
+  };
   co_await st.executor->pool("codec").run(write);
 }
 
@@ -155,6 +194,14 @@ ModelSet::ModelSet(LoadedModels models, Executor& executor, DevicePool& devices,
                                                     const Scheduler& scheduler) { c->after_step(jobs, work, scheduler); };
   }
   state_->batcher = std::make_shared<Batcher>(std::move(bo));
+  state_->devices = &devices;
+  register_libav_post();
+  register_rrdb_upscaler();
+  state_->interpolator = make_post_processor(PostKind::interpolate, options.post);
+  state_->upscaler = make_post_processor(PostKind::upscale, options.post);
+  if (!executor.has_pool("post"))
+    executor.add_pool(WorkerPool::Options{.name = "post", .threads = std::max<std::size_t>(options.post_threads, 1),
+                                          .spin = std::chrono::microseconds(0)});
   state_->options = std::move(options);
 }
 
@@ -170,7 +217,11 @@ bool ModelSet::previews(const std::string& name) const { return state_->previews
 
 const ModelPackage& ModelSet::package(const std::string& name) const { return state_->family(name)->package(); }
 
-JobSpec ModelSet::validate(const json::value& spec) const { return state_->family(model_field(spec))->validate(spec); }
+JobSpec ModelSet::validate(const json::value& spec) const {
+  auto parsed = state_->family(model_field(spec))->validate(spec);
+  check_post_job(parsed, state_->options.post);
+  return parsed;
+}
 
 JobSpec ModelSet::admit(json::value& spec) const {
   auto parsed = validate(spec);
@@ -200,10 +251,21 @@ std::vector<StageSpec> ModelSet::stages() const {
     const auto& s = it != o.stages.end() ? it->second : defaults.at(name);
     return StageSpec{name, std::max(s.workers, min_workers), s.queue, bind(fn)};
   };
+  // A post-stage runs only for the jobs that ask for it; the others go from decode past it.
+  auto post = [&](PostKind kind, auto fn, int JobSpec::*factor) {
+    auto spec = stage(std::string(to_string(kind)), 1, fn);
+    spec.applies = [factor](const Job& job) {
+      const auto* w = find_family_job(job);
+      return w && w->spec.*factor > 1;
+    };
+    return spec;
+  };
   return {
       stage("preprocess", slots, preprocess),
       stage(std::string(kDenoise), slots, denoise),
       stage("decode", slots, decode),
+      post(PostKind::interpolate, interpolate, &JobSpec::interpolate),
+      post(PostKind::upscale, upscale, &JobSpec::upscale),
       stage("encode", 1, encode),
   };
 }

@@ -4,6 +4,8 @@
 //  preprocess  validate the job against its model; Family::prepare in a batched group
 //  denoise     the step loop of a batched group (stages/denoise_loop.hpp)
 //  decode      Family::decode in a batched group
+//  interpolate only for jobs with JobSpec::interpolate > 1: frame interpolation (stages/post/)
+//  upscale     only for jobs with JobSpec::upscale > 1: upscaling (stages/post/)
 //  encode      FFmpeg into <out_dir>/<name or id>.<ext>, atomically (stages/encode.hpp)
 // Groups never mix families or packages (stages/batcher.hpp). A job picks its model by the
 // spec's "model" field (a name given in the constructor); without one, the first model.
@@ -30,6 +32,7 @@
 #include "stages/media/image_input.hpp"
 #include "stages/job_spec.hpp"
 #include "stages/model/model_package.hpp"
+#include "stages/post/post_process.hpp"
 
 #include <boost/json/value.hpp>
 
@@ -72,6 +75,11 @@ struct ModelSetOptions {
   // is told each durable checkpoint (the job store's reference), on the checkpoint thread.
   CheckpointOptions checkpoints;
   Checkpoints::OnWritten on_checkpoint;
+  // The post-stages' variants and limits (stages/post/post_process.hpp): interpolate and upscale
+  // run on the "post" pool (made with post_threads threads when the executor has none), or on a
+  // device lease for a model-backed variant.
+  PostOptions post;
+  std::size_t post_threads = 1;
 };
 
 // What a finished job produced (valid once the job is done).
@@ -112,7 +120,8 @@ class ModelSet {
   bool previews(const std::string& name = {}) const;
   // The package of model `name` (empty: the default); Error(invalid_argument) if unknown.
   const ModelPackage& package(const std::string& name = {}) const;
-  // Parses a job spec against its model's defaults and limits (Error(invalid_argument)).
+  // Parses a job spec against its model's defaults and limits, and its post-stage settings
+  // against the set's (an upscale past post.max_side) (Error(invalid_argument)).
   JobSpec validate(const boost::json::value& spec) const;
   // validate(), then the job's image files read, decoded and hashed into `spec` (the
   // "*_sha256" fields; stages/image_admission.hpp): what a Runtime runs before it accepts a
@@ -122,7 +131,9 @@ class ModelSet {
   // The identity of the model a parsed spec runs on (ModelPackage::id), for content keys.
   std::string model_id(const JobSpec& spec) const;
 
-  std::vector<StageSpec> stages() const;  // preprocess, denoise, decode, encode
+  // preprocess, denoise, decode, interpolate, upscale, encode; a job skips the post-stages it
+  // does not ask for (StageSpec::applies), so it runs as it would without them.
+  std::vector<StageSpec> stages() const;
   // How many jobs above a priority wait to enter denoise (e.g. Pipeline::waiting_above on the
   // "denoise" stage): running denoise groups preempt lower-priority rows for them
   // (stages/batcher.hpp). Thread-safe; without it nothing is preempted.

@@ -19,13 +19,15 @@ struct StageOptions {
 
 using StageOptionsMap = std::map<std::string, StageOptions, std::less<>>;
 
-// The stages a ModelSet declares, in pipeline order.
-inline std::vector<std::string> stage_names() { return {"preprocess", "denoise", "decode", "encode"}; }
+// The stages a ModelSet declares, in pipeline order. interpolate and upscale (stages/post/) run
+// only for jobs that ask for them; the others skip them (StageSpec::applies).
+inline std::vector<std::string> stage_names() { return {"preprocess", "denoise", "decode", "interpolate", "upscale", "encode"}; }
 
 // Those stages with their defaults. Its keys are the names a config may give under "stages"
 // (any other is an unknown key).
 inline StageOptionsMap default_stage_options() {
-  return {{"preprocess", {1, 64}}, {"denoise", {1, 4}}, {"decode", {1, 4}}, {"encode", {1, 4}}};
+  return {{"preprocess", {1, 64}}, {"denoise", {1, 4}}, {"decode", {1, 4}},
+          {"interpolate", {1, 4}}, {"upscale", {1, 4}}, {"encode", {1, 4}}};
 }
 
 }  // namespace vgen

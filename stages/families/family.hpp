@@ -60,11 +60,16 @@ struct StepState {
 // One job's state inside a family. Families derive from it for their own fields; the generic
 // stages use only these. Shared (std::shared_ptr) by the job's payload and any group it is
 // in, so a job that ends while its group still computes frees nothing the group uses.
+struct VideoFrames;  // stages/media/frames.hpp
+
 struct FamilyJob {
   virtual ~FamilyJob() = default;
   JobSpec spec;
   StepState state;
   at::Tensor frames;  // [F, H, W, 3] float32 in [0, 1] after decode
+  // After a post-stage (stages/post/): the processed clip, which encode writes instead of
+  // `frames` (then released). Null for a job without post-stages.
+  std::shared_ptr<const VideoFrames> post_frames;
   std::filesystem::path output;
   bool text_cache_hit = false;
   std::string device;  // the device the last stage ran on

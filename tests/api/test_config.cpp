@@ -340,15 +340,15 @@ TEST_CASE("stages: a map keyed by the model set's stage names, in pipeline order
   const RuntimeConfig d;
   std::vector<std::string> names;
   for (const auto& [name, s] : d.stages) names.push_back(name);
-  CHECK(names == std::vector<std::string>{"decode", "denoise", "encode", "preprocess"});
+  CHECK(names == std::vector<std::string>{"decode", "denoise", "encode", "interpolate", "preprocess", "upscale"});
   CHECK(d.stages.at("preprocess").queue == 64);
   std::vector<std::string> in_json;
   const auto j = to_json(d);
   for (const auto& kv : j.at("stages").as_object()) in_json.emplace_back(kv.key());
-  CHECK(in_json == std::vector<std::string>{"preprocess", "denoise", "decode", "encode"});
+  CHECK(in_json == std::vector<std::string>{"preprocess", "denoise", "decode", "interpolate", "upscale", "encode"});
   const auto dir = test::temp_dir("vgen-config-");
   const auto msg = error_of(write(dir, R"({"stages": {"lookup": {"workers": 2}}})"));
-  CHECK_MESSAGE(msg.find("stages.lookup: unknown key (known: decode, denoise, encode, preprocess)") != std::string::npos, msg);
+  CHECK_MESSAGE(msg.find("stages.lookup: unknown key (known: decode, denoise, encode, interpolate, preprocess, upscale)") != std::string::npos, msg);
   fs::remove_all(dir);
 }
 
@@ -359,5 +359,32 @@ TEST_CASE("VGEN_MODEL points at the default model, and a wrong one is an error")
   std::ofstream(dir / "manifest.json") << "{}";
   CHECK(default_model_dir() == dir);
   unsetenv("VGEN_MODEL");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("post: the post-stages' limit, variants, model and tiles; round-trips through JSON") {
+  const auto dir = test::temp_dir("vgen-config-");
+  const auto c = load_config(write(dir, R"({"post": {"max_side": 2048, "interpolator": "minterpolate", "upscaler": "realesrgan",
+                                               "upscale_model": "/models/x4", "tile": 128, "tile_overlap": 24, "threads": 2},
+                                      "stages": {"upscale": {"workers": 2, "queue": 8}}})"));
+  CHECK(c.post.max_side == 2048);
+  CHECK(c.post.upscaler == "realesrgan");
+  CHECK(c.post.upscale_model == "/models/x4");
+  CHECK(c.post.tile == 128);
+  CHECK(c.post.tile_overlap == 24);
+  CHECK(c.post_threads == 2);
+  CHECK(c.stages.at("upscale").workers == 2);
+  auto j = to_json(c);
+  j.erase("model");
+  const auto again = apply_config(RuntimeConfig{}, j, "again", "/");
+  CHECK(again.post.max_side == 2048);
+  CHECK(again.post.upscale_model == "/models/x4");
+  auto d = to_json(RuntimeConfig{});  // the default upscaler (none named) round-trips as null
+  d.erase("model");
+  CHECK(d.at("post").at("upscaler").is_null());
+  CHECK(apply_config(RuntimeConfig{}, d, "again", "/").post.upscaler.empty());
+  CHECK(RuntimeConfig{}.post.max_side == 4096);
+  CHECK(error_of(write(dir, R"({"post": {"max_side": 8}})")).find("post.max_side: must be between 16 and 16384") != std::string::npos);
+  CHECK(error_of(write(dir, R"({"post": {"scale": 2}})")).find("post.scale: unknown key") != std::string::npos);
   fs::remove_all(dir);
 }

@@ -527,3 +527,43 @@ TEST_CASE("a failing hook fails only its job; a stage's before runs once per ent
     CHECK(attempts.count("bad") == 0);
   });
 }
+
+TEST_CASE("optional stages: a job that a stage does not apply to skips it, including the last" * doctest::timeout(120)) {
+  for (int threads : {1, 4}) {
+    CAPTURE(threads);
+    Ledger ledger;
+    MetricsRegistry metrics;
+    std::vector<std::shared_ptr<Job>> jobs;
+    auto note = [&ledger](std::string name) {
+      return StageFn([&ledger, name](Job& job) -> asio::awaitable<void> {
+        ledger.note(name, job.id());
+        co_return;
+      });
+    };
+    // Job i goes through "odd" when i is odd, through "third" when i % 3 == 0 (the last stage).
+    auto stages = std::vector<StageSpec>{{"first", 2, 2, note("first")}, {"odd", 1, 1, note("odd")},
+                                         {"middle", 2, 2, note("middle")}, {"third", 1, 1, note("third")}};
+    stages[1].applies = [](const Job& job) { return index_of(job) % 2 == 1; };
+    stages[3].applies = [](const Job& job) { return index_of(job) % 3 == 0; };
+    run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+      PipelineOptions opts;
+      opts.metrics = &metrics;
+      Pipeline p(io.get_executor(), stages, opts);
+      p.start();
+      for (int i = 0; i < 40; ++i) jobs.push_back(co_await p.submit(spec_for(i)));
+      co_await p.drain();  // end of stream flows through the skipped stages: drain returns
+      CHECK(p.counts().done == 40);
+    }, vgen::test::default_timeout, threads);
+    for (int i = 0; i < 40; ++i) {
+      const auto& j = jobs[i];
+      CHECK(j->state() == JobState::done);
+      CHECK(ledger.count("first", j->id()) == 1);
+      CHECK(ledger.count("middle", j->id()) == 1);
+      CHECK(ledger.count("odd", j->id()) == (i % 2 == 1 ? 1 : 0));
+      CHECK(ledger.count("third", j->id()) == (i % 3 == 0 ? 1 : 0));
+    }
+    const auto text = metrics.render_prometheus();
+    CHECK(text.find("vgen_stage_duration_seconds_count{stage=\"odd\"} 20") != std::string::npos);
+    CHECK(text.find("vgen_stage_duration_seconds_count{stage=\"third\"} 14") != std::string::npos);
+  }
+}

@@ -344,3 +344,28 @@ TEST_CASE("precision: one the package carries, the default when absent; only a q
   CHECK(is_quantized_precision("int8"));
   CHECK_FALSE(is_quantized_precision("float32"));
 }
+
+TEST_CASE("interpolate and upscale: 1 (off), 2 or 4; part of the content key only when on") {
+  JobSpec base;
+  base.prompt = "p";
+  const auto spec = parse_job_spec(json::parse(R"({"prompt": "p", "interpolate": 4, "upscale": 2})"), base, SpecLimits{});
+  CHECK(spec.interpolate == 4);
+  CHECK(spec.upscale == 2);
+  CHECK(error_of(R"({"prompt": "p", "interpolate": 3})").find("interpolate: must be 1 (off), 2 or 4 (got 3)") == 0);
+  CHECK(error_of(R"({"prompt": "p", "upscale": 8})").find("upscale: must be 1 (off), 2 or 4 (got 8)") == 0);
+  CHECK(error_of(R"({"prompt": "p", "upscale": "2"})").find("upscale: must be an integer") == 0);
+  // 16 fps x 4 is fine; 120 x 4 is past the 240 fps a clip may have.
+  CHECK(error_of(R"({"prompt": "p", "fps": 120, "interpolate": 4})").find("interpolate: fps 120 x 4 exceeds 240 fps") == 0);
+  // Off keeps every existing key; each setting on gives another key.
+  CHECK_FALSE(to_json(base).contains("interpolate"));
+  CHECK_FALSE(to_json(base).contains("upscale"));
+  auto one_off = base;
+  one_off.interpolate = 1;
+  CHECK(job_content_key("m", one_off).hex() == job_content_key("m", base).hex());
+  auto a = base, b = base;
+  a.interpolate = 2;
+  b.upscale = 2;
+  CHECK(job_content_key("m", a).hex() != job_content_key("m", base).hex());
+  CHECK(job_content_key("m", b).hex() != job_content_key("m", base).hex());
+  CHECK(job_content_key("m", a).hex() != job_content_key("m", b).hex());
+}

@@ -1,0 +1,81 @@
+// Post-stages: what runs on a decoded clip between decode and encode when a job asks for it
+// (JobSpec::interpolate, JobSpec::upscale). A variant is a PostProcessor chosen by name from
+// post_processors(), as schedulers, encoders and families are chosen from theirs:
+//   minterpolate  libavfilter's motion-compensated interpolation (stages/post/libav_post.hpp)
+//   lanczos       libavfilter's scale with the lanczos kernel (stages/post/libav_post.hpp)
+//   realesrgan    an RRDBNet upscaler exported from a checkpoint (stages/post/rrdb_upscaler.hpp)
+// The libavfilter ones need no model and are the fallback; they are of lower quality than a
+// model (minterpolate smears fast motion, lanczos invents no detail).
+//
+// What a processor makes (the contract every variant keeps, checked by check_post_output):
+//   interpolate x f: (count - 1) x f + 1 frames at fps x f, the inputs at every f-th position
+//                    (a gap between two frames gets f - 1 new ones; nothing after the last)
+//   upscale x f:     width x f by height x f, the same count and fps
+// No LibTorch here (api/ reads PostOptions through the config).
+// Ownership: processors are immutable once made and shared (shared_ptr<const>).
+// Thread-safety: the registry and every processor's run() may be called from any thread.
+// Blocking: run() is CPU or device work that blocks its thread and cannot be cancelled; the
+// stage calls it on a worker pool, never on an io thread.
+#pragma once
+
+#include "runtime/registry.hpp"
+#include "stages/job_spec.hpp"
+#include "stages/media/frames.hpp"
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace vgen {
+
+enum class PostKind { interpolate, upscale };
+std::string_view to_string(PostKind kind);  // "interpolate" | "upscale": the stages' names
+
+// The runtime's post-stage settings (config section "post").
+struct PostOptions {
+  // The longest side an upscaled frame may have: a job past it is refused naming "upscale".
+  int max_side = 4096;
+  std::string interpolator = "minterpolate";  // a registered interpolate variant
+  // A registered upscale variant; empty: "realesrgan" with an upscale_model, else "lanczos".
+  std::string upscaler;
+  // A post package written by `python -m vgen_export.post --realesrgan FILE` (realesrgan).
+  std::filesystem::path upscale_model;
+  // Model upscaling works in tiles of this many input pixels per side (0: whole frames), each
+  // with `tile_overlap` pixels of context on every side, so that a large frame fits in memory.
+  int tile = 256;
+  int tile_overlap = 16;
+};
+
+class PostProcessor {
+ public:
+  virtual ~PostProcessor() = default;
+  virtual PostKind kind() const = 0;
+  virtual std::string name() const = 0;
+  // Whether run() needs a compute device (a model) and so a device lease; otherwise it runs on
+  // the host's "post" worker pool.
+  virtual bool uses_device() const { return false; }
+  // The clip processed by `factor` (2 or 4) as the contract above says, on `device` ("cpu:0",
+  // "cuda:1"; ignored by host variants). Error(invalid_argument) for a bad factor or clip.
+  virtual VideoFrames run(const VideoFrames& in, int factor, const std::string& device) const = 0;
+};
+
+using PostFactory = std::function<std::shared_ptr<const PostProcessor>(const PostOptions&)>;
+// The variants by name. The built-ins live in other libraries and are added by their own
+// idempotent calls (register_libav_post, register_rrdb_upscaler), which ModelSet makes.
+Registry<PostFactory>& post_processors();
+
+// The processor of `kind` the options name (Error(invalid_argument) for an unknown name, a
+// variant of the other kind, or a model that does not load).
+std::shared_ptr<const PostProcessor> make_post_processor(PostKind kind, const PostOptions& options);
+
+// A job's post settings against the runtime's: the upscaled size within max_side (refused as
+// Error(invalid_argument) "upscale: ..."). Cheap; ModelSet::validate calls it.
+void check_post_job(const JobSpec& spec, const PostOptions& options);
+
+// What `out` must be after processing `in` by `factor` (the contract above); Error(internal)
+// naming the variant when it is not.
+void check_post_output(const PostProcessor& p, const VideoFrames& in, int factor, const VideoFrames& out);
+
+}  // namespace vgen

@@ -1,0 +1,140 @@
+"""The post-stages end to end on the tiny random Wan package: `vgen render --interpolate N
+--upscale M` writes (frames-1) x N + 1 frames at N x fps and M x the size (ffprobe), through
+the libavfilter fallback and through an exported RRDBNet package; the same through `vgen batch`
+lines; a job past the frame-size limit is refused before rendering, naming the field; and the
+post settings are part of the content key (the output's "vgen:" comment)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vgen_export import wan as ew
+from vgen_export.post import export_realesrgan, write_random_realesrgan
+from vgen_export.tiny_wan import write_tiny_wan
+
+BUILD = Path(os.environ.get("VGEN_BUILD_DIR", Path(__file__).resolve().parents[2] / "build"))
+VGEN = BUILD / "bin" / "vgen"
+pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
+SMALL = ["--width", "48", "--height", "32", "--frames", "9", "--steps", "2", "--fps", "12", "--seed", "3"]
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    root = tmp_path_factory.mktemp("post")
+    src = write_tiny_wan(root / "diffusers", seed=0)
+    ew.export_wan(src, root / "pkg", dtype="float32", tiny=True, seed=0)
+    return root / "pkg"
+
+
+def render(package, out, *args):
+    cmd = [str(VGEN), "render", "a red circle moving left", "-o", str(out), "--model", str(package), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def probe(path):
+    out = subprocess.run(["ffprobe", "-v", "error", "-count_frames", "-show_entries",
+                          "stream=width,height,r_frame_rate,nb_read_frames:format_tags=comment", "-of", "json", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    doc = json.loads(out)
+    s = doc["streams"][0]
+    return {"size": (s["width"], s["height"]), "fps": s["r_frame_rate"], "frames": int(s["nb_read_frames"]),
+            "key": doc["format"]["tags"]["comment"]}
+
+
+def test_interpolate_and_upscale_double_frames_fps_and_size(package, tmp_path):
+    base, post = tmp_path / "base.mp4", tmp_path / "post.mp4"
+    assert render(package, base, *SMALL).returncode == 0
+    r = render(package, post, *SMALL, "--interpolate", "2", "--upscale", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    # Each stage ran once for this job; a job without them has no entry (test_cli_render).
+    assert set(result["stage_seconds"]) == {"preprocess", "denoise", "decode", "interpolate", "upscale", "encode"}
+    b, p = probe(base), probe(post)
+    assert b == {"size": (48, 32), "fps": "12/1", "frames": 9, "key": b["key"]}
+    # minterpolate's definition: one new frame per gap, nothing after the last: 2 x 9 - 1.
+    assert (p["size"], p["fps"], p["frames"]) == ((96, 64), "24/1", 17)
+    assert p["key"] != b["key"]  # another video: another content key (and result-cache entry)
+
+
+def test_interpolate_four_alone(package, tmp_path):
+    out = tmp_path / "x4.mp4"
+    r = render(package, out, *SMALL, "--interpolate", "4")
+    assert r.returncode == 0, r.stderr
+    p = probe(out)
+    assert (p["size"], p["fps"], p["frames"]) == ((48, 32), "48/1", 33)
+
+
+def test_model_backed_upscale_from_an_exported_package(package, tmp_path):
+    ckpt = write_random_realesrgan(tmp_path / "x4.pth", scale=4)
+    export_realesrgan(ckpt, tmp_path / "upscaler")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"post": {"upscale_model": str(tmp_path / "upscaler"), "tile": 16, "tile_overlap": 8}}))
+    out = tmp_path / "up.mp4"
+    r = render(package, out, *SMALL, "--upscale", "4", "--config", str(config))
+    assert r.returncode == 0, r.stderr
+    p = probe(out)
+    assert (p["size"], p["fps"], p["frames"]) == ((192, 128), "12/1", 9)
+
+
+def test_refused_before_rendering_naming_the_field(package, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"post": {"max_side": 1024}}))
+    out = tmp_path / "big.mp4"
+    r = render(package, out, "--width", "512", "--height", "256", "--frames", "5", "--steps", "2", "--upscale", "4",
+               "--config", str(config))
+    assert r.returncode == 2
+    assert "upscale" in r.stderr and "1024" in r.stderr, r.stderr
+    r = render(package, out, *SMALL, "--interpolate", "3")
+    assert r.returncode == 2 and "interpolate" in r.stderr, r.stderr
+    r = render(package, out, *SMALL[:-4], "--fps", "120", "--interpolate", "4")  # 480 fps: past the frame-rate limit
+    assert r.returncode == 2 and "interpolate" in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_batch_lines_carry_the_post_fields(package, tmp_path):
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("\n".join(json.dumps(j) for j in [
+        {"prompt": "a red circle moving left", "name": "plain"},
+        {"prompt": "a red circle moving left", "name": "post", "interpolate": 2, "upscale": 2},
+        {"prompt": "a red circle moving left", "name": "bad", "upscale": 8},
+    ]) + "\n")
+    out = tmp_path / "out"
+    r = subprocess.run([str(VGEN), "batch", str(jobs), "--out", str(out), "--model", str(package), "--width", "32",
+                        "--height", "32", "--frames", "5", "--steps", "2", "--fps", "8", "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2, r.stderr  # the bad line is reported, the others run
+    assert "upscale" in r.stdout + r.stderr
+    plain, post = probe(out / "plain.mp4"), probe(out / "post.mp4")
+    assert (plain["size"], plain["fps"], plain["frames"]) == ((32, 32), "8/1", 5)
+    assert (post["size"], post["fps"], post["frames"]) == ((64, 64), "16/1", 9)
+
+
+def test_serve_takes_the_http_fields_and_refuses_with_400(package, tmp_path):
+    from test_cli_serve import Server  # the serve tests' process helper (same folder)
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"post": {"max_side": 1024}}))
+    server = Server(package, tmp_path / "out", "--config", str(config))
+    try:
+        status, _, body = server.json("POST", "/v1/jobs", {"prompt": "a red circle moving left", "name": "clip", "width": 48,
+                                                          "height": 32, "frames": 9, "steps": 2, "fps": 12,
+                                                          "interpolate": 2, "upscale": 2})
+        assert status == 202, body
+        events = server.events(body["id"], timeout=300)
+        assert events[-1][0] == "done", events
+        assert set(events[-1][1]["stage_seconds"]) >= {"interpolate", "upscale"}
+        p = probe(server.out_dir / "clip.mp4")
+        assert (p["size"], p["fps"], p["frames"]) == ((96, 64), "24/1", 17)
+        status, _, body = server.json("POST", "/v1/jobs", {"prompt": "too big", "width": 512, "height": 256, "frames": 5,
+                                                          "upscale": 4})
+        assert status == 400 and "upscale" in json.dumps(body), body
+        status, _, metrics = server.request("GET", "/metrics")
+        assert b'vgen_post_frames_total{stage="upscale"} 17' in metrics
+        assert b'vgen_stage_duration_seconds_count{stage="interpolate"} 1' in metrics
+        assert server.stop() == 0
+    finally:
+        server.kill()
