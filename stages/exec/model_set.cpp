@@ -220,6 +220,10 @@ const ModelPackage& ModelSet::package(const std::string& name) const { return st
 JobSpec ModelSet::validate(const json::value& spec) const {
   auto parsed = state_->family(model_field(spec))->validate(spec);
   check_post_job(parsed, state_->options.post);
+  if (parsed.interpolate > 1)
+    if (const auto why = state_->interpolator->unavailable(); !why.empty()) throw_error(ErrorKind::invalid_argument, "interpolate: " + why);
+  if (parsed.upscale > 1)
+    if (const auto why = state_->upscaler->unavailable(); !why.empty()) throw_error(ErrorKind::invalid_argument, "upscale: " + why);
   return parsed;
 }
 

@@ -8,21 +8,90 @@ extern "C" {
 #include <libavfilter/avfilter.h>
 #include <libavfilter/buffersink.h>
 #include <libavfilter/buffersrc.h>
+#include <libavfilter/version_major.h>
 #include <libavutil/opt.h>
 #include <libavutil/rational.h>
 }
 
+#include <dlfcn.h>
+
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 namespace vgen {
 
 namespace {
 
+// libavfilter is loaded on first use (dlopen), not linked: its Debian build pulls in some thirty
+// libraries (tesseract, flite voices, placebo, ...), 21 MiB of the GPU bundle, for a fallback
+// only post-stage jobs use. Where it is missing, the fallback variants say so (unavailable())
+// and a job asking for them is refused at validation, naming the field.
+#define VGEN_AVFILTER_STR2(x) #x
+#define VGEN_AVFILTER_STR(x) VGEN_AVFILTER_STR2(x)
+constexpr const char* kAvfilterSoname = "libavfilter.so." VGEN_AVFILTER_STR(LIBAVFILTER_VERSION_MAJOR);
+
+struct AvFilterLib {
+  decltype(&::av_buffersink_get_frame) av_buffersink_get_frame = nullptr;
+  decltype(&::av_buffersink_get_h) av_buffersink_get_h = nullptr;
+  decltype(&::av_buffersink_get_time_base) av_buffersink_get_time_base = nullptr;
+  decltype(&::av_buffersink_get_w) av_buffersink_get_w = nullptr;
+  decltype(&::av_buffersrc_add_frame_flags) av_buffersrc_add_frame_flags = nullptr;
+  decltype(&::avfilter_get_by_name) avfilter_get_by_name = nullptr;
+  decltype(&::avfilter_graph_alloc) avfilter_graph_alloc = nullptr;
+  decltype(&::avfilter_graph_config) avfilter_graph_config = nullptr;
+  decltype(&::avfilter_graph_create_filter) avfilter_graph_create_filter = nullptr;
+  decltype(&::avfilter_graph_free) avfilter_graph_free = nullptr;
+  decltype(&::avfilter_graph_parse_ptr) avfilter_graph_parse_ptr = nullptr;
+  decltype(&::avfilter_inout_alloc) avfilter_inout_alloc = nullptr;
+  decltype(&::avfilter_inout_free) avfilter_inout_free = nullptr;
+  std::string error;  // why it is not usable; empty when every function was found
+};
+
+const AvFilterLib& avfilter_lib() {
+  static const AvFilterLib loaded = [] {
+    AvFilterLib f;
+    void* handle = dlopen(kAvfilterSoname, RTLD_NOW | RTLD_LOCAL);  // never closed: functions stay in use
+    if (!handle) {
+      const char* why = dlerror();
+      f.error = std::string(kAvfilterSoname) + " could not be loaded (" + (why ? why : "?") +
+                "); the no-model post-stages need it (Debian: apt-get install libavfilter" VGEN_AVFILTER_STR(LIBAVFILTER_VERSION_MAJOR) ")";
+      return f;
+    }
+    auto load = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle, name));
+      if (!fn && f.error.empty()) f.error = std::string(kAvfilterSoname) + " has no " + name;
+    };
+    load(f.av_buffersink_get_frame, "av_buffersink_get_frame");
+    load(f.av_buffersink_get_h, "av_buffersink_get_h");
+    load(f.av_buffersink_get_time_base, "av_buffersink_get_time_base");
+    load(f.av_buffersink_get_w, "av_buffersink_get_w");
+    load(f.av_buffersrc_add_frame_flags, "av_buffersrc_add_frame_flags");
+    load(f.avfilter_get_by_name, "avfilter_get_by_name");
+    load(f.avfilter_graph_alloc, "avfilter_graph_alloc");
+    load(f.avfilter_graph_config, "avfilter_graph_config");
+    load(f.avfilter_graph_create_filter, "avfilter_graph_create_filter");
+    load(f.avfilter_graph_free, "avfilter_graph_free");
+    load(f.avfilter_graph_parse_ptr, "avfilter_graph_parse_ptr");
+    load(f.avfilter_inout_alloc, "avfilter_inout_alloc");
+    load(f.avfilter_inout_free, "avfilter_inout_free");
+    return f;
+  }();
+  return loaded;
+}
+
+// The loaded library, or Error(invalid_argument) saying why there is none.
+const AvFilterLib& lib() {
+  const auto& f = avfilter_lib();
+  if (!f.error.empty()) throw_error(ErrorKind::invalid_argument, "post: " + f.error);
+  return f;
+}
+
 struct GraphFree {
-  void operator()(AVFilterGraph* g) const { avfilter_graph_free(&g); }
+  void operator()(AVFilterGraph* g) const { lib().avfilter_graph_free(&g); }
 };
 using GraphPtr = std::unique_ptr<AVFilterGraph, GraphFree>;
 
@@ -39,7 +108,7 @@ struct FilterGraph {
   AVFilterContext* src = nullptr;
   AVFilterContext* sink = nullptr;
 
-  FilterGraph(const VideoFrames& in, const std::string& filters) : graph(av::check_alloc(avfilter_graph_alloc(), "avfilter_graph_alloc")) {
+  FilterGraph(const VideoFrames& in, const std::string& filters) : graph(av::check_alloc(lib().avfilter_graph_alloc(), "avfilter_graph_alloc")) {
     graph->nb_threads = 1;  // the stage's pool decides the parallelism, not FFmpeg
     // Format conversions libavfilter inserts (RGB <-> YUV for minterpolate) round accurately.
     graph->scale_sws_opts = av_strdup("flags=lanczos+accurate_rnd+full_chroma_int");
@@ -48,23 +117,23 @@ struct FilterGraph {
                              ":pix_fmt=" + std::to_string(AV_PIX_FMT_RGB24) + ":time_base=" + std::to_string(rate.den) + "/" +
                              std::to_string(rate.num) + ":pixel_aspect=1/1:frame_rate=" + std::to_string(rate.num) + "/" +
                              std::to_string(rate.den);
-    av::check(avfilter_graph_create_filter(&src, avfilter_get_by_name("buffer"), "in", args.c_str(), nullptr, graph.get()),
+    av::check(lib().avfilter_graph_create_filter(&src, lib().avfilter_get_by_name("buffer"), "in", args.c_str(), nullptr, graph.get()),
               "post: buffer source");
-    av::check(avfilter_graph_create_filter(&sink, avfilter_get_by_name("buffersink"), "out", nullptr, nullptr, graph.get()),
+    av::check(lib().avfilter_graph_create_filter(&sink, lib().avfilter_get_by_name("buffersink"), "out", nullptr, nullptr, graph.get()),
               "post: buffer sink");
     const enum AVPixelFormat rgb[] = {AV_PIX_FMT_RGB24, AV_PIX_FMT_NONE};
     av::check(av_opt_set_int_list(sink, "pix_fmts", rgb, AV_PIX_FMT_NONE, AV_OPT_SEARCH_CHILDREN), "post: sink format");
-    AVFilterInOut* outputs = avfilter_inout_alloc();
-    AVFilterInOut* inputs = avfilter_inout_alloc();
+    AVFilterInOut* outputs = lib().avfilter_inout_alloc();
+    AVFilterInOut* inputs = lib().avfilter_inout_alloc();
     outputs->name = av_strdup("in");
     outputs->filter_ctx = src;
     inputs->name = av_strdup("out");
     inputs->filter_ctx = sink;
-    const int ret = avfilter_graph_parse_ptr(graph.get(), filters.c_str(), &inputs, &outputs, nullptr);
-    avfilter_inout_free(&inputs);
-    avfilter_inout_free(&outputs);
+    const int ret = lib().avfilter_graph_parse_ptr(graph.get(), filters.c_str(), &inputs, &outputs, nullptr);
+    lib().avfilter_inout_free(&inputs);
+    lib().avfilter_inout_free(&outputs);
     av::check(ret, "post: filter graph '" + filters + "'");
-    av::check(avfilter_graph_config(graph.get(), nullptr), "post: configuring '" + filters + "'");
+    av::check(lib().avfilter_graph_config(graph.get(), nullptr), "post: configuring '" + filters + "'");
   }
 
   void push(const VideoFrames& in, int f, std::int64_t pts) {
@@ -76,17 +145,17 @@ struct FilterGraph {
     av::check(av_frame_get_buffer(frame.get(), 0), "post: frame buffer");
     const std::size_t row = static_cast<std::size_t>(in.width) * 3;
     for (int y = 0; y < in.height; ++y) std::memcpy(frame->data[0] + y * frame->linesize[0], in.frame(f) + y * row, row);
-    av::check(av_buffersrc_add_frame_flags(src, frame.get(), AV_BUFFERSRC_FLAG_KEEP_REF), "post: feeding a frame");
+    av::check(lib().av_buffersrc_add_frame_flags(src, frame.get(), AV_BUFFERSRC_FLAG_KEEP_REF), "post: feeding a frame");
   }
 
-  void finish() { av::check(av_buffersrc_add_frame_flags(src, nullptr, 0), "post: end of input"); }
+  void finish() { av::check(lib().av_buffersrc_add_frame_flags(src, nullptr, 0), "post: end of input"); }
 
   // Every frame the graph has ready, each with its time in seconds.
   void pull(std::vector<std::pair<double, std::vector<std::uint8_t>>>& out) {
     av::FramePtr frame(av::check_alloc(av_frame_alloc(), "av_frame_alloc"));
-    const AVRational tb = av_buffersink_get_time_base(sink);
+    const AVRational tb = lib().av_buffersink_get_time_base(sink);
     for (;;) {
-      const int ret = av_buffersink_get_frame(sink, frame.get());
+      const int ret = lib().av_buffersink_get_frame(sink, frame.get());
       if (ret == AVERROR(EAGAIN) || ret == AVERROR_EOF) return;
       av::check(ret, "post: reading a frame");
       const std::size_t row = static_cast<std::size_t>(frame->width) * 3;
@@ -97,8 +166,8 @@ struct FilterGraph {
     }
   }
 
-  int out_width() const { return av_buffersink_get_w(sink); }
-  int out_height() const { return av_buffersink_get_h(sink); }
+  int out_width() const { return lib().av_buffersink_get_w(sink); }
+  int out_height() const { return lib().av_buffersink_get_h(sink); }
 };
 
 // Runs every frame of `in` through the graph (the last once more at the next time when
@@ -122,6 +191,7 @@ class Minterpolate final : public PostProcessor {
  public:
   PostKind kind() const override { return PostKind::interpolate; }
   std::string name() const override { return "minterpolate"; }
+  std::string unavailable() const override { return avfilter_lib().error; }
   VideoFrames run(const VideoFrames& in, int factor, const std::string&) const override {
     auto out = interpolate_frames(in, factor);
     check_post_output(*this, in, factor, out);
@@ -133,6 +203,7 @@ class Lanczos final : public PostProcessor {
  public:
   PostKind kind() const override { return PostKind::upscale; }
   std::string name() const override { return "lanczos"; }
+  std::string unavailable() const override { return avfilter_lib().error; }
   VideoFrames run(const VideoFrames& in, int factor, const std::string&) const override {
     auto out = upscale_frames(in, factor);
     check_post_output(*this, in, factor, out);

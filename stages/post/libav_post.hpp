@@ -9,6 +9,9 @@
 // N frames by f gives (N - 1) x f + 1 frames at fps x f with the inputs at every f-th position
 // (minterpolate passes them through unchanged but for the YUV round trip: a mean error under
 // 2 levels of 255); upscaling gives width x f by height x f.
+// libavfilter is not linked: it is loaded on first use (dlopen of libavfilter.so.<major>), so the
+// executable and the GPU bundle carry none of its dependencies; without it both variants report
+// unavailable() and the functions below throw Error(invalid_argument) saying what to install.
 // Thread-safety: each call builds its own filter graph; any number may run at once.
 // Blocking: CPU work on the calling thread (one filter thread per call); not cancellable.
 #pragma once

@@ -56,6 +56,9 @@ class PostProcessor {
   // Whether run() needs a compute device (a model) and so a device lease; otherwise it runs on
   // the host's "post" worker pool.
   virtual bool uses_device() const { return false; }
+  // Why this variant cannot run here (e.g. a library it loads on first use is missing); empty
+  // when it can. ModelSet::validate refuses a job that needs an unavailable variant.
+  virtual std::string unavailable() const { return {}; }
   // The clip processed by `factor` (2 or 4) as the contract above says, on `device` ("cpu:0",
   // "cuda:1"; ignored by host variants). Error(invalid_argument) for a bad factor or clip.
   virtual VideoFrames run(const VideoFrames& in, int factor, const std::string& device) const = 0;
