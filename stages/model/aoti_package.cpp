@@ -20,9 +20,11 @@ std::map<std::string, std::string> aoti_metadata(const fs::path& pt2, std::strin
     const auto found = torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(pt2.string(), aoti_model_name(method));
     return {found.begin(), found.end()};
   } catch (const std::exception& e) {
-    // c10::Error and the loader's std::runtime_errors alike: a damaged or foreign file
+    // c10::Error (without its backtrace) and the loader's std::runtime_errors alike: a damaged or foreign file
+    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
     throw_error(ErrorKind::invalid_argument, "compiled model file '" + pt2.string() + "' is not a readable AOTInductor package (method '" +
-                                                 std::string(method) + "'): " + truncate_utf8(e.what(), 300));
+                                                 std::string(method) + "'): " +
+                                                 truncate_utf8(c10 ? c10->what_without_backtrace() : e.what(), 300));
   }
 }
 

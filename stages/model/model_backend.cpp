@@ -201,7 +201,9 @@ std::shared_ptr<const Module> load_aoti(const fs::path& file, c10::Device device
                              file.string(), aoti_model_name(m), /*run_single_threaded=*/false, /*num_runners=*/1,
                              device.is_cuda() ? device.index() : c10::DeviceIndex(-1)));
   } catch (const std::exception& e) {
-    throw_error(ErrorKind::invalid_argument, "compiled model file '" + file.string() + "' does not load: " + truncate_utf8(e.what(), 300));
+    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+    throw_error(ErrorKind::invalid_argument, "compiled model file '" + file.string() + "' does not load: " +
+                                                 truncate_utf8(c10 ? c10->what_without_backtrace() : e.what(), 300));
   }
   if (methods.empty()) throw_error(ErrorKind::invalid_argument, "compiled model file '" + file.string() + "' holds no method vgen calls");
   return std::make_shared<AotiModule>(std::move(methods), device, dtype);

@@ -55,15 +55,15 @@ CompiledComponent compiled(const fs::path& file) {
   return {.backend = "aoti", .file = file, .sha256 = sha256_file(file), .bytes = fs::file_size(file), .torch = "2.11.0"};
 }
 
-// A package in memory whose component "m" is tiny.copy.pt (its own file per case, so that each
-// case's choice is its own in the process-wide cache) with `pt2` as its CPU compiled file.
-ModelPackage package_with(const fs::path& dir, const std::string& torchscript, const fs::path& pt2) {
+// A package in memory whose component `name` is a copy of tiny.pt (its own file per case, so that
+// each case's choice is its own in the process-wide cache) with `pt2` as its CPU compiled file.
+ModelPackage package_with(const fs::path& dir, const std::string& name, const std::string& torchscript, const fs::path& pt2) {
   ModelPackage p;
   p.dir = dir;
   ModelComponent c{.file = dir / torchscript, .sha256 = sha256_file(dir / torchscript), .bytes = fs::file_size(dir / torchscript),
                    .format = "torchscript", .dtype = "float32", .compiled = {}};
   if (!pt2.empty()) c.compiled.emplace("cpu", compiled(pt2));
-  p.components.emplace("m", c);
+  p.components.emplace(name, c);
   return p;
 }
 
@@ -135,19 +135,21 @@ TEST_CASE("a .pt2 for another device, another torch version, or a damaged one is
   int n = 0;
   for (const char* pt2 : {"tiny.cpu.pt2", "tiny.cuda.pt2", "tiny.old.pt2", "tiny.bad.pt2"}) {
     CAPTURE(pt2);
-    const auto own = "tiny.copy" + std::to_string(n++) + ".pt";
+    const auto name = "m" + std::to_string(n++);
+    const auto own = "tiny." + name + ".pt";
     fs::copy_file(dir / "tiny.pt", dir / own, fs::copy_options::overwrite_existing);
-    const auto p = package_with(dir, own, dir / pt2);
-    const auto m = cache.get_component(p, "m", "cpu:0");
+    const auto p = package_with(dir, name, own, dir / pt2);
+    const auto m = cache.get_component(p, name, "cpu:0");
     CHECK(max_diff(m->forward({x, scale}), tensor_of((*ref)["y"])) <= 1e-5);
-    const auto plan = plan_component_backend(p, "m", "cpu:0");
+    CHECK(m.get() == cache.get_component(p, name, "cpu:0").get());  // chosen and loaded once
+    const auto plan = plan_component_backend(p, name, "cpu:0");
     CHECK(plan.backend == (std::string(pt2) == "tiny.cpu.pt2" ? "aoti" : "torchscript"));
     CHECK(plan.refused.empty() == (std::string(pt2) == "tiny.cpu.pt2"));
     // "torchscript" never takes the compiled file
-    CHECK(plan_component_backend(p, "m", "cpu:0", "torchscript").backend == "torchscript");
+    CHECK(plan_component_backend(p, name, "cpu:0", "torchscript").backend == "torchscript");
     // nothing for CUDA: the TorchScript file, no refusal
-    CHECK(plan_component_backend(p, "m", "cuda:0").backend == "torchscript");
-    CHECK(plan_component_backend(p, "m", "cuda:0").refused.empty());
+    CHECK(plan_component_backend(p, name, "cuda:0").backend == "torchscript");
+    CHECK(plan_component_backend(p, name, "cuda:0").refused.empty());
   }
   const auto served = component_backends();
   REQUIRE(served.size() == 4);
