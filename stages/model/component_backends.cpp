@@ -41,8 +41,12 @@ ComponentBackend plan_component_backend(const ModelPackage& package, const std::
       throw_error(ErrorKind::invalid_argument, "component '" + component + "' has no TorchScript file to fall back to: " + why);
     return out;
   }
+  if (preference != "auto") {  // a backend by name for the component's own file (tests plug their own in)
+    out.backend = std::string(preference);
+    return out;
+  }
   const auto it = c.compiled.find(type);
-  if (it == c.compiled.end() || preference == "torchscript") return out;
+  if (it == c.compiled.end()) return out;
   if (auto why = aoti_refusal(it->second, type); !why.empty()) {
     out.refused = std::move(why);
     return out;

@@ -4,7 +4,8 @@
 // for logs, `vgen devices --model` and /metrics.
 //
 // The choice: the compiled file when the package has one for the device type, the preference
-// allows it ("auto"; "torchscript" never takes one) and it is not refused (aoti_package.hpp:
+// allows it ("auto"; any other preference names the backend for the component's own file, e.g.
+// "torchscript", never a compiled one) and it is not refused (aoti_package.hpp:
 // missing, damaged, built for another device type or torch version); else the component's own
 // file with the backend its format names, and the reason. A component that is only a .pt2
 // (format "aoti") has nothing to fall back to: its refusal is the component's error.

@@ -14,6 +14,7 @@
 #include <torch/script.h>
 
 #include <future>
+#include <optional>
 #include <map>
 #include <mutex>
 
@@ -274,20 +275,19 @@ std::shared_ptr<const Module> ModuleCache::get_component(const ModelPackage& pac
   const std::string key = fs::absolute(c.file).lexically_normal().string() + '\n' + std::string(device) + '\n' +
                           std::string(preference);
   const auto dtype = parse_dtype(c.dtype);
+  std::optional<std::pair<std::string, fs::path>> chosen;
   {
     std::lock_guard lock(state_->mutex);
-    if (auto it = state_->choices.find(key); it != state_->choices.end()) {
-      const auto [backend, file] = it->second;
-      return get(backend, file, device, dtype);
-    }
+    if (auto it = state_->choices.find(key); it != state_->choices.end()) chosen = it->second;
   }
+  if (chosen) return get(chosen->first, chosen->second, device, dtype);  // (get takes the lock itself)
   auto plan = plan_component_backend(package, component, device, preference);
   std::shared_ptr<const Module> m;
   try {
     m = get(plan.backend, plan.file, device, dtype);
   } catch (const Error& e) {
     // The compiled file passed its checks but does not load: the component's own file serves.
-    if (plan.backend == c.format || e.kind() != ErrorKind::invalid_argument) throw;
+    if (plan.file == c.file || e.kind() != ErrorKind::invalid_argument) throw;
     plan.refused = e.what();
     plan.backend = c.format;
     plan.file = c.file;

@@ -75,7 +75,7 @@ class ModuleCache {
                                     std::string_view device, c10::ScalarType dtype);
   // The module serving `component` of `package` on `device` (component_backends.hpp): its
   // compiled file for the device type when `preference` is "auto" and that file is not refused
-  // and loads, else its own file. Chosen once per (component file, device, preference) and
+  // and loads, else its own file (with the backend `preference` names, when not "auto"). Chosen once per (component file, device, preference) and
   // recorded (record_component_backend), a refusal logged; later calls reuse the choice.
   // Error(invalid_argument) when nothing can serve it.
   std::shared_ptr<const Module> get_component(const ModelPackage& package, const std::string& component,

@@ -191,7 +191,8 @@ std::shared_ptr<const Module> WanFamily::group_transformer(const std::vector<Fam
     if (refs[i].sha256 != first.spec.loras[i].sha256)
       throw_error(ErrorKind::invalid_argument, "loras: '" + refs[i].name + "' changed since the job was accepted");
   // merged into the TorchScript transformer: a compiled one holds its weights inside its library
-  auto merged = variants_->get(ModuleCache::instance().get_component(package_, "transformer", device, "torchscript"),
+  auto merged = variants_->get(ModuleCache::instance().get_component(package_, "transformer", device,
+                                                                     backend_ == "auto" ? "torchscript" : backend_),
                                lora_set_key(refs), set);
   for (auto* j : live) wan(*j).transformer = merged;
   return merged;
