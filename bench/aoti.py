@@ -53,8 +53,13 @@ def ensure_packages(preset: str) -> tuple[Path, Path]:
     return aoti, twin
 
 
-def denoiser_inputs(manifest: dict, torch):
-    d, t = manifest["defaults"], manifest["transformer"]
+# The job shape of bench/e2e.py's presets (the packages' own defaults are Wan's 480p, 81 frames).
+SHAPE = {"tiny": dict(width=64, height=64, frames=9, steps=10), "medium": dict(width=128, height=128, frames=9, steps=8),
+         "large": dict(width=128, height=128, frames=9, steps=8)}
+
+
+def denoiser_inputs(manifest: dict, torch, shape: dict):
+    d, t = shape, manifest["transformer"]
     lat = manifest["latent"]
     f = (d["frames"] - 1) // lat["temporal_scale"] + 1
     h, w = d["height"] // lat["spatial_scale"], d["width"] // lat["spatial_scale"]
@@ -67,13 +72,13 @@ def denoiser_inputs(manifest: dict, torch):
     return x, ts, ctx, bias
 
 
-def bench_calls(aoti: Path, runs: int, threads: int) -> dict:
+def bench_calls(aoti: Path, runs: int, threads: int, shape: dict) -> dict:
     import torch
     from torch._inductor.package import load_package
 
     torch.set_num_threads(threads)
     manifest = json.loads((aoti / "manifest.json").read_text())
-    args = denoiser_inputs(manifest, torch)
+    args = denoiser_inputs(manifest, torch, shape)
     script = torch.jit.load(str(aoti / "transformer.pt"))
     compiled = load_package(str(aoti / "transformer.cpu.pt2"), "forward_compact-model")
     with torch.inference_mode():
@@ -91,7 +96,7 @@ def bench_calls(aoti: Path, runs: int, threads: int) -> dict:
     return {"shape": list(args[0].shape), "max_abs_diff": diff, "seconds": {k: stats(v) for k, v in times.items()}}
 
 
-def bench_e2e(aoti: Path, twin: Path, runs: int, threads: int) -> dict:
+def bench_e2e(aoti: Path, twin: Path, runs: int, threads: int, shape: dict) -> dict:
     times = {"torchscript": [], "aoti": []}
     out = OUT / "aoti_e2e"
     out.mkdir(parents=True, exist_ok=True)
@@ -100,7 +105,9 @@ def bench_e2e(aoti: Path, twin: Path, runs: int, threads: int) -> dict:
         for name, pkg in (("torchscript", twin), ("aoti", aoti)):
             t0 = time.perf_counter()
             subprocess.run([str(BIN / "vgen"), "render", "a red circle moving left", "--model", str(pkg),
-                            "--seed", "1", "--output", str(out / f"{name}_{r}.mp4")], check=True, env=env,
+                            "--seed", "1", "--width", str(shape["width"]), "--height", str(shape["height"]),
+                            "--frames", str(shape["frames"]), "--steps", str(shape["steps"]),
+                            "--output", str(out / f"{name}_{r}.mp4")], check=True, env=env,
                            capture_output=True)
             times[name].append(time.perf_counter() - t0)
     return {"seconds": {k: stats(v) for k, v in times.items()}}
@@ -116,13 +123,13 @@ def main() -> int:
     before = machine(with_torch=False)
     aoti, twin = ensure_packages(a.model)
     report = json.loads((aoti / "manifest.json").read_text())["export_checks"]["transformer"]["aoti"]
-    calls = bench_calls(aoti, a.runs, a.threads)
-    result = {"model": a.model, "threads": a.threads, "inductor": {k: report[k] for k in ("compile_seconds", "bytes", "kernels")},
+    calls = bench_calls(aoti, a.runs, a.threads, SHAPE[a.model])
+    result = {"model": a.model, "threads": a.threads, "shape": SHAPE[a.model], "inductor": {k: report[k] for k in ("compile_seconds", "bytes", "kernels")},
               "denoiser_call": calls, "machine_before": before}
     rows = [["denoiser call (s)", mmm(calls["seconds"]["torchscript"]), mmm(calls["seconds"]["aoti"]),
              f"{calls['seconds']['torchscript']['median'] / calls['seconds']['aoti']['median']:.2f}x"]]
     if a.e2e:
-        e2e = bench_e2e(aoti, twin, max(3, a.runs // 5), a.threads)
+        e2e = bench_e2e(aoti, twin, max(3, a.runs // 5), a.threads, SHAPE[a.model])
         result["render"] = e2e
         rows.append(["vgen render (s)", mmm(e2e["seconds"]["torchscript"]), mmm(e2e["seconds"]["aoti"]),
                      f"{e2e['seconds']['torchscript']['median'] / e2e['seconds']['aoti']['median']:.2f}x"])
