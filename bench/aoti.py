@@ -46,7 +46,7 @@ def ensure_packages(preset: str) -> tuple[Path, Path]:
     manifest = json.loads((aoti / "manifest.json").read_text())
     for name in os.listdir(aoti):
         if name != "manifest.json" and not name.endswith(".pt2"):
-            os.symlink(aoti / name, twin / name)
+            os.link(aoti / name, twin / name)  # (a symlink would point outside the package: refused)
     for c in manifest["components"].values():
         c.pop("compiled", None)
     (twin / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")

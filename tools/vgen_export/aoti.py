@@ -112,7 +112,10 @@ def compile_aoti(methods: dict[str, Method], path: Path, device: str = "cpu", th
                 except Exception as e:  # noqa: BLE001 - re-raised with the method's name
                     raise RuntimeError(f"aoti: torch.export of method '{name}' failed: {e}") from e
                 dims[name] = sorted(str(s) for s in ep.range_constraints)
-                options = {"aot_inductor.package": True,
+                # freezing: the weights become constants Inductor may fold and prepack for oneDNN
+                # (measured, medium bench transformer, CPU, 1 thread: 0.49 s per call without it,
+                # 0.12 s with it, against TorchScript's 0.14 s)
+                options = {"aot_inductor.package": True, "freezing": True,
                            "aot_inductor.output_path": str(work / name),
                            "aot_inductor.metadata": {TORCH_KEY: torch.__version__, DEVICE_KEY: device,
                                                      METHOD_KEY: name, METHODS_KEY: ",".join(methods)}}
