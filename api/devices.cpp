@@ -1,12 +1,14 @@
 #include "api/devices.hpp"
 
 #ifdef VGEN_WITH_TORCH
+#include "stages/model/component_backends.hpp"
+#include "stages/model/model_package.hpp"
 #include "stages/model/torch_devices.hpp"
 #endif
 
 namespace vgen {
 
-DeviceListing list_devices(std::string_view list) {
+DeviceListing list_devices(std::string_view list, const std::vector<std::filesystem::path>& models) {
   DeviceListing listing;
   CudaDiscovery discover;
 #ifdef VGEN_WITH_TORCH
@@ -14,6 +16,20 @@ DeviceListing list_devices(std::string_view list) {
   listing.backend = "libtorch " + torch_version();
 #endif
   listing.devices = parse_device_list(list, discover);
+#ifdef VGEN_WITH_TORCH
+  for (const auto& dir : models) {
+    const auto package = load_model_package(dir);
+    for (const auto& [name, c] : package.components) {
+      if (c.format != "torchscript" && c.format != "aoti") continue;  // the tokenizer: no model backend
+      for (const auto& d : listing.devices) {
+        const auto plan = plan_component_backend(package, name, d.id);
+        listing.components.push_back({name, d.id, plan.backend, plan.file.filename().string(), plan.refused});
+      }
+    }
+  }
+#else
+  (void)models;
+#endif
   return listing;
 }
 

@@ -6,18 +6,32 @@
 
 #include "runtime/device_pool.hpp"
 
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace vgen {
 
+// What would serve one model component on one device (stages/model/component_backends.hpp).
+struct ComponentOnDevice {
+  std::string component;  // "transformer"
+  std::string device;     // "cpu:0"
+  std::string backend;    // "aoti" (a compiled .pt2) or "torchscript"
+  std::string file;       // the file's name in the package
+  std::string refused;    // why the package's compiled file for the device type is not used ("" if none)
+};
+
 struct DeviceListing {
   std::string backend;              // e.g. "libtorch 2.11.0"; empty in a build without LibTorch
   std::vector<DeviceSpec> devices;  // in list order
+  std::vector<ComponentOnDevice> components;  // per model asked for, every model component on every device
 };
 
-// Error(invalid_argument) for a list that does not resolve (parse_device_list's rules).
-DeviceListing list_devices(std::string_view list = "auto");
+// Error(invalid_argument) for a list that does not resolve (parse_device_list's rules), or a
+// model package that does not load. `models`: packages whose components' backends to list
+// (read, not loaded: a compiled file that passes its checks may still fail to load later, and
+// then falls back); none in a build without LibTorch.
+DeviceListing list_devices(std::string_view list = "auto", const std::vector<std::filesystem::path>& models = {});
 
 }  // namespace vgen

@@ -22,6 +22,7 @@
 #include "runtime/pipeline.hpp"
 #include "runtime/trace.hpp"
 #include "stages/media/encode.hpp"
+#include "stages/model/component_backends.hpp"
 #include "stages/model/torch_devices.hpp"
 #include "stages/exec/model_set.hpp"
 
@@ -290,8 +291,23 @@ class RuntimeImpl {
       const auto lora = models_->lora_cache_stats();
       publish_cache_stats(metrics_, "lora", lora, last_lora_);
       metrics_.gauge("vgen_cache_bytes", "Bytes held by the cache's entries", {{"cache", "lora"}}).set(static_cast<double>(lora.cost));
+      publish_component_backends();
     }
     return metrics_.render_prometheus();
+  }
+
+  // Which backend serves each component a device has loaded: a compiled .pt2 ("aoti") or
+  // TorchScript (stages/model/component_backends.hpp); one series of value 1 per component and device.
+  void publish_component_backends() {
+    const auto served = component_backends();
+    for (const auto& name : models_->model_names()) {
+      const auto& dir = models_->package(name).dir;
+      for (const auto& b : served)
+        if (b.package == dir)
+          metrics_.gauge("vgen_model_backend", "Components loaded, by model, device and the backend that serves them",
+                         {{"model", name}, {"component", b.component}, {"device", b.device}, {"backend", b.backend}})
+              .set(1);
+    }
   }
 
   const RuntimeConfig& config() const { return config_; }

@@ -50,7 +50,7 @@ namespace vgen {
 // a new knob of the encoder, the batcher or a cache is added to its struct, not copied here.
 struct ModelSetOptions {
   std::filesystem::path out_dir;
-  std::string backend = "torchscript";
+  std::string backend = "auto";  // FamilyOptions::backend
   EncodeOptions encode;  // format and comment are taken from each job
   TextCacheOptions text_cache;  // each family's (stages/families/family_options.hpp)
   LoraOptions lora;

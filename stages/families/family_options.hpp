@@ -24,7 +24,9 @@ struct LoraOptions {
 };
 
 struct FamilyOptions {
-  std::string backend = "torchscript";  // stages/model/model_backend.hpp
+  // "auto": a component's compiled file for the device when the package has one that loads,
+  // else its TorchScript file; "torchscript": never a compiled one (stages/model/component_backends.hpp)
+  std::string backend = "auto";
   TextCacheOptions text_cache;
   std::string model_name;  // the name jobs use for it (messages); empty: its directory's name
   LoraOptions lora;

@@ -5,11 +5,16 @@
 #include "runtime/registry.hpp"
 #include "stages/model/mapped_weights.hpp"
 
+#include "stages/model/aoti_package.hpp"
+#include "stages/model/component_backends.hpp"
+
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/script.h>
 
 #include <future>
+#include <optional>
 #include <map>
 #include <mutex>
 
@@ -136,8 +141,77 @@ std::shared_ptr<const Module> load_torchscript(const fs::path& file, c10::Device
   }
 }
 
+// An AOTInductor package (stages/model/aoti_package.hpp): one loader per compiled model, named
+// after the method it serves. Each loader unpacks the .pt2 into its own temporary folder.
+class AotiModule final : public Module {
+ public:
+  AotiModule(std::map<std::string, std::unique_ptr<torch::inductor::AOTIModelPackageLoader>, std::less<>> methods,
+             c10::Device device, c10::ScalarType dtype)
+      : methods_(std::move(methods)), device_(device), dtype_(dtype) {}
+
+  at::Tensor call(std::string_view method, const std::vector<at::Tensor>& inputs) const override {
+    const auto it = methods_.find(method);
+    if (it == methods_.end()) throw_error(ErrorKind::invalid_argument, "compiled model has no method '" + std::string(method) + "'");
+    c10::InferenceMode guard;
+    std::vector<at::Tensor> args;
+    args.reserve(inputs.size());
+    // The compiled code was generated for dense inputs on its device, in the dtypes it was
+    // exported with (the caller's, as for TorchScript).
+    for (const auto& t : inputs) args.push_back(t.to(device_).contiguous());
+    auto out = it->second->run(args);
+    if (out.empty()) throw_error(ErrorKind::internal, "compiled model method '" + std::string(method) + "' returned nothing");
+    return out.front();
+  }
+  c10::Device device() const override { return device_; }
+  c10::ScalarType dtype() const override { return dtype_; }
+
+ private:
+  std::map<std::string, std::unique_ptr<torch::inductor::AOTIModelPackageLoader>, std::less<>> methods_;
+  c10::Device device_;
+  c10::ScalarType dtype_;
+};
+
+// The methods of a .pt2 are its models: the exporter names each after the method it compiles
+// and lists them all in the metadata of "forward" (a package without the list has only forward).
+std::vector<std::string> aoti_methods(const std::map<std::string, std::string>& forward_meta) {
+  const auto it = forward_meta.find(kAotiMethodsKey);
+  if (it == forward_meta.end() || it->second.empty()) return {"forward"};
+  std::vector<std::string> out;
+  std::string_view rest = it->second;
+  while (!rest.empty()) {
+    const auto comma = rest.find(',');
+    if (auto name = rest.substr(0, comma); !name.empty()) out.emplace_back(name);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+  }
+  return out;
+}
+
+std::shared_ptr<const Module> load_aoti(const fs::path& file, c10::Device device, c10::ScalarType dtype) {
+  if (!fs::is_regular_file(file)) throw_error(ErrorKind::invalid_argument, "compiled model file '" + file.string() + "' does not exist");
+  if (device.is_cpu())
+    check_fits_in_memory("compiled model file '" + file.string() + "'", fs::file_size(file), available_memory_bytes());
+  const auto meta = aoti_metadata(file);  // refuses a file that is no .pt2
+  const auto type = device.is_cuda() ? std::string("cuda") : std::string("cpu");
+  const CompiledComponent self{.backend = "aoti", .file = file, .sha256 = {}, .bytes = fs::file_size(file), .torch = {}};
+  // the size and sha256 against the manifest are ModuleCache::get_component's (it knows them)
+  if (auto why = aoti_refusal(self, type, /*verify_limit=*/0); !why.empty()) throw_error(ErrorKind::invalid_argument, why);
+  std::map<std::string, std::unique_ptr<torch::inductor::AOTIModelPackageLoader>, std::less<>> methods;
+  try {
+    for (const auto& m : aoti_methods(meta))
+      methods.emplace(m, std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+                             file.string(), aoti_model_name(m), /*run_single_threaded=*/false, /*num_runners=*/1,
+                             device.is_cuda() ? device.index() : c10::DeviceIndex(-1)));
+  } catch (const std::exception& e) {
+    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+    throw_error(ErrorKind::invalid_argument, "compiled model file '" + file.string() + "' does not load: " +
+                                                 truncate_utf8(c10 ? c10->what_without_backtrace() : e.what(), 300));
+  }
+  if (methods.empty()) throw_error(ErrorKind::invalid_argument, "compiled model file '" + file.string() + "' holds no method vgen calls");
+  return std::make_shared<AotiModule>(std::move(methods), device, dtype);
+}
+
 Registry<ModuleLoader>& registry() {
-  static Registry<ModuleLoader> r("model backend", {{"torchscript", load_torchscript}});
+  static Registry<ModuleLoader> r("model backend", {{"torchscript", load_torchscript}, {"aoti", load_aoti}});
   return r;
 }
 
@@ -155,6 +229,7 @@ std::shared_ptr<const Module> load_module(std::string_view backend, const fs::pa
 struct ModuleCache::State {
   std::mutex mutex;
   std::map<std::string, std::shared_future<std::shared_ptr<const Module>>> entries;
+  std::map<std::string, std::pair<std::string, fs::path>> choices;  // get_component: key -> (backend, file)
   std::size_t loads = 0;
 };
 
@@ -194,6 +269,36 @@ std::shared_ptr<const Module> ModuleCache::get(std::string_view backend, const f
   return result.get();
 }
 
+std::shared_ptr<const Module> ModuleCache::get_component(const ModelPackage& package, const std::string& component,
+                                                         std::string_view device, std::string_view preference) {
+  const auto& c = package.component(component);
+  const std::string key = fs::absolute(c.file).lexically_normal().string() + '\n' + std::string(device) + '\n' +
+                          std::string(preference);
+  const auto dtype = parse_dtype(c.dtype);
+  std::optional<std::pair<std::string, fs::path>> chosen;
+  {
+    std::lock_guard lock(state_->mutex);
+    if (auto it = state_->choices.find(key); it != state_->choices.end()) chosen = it->second;
+  }
+  if (chosen) return get(chosen->first, chosen->second, device, dtype);  // (get takes the lock itself)
+  auto plan = plan_component_backend(package, component, device, preference);
+  std::shared_ptr<const Module> m;
+  try {
+    m = get(plan.backend, plan.file, device, dtype);
+  } catch (const Error& e) {
+    // The compiled file passed its checks but does not load: the component's own file serves.
+    if (plan.file == c.file || e.kind() != ErrorKind::invalid_argument) throw;
+    plan.refused = e.what();
+    plan.backend = c.format;
+    plan.file = c.file;
+    m = get(plan.backend, plan.file, device, dtype);
+  }
+  record_component_backend(plan);
+  std::lock_guard lock(state_->mutex);
+  state_->choices.emplace(key, std::pair{plan.backend, plan.file});
+  return m;
+}
+
 std::size_t ModuleCache::loads() const {
   std::lock_guard lock(state_->mutex);
   return state_->loads;
@@ -202,6 +307,7 @@ std::size_t ModuleCache::loads() const {
 void ModuleCache::clear() {
   std::lock_guard lock(state_->mutex);
   state_->entries.clear();
+  state_->choices.clear();
 }
 
 }  // namespace vgen

@@ -1,19 +1,25 @@
 // Model backends: how an exported component file becomes something the stages can call.
-// Backends are plug-ins chosen by name ("torchscript"; an AOTInductor backend can register
-// itself the same way), not a switch.
+// Backends are plug-ins chosen by name, not a switch: "torchscript" (torch::jit) and "aoti"
+// (an AOTInductor .pt2, stages/model/aoti_package.hpp; one compiled model per method).
+// Which one serves a package's component on a device is the package's: get_component takes its
+// compiled file for the device type when there is one and it loads, else its TorchScript file
+// (stages/model/component_backends.hpp), once per process.
 //
 // Devices: "cpu", "cpu:N" (N names a CPU replica: its own module copy and threads, same
 // hardware) and "cuda:N". The same code runs on both; only the at::Device differs.
 // Loading: ModuleCache loads each (backend, file, device, dtype) once, even when many jobs ask
 // at the same time, and shares it with every job on that device.
 // Thread-safety: Module::forward may be called from several threads at once (TorchScript
-// inference is re-entrant); the cache is thread-safe.
+// inference is re-entrant; an AOTInductor model container runs one call per model instance and
+// queues the others); the cache is thread-safe.
 // Errors: a missing, truncated or corrupt file -> Error(invalid_argument) naming the file; so
 // is a file for a CPU device larger than the memory left (runtime/host_memory.hpp), checked
 // before it is read.
 // Note: this header includes ATen; never include spdlog/fmt next to it (the torch wheel's
 // bundled fmt clashes with Debian's).
 #pragma once
+
+#include "stages/model/model_package.hpp"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -67,6 +73,13 @@ class ModuleCache {
   static ModuleCache& instance();
   std::shared_ptr<const Module> get(std::string_view backend, const std::filesystem::path& file,
                                     std::string_view device, c10::ScalarType dtype);
+  // The module serving `component` of `package` on `device` (component_backends.hpp): its
+  // compiled file for the device type when `preference` is "auto" and that file is not refused
+  // and loads, else its own file (with the backend `preference` names, when not "auto"). Chosen once per (component file, device, preference) and
+  // recorded (record_component_backend), a refusal logged; later calls reuse the choice.
+  // Error(invalid_argument) when nothing can serve it.
+  std::shared_ptr<const Module> get_component(const ModelPackage& package, const std::string& component,
+                                              std::string_view device, std::string_view preference = "auto");
   std::size_t loads() const;  // how many actual loads happened (for tests and metrics)
   void clear();
 

@@ -141,6 +141,27 @@ bool inside(const fs::path& root, const fs::path& file, fs::path& resolved) {
   return root_consumed && fi != resolved.end() && !fi->empty();
 }
 
+// components.<name>.compiled: {"cpu": {"backend", "file", "sha256", "bytes", "torch"?}, ...}. Its
+// shape is checked here, and that each file stays inside the package; the files themselves only
+// when a device of that type loads them (a bad one falls back to the component's own file).
+void read_compiled(const Reader& r, const json::value& v, const std::string& where, ModelComponent& c) {
+  if (!v.is_object()) r.fail("manifest field '" + where + "' must be an object");
+  for (const auto& kv : v.get_object()) {
+    const std::string type(kv.key()), at = where + "." + truncate_utf8(type, 40) + ".";
+    if (type != "cpu" && type != "cuda") r.fail("manifest field '" + where + "' names an unknown device type '" + truncate_utf8(type, 40) + "' (cpu, cuda)");
+    if (!kv.value().is_object()) r.fail("manifest field '" + at.substr(0, at.size() - 1) + "' must be an object");
+    const auto& e = kv.value().get_object();
+    CompiledComponent cc;
+    cc.backend = r.str(e, "backend", at);
+    const auto file = r.str(e, "file", at);
+    cc.sha256 = r.str(e, "sha256", at);
+    cc.bytes = static_cast<std::uint64_t>(r.integer_in(e, "bytes", at, 0, kMaxComponentBytes));
+    if (e.contains("torch")) cc.torch = r.str(e, "torch", at);
+    if (!inside(r.dir, r.dir / file, cc.file)) r.fail(at + "file '" + truncate_utf8(file, 200) + "' escapes the package (symlinks resolved)");
+    c.compiled.emplace(type, std::move(cc));
+  }
+}
+
 // The smallest multiple of `step` that is >= `value` (value, step >= 1; no overflow: both bounded).
 int round_up(int value, int step) { return (value + step - 1) / step * step; }
 
@@ -272,6 +293,7 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
              std::to_string(fs::file_size(c.file)) + " bytes, the manifest says " + std::to_string(c.bytes) + " (truncated or replaced)");
     if (c.bytes <= options.verify_limit && sha256_file(c.file) != c.sha256)
       r.fail(std::string("component '") + name + "' file " + c.file.filename().string() + " is corrupt (sha256 mismatch)");
+    if (const auto* compiled = e.if_contains("compiled")) read_compiled(r, *compiled, where + "compiled", c);
     p.components.emplace(name, std::move(c));
   }
 

@@ -20,12 +20,26 @@ namespace vgen {
 
 inline constexpr int kModelPackageFormatVersion = 1;
 
+// A component compiled ahead of time for one device type (manifest components.<name>.compiled.
+// <device type>, e.g. an AOTInductor .pt2 for "cpu"). Only its place in the package is checked
+// when the package loads: a missing, damaged or foreign file is refused when the component is
+// first loaded on a device of that type, and the component's own file serves instead
+// (stages/model/model_backend.hpp, ModuleCache::get_component).
+struct CompiledComponent {
+  std::string backend;         // "aoti"
+  std::filesystem::path file;  // absolute, symlinks resolved, inside the package
+  std::string sha256;
+  std::uint64_t bytes = 0;
+  std::string torch;           // the torch version the exporter compiled it with ("" if not recorded)
+};
+
 struct ModelComponent {
   std::filesystem::path file;  // absolute, symlinks resolved: the file that was checked (inside the package)
   std::string sha256;
   std::uint64_t bytes = 0;
-  std::string format;          // "torchscript", "sentencepiece"
+  std::string format;          // "torchscript", "sentencepiece"; "aoti" for a component that is only a .pt2
   std::string dtype;           // the component's own dtype (a bf16 package keeps its VAE in float32)
+  std::map<std::string, CompiledComponent> compiled;  // by device type ("cpu", "cuda")
 };
 
 struct ModelPackage {

@@ -347,3 +347,11 @@ def test_defaults_are_clamped_into_a_smaller_models_limits():
     d = ew.fit_defaults(ew.REAL_DEFAULTS, lim, lim, 33)
     assert (d["width"], d["height"], d["frames"]) == (512, 480, 33)
     assert ew.fit_defaults(ew.REAL_DEFAULTS, {**lim, "max": 2048}, {**lim, "max": 2048}, 257) == ew.REAL_DEFAULTS
+
+
+def test_compile_aoti_is_refused_by_name_where_it_is_not_supported(exported, tmp_path):
+    """--compile aoti covers float text-to-video transformers; with int8 Linears it is refused
+    before anything is written (the C++ fixture wan_aoti_parity exercises the compile itself)."""
+    with pytest.raises(ValueError, match="compile aoti: only for float Wan text-to-video"):
+        ew.export_wan(exported[0], tmp_path / "pkg", tiny=True, quantize="int8", compile="aoti")
+    assert not (tmp_path / "pkg").exists()

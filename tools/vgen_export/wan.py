@@ -31,6 +31,7 @@ from .latent_preview import preview_section, torchscript_decoder
 from .detect_wan import UnsupportedWanPipeline, check_exportable, detect_wan
 from .wan_i2v import a14b_image_conditioning, add_i2v_sections, export_i2v_parts, export_vae_encoder
 from .wan_ti2v import add_ti2v_sections, export_ti2v_encoder
+from .wan_aoti import compile_transformer_aoti
 from .common import (DTYPES, Handoff, assert_checks, dtype_tolerance, failed_checks, find_spm_file, load_saved,
                      max_diff, save_module, trace_quietly, two_frame_cache, unpatchify_video)
 from .quantize import QUANTIZATION, QUANTIZE_CHOICES, check_quantize, precision_entries, quantize_int8, variant_name
@@ -296,14 +297,15 @@ def check_padding_invariance(encoder, max_length: int, vocab: int, gen) -> dict[
 
 
 def export_transformer_variants(name: str, transformer, out_dir: Path, max_length: int, dtype, gen,
-                                quantize: str | None, per_token_timesteps: bool = False) -> dict[str, Any]:
+                                quantize: str | None, per_token_timesteps: bool = False,
+                                compile: str | None = None) -> dict[str, Any]:
     """The checks of `name` (and of its int8 variant): quantize None -> the float transformer
     as name.pt; "int8-only" -> name.pt quantized; "int8" -> both, the variant as name_int8.pt.
     A Handoff as `transformer` goes to the last export, which frees the eager model."""
     both = quantize == "int8"
     first = (transformer.module if isinstance(transformer, Handoff) else transformer) if both else transformer
     checks = {name: export_transformer(first, out_dir / f"{name}.pt", max_length, dtype, gen,
-                                       "int8" if quantize == "int8-only" else None, per_token_timesteps)}
+                                       "int8" if quantize == "int8-only" else None, per_token_timesteps, compile)}
     del first
     if both:
         checks[variant_name(name)] = export_transformer(transformer, out_dir / f"{variant_name(name)}.pt", max_length,
@@ -328,7 +330,7 @@ def add_precisions(manifest: dict[str, Any], out_dir: Path, quantize: str | None
 
 
 def export_transformer(transformer, path: Path, max_length: int, dtype, gen, quantize: str | None = None,
-                       per_token_timesteps: bool = False) -> dict[str, Any]:
+                       per_token_timesteps: bool = False, compile: str | None = None) -> dict[str, Any]:
     """per_token_timesteps (Wan 2.2 TI2V, expand_timesteps): the module takes timestep float32
     [B, tokens], one per patch (F' * H'/2 * W'/2), as diffusers passes it; the checks zero the
     first latent frame's tokens in half the rows, as image-to-video does.
@@ -375,6 +377,9 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, qua
         args = inputs(*shape)
         refs.append((args, wrapper(*args), float_wrapper(*args) if quantized else None))
     compact_refs = compact_context_refs(float_wrapper, inputs, padded, max_length)
+    # --compile aoti: the .pt2 beside the TorchScript file, from the same eager wrapper
+    aoti = compile_transformer_aoti(wrapper, path.with_suffix(".cpu.pt2"), cfg, inputs, padded, max_length,
+                                    dtype) if compile == "aoti" else None
     saved = save_module(traced, path)
     if owned:  # the traced module shares the eager weights: both go before the reload
         del traced, wrapper, float_wrapper
@@ -388,7 +393,7 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, qua
             checks[-1]["max_abs_diff_vs_float"] = max_diff(loaded(*args), float_ref)
     b, f, h, w = trace_shape
     return {"trace_shape": [b, cfg.in_channels, f, h * ph, w * pw], **saved, "checks": checks,
-            **({"quantized_linears": quantized} if quantized else {}),
+            **({"quantized_linears": quantized} if quantized else {}), **({"aoti": aoti} if aoti else {}),
             "compact_context": check_compact_context(loaded, compact_refs,
                                                      int8_slack=max((c.get("max_abs_diff_vs_float", 0.0) for c in checks),
                                                                     default=0.0))}
@@ -454,7 +459,8 @@ def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
 def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "float32",
                tiny: bool = False, flow_shift: float | None = None, max_side: int = 1280,
                max_frames: int = 81, seed: int = 0, source: dict | None = None,
-               quantize: str | None = None, default_precision: str | None = None) -> dict[str, Any]:
+               quantize: str | None = None, default_precision: str | None = None,
+               compile: str | None = None) -> dict[str, Any]:
     """Export a diffusers Wan directory into a package directory; returns the manifest. Which
     pipeline it is comes from detect_wan (Wan 2.1 T2V or I2V); any other is refused, naming it,
     before anything is written. quantize (vgen_export/quantize.py; text-to-video packages,
@@ -478,6 +484,9 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     ti2v = variant.name == mf.FAMILY_WAN22_TI2V  # z_dim-48 VAE, per-token timesteps, optional image
     if quantize and (i2v or a14b_i2v):  # refused before anything is written
         raise ValueError("quantize: not available for Wan I2V packages yet")
+    if compile and (quantize or i2v or a14b_i2v or ti2v):  # (int8 Linears, image inputs, per-token timesteps)
+        raise ValueError(f"compile {compile}: only for float Wan text-to-video packages yet (not {variant.name}"
+                         f"{', quantize ' + quantize if quantize else ''})")
     out_dir.mkdir(parents=True, exist_ok=True)
     tdtype = DTYPES[dtype]
     gen = torch.Generator().manual_seed(1234)
@@ -505,13 +514,13 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                                                                         dtype=tdtype).eval())
             tcfg = dict(transformer.module.config)
             checks.update(export_transformer_variants("transformer", transformer, out_dir, max_length, tdtype, gen,
-                                                      quantize, per_token_timesteps=ti2v))
+                                                      quantize, per_token_timesteps=ti2v, compile=compile))
             del transformer
         if experts:
             transformer = Handoff(WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer_2",
                                                                         dtype=tdtype).eval())
             checks.update(export_transformer_variants("transformer_2", transformer, out_dir, max_length, tdtype, gen,
-                                                      quantize))
+                                                      quantize, compile=compile))
             del transformer
         vae = AutoencoderKLWan.from_pretrained(diffusers_dir, subfolder="vae", dtype=torch.float32).eval()
         vcfg = dict(vae.config)
@@ -595,6 +604,13 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     if ti2v:
         add_ti2v_sections(manifest, out_dir)
     add_precisions(manifest, out_dir, quantize, denoisers, default_precision, dtype)
+    if compile == "aoti":  # components.<denoiser>.compiled.cpu: the .pt2 beside the TorchScript file
+        from .aoti import compiled_entry
+
+        for name in denoisers:
+            assert_checks(f"{name} (aoti)", checks[name]["aoti"])
+            manifest["components"][name]["compiled"] = {"cpu": compiled_entry(
+                out_dir, f"{name}.cpu.pt2", checks[name]["aoti"], manifest["components"][name]["methods"])}
     mf.write_manifest(out_dir, manifest)
     return manifest
 
@@ -617,6 +633,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
                         help="int8: add a dynamically int8-quantized variant of the transformer blocks' Linear layers "
                              "(CPU, fbgemm) beside float32, chosen per job (precision); int8-only: the transformer itself int8")
+    parser.add_argument("--compile", choices=["aoti"], default=None,
+                        help="aoti: also compile the transformer(s) ahead of time with torch.export + AOTInductor "
+                             "for this machine's CPU (<name>.cpu.pt2 beside the TorchScript file; "
+                             "VGEN_AOTI_THREADS compile threads, default 1)")
     parser.add_argument("--default-precision", choices=["float32", "int8"], default=None,
                         help="the precision jobs get when they name none (default: float32, or int8 for int8-only)")
     args = parser.parse_args(argv)
@@ -624,7 +644,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give exactly one of --diffusers DIR or --tiny")
     torch.set_num_threads(args.threads)
     common = dict(dtype=args.dtype, flow_shift=args.flow_shift, max_side=args.max_side,
-                  max_frames=args.max_frames, quantize=args.quantize, default_precision=args.default_precision)
+                  max_frames=args.max_frames, quantize=args.quantize, default_precision=args.default_precision,
+                  compile=args.compile)
     if args.tiny:
         from .tiny_wan import write_tiny_wan
 
@@ -641,6 +662,12 @@ def main(argv: list[str] | None = None) -> int:
                                             "image_encoder", "vae_encoder") if n in manifest["export_checks"]
                 for c in manifest["export_checks"][n]["checks"])
     print(f"wrote {args.out} ({manifest['family']}, {manifest['dtype']}); max |jit - eager| = {worst:.3g}")
+    for name, c in manifest["components"].items():
+        for device, entry in c.get("compiled", {}).items():
+            report = manifest["export_checks"][name]["aoti"]
+            worst = max(x["max_abs_diff"] for x in report["checks"])
+            print(f"  {entry['file']}: aoti for {device}, {entry['bytes'] / 1e6:.1f} MB, compiled in "
+                  f"{report['compile_seconds']:.1f} s, kernels {report['kernels']}; max |aoti - eager| = {worst:.3g}")
     return 0
 
 

@@ -127,8 +127,7 @@ std::shared_ptr<FamilyJob> LtxFamily::create_job(JobSpec spec) const {
 }
 
 std::shared_ptr<const Module> LtxFamily::module(const std::string& component, const std::string& device) const {
-  const auto& c = package_.component(component);
-  return ModuleCache::instance().get(backend_, c.file, device, parse_dtype(c.dtype));
+  return ModuleCache::instance().get_component(package_, component, device, backend_);
 }
 
 // [texts, L, D] float32 on the CPU: T5 over all max_length positions, unmasked (LTXPipeline).

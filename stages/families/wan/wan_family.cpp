@@ -175,7 +175,7 @@ void WanFamily::validate_loras(JobSpec& s, const json::object& fields, const Spe
     std::lock_guard lock(shapes_mutex_);
     if (transformer_shapes_.empty()) {
       const auto& c = package_.component("transformer");
-      transformer_shapes_ = parameter_shapes(*load_module(backend_, c.file, "cpu", parse_dtype(c.dtype)));
+      transformer_shapes_ = parameter_shapes(*load_module(c.format, c.file, "cpu", parse_dtype(c.dtype)));
     }
     for (const auto& c : set) c.file->map_onto(transformer_shapes_);
   }
@@ -192,8 +192,7 @@ std::shared_ptr<FamilyJob> WanFamily::create_job(JobSpec spec) const {
 }
 
 std::shared_ptr<const Module> WanFamily::module(const std::string& component, const std::string& device) const {
-  const auto& c = package_.component(component);
-  auto m = ModuleCache::instance().get(backend_, c.file, device, parse_dtype(c.dtype));
+  auto m = ModuleCache::instance().get_component(package_, component, device, backend_);
   if (component == "transformer") {
     std::lock_guard lock(shapes_mutex_);
     if (transformer_shapes_.empty()) transformer_shapes_ = parameter_shapes(*m);
@@ -213,7 +212,10 @@ std::shared_ptr<const Module> WanFamily::group_transformer(const std::vector<Fam
   for (std::size_t i = 0; i < refs.size(); ++i)
     if (refs[i].sha256 != first.spec.loras[i].sha256)
       throw_error(ErrorKind::invalid_argument, "loras: '" + refs[i].name + "' changed since the job was accepted");
-  auto merged = variants_->get(module("transformer", device), lora_set_key(refs), set);
+  // merged into the TorchScript transformer: a compiled one holds its weights inside its library
+  auto merged = variants_->get(ModuleCache::instance().get_component(package_, "transformer", device,
+                                                                     backend_ == "auto" ? "torchscript" : backend_),
+                               lora_set_key(refs), set);
   for (auto* j : live) wan(*j).transformer = merged;
   return merged;
 }

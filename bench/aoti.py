@@ -1,0 +1,145 @@
+"""TorchScript vs AOTInductor (issue 31): the same package's transformer as its TorchScript file
+and as its compiled .pt2, on this CPU.
+
+    python bench/aoti.py --model tiny|medium|large [--runs N] [--threads T] [--e2e]
+
+Builds the bench model (bench/python/models.py) and exports it a second time with
+--compile aoti (bench/out/models/<preset>/pkg_aoti; Inductor compiles with VGEN_AOTI_THREADS
+threads, default 1). Then, interleaved run by run:
+- the denoiser call: forward_compact at the package's default shape (cond and uncond rows), the
+  TorchScript module (torch.jit, after its two profiling calls) against the .pt2 (torch's own
+  AOTIModelPackageLoader, which vgen's "aoti" backend uses);
+- with --e2e, `vgen render` end to end on pkg_aoti (the .pt2 serves) and on its TorchScript twin
+  (the same folder, the manifest without the compiled entry).
+Prints a table, writes bench/out/aoti_<preset>.json with the machine's load (say it: the
+machine is shared) and Inductor's report (compile seconds, size, fused kernels, extern ops).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import BIN, OUT, ROOT, VENV_PY, machine, mmm, stats, table, write
+
+
+def ensure_packages(preset: str) -> tuple[Path, Path]:
+    base = OUT / "models" / preset
+    subprocess.run([str(VENV_PY), str(ROOT / "bench" / "python" / "models.py"), "--preset", preset, "--out", str(base)],
+                   check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "tools")})
+    aoti = base / "pkg_aoti"
+    if not (aoti / "manifest.json").exists():
+        code = ("import sys; from pathlib import Path; from vgen_export.wan import export_wan; "
+                f"export_wan(Path({str(base / 'diffusers')!r}), Path({str(aoti)!r}), tiny={preset == 'tiny'}, seed=0, "
+                "compile='aoti')")
+        subprocess.run([str(VENV_PY), "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "tools")})
+    twin = base / "pkg_aoti_torchscript"  # the same files, the manifest without the compiled entry
+    if twin.exists():
+        shutil.rmtree(twin)
+    twin.mkdir()
+    manifest = json.loads((aoti / "manifest.json").read_text())
+    for name in os.listdir(aoti):
+        if name != "manifest.json" and not name.endswith(".pt2"):
+            os.link(aoti / name, twin / name)  # (a symlink would point outside the package: refused)
+    for c in manifest["components"].values():
+        c.pop("compiled", None)
+    (twin / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return aoti, twin
+
+
+# The job shape of bench/e2e.py's presets (the packages' own defaults are Wan's 480p, 81 frames).
+SHAPE = {"tiny": dict(width=64, height=64, frames=9, steps=10), "medium": dict(width=128, height=128, frames=9, steps=8),
+         "large": dict(width=128, height=128, frames=9, steps=8)}
+
+
+def denoiser_inputs(manifest: dict, torch, shape: dict):
+    d, t = shape, manifest["transformer"]
+    lat = manifest["latent"]
+    f = (d["frames"] - 1) // lat["temporal_scale"] + 1
+    h, w = d["height"] // lat["spatial_scale"], d["width"] // lat["spatial_scale"]
+    rows = 2  # cond and uncond
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, t["in_channels"], f, h, w, generator=gen)
+    ts = torch.full((rows,), 500.0)
+    ctx = torch.randn(rows, 12, t["text_dim"], generator=gen)
+    bias = torch.zeros(rows, 12)
+    return x, ts, ctx, bias
+
+
+def bench_calls(aoti: Path, runs: int, threads: int, shape: dict) -> dict:
+    import torch
+    from torch._inductor.package import load_package
+
+    torch.set_num_threads(threads)
+    manifest = json.loads((aoti / "manifest.json").read_text())
+    args = denoiser_inputs(manifest, torch, shape)
+    script = torch.jit.load(str(aoti / "transformer.pt"))
+    compiled = load_package(str(aoti / "transformer.cpu.pt2"), "forward_compact-model")
+    with torch.inference_mode():
+        for _ in range(3):  # TorchScript's profiling executor optimises on the second call
+            ref = script.forward_compact(*args)
+            got = compiled(*args)
+        got = got[0] if isinstance(got, (list, tuple)) else got
+        diff = float((got - ref).abs().max())
+        times = {"torchscript": [], "aoti": []}
+        for _ in range(runs):
+            for name, fn in (("torchscript", lambda: script.forward_compact(*args)), ("aoti", lambda: compiled(*args))):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+    return {"shape": list(args[0].shape), "max_abs_diff": diff, "seconds": {k: stats(v) for k, v in times.items()}}
+
+
+def bench_e2e(aoti: Path, twin: Path, runs: int, threads: int, shape: dict) -> dict:
+    times = {"torchscript": [], "aoti": []}
+    out = OUT / "aoti_e2e"
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    for r in range(runs):
+        for name, pkg in (("torchscript", twin), ("aoti", aoti)):
+            t0 = time.perf_counter()
+            subprocess.run([str(BIN / "vgen"), "render", "a red circle moving left", "--model", str(pkg),
+                            "--seed", "1", "--width", str(shape["width"]), "--height", str(shape["height"]),
+                            "--frames", str(shape["frames"]), "--steps", str(shape["steps"]),
+                            "--output", str(out / f"{name}_{r}.mp4")], check=True, env=env,
+                           capture_output=True)
+            times[name].append(time.perf_counter() - t0)
+    return {"seconds": {k: stats(v) for k, v in times.items()}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="tiny", choices=["tiny", "medium", "large"])
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--e2e", action="store_true")
+    a = ap.parse_args()
+    before = machine(with_torch=False)
+    aoti, twin = ensure_packages(a.model)
+    report = json.loads((aoti / "manifest.json").read_text())["export_checks"]["transformer"]["aoti"]
+    calls = bench_calls(aoti, a.runs, a.threads, SHAPE[a.model])
+    result = {"model": a.model, "threads": a.threads, "shape": SHAPE[a.model], "inductor": {k: report[k] for k in ("compile_seconds", "bytes", "kernels")},
+              "denoiser_call": calls, "machine_before": before}
+    rows = [["denoiser call (s)", mmm(calls["seconds"]["torchscript"]), mmm(calls["seconds"]["aoti"]),
+             f"{calls['seconds']['torchscript']['median'] / calls['seconds']['aoti']['median']:.2f}x"]]
+    if a.e2e:
+        e2e = bench_e2e(aoti, twin, max(3, a.runs // 5), a.threads, SHAPE[a.model])
+        result["render"] = e2e
+        rows.append(["vgen render (s)", mmm(e2e["seconds"]["torchscript"]), mmm(e2e["seconds"]["aoti"]),
+                     f"{e2e['seconds']['torchscript']['median'] / e2e['seconds']['aoti']['median']:.2f}x"])
+    result["machine_after"] = machine(with_torch=False)
+    print(f"{a.model}: shape {calls['shape']}, max |aoti - torchscript| = {calls['max_abs_diff']:.3g}; Inductor: "
+          f"{report['compile_seconds']} s, {report['bytes'] / 1e6:.1f} MB, {report['kernels']}")
+    print(table(["", "torchscript", "aoti", "speed-up"], rows))
+    write(f"aoti_{a.model}", result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

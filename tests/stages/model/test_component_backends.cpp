@@ -1,0 +1,184 @@
+#include "stages/model/component_backends.hpp"
+
+#include <doctest/doctest.h>
+
+#include "runtime/errors.hpp"
+#include "stages/model/aoti_package.hpp"
+#include "stages/model/model_backend.hpp"
+#include "tests/support/python_reference.hpp"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <thread>
+
+// LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; this file's CHECKs
+// are doctest's (counted and reported).
+#undef CHECK
+#define CHECK DOCTEST_CHECK
+
+using namespace vgen;
+namespace fs = std::filesystem;
+
+namespace {
+
+at::Tensor tensor_of(const nlohmann::json& j) {
+  std::vector<float> flat;
+  std::vector<int64_t> shape{static_cast<int64_t>(j.size())};
+  if (j[0].is_array()) {
+    shape.push_back(static_cast<int64_t>(j[0].size()));
+    for (auto& row : j) for (auto& v : row) flat.push_back(v.get<float>());
+  } else {
+    for (auto& v : j) flat.push_back(v.get<float>());
+  }
+  return at::tensor(flat).reshape(shape);
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) {
+  REQUIRE(a.sizes() == b.sizes());
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+// tools/reference/tiny_aoti.py, once per test binary (it compiles with Inductor: ~1 min).
+const nlohmann::json* reference() {
+  static std::optional<nlohmann::json> ref;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    ref = vgen::test::python_reference("tiny_aoti.py", vgen::test::temp_dir("vgen-aoti-").string());
+  }
+  if (!ref) WARN_MESSAGE(false, "VGEN_PYTHON not set: skipped");
+  return ref ? &*ref : nullptr;
+}
+
+CompiledComponent compiled(const fs::path& file) {
+  return {.backend = "aoti", .file = file, .sha256 = sha256_file(file), .bytes = fs::file_size(file), .torch = "2.11.0"};
+}
+
+// A package in memory whose component `name` is a copy of tiny.pt (its own file per case, so that
+// each case's choice is its own in the process-wide cache) with `pt2` as its CPU compiled file.
+ModelPackage package_with(const fs::path& dir, const std::string& name, const std::string& torchscript, const fs::path& pt2) {
+  ModelPackage p;
+  p.dir = dir;
+  ModelComponent c{.file = dir / torchscript, .sha256 = sha256_file(dir / torchscript), .bytes = fs::file_size(dir / torchscript),
+                   .format = "torchscript", .dtype = "float32", .compiled = {}};
+  if (!pt2.empty()) c.compiled.emplace("cpu", compiled(pt2));
+  p.components.emplace(name, c);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("an AOTInductor package for the CPU runs every method as eager PyTorch and the TorchScript twin do" * doctest::timeout(600)) {
+  const auto* ref = reference();
+  if (!ref) return;
+  const fs::path dir = (*ref)["dir"].get<std::string>();
+  const auto x = tensor_of((*ref)["x"]), scale = tensor_of((*ref)["scale"]);
+  CHECK(aoti_refusal(compiled(dir / "tiny.cpu.pt2"), "cpu").empty());
+  auto& cache = ModuleCache::instance();
+  const auto before = cache.loads();
+  std::vector<std::shared_ptr<const Module>> got(4);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 4; ++i) ts.emplace_back([&, i] { got[i] = cache.get("aoti", dir / "tiny.cpu.pt2", "cpu:0", at::kFloat); });
+  for (auto& t : ts) t.join();
+  CHECK(cache.loads() - before == 1);  // loaded once, shared
+  const auto aoti = got[0];
+  const auto script = load_module("torchscript", dir / "tiny.pt", "cpu", at::kFloat);
+  CHECK(max_diff(aoti->forward({x, scale}), tensor_of((*ref)["y"])) <= 1e-5);
+  CHECK(max_diff(aoti->call("shifted", {x, scale}), tensor_of((*ref)["shifted"])) <= 1e-5);
+  CHECK(max_diff(aoti->forward({x, scale}), script->forward({x, scale})) <= 1e-5);
+  // batch rows are dynamic: one row and five rows run on the same library
+  for (int rows : {1, 5}) {
+    const auto xs = at::randn({rows, 4});
+    CHECK(max_diff(aoti->forward({xs, scale}), script->forward({xs, scale})) <= 1e-5);
+  }
+  CHECK_THROWS_AS(aoti->call("nope", {x, scale}), Error);
+  // concurrent calls share the one model container
+  std::vector<double> diffs(4);
+  std::vector<std::thread> calls;
+  for (int i = 0; i < 4; ++i) calls.emplace_back([&, i] { diffs[i] = max_diff(aoti->forward({x, scale}), tensor_of((*ref)["y"])); });
+  for (auto& t : calls) t.join();
+  for (double d : diffs) CHECK(d <= 1e-5);
+}
+
+TEST_CASE("a .pt2 for another device, another torch version, or a damaged one is refused by name; TorchScript serves" * doctest::timeout(600)) {
+  const auto* ref = reference();
+  if (!ref) return;
+  const fs::path dir = (*ref)["dir"].get<std::string>();
+  const auto x = tensor_of((*ref)["x"]), scale = tensor_of((*ref)["scale"]);
+  const struct {
+    const char* file;
+    const char* says;
+  } refused[] = {{"tiny.cuda.pt2", "compiled for device type 'cuda', not 'cpu'"},
+                 {"tiny.old.pt2", "compiled with torch 2.9.1, this vgen runs LibTorch 2.11"},
+                 {"tiny.bad.pt2", "not a readable AOTInductor package"}};
+  for (const auto& r : refused) {
+    CAPTURE(r.file);
+    const auto why = aoti_refusal(compiled(dir / r.file), "cpu");
+    CHECK(why.find(r.says) != std::string::npos);
+    CHECK(why.find(r.file) != std::string::npos);
+    CHECK_THROWS_AS(load_module("aoti", dir / r.file, "cpu", at::kFloat), Error);
+  }
+  // the manifest's sha256 or size differ from the file's: refused before it is opened
+  auto changed = compiled(dir / "tiny.cpu.pt2");
+  changed.sha256[0] = changed.sha256[0] == '0' ? '1' : '0';
+  CHECK(aoti_refusal(changed, "cpu").find("sha256 mismatch") != std::string::npos);
+  changed = compiled(dir / "tiny.cpu.pt2");
+  changed.bytes += 1;
+  CHECK(aoti_refusal(changed, "cpu").find("truncated or replaced") != std::string::npos);
+  CHECK(aoti_refusal(compiled(dir / "tiny.cpu.pt2"), "cuda").find("not 'cuda'") != std::string::npos);
+
+  // Through a package: each refused file falls back to the component's TorchScript file, with
+  // the reason recorded (and logged once); the good one serves as "aoti".
+  clear_component_backends();
+  auto& cache = ModuleCache::instance();
+  int n = 0;
+  for (const char* pt2 : {"tiny.cpu.pt2", "tiny.cuda.pt2", "tiny.old.pt2", "tiny.bad.pt2"}) {
+    CAPTURE(pt2);
+    const auto name = "m" + std::to_string(n++);
+    const auto own = "tiny." + name + ".pt";
+    fs::copy_file(dir / "tiny.pt", dir / own, fs::copy_options::overwrite_existing);
+    const auto p = package_with(dir, name, own, dir / pt2);
+    const auto m = cache.get_component(p, name, "cpu:0");
+    CHECK(max_diff(m->forward({x, scale}), tensor_of((*ref)["y"])) <= 1e-5);
+    CHECK(m.get() == cache.get_component(p, name, "cpu:0").get());  // chosen and loaded once
+    const auto plan = plan_component_backend(p, name, "cpu:0");
+    CHECK(plan.backend == (std::string(pt2) == "tiny.cpu.pt2" ? "aoti" : "torchscript"));
+    CHECK(plan.refused.empty() == (std::string(pt2) == "tiny.cpu.pt2"));
+    // "torchscript" never takes the compiled file
+    CHECK(plan_component_backend(p, name, "cpu:0", "torchscript").backend == "torchscript");
+    // nothing for CUDA: the TorchScript file, no refusal
+    CHECK(plan_component_backend(p, name, "cuda:0").backend == "torchscript");
+    CHECK(plan_component_backend(p, name, "cuda:0").refused.empty());
+  }
+  const auto served = component_backends();
+  REQUIRE(served.size() == 4);
+  int aoti = 0;
+  for (const auto& s : served) {
+    aoti += s.backend == "aoti";
+    CHECK((s.backend == "aoti") == s.refused.empty());
+  }
+  CHECK(aoti == 1);
+
+  // A component that is only a .pt2 has nothing to fall back to: the refusal is its error.
+  ModelPackage only;
+  only.dir = dir;
+  only.components.emplace("m", ModelComponent{.file = dir / "tiny.cuda.pt2", .sha256 = sha256_file(dir / "tiny.cuda.pt2"),
+                                              .bytes = fs::file_size(dir / "tiny.cuda.pt2"), .format = "aoti",
+                                              .dtype = "float32", .compiled = {}});
+  try {
+    cache.get_component(only, "m", "cpu:0");
+    FAIL("a refused .pt2 with no TorchScript file loaded");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);  // exit 2 from the CLI
+    CHECK(std::string(e.what()).find("no TorchScript file to fall back to") != std::string::npos);
+  }
+}
+
+TEST_CASE("torch versions compare by release") {
+  CHECK(torch_release("2.11.0+cu130") == "2.11.0");
+  CHECK(torch_release("2.11.0") == "2.11.0");
+  CHECK(device_type_of("cpu:1") == "cpu");
+  CHECK(device_type_of("cuda:0") == "cuda");
+  CHECK(device_type_of("cpu") == "cpu");
+}
