@@ -18,6 +18,7 @@ from vgen_export import common as ec
 from vgen_export import manifest as mf
 from vgen_export import reference_loop as rl
 from vgen_export import wan as ew
+from vgen_export import wan_vae as ev
 from vgen_export.tiny_wan import write_tiny_wan
 
 torch.set_num_threads(1)
@@ -236,13 +237,13 @@ def test_vae_rms_norms_are_rewritten_without_vector_norm(exported, pipe):
 def test_vae_rewrite_that_misses_tolerance_falls_back_to_diffusers_norm(pipe, tmp_path, monkeypatch):
     """A rewrite whose traced graph exceeds the checks' tolerance is not shipped: the exporter
     traces diffusers' own norm instead and records the rejected checks."""
-    exact = ew.rms_norm_by_sum_of_squares
+    exact = ev.rms_norm_by_sum_of_squares
 
     def off_by_1e3(self, x):
         return exact(self, x) + 1e-3
 
-    monkeypatch.setattr(ew, "rms_norm_by_sum_of_squares", off_by_1e3)
-    report = ew.export_vae_decoder(pipe.vae, tmp_path / "vae_decoder.pt", torch.Generator().manual_seed(0))
+    monkeypatch.setattr(ev, "rms_norm_by_sum_of_squares", off_by_1e3)
+    report = ev.export_vae_decoder(pipe.vae, tmp_path / "vae_decoder.pt", torch.Generator().manual_seed(0))
     assert report["rms_norms_rewritten"] == 0
     assert any(c["max_abs_diff"] > c["tolerance"] for c in report["rms_norm_rewrite_rejected"])
     assert all(c["max_abs_diff"] <= c["tolerance"] for c in report["checks"])
@@ -262,7 +263,7 @@ def test_rms_norm_by_sum_of_squares_matches_diffusers(dtype, channel_first):
     x = torch.randn((2, 12, 3, 5, 7) if channel_first else (2, 3, 12), generator=g).to(dtype)
     x[0].zero_()  # the eps clamp: an all-zero vector stays zero, no NaN
     with torch.no_grad():
-        ref, out = norm(x), ew.rms_norm_by_sum_of_squares(norm, x)
+        ref, out = norm(x), ev.rms_norm_by_sum_of_squares(norm, x)
     assert out.dtype == ref.dtype and torch.isfinite(out.float()).all()
     tol = 1e-6 if dtype == torch.float32 else 1e-2
     assert (out.float() - ref.float()).abs().max() <= tol

@@ -12,17 +12,15 @@ trace shapes; the differences are recorded in ``manifest["export_checks"]``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import inspect
 import json
 import shutil
 import sys
 import tempfile
-import types
 import warnings
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import Any
 
 import torch
 
@@ -32,8 +30,9 @@ from .detect_wan import UnsupportedWanPipeline, check_exportable, detect_wan
 from .wan_i2v import a14b_image_conditioning, add_i2v_sections, export_i2v_parts, export_vae_encoder
 from .wan_ti2v import add_ti2v_sections, export_ti2v_encoder
 from .wan_aoti import compile_transformer_aoti
+from .wan_vae import export_vae_decoder
 from .common import (DTYPES, Handoff, assert_checks, dtype_tolerance, failed_checks, find_spm_file, load_saved,
-                     max_diff, save_module, trace_quietly, two_frame_cache, unpatchify_video)
+                     max_diff, save_module, trace_quietly)
 from .quantize import QUANTIZATION, QUANTIZE_CHOICES, check_quantize, precision_entries, quantize_int8, variant_name
 from .reference_loop import check_tokenizer, compact_context
 
@@ -128,109 +127,6 @@ class TransformerExport(torch.nn.Module):
             return self._predict(hidden_states, timestep, encoder_hidden_states)
         finally:
             self._key_bias.bias = None
-
-
-class VaeFirstChunk(torch.nn.Module):
-    """Latent frame 0 -> (video frames [B,3,1,H,W] clamped to [-1,1], caches)."""
-
-    def __init__(self, vae, used: list[int]):
-        super().__init__()
-        self.post_quant_conv, self.decoder = vae.post_quant_conv, vae.decoder
-        self.num_convs, self.used = vae._cached_conv_counts["decoder"], list(used)  # noqa: SLF001
-        self.patch = vae.config.get("patch_size")
-
-    def forward(self, z):
-        from diffusers.models.autoencoders.autoencoder_kl_wan import WanResample
-
-        captured: dict[int, torch.Tensor] = {}
-
-        def hook(_module, args, kwargs):
-            captured[kwargs["feat_idx"][0]] = args[0]
-
-        hooks = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in self.decoder.modules()
-                 if isinstance(m, WanResample) and m.mode == "upsample3d"]
-        try:
-            feat: list[Any] = [None] * self.num_convs
-            out = self.decoder(self.post_quant_conv(z), feat_cache=feat, feat_idx=[0], first_chunk=True)
-        finally:
-            for h in hooks:
-                h.remove()
-        caches = []
-        for i in self.used:
-            cache = feat[i]
-            if isinstance(cache, str):  # "Rep": the upsampler's time conv starts from zeros
-                cache = torch.zeros_like(captured[i][:, :, :1])
-            caches.append(two_frame_cache(cache))
-        return unpatchify_video(out, self.patch).clamp(-1.0, 1.0), caches
-
-
-class VaeNextChunk(torch.nn.Module):
-    """(latent frame i >= 1, caches) -> (4 video frames clamped to [-1,1], new caches)."""
-
-    def __init__(self, vae, used: list[int]):
-        super().__init__()
-        self.post_quant_conv, self.decoder = vae.post_quant_conv, vae.decoder
-        self.num_convs, self.used = vae._cached_conv_counts["decoder"], list(used)  # noqa: SLF001
-        self.patch = vae.config.get("patch_size")
-
-    def forward(self, z, caches: List[torch.Tensor]):
-        feat: list[Any] = [None] * self.num_convs
-        for i, cache in zip(self.used, caches):
-            feat[i] = cache
-        out = self.decoder(self.post_quant_conv(z), feat_cache=feat, feat_idx=[0])
-        return unpatchify_video(out, self.patch).clamp(-1.0, 1.0), [two_frame_cache(feat[i]) for i in self.used]
-
-
-def rms_norm_by_sum_of_squares(self, x: torch.Tensor) -> torch.Tensor:
-    """diffusers' WanRMS_norm.forward with F.normalize written out: x / max(||x||_2, 1e-12) over
-    the channel dim. Same value (max diff ~1e-7 in float32); on CPU the sum of squares reduces
-    over the (strided) channel dim 15-30x faster than linalg_vector_norm, which was half of the
-    tiny test VAE's decode and ~5% of the real Wan 2.1 VAE's (docs/PERFORMANCE.md)."""
-    low = x.dtype in (torch.float16, torch.bfloat16)
-    xf = x.float() if low else x
-    norm = (xf * xf).sum(dim=1 if self.channel_first else -1, keepdim=True).sqrt().clamp_min(1e-12)
-    return (xf / norm).to(x.dtype) * self.scale * self.gamma + self.bias
-
-
-@contextlib.contextmanager
-def _fast_rms_norms(module: torch.nn.Module):
-    """While tracing, every WanRMS_norm in ``module`` runs ``rms_norm_by_sum_of_squares``;
-    the eager model is restored afterwards, so the export checks compare against diffusers."""
-    from diffusers.models.autoencoders.autoencoder_kl_wan import WanRMS_norm
-
-    norms = [m for m in module.modules() if isinstance(m, WanRMS_norm)]
-    for m in norms:
-        m.forward = types.MethodType(rms_norm_by_sum_of_squares, m)
-    try:
-        yield len(norms)
-    finally:
-        for m in norms:
-            del m.forward
-
-
-class VaeDecoderExport(torch.nn.Module):
-    """Scripted driver: forward(z [B,16,F',H',W']) -> video [B,3,4(F'-1)+1,8H',8W'] in [-1,1].
-    ``decode_first`` / ``decode_step`` expose the per-latent-frame chunks for streaming."""
-
-    def __init__(self, first: torch.nn.Module, step: torch.nn.Module):
-        super().__init__()
-        self.first, self.step = first, step
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        out, caches = self.first(z[:, :, 0:1])
-        outs = [out]
-        for i in range(1, z.size(2)):
-            chunk, caches = self.step(z[:, :, i:i + 1], caches)
-            outs.append(chunk)
-        return torch.cat(outs, 2)
-
-    @torch.jit.export
-    def decode_first(self, z: torch.Tensor) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-        return self.first(z)
-
-    @torch.jit.export
-    def decode_step(self, z: torch.Tensor, caches: List[torch.Tensor]) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-        return self.step(z, caches)
 
 
 def random_token_batch(lengths: list[int], length: int, vocab: int, gen: torch.Generator):
@@ -422,38 +318,6 @@ def check_compact_context(loaded, refs, int8_slack: float = 0.0) -> dict[str, An
                        "max_abs_diff": max_diff(out, ref),
                        "tolerance": dtype_tolerance(torch.float32, ref) + 2 * int8_slack})
     return {"checks": checks, "usable": not failed_checks({"checks": checks})}
-
-
-def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
-    num_convs = vae._cached_conv_counts["decoder"]  # noqa: SLF001
-    z_dim = vae.config.z_dim
-    feat: list[Any] = [None] * num_convs
-    vae.decoder(vae.post_quant_conv(torch.zeros(1, z_dim, 1, 2, 2)), feat_cache=feat, feat_idx=[0],
-                first_chunk=True)
-    used = [i for i, c in enumerate(feat) if c is not None]
-    first, step = VaeFirstChunk(vae, used).eval(), VaeNextChunk(vae, used).eval()
-    z0 = torch.randn(1, z_dim, 2, 4, 4, generator=gen)
-    zs = [torch.randn(b, z_dim, f, h, w, generator=gen) for b, f, h, w in ((2, 3, 3, 4), (1, 1, 4, 4), (1, 2, 4, 4))]
-    refs = [vae.decode(z, return_dict=False)[0] for z in zs]
-
-    def export(rewrite: bool) -> dict[str, Any]:
-        with _fast_rms_norms(vae.decoder) if rewrite else contextlib.nullcontext(0) as rewritten:
-            traced_first = trace_quietly(first, (z0[:, :, :1],))
-            _, caches = first(z0[:, :, :1])
-            traced_step = trace_quietly(step, (z0[:, :, 1:2], caches))
-        saved = save_module(torch.jit.script(VaeDecoderExport(traced_first, traced_step)), path)
-        loaded = load_saved(path)
-        checks = [{"shape": list(z.shape), "max_abs_diff": max_diff(loaded(z), ref), "tolerance": 1e-5}
-                  for z, ref in zip(zs, refs)]
-        return {"trace_shape": [1, z_dim, 1, 4, 4], "cache_tensors": len(used), "rms_norms_rewritten": rewritten,
-                **saved, "checks": checks}
-
-    report = export(rewrite=True)
-    if failed_checks(report):
-        # The rewrite rounds differently; if a model amplifies that past the tolerance, ship
-        # diffusers' own norm (slower on CPU, same graph as before the rewrite existed).
-        report = {**export(rewrite=False), "rms_norm_rewrite_rejected": report["checks"]}
-    return report
 
 
 def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "float32",
