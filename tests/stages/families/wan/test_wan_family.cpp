@@ -496,7 +496,7 @@ TEST_CASE("an AOTInductor transformer reproduces diffusers' WanPipeline (float32
   auto jobs = run_jobs(*pkg, "cpu", {case_json(ref->info["case"], seed, ""), case_json(ref->info["case"], seed, "FlowMatchEulerDiscreteScheduler")},
                        cap, out.path, &runtime);
   for (auto& j : jobs) REQUIRE_MESSAGE(j->state() == JobState::done, j->snapshot().error);
-  CHECK(runtime->package().transformer_compact_context);  // forward_compact, compiled too
+  CHECK(read_wan_config(runtime->package()).transformer_compact_context);  // forward_compact, compiled too
   bool compiled = false;
   for (const auto& b : component_backends())
     if (b.component == "transformer") {
