@@ -46,9 +46,9 @@ asio::awaitable<void> JobResults::publish(JobEntry& entry, const Job& job) {
   JobResult r = result_of(entry, job);
   parts_.outputs.release(entry.output, entry.id);
   if (parts_.lookup) parts_.lookup->finish(entry, r);
-  parts_.entries.end(entry, r);
-  // Before the result is visible to waiters (one that saw it finds it in the store), on the
-  // store's own thread.
+  // Recorded before the result is visible anywhere (a waiter, the job's status, a listing): one
+  // that saw the job end finds it in the store too, so GET /v1/jobs/{id} never says done while
+  // GET /v1/jobs?status=done does not list it yet. On the store's own thread.
   auto record = [this, &entry, &r, &job] {
     const bool ends = parts_.webhooks && JobRecovery::ends_for_good(entry, r, parts_.stopping);
     if (ends) record_webhook(r);  // durable before the end is: a crash in between loses no event
@@ -60,6 +60,7 @@ asio::awaitable<void> JobResults::publish(JobEntry& entry, const Job& job) {
     return 0;
   };
   co_await parts_.store_pool.run(record, asio::use_awaitable);
+  parts_.entries.end(entry, r);
   JobEntries::resolve(entry, r);
 }
 
