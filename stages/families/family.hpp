@@ -61,6 +61,7 @@ struct StepState {
 // stages use only these. Shared (std::shared_ptr) by the job's payload and any group it is
 // in, so a job that ends while its group still computes frees nothing the group uses.
 struct VideoFrames;  // stages/media/frames.hpp
+struct AudioTrack;   // stages/media/audio_track.hpp
 
 struct FamilyJob {
   virtual ~FamilyJob() = default;
@@ -70,6 +71,9 @@ struct FamilyJob {
   // After a post-stage (stages/post/): the processed clip, which encode writes instead of
   // `frames` (then released). Null for a job without post-stages.
   std::shared_ptr<const VideoFrames> post_frames;
+  // The job's sound after decode, for a family with sound (null for a silent one); encode
+  // muxes it beside the frames.
+  std::shared_ptr<const AudioTrack> audio;
   std::filesystem::path output;
   bool text_cache_hit = false;
   std::string device;  // the device the last stage ran on
