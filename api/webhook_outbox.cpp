@@ -48,6 +48,7 @@ WebhookOutbox::WebhookOutbox(const std::filesystem::path& file) : file_(file) {
          "created_unix REAL NOT NULL, next_unix REAL NOT NULL, last_error TEXT NOT NULL DEFAULT '', "
          "PRIMARY KEY (event_id, endpoint))");
     exec("CREATE INDEX IF NOT EXISTS webhook_deliveries_due ON webhook_deliveries (state, next_unix)");
+    exec("CREATE TABLE IF NOT EXISTS webhook_watches (subject_id TEXT PRIMARY KEY, created_unix REAL NOT NULL)");
   } catch (const Error& e) {
     sqlite3_close(db_);
     throw_error(ErrorKind::invalid_argument, "webhook outbox " + file.string() + ": " + e.what());
@@ -89,6 +90,32 @@ std::vector<WebhookDelivery> WebhookOutbox::add(const std::string& event_id, con
     throw;
   }
   return added;
+}
+
+void WebhookOutbox::watch(const std::string& subject_id, double created_unix) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "INSERT OR IGNORE INTO webhook_watches (subject_id, created_unix) VALUES (?1, ?2)")
+      .bind(1, subject_id)
+      .bind(2, created_unix)
+      .step();
+}
+
+bool WebhookOutbox::watched(const std::string& subject_id) const {
+  std::lock_guard lock(mutex_);
+  Statement s(db_, "SELECT 1 FROM webhook_watches WHERE subject_id = ?1");
+  s.bind(1, subject_id);
+  return s.step();
+}
+
+void WebhookOutbox::unwatch(const std::string& subject_id) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "DELETE FROM webhook_watches WHERE subject_id = ?1").bind(1, subject_id).step();
+}
+
+std::size_t WebhookOutbox::watches() const {
+  std::lock_guard lock(mutex_);
+  Statement s(db_, "SELECT COUNT(*) FROM webhook_watches");
+  return s.step() ? static_cast<std::size_t>(s.integer(0)) : 0;
 }
 
 std::vector<WebhookDelivery> WebhookOutbox::pending() const {
