@@ -87,7 +87,7 @@ TEST_CASE("decoded audio matches diffusers' LTX2Pipeline audio to 1e-4" * doctes
       const auto got = at::from_blob(const_cast<float*>(t.samples.data()), {want.size(2), 2}).transpose(0, 1);
       worst = std::max(worst, (got - want[static_cast<std::int64_t>(b)]).abs().max().item<double>());
     }
-    MESSAGE(name, ": max |vgen - diffusers| = ", worst);
+    MESSAGE(std::string(name), ": max |vgen - diffusers| = ", worst);
     CHECK(worst <= 1e-4);
   }
 }
