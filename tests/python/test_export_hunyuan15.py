@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,8 @@ from vgen_export.common import load_saved
 from vgen_export.tiny_hunyuan15 import write_tiny_hunyuan15
 
 torch.set_num_threads(1)
+ROOT = Path(__file__).resolve().parents[2]
+VGEN = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build")) / "bin" / "vgen"
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +140,28 @@ def test_the_package_loop_matches_diffusers(exported, case):
     for got, want in zip(steps, want_steps):
         assert float((got - want).abs().max()) <= 1e-4
     assert float((frames - want_frames).abs().max()) <= 1e-4
+
+
+@pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
+def test_vgen_render_with_the_package(exported, tmp_path):
+    out = tmp_path / "clip.mp4"
+    r = subprocess.run([str(VGEN), "render", 'a neon sign that says "OPEN"', "-o", str(out), "--model", str(exported[1]),
+                        "--width", "48", "--height", "32", "--frames", "9", "--steps", "2", "--max-batch", "1"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    probe = json.loads(subprocess.run(
+        ["ffprobe", "-v", "error", "-count_frames", "-show_entries", "stream=codec_name,width,height,nb_read_frames",
+         "-of", "json", str(out)], capture_output=True, text=True, check=True).stdout)["streams"][0]
+    assert (probe["codec_name"], probe["width"], probe["height"], int(probe["nb_read_frames"])) == ("h264", 48, 32, 9)
+
+
+@pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
+@pytest.mark.parametrize("flag,value,field", [("--width", "40", "width"), ("--height", "24", "height"),
+                                              ("--frames", "7", "frames")])
+def test_vgen_render_names_the_bad_field(exported, tmp_path, flag, value, field):
+    out = tmp_path / "clip.mp4"
+    r = subprocess.run([str(VGEN), "render", "x", "-o", str(out), "--model", str(exported[1]), flag, value,
+                        "--max-batch", "1"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2
+    assert field in r.stderr
+    assert not out.exists()
