@@ -1,6 +1,7 @@
 #include "stages/families/hunyuan15/hunyuan15_family.hpp"
 
 #include "runtime/errors.hpp"
+#include "stages/families/family_kit.hpp"
 #include "stages/text/text_lookup.hpp"
 
 #include <ATen/ATen.h>
@@ -295,14 +296,7 @@ at::Tensor Hunyuan15Family::predict(const PredictCall& call) {
                                at::cat(glyph, 0), at::cat(glyph_mask, 0))
                   .to(at::kCPU)
                   .to(at::kFloat);
-  if (!cfg) return pred;
-  std::vector<at::Tensor> rows;
-  for (std::size_t j = 0; j < live.size(); ++j) {  // ClassifierFreeGuidance: uncond + g * (cond - uncond)
-    const auto r = static_cast<std::int64_t>(2 * j);
-    const auto uncond = pred.narrow(0, r, 1), cond = pred.narrow(0, r + 1, 1);
-    rows.push_back(uncond + live[j]->spec.guidance * (cond - uncond));
-  }
-  return rows.size() == 1 ? rows[0] : at::cat(rows, 0);
+  return cfg ? guide_rows(pred, live) : pred;  // ClassifierFreeGuidance: uncond + g * (cond - uncond)
 }
 
 at::Tensor Hunyuan15Family::decode_latents(const std::string& device, const at::Tensor& latents) const {
@@ -313,9 +307,7 @@ at::Tensor Hunyuan15Family::decode_latents(const std::string& device, const at::
 void Hunyuan15Family::decode(const std::string& device, const std::vector<FamilyJob*>& jobs) {
   std::vector<at::Tensor> zs;
   for (auto* j : jobs) zs.push_back(j->state.latents);
-  auto video = decode_latents(device, zs.size() == 1 ? zs[0] : at::cat(zs, 0));
-  for (std::size_t j = 0; j < jobs.size(); ++j)
-    jobs[j]->frames = (video[static_cast<std::int64_t>(j)] / 2 + 0.5).clamp(0, 1).permute({1, 2, 3, 0}).contiguous();
+  set_frames(decode_latents(device, zs.size() == 1 ? zs[0] : at::cat(zs, 0)), jobs);
 }
 
 // Every module twice at the smallest size (the profiling executor optimises on the second call).
