@@ -45,6 +45,7 @@ def test_manifest_describes_the_package(exported):
     assert manifest["text"]["crop_start"] == 108 and manifest["text"]["max_length"] == 1000
     assert manifest["text"]["byt5"]["max_length"] == 256
     assert manifest["export_checks"]["template"]["mismatches"] == []
+    assert manifest["export_checks"]["tokenizer_2"] == {"probes": len(eh.BYT5_PROBES), "mismatches": []}
     for name in ("text_encoder", "text_encoder_2", "transformer", "vae_decoder"):
         for check in manifest["export_checks"][name]["checks"]:
             assert check["max_abs_diff"] <= 1e-4, (name, check)
@@ -94,10 +95,9 @@ def package_loop(pkg: Path, case: dict, seed: int):
         g = eh.glyph_text(prompt)
         if g is None:
             return torch.zeros(1, byt5["max_length"], byt5["output_dim"]), torch.zeros(1, byt5["max_length"])
-        ids = [b + byt5["offset"] for b in g.encode()][: byt5["max_length"] - 1] + [byt5["eos_id"]]
-        mask = torch.tensor([[1.0] * len(ids) + [0.0] * (byt5["max_length"] - len(ids))])
-        ids = torch.tensor([ids + [byt5["pad_id"]] * (byt5["max_length"] - len(ids))])
-        return te2(ids, mask), mask
+        ids, mask = eh.byt5_ids(g, byt5["max_length"], byt5["offset"], byt5["eos_id"], byt5["pad_id"])
+        mask = torch.tensor([mask])
+        return te2(torch.tensor([ids]), mask), mask
 
     cfg = not math.isclose(case["guidance_scale"], 1.0)
     prompts = [case["prompt"]] + ([case["negative_prompt"]] if cfg else [])

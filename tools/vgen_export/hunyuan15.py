@@ -90,6 +90,36 @@ def glyph_text(prompt: str) -> str | None:
     return ". ".join(f'Text "{t}"' for t in result) + ". " if result else None
 
 
+def byt5_ids(text: str, length: int, offset: int = 3, eos: int = 1, pad: int = 0) -> tuple[list[int], list[float]]:
+    """ByT5Tokenizer's ids as the runtime computes them (stages/families/hunyuan15: byt5_ids): UTF-8
+    bytes + offset, its added tokens cut out first (<pad>, </s>, <unk> strip the whitespace around
+    them; <extra_id_N> = offset + 256 + N), cut to length - 1, </s>, right-padded."""
+    special = re.compile(r"(\s*)(<pad>|</s>|<unk>)(\s*)|<extra_id_(0|[1-9][0-9]{0,2})>")
+    named = {"<pad>": pad, "</s>": eos, "<unk>": offset - 1}
+    out: list[int] = []
+    pos = 0
+    for m in special.finditer(text):
+        if m.group(4) is not None and int(m.group(4)) >= 125:
+            continue
+        out += [b + offset for b in text[pos:m.start()].encode()]
+        out.append(named[m.group(2)] if m.group(2) else offset + 256 + int(m.group(4)))
+        pos = m.end()
+    out += [b + offset for b in text[pos:].encode()]
+    out = out[: length - 1] + [eos]
+    return out + [pad] * (length - len(out)), [1.0] * len(out) + [0.0] * (length - len(out))
+
+
+BYT5_PROBES = ['Text "OPEN". ', 'Text "' + "é" * 300 + '". ', 'Text "a</s>b<pad>c<unk>d". ', 'x <pad> y',
+               'Text "<extra_id_3>e<extra_id_0><extra_id_124><extra_id_125>". ', 'x<extra_id_3 y', 'Text "東京 🐶". ']
+
+
+def check_byt5(tokenizer_2, length: int) -> dict[str, Any]:
+    """The runtime's ByT5 ids against the pipeline's tokenizer_2 called the pipeline's way."""
+    mismatches = [p for p in BYT5_PROBES if byt5_ids(p, length)[0] != tokenizer_2(
+        p, padding="max_length", max_length=length, truncation=True, add_special_tokens=True)["input_ids"]]
+    return {"probes": len(BYT5_PROBES), "mismatches": mismatches}
+
+
 # ---- modules ----------------------------------------------------------------------------------
 
 class TextEncoderExport(torch.nn.Module):
@@ -362,6 +392,9 @@ def export_hunyuan15(src: Path | str, out_dir: Path | str, dtype: str = "float32
     checks: dict[str, Any] = {"template": check_template(tokenizer, consts, template)}
     if checks["template"]["mismatches"]:
         raise ExportRefused(f"the tokenizer's chat template renders differently from Qwen's: {checks['template']}")
+    checks["tokenizer_2"] = check_byt5(AutoTokenizer.from_pretrained(src / "tokenizer_2"), consts["max_length_2"])
+    if checks["tokenizer_2"]["mismatches"]:
+        raise ExportRefused(f"tokenizer_2 is not ByT5's byte layout (offset 3, </s> = 1, <pad> = 0): {checks['tokenizer_2']}")
     shutil.copyfile(src / "tokenizer" / "tokenizer.json", out_dir / "tokenizer.json")
 
     with torch.no_grad(), warnings.catch_warnings():

@@ -118,9 +118,40 @@ std::optional<std::string> hunyuan15_glyph_text(const std::string& prompt) {
 }
 
 void byt5_ids(const std::string& text, int length, int offset, int eos, int pad, std::int64_t* ids, float* mask) {
-  const auto n = std::min<std::size_t>(text.size(), static_cast<std::size_t>(length - 1));
+  // ByT5Tokenizer's added tokens are cut out of the text first: <pad>, </s>, <unk> (which strip
+  // the whitespace around them) and <extra_id_0..124> (which do not).
+  std::vector<std::int64_t> out;
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
+  const auto byte_space = [&](std::int64_t id) { return id >= offset && id < offset + 256 && space(static_cast<char>(id - offset)); };
+  const std::pair<std::string_view, int> stripping[] = {{"<pad>", pad}, {"</s>", eos}, {"<unk>", offset - 1}};
+  for (std::size_t i = 0; i < text.size();) {
+    std::int64_t id = -1;
+    std::size_t len = 0;
+    bool strip = false;
+    for (const auto& [token, token_id] : stripping)
+      if (text.compare(i, token.size(), token) == 0) id = token_id, len = token.size(), strip = true;
+    static constexpr std::string_view extra = "<extra_id_";
+    if (id < 0 && text.compare(i, extra.size(), extra) == 0) {
+      std::size_t k = i + extra.size();
+      int n = 0, digits = 0;
+      while (k < text.size() && text[k] >= '0' && text[k] <= '9' && digits < 4) n = n * 10 + (text[k++] - '0'), ++digits;
+      const bool canonical = digits > 0 && (digits == 1 || text[i + extra.size()] != '0');
+      if (canonical && n < 125 && k < text.size() && text[k] == '>') id = offset + 256 + n, len = k + 1 - i;
+    }
+    if (id < 0) {
+      out.push_back(static_cast<unsigned char>(text[i++]) + offset);
+      continue;
+    }
+    if (strip)
+      while (!out.empty() && byte_space(out.back())) out.pop_back();
+    out.push_back(id);
+    i += len;
+    if (strip)
+      while (i < text.size() && space(text[i])) ++i;
+  }
+  const auto n = std::min<std::size_t>(out.size(), static_cast<std::size_t>(length - 1));
   for (int i = 0; i < length; ++i) ids[i] = pad, mask[i] = 0.0f;
-  for (std::size_t i = 0; i < n; ++i) ids[i] = static_cast<unsigned char>(text[i]) + offset, mask[i] = 1.0f;
+  for (std::size_t i = 0; i < n; ++i) ids[i] = out[i], mask[i] = 1.0f;
   ids[n] = eos, mask[n] = 1.0f;
 }
 

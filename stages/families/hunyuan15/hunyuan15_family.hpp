@@ -102,8 +102,9 @@ Hunyuan15Config read_hunyuan15_config(const ModelPackage& package, const boost::
 // without any.
 std::optional<std::string> hunyuan15_glyph_text(const std::string& prompt);
 
-// ByT5's ids of `text`: each UTF-8 byte + offset, cut to length - 1, then eos, right-padded with
-// pad; mask 1 on real ids.
+// ByT5Tokenizer's ids of `text`: each UTF-8 byte + offset, except its added tokens (<pad>, </s>,
+// <unk> = offset - 1, which strip the whitespace around them; <extra_id_N> = offset + 256 + N);
+// cut to length - 1, then eos, right-padded with pad; mask 1 on real ids.
 void byt5_ids(const std::string& text, int length, int offset, int eos, int pad, std::int64_t* ids, float* mask);
 
 // ClassifierFreeGuidance's switch: guidance runs unless g is 1 (math.isclose, rel_tol 1e-9).

@@ -153,6 +153,19 @@ TEST_CASE("ByT5 ids are bytes + offset, cut before </s>, right-padded") {
   CHECK(std::vector<float>(mask, mask + 6) == std::vector<float>{1, 1, 1, 1, 1, 0});
   byt5_ids("abcdefgh", 4, 3, 1, 0, ids, mask);  // truncated: three bytes, then </s>
   CHECK(std::vector<std::int64_t>(ids, ids + 4) == std::vector<std::int64_t>{'a' + 3, 'b' + 3, 'c' + 3, 1});
+  // ByT5Tokenizer's added tokens (ids as transformers 5.23's ByT5Tokenizer gives them, add_special_tokens
+  // False; the exporter checks the same rule against the package's tokenizer_2 on such probes).
+  const auto special = [](const std::string& text, std::size_t real) {
+    std::vector<std::int64_t> buf(32);
+    std::vector<float> m(32);
+    byt5_ids(text, 32, 3, 1, 0, buf.data(), m.data());
+    return std::vector<std::int64_t>(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(real));
+  };
+  CHECK(special("a</s>b<pad>c<unk>d<extra_id_3>e<extra_id_0><extra_id_124>", 11) ==
+        std::vector<std::int64_t>{100, 1, 101, 0, 102, 2, 103, 262, 104, 259, 383});
+  CHECK(special("x <pad> y", 3) == std::vector<std::int64_t>{123, 0, 124});  // <pad> strips the spaces around it
+  CHECK(special("x<extra_id_3 y", 14) ==
+        std::vector<std::int64_t>{123, 63, 104, 123, 119, 117, 100, 98, 108, 103, 98, 54, 35, 124});
 }
 
 TEST_CASE("guidance runs unless the scale is 1, as ClassifierFreeGuidance decides") {
