@@ -217,6 +217,12 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
          r.object(v, p, {{"max_bytes", count(r, c.images.max_bytes, 1, std::int64_t{1} << 30)},
                          {"max_pixels", count(r, c.images.max_pixels, 1, std::int64_t{1} << 30)}});
        }},
+      {"videos", [&](const json::value& v, const std::string& p) {
+         r.object(v, p, {{"max_bytes", count(r, c.videos.max_bytes, 1, std::int64_t{1} << 32)},
+                         {"max_frames", count(r, c.videos.max_frames, 1, 100000)},
+                         {"max_pixels", count(r, c.videos.max_pixels, 1, std::int64_t{1} << 28)},
+                         {"max_seconds", [&](const json::value& n, const std::string& np) { c.videos.max_seconds = r.number(n, np, 0.001, 86400.0); }}});
+       }},
       {"post", [&](const json::value& v, const std::string& p) {
          auto& o = c.post;
          r.object(v, p, {{"max_side", count(r, o.max_side, 16, 16384)},
@@ -332,6 +338,8 @@ json::object to_json(const RuntimeConfig& c) {
                    {"keyframe_interval_s", c.encoder.keyframe_interval_s}}},
       {"job_ttl_s", c.job_ttl.count()},
       {"images", {{"max_bytes", c.images.max_bytes}, {"max_pixels", c.images.max_pixels}}},
+      {"videos", {{"max_bytes", c.videos.max_bytes}, {"max_frames", c.videos.max_frames}, {"max_pixels", c.videos.max_pixels},
+                  {"max_seconds", c.videos.max_seconds}}},
       {"post", {{"max_side", c.post.max_side}, {"interpolator", c.post.interpolator}, {"upscaler", c.post.upscaler.empty() ? json::value(nullptr) : json::value(c.post.upscaler)},
                 {"upscale_model", c.post.upscale_model.empty() ? json::value(nullptr) : json::value(c.post.upscale_model.string())},
                 {"tile", c.post.tile}, {"tile_overlap", c.post.tile_overlap}, {"threads", c.post_threads}}},

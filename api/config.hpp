@@ -23,6 +23,7 @@
 #include "stages/families/family_options.hpp"
 #include "stages/media/encode.hpp"
 #include "stages/media/image_input.hpp"
+#include "stages/media/video_input.hpp"
 #include "stages/post/post_process.hpp"
 
 #include <boost/json/object.hpp>
@@ -153,6 +154,9 @@ struct RuntimeConfig {
   // upload, and the most pixels, a job's image may have (config keys "images.max_bytes",
   // "images.max_pixels").
   ImageLimits images;
+  // The video of a video-to-video job (stages/media/video_input.hpp): config keys
+  // "videos.max_bytes", "videos.max_frames", "videos.max_pixels", "videos.max_seconds".
+  VideoLimits videos;
   // The post-stages (stages/post/post_process.hpp): config section "post" with max_side (an
   // upscaled frame's longest side), interpolator, upscaler (variant names), upscale_model (a
   // post package), tile and tile_overlap (model upscaling), threads (the "post" pool's).

@@ -68,7 +68,7 @@ class RuntimeImpl {
     ModelSetOptions wo{.out_dir = config_.output_dir, .encode = config_.encoder, .text_cache = config_.text_cache,
                        .lora = config_.loras, .stages = config_.stages, .before_denoise = start_faults(),
                        .metrics = &metrics_, .tracer = &tracer_, .preview_every = config_.preview_every.value_or(0),
-                       .images = config_.images, .checkpoints = checkpoint_options(), .on_checkpoint = checkpoint_hook(),
+                       .images = config_.images, .videos = config_.videos, .checkpoints = checkpoint_options(), .on_checkpoint = checkpoint_hook(),
                        .post = config_.post, .post_threads = config_.post_threads};
     // The models load before the device threads exist: "auto" settings are measured on them
     // (api/runtime_tuning.hpp), and the threads follow what was chosen.

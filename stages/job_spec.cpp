@@ -95,6 +95,13 @@ void check_images(const JobSpec& s, const SpecLimits& l) {
   if (s.image.empty() && l.image == InputUse::required) bad("image", "required by " + model_named(l));
   if (!s.last_image.empty() && l.last_image == InputUse::none) bad("last_image", model_named(l) + " does not take a last image");
   if (!s.last_image.empty() && s.image.empty()) bad("last_image", "needs image (the first frame) as well");
+  check_image_path(s.video, "video");
+  check_sha256(s.video_sha256, "video_sha256");
+  if (s.video.empty() && !s.video_sha256.empty()) bad("video_sha256", "given without video");
+  if (!s.video.empty() && l.video == InputUse::none) bad("video", model_named(l) + " does not take a video");
+  if (s.video.empty() && l.video == InputUse::required) bad("video", "required by " + model_named(l));
+  if (!(s.strength > 0.0 && s.strength <= 1.0))
+    bad("strength", "must be above 0 and at most 1 (got " + number_text(s.strength) + ")");
 }
 
 // "loras": [{"name": "x", "scale": 0.8}, ...]; scale defaults to 1.
@@ -226,7 +233,8 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
                                                           "steps", "guidance", "seed", "fps", "format", "scheduler", "name",
                                                           "model", "image", "last_image", "image_sha256",
                                                           "last_image_sha256", "loras", "step_cache", "priority", "shift",
-                                                          "precision", "interpolate", "upscale"};
+                                                          "precision", "interpolate", "upscale", "video", "video_sha256",
+                                                          "strength"};
   for (const auto& kv : *obj)
     if (!known.count(kv.key())) bad(std::string(kv.key()), "unknown field");
   JobSpec s = defaults;
@@ -249,6 +257,9 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
     else if (k == "last_image") s.last_image = as_text(v, k);
     else if (k == "image_sha256") s.image_sha256 = as_text(v, k);
     else if (k == "last_image_sha256") s.last_image_sha256 = as_text(v, k);
+    else if (k == "video") s.video = as_text(v, k);
+    else if (k == "video_sha256") s.video_sha256 = as_text(v, k);
+    else if (k == "strength") s.strength = as_number(v, k);
     else if (k == "loras") s.loras = parse_loras(v);
     else if (k == "step_cache") s.step_cache = as_number(v, k);
     else if (k == "priority") {
@@ -268,6 +279,7 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
       s.seed = static_cast<std::uint64_t>(i);
     }
   }
+  if (obj->contains("strength") && s.video.empty()) bad("strength", "needs video (strength is how far a video-to-video job departs from its input)");
   validate_job_spec(s, limits);
   return s;
 }
@@ -289,6 +301,11 @@ json::object to_json(const JobSpec& s) {
   if (!s.image_sha256.empty()) o["image_sha256"] = s.image_sha256;
   if (!s.last_image.empty()) o["last_image"] = s.last_image;
   if (!s.last_image_sha256.empty()) o["last_image_sha256"] = s.last_image_sha256;
+  if (!s.video.empty()) {  // absent without a video: keys stay as they were
+    o["video"] = s.video;
+    if (!s.video_sha256.empty()) o["video_sha256"] = s.video_sha256;
+    o["strength"] = s.strength;
+  }
   if (!s.loras.empty()) {  // absent without LoRAs: keys stay as they were
     json::array a;
     for (const auto& l : s.loras) a.push_back(json::object{{"name", l.name}, {"scale", l.scale}});
@@ -309,6 +326,7 @@ ContentKey job_content_key(const std::string& model_id, const JobSpec& spec) {
   // never admitted (no hash yet), so two different files never share a key.
   if (!spec.image_sha256.empty()) fields.erase("image");
   if (!spec.last_image_sha256.empty()) fields.erase("last_image");
+  if (!spec.video_sha256.empty()) fields.erase("video");
   if (!spec.loras.empty()) {  // a LoRA by its content, not its file name
     json::array a;
     for (const auto& l : spec.loras) a.push_back(json::object{{"sha256", l.sha256}, {"scale", l.scale}});

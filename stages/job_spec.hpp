@@ -47,6 +47,13 @@ struct JobSpec {
   // on the path, and a resumed job checks that its file still holds them.
   std::string image, last_image;
   std::string image_sha256, last_image_sha256;
+  // Video-to-video input (issue 34): an absolute path of a video file, resolved and admitted as
+  // the images are (video_sha256 filled at admission, stages/media/video_input.hpp). strength
+  // is diffusers' WanVideoToVideoPipeline's: the share of the schedule that runs from the
+  // noised input video (1: all of it, the input only shapes the noise; near 0: the input
+  // returned). Part of the content key only when a video is given.
+  std::string video, video_sha256;
+  double strength = 0.8;
   std::vector<LoraRef> loras;       // "loras": [{"name", "scale"}], in order; at most 8
   double step_cache = 0.0;          // step-cache threshold (stages/exec/step_cache.hpp); 0: off
   // Scheduling, not content: higher first in every queue, and it may preempt lower-priority
@@ -90,6 +97,7 @@ struct SpecLimits {
   double max_shift = 100.0;             // shift in [0, max_shift] (0: the scheduler config's)
   InputUse image = InputUse::none;       // a text-to-video package takes no image
   InputUse last_image = InputUse::none;  // never required: it needs `image` as well
+  InputUse video = InputUse::none;       // manifest "inputs": {"video": ...} (video-to-video)
   // The precisions the package carries (its base variant first); empty: only its own, and a job
   // may not name one. A job's "precision" outside the list is refused naming the field.
   std::vector<std::string> precisions;

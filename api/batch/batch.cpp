@@ -105,6 +105,7 @@ class BatchRun {
       json::value admitted(std::move(item.spec));
       auto spec = jobs_.validate(admitted);
       admit_images(admitted, spec, jobs_.config().images);
+      admit_video(admitted, spec, jobs_.config().videos);
       r.output = jobs_.config().output_dir / (item.name + extension_for(spec.format));
       if (!options_.force && complete_(admitted, spec, r.output)) return end_item(i, "skipped");
       SubmitOptions so;

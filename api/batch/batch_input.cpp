@@ -43,11 +43,11 @@ std::string default_name(int line, const std::string& prompt) {
   return slug.empty() ? num : std::string(num) + "-" + slug;
 }
 
-// Relative "image"/"last_image" paths name files beside the prompt file; the job carries them
+// Relative "image"/"last_image"/"video" paths name files beside the prompt file; the job carries them
 // absolute (stages/job_spec.hpp), so that neither the Runtime's nor a resumed journal's
 // working directory matters.
 void resolve_images(json::object& spec, const fs::path& base_dir) {
-  for (const char* field : {"image", "last_image"}) {
+  for (const char* field : {"image", "last_image", "video"}) {
     auto* v = spec.if_contains(field);
     if (v == nullptr || !v->is_string() || v->get_string().empty()) continue;  // wrong types: named at validation
     const fs::path path(std::string(v->get_string()));

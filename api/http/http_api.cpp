@@ -222,13 +222,14 @@ asio::awaitable<void> stream_events(JobHandle job, http::StreamWriter& out) {
 }
 
 constexpr const char* kImageFields[] = {"image", "last_image"};
+constexpr const char* kVideoField = "video";  // video-to-video (issue 34): an upload like the images
 
 // A submission whose body may carry images goes to the uploads thread: multipart, or JSON
 // that names an image field (a cheap look; the parse decides).
 bool may_carry_images(const http::Request& request) {
   if (request.method() != bhttp::verb::post) return false;
   if (http::has_content_type(request, "multipart/form-data")) return true;
-  return request.body().find("image\"") != std::string::npos;
+  return request.body().find("image\"") != std::string::npos || request.body().find("video\"") != std::string::npos;
 }
 
 // A job spec and the image bytes that came with it, by field.
@@ -237,14 +238,14 @@ struct Submission {
   std::vector<std::pair<std::string, std::string>> images;
 };
 
-Submission read_multipart(const http::Request& request, std::uint64_t max_image_bytes) {
+Submission read_multipart(const http::Request& request, std::uint64_t max_image_bytes, std::uint64_t max_video_bytes) {
   const auto it = request.find(bhttp::field::content_type);
   const auto boundary = multipart_boundary(std::string_view(it->value().data(), it->value().size()));
   const auto parts = parse_multipart(request.body(), boundary);
   Submission s;
   for (const auto& part : parts)
-    if (part.name != "spec" && part.name != "image" && part.name != "last_image")
-      throw_error(ErrorKind::invalid_argument, "multipart: unknown field '" + part.name + "' (known: spec, image, last_image)");
+    if (part.name != "spec" && part.name != "image" && part.name != "last_image" && part.name != kVideoField)
+      throw_error(ErrorKind::invalid_argument, "multipart: unknown field '" + part.name + "' (known: spec, image, last_image, video)");
   const auto* spec = find_part(parts, "spec");
   if (!spec) throw_error(ErrorKind::invalid_argument, "multipart: no 'spec' field (the job spec as JSON)");
   s.spec = parse_body(std::string(spec->body));
@@ -259,11 +260,19 @@ Submission read_multipart(const http::Request& request, std::uint64_t max_image_
                                                    " bytes (got " + std::to_string(part->body.size()) + ")");
     s.images.emplace_back(field, std::string(part->body));
   }
+  if (const auto* part = find_part(parts, kVideoField)) {
+    if (s.spec.as_object().contains(kVideoField))
+      throw_error(ErrorKind::invalid_argument, "video: given twice (a file part and a spec field)");
+    if (part->body.size() > max_video_bytes)
+      throw_error(ErrorKind::invalid_argument, "video: larger than " + std::to_string(max_video_bytes) + " bytes (got " +
+                                                   std::to_string(part->body.size()) + ")");
+    s.images.emplace_back(kVideoField, std::string(part->body));
+  }
   return s;
 }
 
 // JSON: an image field holds the picture itself (base64 or a data URL), never a server path.
-Submission read_json(const http::Request& request, std::uint64_t max_image_bytes) {
+Submission read_json(const http::Request& request, std::uint64_t max_image_bytes, std::uint64_t max_video_bytes) {
   Submission s{parse_body(request.body()), {}};
   if (!s.spec.is_object()) throw_error(ErrorKind::invalid_argument, "request body: must be a JSON object (a job spec)");
   for (const char* field : kImageFields) {
@@ -271,6 +280,8 @@ Submission read_json(const http::Request& request, std::uint64_t max_image_bytes
     if (v == nullptr || !v->is_string()) continue;  // another type: validation names it
     s.images.emplace_back(field, decode_image_text(std::string_view(v->get_string()), field, max_image_bytes));
   }
+  if (const auto* v = s.spec.as_object().if_contains(kVideoField); v != nullptr && v->is_string())
+    s.images.emplace_back(kVideoField, decode_video_text(std::string_view(v->get_string()), kVideoField, max_video_bytes));
   return s;
 }
 
@@ -315,13 +326,13 @@ asio::awaitable<void> stream_trace(Tracer& tracer, std::chrono::seconds seconds,
 
 HttpApi::HttpApi(JobService& runtime, std::filesystem::path web_dir)
     : runtime_(runtime),
-      uploads_(std::make_shared<UploadStore>(runtime.config().output_dir / "uploads", runtime.config().images)),
+      uploads_(std::make_shared<UploadStore>(runtime.config().output_dir / "uploads", runtime.config().images, runtime.config().videos)),
       web_dir_(std::move(web_dir)) {
   // What a crash left: keep the images of the jobs that resume, remove the rest.
   for (const auto& job : runtime_.unfinished()) {
     const auto spec = job.result().spec;
     std::vector<std::filesystem::path> files;
-    for (const auto* path : {&spec.image, &spec.last_image})
+    for (const auto* path : {&spec.image, &spec.last_image, &spec.video})
       if (!path->empty()) files.emplace_back(*path);
     for (const auto& f : files) uploads_->pin(f);
     if (!files.empty()) release_when_finished(job, std::move(files));
@@ -409,11 +420,12 @@ JobHandle HttpApi::submit_spec(json::value spec, std::vector<std::pair<std::stri
   if (!images.empty()) {
     // Every field checked before anything is written: a model that takes no image refuses here.
     auto probe = spec;
-    for (const auto& [field, bytes] : images) probe.as_object()[field] = (uploads_->dir() / "pending.png").string();
+    for (const auto& [field, bytes] : images)
+      probe.as_object()[field] = (uploads_->dir() / (field == kVideoField ? "pending.mp4" : "pending.png")).string();
     runtime_.validate(probe);
     try {
       for (const auto& [field, bytes] : images) {
-        files.push_back(uploads_->put(bytes, field));
+        files.push_back(field == kVideoField ? uploads_->put_video(bytes, field) : uploads_->put(bytes, field));
         spec.as_object()[field] = files.back().string();
       }
     } catch (...) {
@@ -436,7 +448,8 @@ bool HttpApi::cancel_by_client(JobHandle& job, std::string reason) {
   {
     std::lock_guard lock(cancels_->mutex);
     const auto spec = job.result().spec;
-    if (!job.finished() && !(spec.image.empty() && spec.last_image.empty())) cancels_->ids.insert(job.id());  // its uploads go when it ends
+    if (!job.finished() && !(spec.image.empty() && spec.last_image.empty() && spec.video.empty()))
+      cancels_->ids.insert(job.id());  // its uploads go when it ends
   }
   return job.cancel(std::move(reason));
 }
@@ -449,7 +462,8 @@ http::Response HttpApi::submit_job(const http::Request& request, const std::stri
                                   "Content-Type must be application/json or multipart/form-data (got '" +
                                       std::string(it->value()) + "')");
   const auto max_image = runtime_.config().images.max_bytes;
-  auto [spec, images] = multipart ? read_multipart(request, max_image) : read_json(request, max_image);
+  const auto max_video = runtime_.config().videos.max_bytes;
+  auto [spec, images] = multipart ? read_multipart(request, max_image, max_video) : read_json(request, max_image, max_video);
   const auto job = submit_spec(std::move(spec), std::move(images));
   auto res = json_body(202, {{"id", job.id()}, {"status", "queued"}, {"links", links_of(job.id())}});
   res.set(bhttp::field::location, job_path(job.id()));

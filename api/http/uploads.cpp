@@ -3,6 +3,10 @@
 #include "runtime/atomic_file.hpp"
 #include "runtime/errors.hpp"
 
+#include "runtime/content_key.hpp"
+
+#include <unistd.h>
+
 #include <array>
 
 namespace vgen {
@@ -36,12 +40,17 @@ std::string_view extension_of(ImageFormat f) {
 
 }  // namespace
 
-std::string decode_image_text(std::string_view text, std::string_view field, std::uint64_t max_bytes) {
+namespace {
+
+// The bytes of base64 text or a base64 data URL, refused past max_bytes (`what` names the
+// expected content in messages: "image", "video").
+std::string decode_base64_text(std::string_view text, std::string_view field, std::uint64_t max_bytes, std::string_view what) {
+  const std::string kind(what);
   if (text.starts_with("data:")) {
     const auto comma = text.find(',');
     if (comma == std::string_view::npos) bad(field, "a data URL without ','");
     const auto meta = text.substr(5, comma - 5);
-    if (!meta.ends_with(";base64")) bad(field, "a data URL must be base64 (\"data:image/png;base64,...\")");
+    if (!meta.ends_with(";base64")) bad(field, "a data URL must be base64 (\"data:" + kind + "/...;base64,...\")");
     text.remove_prefix(comma + 1);
   }
   if (text.size() / 4 * 3 > max_bytes + 3)
@@ -59,7 +68,7 @@ std::string decode_image_text(std::string_view text, std::string_view field, std
       continue;
     }
     const int v = sextet(c);
-    if (v < 0 || padding) bad(field, "not base64 image data (nor a data URL); HTTP jobs send the image itself, not a path");
+    if (v < 0 || padding) bad(field, "not base64 " + kind + " data (nor a data URL); HTTP jobs send the " + kind + " itself, not a path");
     acc = (acc << 6) | static_cast<std::uint32_t>(v);
     bits += 6;
     if (bits >= 8) {
@@ -69,6 +78,13 @@ std::string decode_image_text(std::string_view text, std::string_view field, std
   }
   if (bits >= 6) bad(field, "base64 data ends in the middle of a byte");
   if (out.size() > max_bytes) bad(field, "larger than " + std::to_string(max_bytes) + " bytes (got " + std::to_string(out.size()) + ")");
+  return out;
+}
+
+}  // namespace
+
+std::string decode_image_text(std::string_view text, std::string_view field, std::uint64_t max_bytes) {
+  std::string out = decode_base64_text(text, field, max_bytes, "image");
   // '/' and letters are base64 too, so a path decodes to bytes: say what was expected.
   const bool image = out.starts_with("\x89PNG") || out.starts_with("\xFF\xD8\xFF") ||
                      (out.size() >= 12 && out.starts_with("RIFF") && out.substr(8, 4) == "WEBP");
@@ -77,7 +93,15 @@ std::string decode_image_text(std::string_view text, std::string_view field, std
   return out;
 }
 
-UploadStore::UploadStore(fs::path dir, ImageLimits limits) : dir_(fs::absolute(std::move(dir)).lexically_normal()), limits_(limits) {}
+std::string decode_video_text(std::string_view text, std::string_view field, std::uint64_t max_bytes) {
+  // '/' and letters are base64 too: a path would decode to bytes that then fail as a video.
+  if (text.starts_with("/") || text.starts_with("./") || text.starts_with("file:"))
+    bad(field, "HTTP jobs send the video itself (base64, a data URL or a multipart file part), not a path");
+  return decode_base64_text(text, field, max_bytes, "video");
+}
+
+UploadStore::UploadStore(fs::path dir, ImageLimits limits, VideoLimits video_limits)
+    : dir_(fs::absolute(std::move(dir)).lexically_normal()), limits_(limits), video_limits_(video_limits) {}
 
 bool UploadStore::is_upload(const fs::path& file) const {
   return file.parent_path() == dir_ && file.has_filename();
@@ -93,6 +117,47 @@ fs::path UploadStore::put(std::string_view bytes, std::string_view field) {
     fs::create_directories(dir_, ec);
     if (ec) throw_error(io_error_kind(ec.value()), "uploads: cannot create '" + dir_.string() + "': " + ec.message());
     write_file_atomically(file, bytes);
+  }
+  ++uses_[file];
+  return file;
+}
+
+fs::path UploadStore::put_video(std::string_view bytes, std::string_view field) {
+  if (bytes.empty()) bad(field, "empty (0 bytes)");
+  if (bytes.size() > video_limits_.max_bytes)
+    bad(field, "larger than " + std::to_string(video_limits_.max_bytes) + " bytes (got " + std::to_string(bytes.size()) + ")");
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) throw_error(io_error_kind(ec.value()), "uploads: cannot create '" + dir_.string() + "': " + ec.message());
+  // libav reads files: the bytes go to a temporary of their own, checked there, and are
+  // renamed to their content's name only once they decode. Every failure removes it; a crash
+  // leaves it to the next start's sweep() (no job pins it).
+  const fs::path temp = dir_ / (".video-" + std::to_string(++temp_counter_) + "-" + std::to_string(::getpid()) + ".part");
+  struct RemoveUnlessKept {
+    const fs::path& path;
+    bool kept = false;
+    ~RemoveUnlessKept() {
+      std::error_code ignored;
+      if (!kept) fs::remove(path, ignored);
+    }
+  } guard{temp};
+  write_file_atomically(temp, bytes);
+  VideoHeader header;
+  try {
+    header = decode_video_file(temp, field, video_limits_).header;
+  } catch (const Error& e) {
+    // The temporary's path means nothing to the client: call it the upload.
+    std::string what = e.what();
+    const std::string shown = "'" + temp.string() + "'";
+    for (auto at = what.find(shown); at != std::string::npos; at = what.find(shown)) what.replace(at, shown.size(), "the upload");
+    throw Error(e.kind(), what);
+  }
+  const fs::path file = dir_ / (content_key_bytes(bytes).hex() + std::string(video_extension(header)));
+  std::lock_guard lock(mutex_);
+  if (!(fs::is_regular_file(file, ec) && fs::file_size(file, ec) == bytes.size())) {
+    fs::rename(temp, file, ec);
+    if (ec) throw_error(io_error_kind(ec.value()), "uploads: cannot store '" + file.string() + "': " + ec.message());
+    guard.kept = true;
   }
   ++uses_[file];
   return file;

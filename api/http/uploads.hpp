@@ -1,6 +1,6 @@
-// Uploads: the image files that HTTP clients send with a job (base64 in the JSON body or a
+// Uploads: the image and video files that HTTP clients send with a job (base64 in the JSON body or a
 // multipart/form-data part), stored in <output_dir>/uploads/ under the SHA-256 of their bytes
-// ("<sha256>.png|jpg|webp"), so the same picture sent twice is one file, and a job resumed
+// ("<sha256>.png|jpg|webp", a video "<sha256>.mp4|webm|..."), so the same picture sent twice is one file, and a job resumed
 // after a crash (kill -9 included) finds its image again from the path its journal row keeps.
 //
 // When files go: each upload is pinned while a request stores it and while an unfinished job
@@ -18,6 +18,9 @@
 #pragma once
 
 #include "stages/media/image_input.hpp"
+#include "stages/media/video_input.hpp"
+
+#include <atomic>
 
 #include <cstddef>
 #include <filesystem>
@@ -33,14 +36,22 @@ namespace vgen {
 // Error(invalid_argument) naming `field` for anything else, for bytes that do not start like
 // a PNG, JPEG or WebP file, or for a decoded size over max_bytes.
 std::string decode_image_text(std::string_view text, std::string_view field, std::uint64_t max_bytes);
+// The same for a video ("data:video/mp4;base64,..." or plain base64); what the bytes hold is
+// checked when they are stored (UploadStore::put_video). A text that looks like a path is
+// refused naming `field`.
+std::string decode_video_text(std::string_view text, std::string_view field, std::uint64_t max_bytes);
 
 class UploadStore {
  public:
-  UploadStore(std::filesystem::path dir, ImageLimits limits);
+  UploadStore(std::filesystem::path dir, ImageLimits limits, VideoLimits video_limits = {});
 
   // Checks `bytes` as an image (decode_image, naming `field`), writes it unless a file of
   // that content exists, pins it and returns its absolute path.
   std::filesystem::path put(std::string_view bytes, std::string_view field);
+  // A video: the bytes are written to a temporary in dir(), decoded there in full against the
+  // VideoLimits (decode_video_file, naming `field`; the temporary is removed on every error),
+  // then renamed to "<sha256>.<ext>" (ext from the container: .mp4, .webm, ...) and pinned.
+  std::filesystem::path put_video(std::string_view bytes, std::string_view field);
   // Marks one more use of an upload (a resumed job's file); paths outside dir() are ignored.
   void pin(const std::filesystem::path& file);
   // Ends one use; the last one removes the file. Paths outside dir() are ignored.
@@ -56,6 +67,8 @@ class UploadStore {
 
   std::filesystem::path dir_;
   ImageLimits limits_;
+  VideoLimits video_limits_;
+  std::atomic<std::uint64_t> temp_counter_{0};
   mutable std::mutex mutex_;
   std::map<std::filesystem::path, std::size_t> uses_;
 };

@@ -29,6 +29,8 @@ struct RenderFlags {
   RuntimeFlags runtime;
   JobFlags job;
   std::string image, last_image;  // image-to-video inputs (paths; relative to the working directory)
+  std::string video;              // video-to-video input (a path, relative to the working directory)
+  std::optional<double> strength;  // video-to-video: how far the result departs from the video
   bool json = false;
 };
 
@@ -73,6 +75,8 @@ int run_render(const RenderFlags& f) {
   // The spec carries absolute paths (a journal may be read from another working directory).
   if (!f.image.empty()) spec["image"] = fs::absolute(f.image).lexically_normal().string();
   if (!f.last_image.empty()) spec["last_image"] = fs::absolute(f.last_image).lexically_normal().string();
+  if (!f.video.empty()) spec["video"] = fs::absolute(f.video).lexically_normal().string();
+  if (f.strength) spec["strength"] = *f.strength;  // the job spec checks the range and that a video is given
 
   config.tune.one_job = true;  // "auto" threads: the fastest split for this one job
   config.tune.spec = spec;
@@ -103,6 +107,8 @@ Run add_render_command(CLI::App& app) {
   add_job_flags(*cmd, f->job);
   cmd->add_option("--image", f->image, "first frame for an image-to-video model (PNG, JPEG or WebP)");
   cmd->add_option("--last-image", f->last_image, "last frame, for models that take one (needs --image)");
+  cmd->add_option("--video", f->video, "input video for a video-to-video model (MP4, WebM, MKV, AVI, ...)");
+  cmd->add_option("--strength", f->strength, "with --video: (0, 1], the share of the denoising schedule run over the noised video (default 0.8)");
   cmd->add_flag("--json", f->json, "print the result as one JSON object on stdout");
   return [f] { return run_render(*f); };
 }

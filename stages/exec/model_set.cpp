@@ -231,6 +231,7 @@ JobSpec ModelSet::validate(const json::value& spec) const {
 JobSpec ModelSet::admit(json::value& spec) const {
   auto parsed = validate(spec);
   admit_images(spec, parsed, state_->options.images);
+  admit_video(spec, parsed, state_->options.videos);
   return parsed;
 }
 

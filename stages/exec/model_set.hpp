@@ -30,6 +30,7 @@
 #include "stages/families/family_options.hpp"
 #include "stages/media/encode.hpp"
 #include "stages/media/image_input.hpp"
+#include "stages/media/video_input.hpp"
 #include "stages/job_spec.hpp"
 #include "stages/model/model_package.hpp"
 #include "stages/post/post_process.hpp"
@@ -71,6 +72,7 @@ struct ModelSetOptions {
   // Jobs of a package without preview factors get none.
   int preview_every = 0;
   ImageLimits images;                  // what admit() accepts of a job's image files
+  VideoLimits videos;                  // ... and of its video file (video-to-video)
   // Step checkpoints (stages/checkpoint.hpp): off unless checkpoints.dir is set. on_checkpoint
   // is told each durable checkpoint (the job store's reference), on the checkpoint thread.
   CheckpointOptions checkpoints;

@@ -31,4 +31,17 @@ void admit_images(boost::json::value& json, JobSpec& spec, const ImageLimits& li
   admit_one(*object, "last_image", spec.last_image, spec.last_image_sha256, limits);
 }
 
+void admit_video(boost::json::value& json, JobSpec& spec, const VideoLimits& limits) {
+  if (spec.video.empty()) return;
+  auto* object = json.if_object();
+  if (object == nullptr) throw_error(ErrorKind::invalid_argument, "job: must be a JSON object");
+  decode_video_file(spec.video, "video", limits);  // refused now, not when the job reaches its family
+  const std::string actual = video_file_sha256(spec.video, "video", limits);
+  if (!spec.video_sha256.empty() && spec.video_sha256 != actual)
+    throw_error(ErrorKind::invalid_argument, "video: '" + spec.video +
+                                                 "' no longer holds the video the job was accepted with (video_sha256 differs)");
+  spec.video_sha256 = actual;
+  (*object)["video_sha256"] = actual;
+}
+
 }  // namespace vgen

@@ -1,4 +1,4 @@
-// Admission of a job's images: before a job is accepted, each image file its spec names is
+// Admission of a job's images and video: before a job is accepted, each image file its spec names is
 // read, checked against ImageLimits and decoded in full (a truncated or corrupt file is
 // refused here, before anything is queued or written), and the SHA-256 of its bytes is put
 // into the spec ("image_sha256", "last_image_sha256") so that the job's content key follows
@@ -13,6 +13,7 @@
 #pragma once
 
 #include "stages/media/image_input.hpp"
+#include "stages/media/video_input.hpp"
 #include "stages/job_spec.hpp"
 
 #include <boost/json/value.hpp>
@@ -22,5 +23,10 @@ namespace vgen {
 // `json`: the spec as submitted (an object; gains the *_sha256 fields); `spec`: the same spec
 // parsed (its *_sha256 fields are set to match).
 void admit_images(boost::json::value& json, JobSpec& spec, const ImageLimits& limits = {});
+
+// The same for a video-to-video job's "video": the file is checked against VideoLimits and
+// decoded in full (decode_video_file, no frame kept), and "video_sha256" is set to its bytes'
+// SHA-256. A 1,025-frame limit bounds the time; a spec without a video is left as it is.
+void admit_video(boost::json::value& json, JobSpec& spec, const VideoLimits& limits = {});
 
 }  // namespace vgen

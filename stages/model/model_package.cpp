@@ -354,11 +354,12 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
     if (!in->is_object()) r.fail("manifest field 'inputs' must be an object");
     const auto& inputs = in->get_object();
     for (const auto& kv : inputs)
-      if (kv.key() != "image" && kv.key() != "last_image") r.fail("manifest field 'inputs." + truncate_utf8(std::string(kv.key()), 40) + "' is unknown");
+      if (kv.key() != "image" && kv.key() != "last_image" && kv.key() != "video") r.fail("manifest field 'inputs." + truncate_utf8(std::string(kv.key()), 40) + "' is unknown");
     try {
       if (inputs.contains("image")) p.limits.image = parse_input_use(r.str(inputs, "image", "inputs."), "inputs.image");
       if (inputs.contains("last_image"))
         p.limits.last_image = parse_input_use(r.str(inputs, "last_image", "inputs."), "inputs.last_image");
+      if (inputs.contains("video")) p.limits.video = parse_input_use(r.str(inputs, "video", "inputs."), "inputs.video");
     } catch (const Error& e) {
       r.fail(std::string("manifest field ") + e.what());
     }
@@ -387,6 +388,7 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   JobSpec probe = p.defaults;
   probe.prompt = "x";
   if (p.limits.image == InputUse::required) probe.image = "/image.png";
+  if (p.limits.video == InputUse::required) probe.video = "/video.mp4";
   try {
     validate_job_spec(probe, p.limits);
   } catch (const Error& e) {

@@ -104,6 +104,7 @@ TEST_CASE("every key is read, with comments and relative paths") {
     "encoder": {"crf": 30, "preset": "ultrafast", "threads": 2},
     "job_ttl_s": 60, "batching": {"max_batch": 8, "wait_ms": 5}, "warmup": true,
     "images": {"max_bytes": 1000, "max_pixels": 4096},
+    "videos": {"max_bytes": 5000, "max_frames": 81, "max_pixels": 8192, "max_seconds": 12.5},
     "service": {"listen": "0.0.0.0:9000", "max_body_bytes": 1024, "token": "t", "max_connections": 3}
   })"));
   CHECK(c.model == dir / "pkg");
@@ -135,6 +136,11 @@ TEST_CASE("every key is read, with comments and relative paths") {
   CHECK(c.images.max_bytes == 1000);
   CHECK(c.images.max_pixels == 4096);
   CHECK(RuntimeConfig{}.images.max_bytes == 32u << 20);
+  CHECK(c.videos.max_bytes == 5000);
+  CHECK(c.videos.max_frames == 81);
+  CHECK(c.videos.max_pixels == 8192);
+  CHECK(c.videos.max_seconds == 12.5);
+  CHECK(RuntimeConfig{}.videos.max_frames == 1025);
   // The JSON form round-trips through apply_config.
   auto j = to_json(c);
   j["service"].as_object()["token"] = "t";
@@ -143,6 +149,8 @@ TEST_CASE("every key is read, with comments and relative paths") {
   CHECK(again.warmup);
   CHECK(again.model == c.model);
   CHECK(again.images.max_pixels == 4096);
+  CHECK(again.videos.max_frames == 81);
+  CHECK(again.videos.max_seconds == 12.5);
   fs::remove_all(dir);
 }
 
@@ -259,6 +267,8 @@ TEST_CASE("unknown keys and bad values name the key path") {
       {R"({"colour": 1})", "colour: unknown key"},
       {R"({"images": {"max_bytes": 0}})", "images.max_bytes: must be between 1 and"},
       {R"({"images": {"max_width": 10}})", "images.max_width: unknown key"},
+      {R"({"videos": {"max_frames": 0}})", "videos.max_frames: must be between 1 and"},
+      {R"({"videos": {"codec": "h264"}})", "videos.codec: unknown key"},
       {R"([1, 2])", "must be a JSON object"},
       {R"({"model": )", "not valid JSON"},
   };

@@ -369,3 +369,52 @@ TEST_CASE("interpolate and upscale: 1 (off), 2 or 4; part of the content key onl
   CHECK(job_content_key("m", b).hex() != job_content_key("m", base).hex());
   CHECK(job_content_key("m", a).hex() != job_content_key("m", b).hex());
 }
+
+TEST_CASE("video fields: taken only where the package says, strength in (0, 1] and only with a video") {
+  SpecLimits t2v;
+  t2v.model_name = "wan-t2v";
+  SpecLimits v2v = t2v;
+  v2v.video = InputUse::optional;
+  SpecLimits needs = t2v;
+  needs.video = InputUse::required;
+  CHECK(image_error_of(R"({"prompt":"p","video":"/in.mp4"})", t2v) == "video: model 'wan-t2v' does not take a video");
+  CHECK(image_error_of(R"({"prompt":"p"})", needs) == "video: required by model 'wan-t2v'");
+  CHECK(image_error_of(R"({"prompt":"p","video":"/in.mp4"})", v2v).empty());
+  CHECK(image_error_of(R"({"prompt":"p","video":"in.mp4"})", v2v).starts_with("video: must be an absolute path"));
+  CHECK(image_error_of(R"({"prompt":"p","video":"/in.mp4","strength":0.5})", v2v).empty());
+  CHECK(image_error_of(R"({"prompt":"p","video":"/in.mp4","strength":0})", v2v).starts_with("strength: must be above 0"));
+  CHECK(image_error_of(R"({"prompt":"p","video":"/in.mp4","strength":1.5})", v2v).starts_with("strength: must be above 0"));
+  CHECK(image_error_of(R"({"prompt":"p","strength":0.5})", v2v).starts_with("strength: needs video"));
+  CHECK(image_error_of(R"({"prompt":"p","video_sha256":")" + kHash + R"("})", v2v).starts_with("video_sha256: given without video"));
+}
+
+TEST_CASE("the content key follows the input video's bytes and strength, not its path") {
+  SpecLimits v2v;
+  v2v.video = InputUse::optional;
+  const auto s = parse_job_spec(
+      json::parse(R"({"prompt":"p","video":"/up/a.mp4","strength":0.6,"video_sha256":")" + kHash + R"("})"), JobSpec{}, v2v);
+  const auto back = parse_job_spec(json::value(to_json(s)), JobSpec{}, v2v);
+  CHECK(back.video == "/up/a.mp4");
+  CHECK(back.video_sha256 == kHash);
+  CHECK(back.strength == 0.6);
+  auto moved = s;
+  moved.video = "/elsewhere/same-bytes.mp4";
+  CHECK(job_content_key("m", moved) == job_content_key("m", s));
+  auto other = s;  // another input video: another result
+  other.video_sha256 = std::string(64, 'c');
+  CHECK(job_content_key("m", other) != job_content_key("m", s));
+  auto weaker = s;
+  weaker.strength = 0.4;
+  CHECK(job_content_key("m", weaker) != job_content_key("m", s));
+  auto none = s;  // no video at all: the text-to-video key, whatever strength holds
+  none.video.clear();
+  none.video_sha256.clear();
+  CHECK(job_content_key("m", none) != job_content_key("m", s));
+  JobSpec t2v;
+  t2v.prompt = "p";
+  auto t2v_other_strength = t2v;
+  t2v_other_strength.strength = 0.3;
+  CHECK(job_content_key("m", t2v) == job_content_key("m", t2v_other_strength));
+  CHECK_FALSE(to_json(t2v).contains("video"));
+  CHECK_FALSE(to_json(t2v).contains("strength"));
+}

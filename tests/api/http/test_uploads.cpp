@@ -1,16 +1,19 @@
-// Uploads: base64/data-URL image text, content-named files, pins that remove the last use,
+// Uploads: base64/data-URL image and video text, videos checked in a temporary, content-named files, pins that remove the last use,
 // and the start-up sweep of what a crash left.
 #include "api/http/uploads.hpp"
 
 #include <doctest/doctest.h>
 
 #include "runtime/errors.hpp"
+#include "stages/media/encode.hpp"
+#include "stages/media/frames.hpp"
 #include "stages/media/libav.hpp"
 #include "tests/support/png.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <thread>
 #include <vector>
 
@@ -128,4 +131,42 @@ TEST_CASE("concurrent puts of one picture store one file and count every use" * 
   for (const auto& p : paths) CHECK(p == paths[0]);
   CHECK(store.pinned(paths[0]) == 4);
   CHECK(test::listing(tmp / "uploads").size() == 1);
+}
+
+TEST_CASE("put_video: decoded in a temporary, named by content, and nothing left of a refused one") {
+  test::TempDir tmp;
+  const auto clip = tmp / "clip.mp4";
+  encode_to_file(make_test_pattern(32, 32, 5, 8.0, 1), clip, {.format = "mp4"});
+  std::ifstream in(clip, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  UploadStore store(tmp / "uploads", {}, VideoLimits{.max_bytes = 1 << 20, .max_frames = 8});
+
+  for (const std::string& bad : {std::string("not a video at all"), bytes.substr(0, bytes.size() / 2), std::string()}) {
+    try {
+      store.put_video(bad, "video");
+      FAIL("a bad video was stored");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::invalid_argument);
+      const std::string what = e.what();
+      CHECK(what.starts_with("video: "));
+      CHECK(what.find((tmp / "uploads").string()) == std::string::npos);  // no server path in the message
+    }
+    CHECK(test::listing(tmp / "uploads").empty());  // the temporary went too
+  }
+  UploadStore strict(tmp / "uploads", {}, VideoLimits{.max_frames = 4});
+  CHECK_THROWS_WITH_AS(strict.put_video(bytes, "video"), doctest::Contains("more than 4 frames"), Error);
+  CHECK(test::listing(tmp / "uploads").empty());
+
+  const auto first = store.put_video(bytes, "video");
+  CHECK(first == tmp.path() / "uploads" / (image_sha256(bytes) + ".mp4"));
+  CHECK(store.put_video(bytes, "video") == first);
+  CHECK(test::listing(tmp / "uploads").size() == 1);
+  CHECK(store.pinned(first) == 2);
+  store.unpin(first);
+  store.unpin(first);
+  CHECK_FALSE(fs::exists(first));
+
+  CHECK(decode_video_text("data:video/mp4;base64," + base64(bytes), "video", 1 << 20) == bytes);
+  CHECK_THROWS_WITH_AS(decode_video_text("/etc/passwd", "video", 1 << 20), doctest::Contains("not a path"), Error);
+  CHECK_THROWS_WITH_AS(decode_video_text(base64(bytes), "video", 100), doctest::Contains("video: larger than 100 bytes"), Error);
 }

@@ -287,7 +287,7 @@ TEST_CASE("a symlink that leaves the package is refused; one that stays inside l
   CHECK(p.component("transformer").file == fs::canonical(tmp.path() / "pkg3" / "blobs" / "t"));  // what is loaded
 }
 
-TEST_CASE("inputs: what images a package takes, none when absent; bad values are refused by name") {
+TEST_CASE("inputs: what images and video a package takes, none when absent; bad values are refused by name") {
   TempDir tmp;
   write_package(tmp.path() / "t2v");
   const auto t2v = load_model_package(tmp.path() / "t2v");
@@ -302,7 +302,13 @@ TEST_CASE("inputs: what images a package takes, none when absent; bad values are
   CHECK(contains(error_with("inputs", "required"), "'inputs' must be an object"));
   CHECK(contains(error_with("inputs", json::object{{"image", "sometimes"}}), "inputs.image: must be none, optional or required"));
   CHECK(contains(error_with("inputs", json::object{{"image", 1}}), "inputs.image' must be a string"));
-  CHECK(contains(error_with("inputs", json::object{{"video", "required"}}), "inputs.video' is unknown"));
+  CHECK(contains(error_with("inputs", json::object{{"audio", "required"}}), "inputs.audio' is unknown"));
+  CHECK(contains(error_with("inputs", json::object{{"video", "often"}}), "inputs.video: must be none, optional or required"));
+  CHECK(t2v.limits.video == InputUse::none);
+  write_package(tmp.path() / "v2v", [](json::object& m) { m["inputs"] = {{"video", "optional"}}; });
+  CHECK(load_model_package(tmp.path() / "v2v").limits.video == InputUse::optional);
+  write_package(tmp.path() / "v2v-only", [](json::object& m) { m["inputs"] = {{"video", "required"}}; });
+  CHECK(load_model_package(tmp.path() / "v2v-only").limits.video == InputUse::required);  // its defaults validate with a video
   CHECK(contains(error_with("inputs", json::object{{"image", "optional"}, {"last_image", "required"}}), "cannot be required"));
   CHECK(contains(error_with("inputs", json::object{{"last_image", "optional"}}), "needs inputs.image"));
 }
