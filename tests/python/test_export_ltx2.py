@@ -1,0 +1,101 @@
+"""Export of the tiny LTX-2 pipeline (python -m vgen_export.ltx2): the manifest, each exported
+module against diffusers (float32, the export's own checks and a pipeline-level check of the
+text path), and what it refuses by name.
+
+Run: /root/.cache/vgen/venv/bin/python -m pytest -q tests/python/test_export_ltx2.py
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from vgen_export import ltx2 as el
+from vgen_export import manifest as mf
+from vgen_export.common import load_saved
+from vgen_export.tiny_ltx2 import TINY_MAX_LENGTH, write_tiny_ltx2
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ltx2")
+    src = write_tiny_ltx2(root / "diffusers", seed=0)
+    manifest = el.export_ltx2(src, root / "pkg", dtype="float32", tiny=True, seed=0, max_length=TINY_MAX_LENGTH)
+    return src, root / "pkg", manifest
+
+
+def test_manifest_describes_the_ltx2_package(exported):
+    _, pkg, manifest = exported
+    assert mf.read_manifest(pkg)["family"] == "ltx2"
+    assert manifest["frames"]["k_multiple"] == 8 and manifest["frames"]["rule"] == "8k+1"
+    assert manifest["resolution"]["height"]["multiple_of"] == 32
+    assert manifest["tokenizer"]["padding"] == "left" and manifest["tokenizer"]["add_bos"] is True
+    assert manifest["audio"]["latent_channels"] * manifest["audio"]["latent_mel_bins"] == \
+        manifest["transformer"]["audio_in_channels"]
+    assert manifest["scheduler"]["type"] == "FlowMatchEulerDiscreteScheduler"
+    assert manifest["export_checks"]["tokenizer"]["mismatches"] == 0
+
+
+def test_every_exported_module_matches_diffusers_in_float32(exported):
+    _, _, manifest = exported
+    for name in ("text_encoder", "transformer", "vae_decoder"):
+        for check in manifest["export_checks"][name]["checks"]:
+            assert check["max_abs_diff"] <= 1e-4, (name, check)
+    for check in manifest["export_checks"]["transformer"]["checks"]:
+        assert check["coords_diff"] == 0  # vgen's rope coordinates are diffusers' bit for bit
+
+
+def test_the_text_path_is_the_pipelines(exported):
+    # Tokenizer (as the runtime tokenizes) + text_encoder.pt against LTX2Pipeline's encode_prompt
+    # and connectors on a batch with guidance rows.
+    src, pkg, _ = exported
+    from diffusers import LTX2Pipeline
+
+    pipe = LTX2Pipeline.from_pretrained(src)
+    prompts = [" a dog barks at a passing car ", "", "red " * 40]
+    with torch.no_grad():
+        embeds, mask, _, _ = pipe.encode_prompt(prompts, do_classifier_free_guidance=False,
+                                                max_sequence_length=TINY_MAX_LENGTH)
+        video, audio, cmask = pipe.connectors(embeds, mask, padding_side="left")
+        ids, m = el.spm_tokenize(pkg / "tokenizer.model", prompts, TINY_MAX_LENGTH)
+        got = load_saved(pkg / "text_encoder.pt")(ids, m)
+    d = video.shape[-1]
+    assert torch.equal(m, mask.long())
+    assert (got[..., :d] - video).abs().max() <= 1e-4
+    assert (got[..., d:2 * d] - audio).abs().max() <= 1e-4
+    assert torch.equal(got[..., -1], cmask.float())
+
+
+def _refused(tmp_path, src, edit):
+    bad = tmp_path / "bad"
+    shutil.copytree(src, bad)
+    edit(bad)
+    proc = subprocess.run([sys.executable, "-m", "vgen_export.ltx2", "--diffusers", str(bad), str(tmp_path / "out")],
+                          capture_output=True, text=True)
+    return proc.returncode, proc.stderr
+
+
+def _set(path: Path, **changes):
+    cfg = json.loads(path.read_text())
+    cfg.update(changes)
+    path.write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("edit, named", [
+    (lambda d: _set(d / "model_index.json", _class_name="LTX2ConditionPipeline"), "LTX2ConditionPipeline"),
+    (lambda d: _set(d / "vae" / "config.json", timestep_conditioning=True), "timestep_conditioning"),
+    (lambda d: _set(d / "connectors" / "config.json", per_modality_projections=True), "per_modality_projections"),
+    (lambda d: _set(d / "scheduler" / "scheduler_config.json", stochastic_sampling=True), "stochastic_sampling"),
+])
+def test_what_vgen_cannot_reproduce_is_refused_by_name(exported, tmp_path, edit, named):
+    src, _, _ = exported
+    rc, err = _refused(tmp_path, src, edit)
+    assert rc == 2 and named in err, err

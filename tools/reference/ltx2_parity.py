@@ -1,0 +1,83 @@
+"""Reference for the C++ parity test (tests/stages/families/test_ltx2_family.cpp): builds the tiny
+random LTX-2 pipeline offline, exports it as a vgen package and runs diffusers' own LTX2Pipeline
+on two cases (with and without guidance), recording the video latents after every step
+(unpacked to [1,C,F,H,W]), the audio latents after every step (packed [1,La,C*M], normalised:
+as the pipeline holds them) and the output frames [1,F,3,H,W].
+
+The pipeline runs classifier-free guidance only (stg_scale=0, modality_scale=1,
+guidance_rescale=0, one scale for video and audio), which is what the ltx2 family runs.
+LTX2Pipeline's step callback cannot see the audio latents, so the scheduler's step is wrapped:
+per denoising step it is called for the video latents, then for the audio latents.
+
+Usage: python -m vgen_reference.ltx2_parity OUT_DIR  -> prints JSON {package, reference, cases, seed}."""
+import json
+import pathlib
+import sys
+
+import torch
+
+from vgen_export import ltx2 as el
+from vgen_export.reference_loop import dump_tensors
+from vgen_export.tiny_ltx2 import TINY_MAX_LENGTH, write_tiny_ltx2
+
+CFG_ONLY = dict(stg_scale=0.0, modality_scale=1.0, guidance_rescale=0.0, audio_guidance_scale=None,
+                audio_stg_scale=0.0, audio_modality_scale=1.0, audio_guidance_rescale=0.0,
+                spatio_temporal_guidance_blocks=None, max_sequence_length=TINY_MAX_LENGTH)
+CASES = {
+    "cfg": dict(prompt="a dog barks at a passing car", negative_prompt="blurry, low quality",
+                height=64, width=96, num_frames=17, num_inference_steps=4, guidance_scale=3.0, frame_rate=24.0),
+    "nocfg": dict(prompt="a blue square", negative_prompt="", height=64, width=64, num_frames=9,
+                  num_inference_steps=3, guidance_scale=1.0, frame_rate=25.0),
+}
+SEED = 1234
+
+
+def run_ltx2_pipeline(pipe, case, seed):
+    """LTX2Pipeline on ``case``: frames [1,F,3,H,W], every step's video latents (unpacked) and
+    audio latents (packed)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    outputs = []
+    step = FlowMatchEulerDiscreteScheduler.step
+
+    def recording_step(self, *args, **kwargs):
+        out = step(self, *args, **kwargs)
+        outputs.append(out[0].clone())
+        return out
+
+    f = (case["num_frames"] - 1) // pipe.vae_temporal_compression_ratio + 1
+    h, w = case["height"] // pipe.vae_spatial_compression_ratio, case["width"] // pipe.vae_spatial_compression_ratio
+    FlowMatchEulerDiscreteScheduler.step = recording_step
+    try:
+        frames = pipe(**case, **CFG_ONLY, generator=torch.Generator().manual_seed(seed), output_type="pt").frames
+    finally:
+        FlowMatchEulerDiscreteScheduler.step = step
+    video = [pipe._unpack_latents(x, f, h, w) for x in outputs[0::2]]  # noqa: SLF001
+    return frames, video, outputs[1::2]
+
+
+def main():
+    torch.set_num_threads(1)
+    out = pathlib.Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    src = write_tiny_ltx2(out / "diffusers", seed=0)
+    el.export_ltx2(src, out / "pkg", dtype="float32", tiny=True, seed=0, max_length=TINY_MAX_LENGTH)
+    from diffusers import LTX2Pipeline
+
+    pipe = LTX2Pipeline.from_pretrained(src)
+    pipe.set_progress_bar_config(disable=True)
+    tensors = {}
+    for name, case in CASES.items():
+        with torch.no_grad():
+            frames, video, audio = run_ltx2_pipeline(pipe, case, SEED)
+        tensors[f"frames_{name}"] = frames
+        for i, (v, a) in enumerate(zip(video, audio)):
+            tensors[f"latents_{name}_{i:03d}"] = v
+            tensors[f"audio_{name}_{i:03d}"] = a
+    dump_tensors(out / "ref", tensors, {"cases": CASES, "seed": SEED})
+    print(json.dumps({"package": str(out / "pkg"), "reference": str(out / "ref" / "reference.pt"), "cases": CASES,
+                      "seed": SEED}))
+
+
+if __name__ == "__main__":
+    main()
