@@ -8,6 +8,7 @@ Run: /root/.cache/vgen/venv/bin/python -m pytest -q tests/python/test_export_ltx
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -99,3 +100,32 @@ def test_what_vgen_cannot_reproduce_is_refused_by_name(exported, tmp_path, edit,
     src, _, _ = exported
     rc, err = _refused(tmp_path, src, edit)
     assert rc == 2 and named in err, err
+
+
+BUILD = Path(os.environ.get("VGEN_BUILD_DIR", Path(__file__).resolve().parents[2] / "build"))
+VGEN = BUILD / "bin" / "vgen"
+
+
+@pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
+def test_vgen_render_with_the_ltx2_package(exported, tmp_path):
+    out = tmp_path / "clip.mp4"
+    r = subprocess.run([str(VGEN), "render", "a dog barks at a passing car", "-o", str(out), "--model", str(exported[1]),
+                        "--width", "96", "--height", "64", "--frames", "17", "--steps", "2", "--fps", "24"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    probe = json.loads(subprocess.run(
+        ["ffprobe", "-v", "error", "-count_frames", "-show_entries", "stream=codec_type,width,height,nb_read_frames",
+         "-of", "json", str(out)], capture_output=True, text=True, check=True).stdout)["streams"]
+    video = [s for s in probe if s["codec_type"] == "video"][0]
+    assert (video["width"], video["height"], int(video["nb_read_frames"])) == (96, 64, 17)
+
+
+@pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
+@pytest.mark.parametrize("flag,value,field", [("--frames", "12", "frames"), ("--width", "48", "width")])
+def test_vgen_render_names_the_bad_field(exported, tmp_path, flag, value, field):
+    out = tmp_path / "clip.mp4"
+    r = subprocess.run([str(VGEN), "render", "x", "-o", str(out), "--model", str(exported[1]), flag, value],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert field in r.stderr
+    assert not out.exists()
