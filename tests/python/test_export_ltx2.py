@@ -129,3 +129,59 @@ def test_vgen_render_names_the_bad_field(exported, tmp_path, flag, value, field)
     assert r.returncode == 2, r.stderr
     assert field in r.stderr
     assert not out.exists()
+
+
+@pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
+def test_vgen_batch_runs_ltx2_jobs_and_names_a_bad_frame_count(exported, tmp_path):
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(json.dumps({"prompt": "a dog barks at a passing car", "name": "dog", "frames": 9, "steps": 2}) + "\n" +
+                    json.dumps({"prompt": "rain", "name": "bad", "frames": 12}) + "\n")
+    out = tmp_path / "out"
+    r = subprocess.run([str(VGEN), "batch", str(jobs), "--out", str(out), "--model", str(exported[1]), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr  # a line was invalid, no job failed
+    by_line = {j["line"]: j for j in json.loads(r.stdout)["jobs"]}
+    assert by_line[1]["status"] == "done", r.stderr
+    assert by_line[2]["status"] == "invalid" and "frames" in by_line[2]["error"]
+    assert (out / "dog.mp4").stat().st_size > 0
+
+
+@pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
+def test_vgen_serve_runs_an_ltx2_job_and_answers_400_naming_frames(exported, tmp_path):
+    import http.client
+    import re
+    import select
+    import time
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(tmp_path / "serve.log", "w+") as log:
+        proc = subprocess.Popen([str(VGEN), "serve", "--listen", "127.0.0.1:0", "--model", str(exported[1]),
+                                 "--output-dir", str(out)], stdout=subprocess.PIPE, stderr=log, text=True)
+        try:
+            ready, _, _ = select.select([proc.stdout], [], [], 120)
+            m = re.fullmatch(r"listening on http://127\.0\.0\.1:(\d+)\n", proc.stdout.readline() if ready else "")
+            assert m, "serve did not start"
+
+            def call(method, path, body=None):
+                c = http.client.HTTPConnection("127.0.0.1", int(m.group(1)), timeout=120)
+                c.request(method, path, json.dumps(body) if body is not None else None,
+                          {"Content-Type": "application/json"})
+                r = c.getresponse()
+                return r.status, json.loads(r.read() or b"{}")
+
+            status, body = call("POST", "/v1/jobs", {"prompt": "rain", "frames": 12})
+            assert status == 400 and "frames" in json.dumps(body), body
+            status, body = call("POST", "/v1/jobs", {"prompt": "a dog barks", "frames": 9, "steps": 2})
+            assert status in (200, 201, 202), body
+            job = body["id"]
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline:
+                status, body = call("GET", f"/v1/jobs/{job}")
+                if body.get("status") in ("done", "failed", "cancelled"):
+                    break
+                time.sleep(0.05)
+            assert body.get("status") == "done", body
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)

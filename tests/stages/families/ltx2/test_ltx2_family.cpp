@@ -274,3 +274,25 @@ TEST_CASE("LTX-2 tokenization is Gemma's for LTX2Pipeline: stripped, [bos] first
   CHECK(at::equal(f.tokenize({"a dog"}, "prompt").first, ids.narrow(0, 0, 1)));  // stripped
   CHECK_NOTHROW(family->warm_up("cpu"));
 }
+
+// The step cache is the generic one (stages/exec/step_cache.hpp): it compares and reuses a job's
+// whole row, here the video and audio velocities together.
+TEST_CASE("an LTX-2 job with the step cache skips transformer calls and still ends with finite video and audio" *
+          doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  const OutDir out;
+  auto spec = case_json(ref->info["cases"]["nocfg"], 7);
+  spec["steps"] = 8;
+  spec["step_cache"] = 1.0;
+  Capture cap;
+  auto jobs = run_jobs(ref->info["package"].get<std::string>(), {spec}, cap, out.path);
+  REQUIRE_MESSAGE(jobs[0]->state() == JobState::done, jobs[0]->snapshot().error);
+  const auto detail = jobs[0]->snapshot().detail;
+  const auto* skipped = detail.if_contains("skipped_steps");
+  REQUIRE(skipped);
+  MESSAGE("ltx2 step cache 1.0 over 8 steps: skipped " << skipped->to_number<int>() << " transformer calls");
+  CHECK(skipped->to_number<int>() >= 1);
+  CHECK(at::isfinite(cap.frames[jobs[0]->id()]).all().item<bool>());
+  CHECK(at::isfinite(cap.audio[jobs[0]->id()]).all().item<bool>());
+}
