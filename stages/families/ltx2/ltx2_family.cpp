@@ -8,7 +8,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <boost/json.hpp>
 
-#include <cfenv>
 #include <cmath>
 
 namespace vgen {
@@ -124,11 +123,10 @@ at::Tensor ltx2_audio_coords(std::int64_t frames, const Ltx2Config& c) {
 std::int64_t ltx2_audio_frames(int frames, double fps, const Ltx2Config& c) {
   const double duration = frames / fps;
   const double per_second = static_cast<double>(c.sample_rate) / static_cast<double>(c.hop_length) / static_cast<double>(c.audio_ratio);
-  const int old = std::fegetround();
-  std::fesetround(FE_TONEAREST);  // Python's round(): half to even
-  const auto n = static_cast<std::int64_t>(std::nearbyint(duration * per_second));
-  std::fesetround(old);
-  return n;
+  const double x = duration * per_second;
+  double n = std::round(x);  // half away from zero; Python's round() takes halves to even
+  if (std::abs(x - std::trunc(x)) == 0.5) n = 2.0 * std::round(x / 2.0);
+  return static_cast<std::int64_t>(n);
 }
 
 Ltx2Family::Ltx2Family(ModelPackage package, const FamilyOptions& options)
