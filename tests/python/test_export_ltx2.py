@@ -47,11 +47,19 @@ def test_manifest_describes_the_ltx2_package(exported):
 
 def test_every_exported_module_matches_diffusers_in_float32(exported):
     _, _, manifest = exported
-    for name in ("text_encoder", "transformer", "vae_decoder"):
+    for name in ("text_encoder", "transformer", "vae_decoder", "vae_encoder"):
         for check in manifest["export_checks"][name]["checks"]:
             assert check["max_abs_diff"] <= 1e-4, (name, check)
-    for check in manifest["export_checks"]["transformer"]["checks"]:
-        assert check["coords_diff"] == 0  # vgen's rope coordinates are diffusers' bit for bit
+    checks = manifest["export_checks"]["transformer"]["checks"]
+    assert all(c["coords_diff"] == 0 for c in checks)  # vgen's rope coordinates are diffusers' bit for bit
+    assert any(c["per_token"] for c in checks) and not all(c["per_token"] for c in checks)  # both pipelines' calls
+
+
+def test_the_package_also_runs_image_to_video(exported):
+    _, _, manifest = exported
+    assert manifest["inputs"] == {"image": "optional", "last_image": "none"}
+    assert manifest["transformer"]["timestep"] == "per_token"
+    assert manifest["image_conditioning"]["image_crf"] == 0
 
 
 def test_the_text_path_is_the_pipelines(exported):

@@ -11,14 +11,18 @@ The package (family "ltx2") holds TorchScript modules, Gemma's SentencePiece mod
   through the text connectors; the video context, then the audio context, then the connectors'
   mask as the last column (all ones when the connectors replace padding with registers). Rows are
   independent, so texts are encoded and cached one by one;
-- transformer.pt   (video tokens [B,S,C], audio tokens [B,La,Ca], timestep float32 [B], video
-  context [B,L,Dv], audio context [B,L,Da], context mask float32 [B,L], video_coords float32
-  [B,3,S,2], audio_coords float32 [B,1,La,2]) -> [B, S*C + La*Ca]: both velocity predictions,
+- transformer.pt   (video tokens [B,S,C], audio tokens [B,La,Ca], video timestep float32 [B,S] (one
+  per token: 0 on a given first frame's tokens), audio timestep float32 [B], video context
+  [B,L,Dv], audio context [B,L,Da], context mask float32 [B,L], video_coords float32 [B,3,S,2],
+  audio_coords float32 [B,1,La,2]) -> [B, S*C + La*Ca]: both velocity predictions,
   flattened and concatenated (a module returns one tensor; the runtime steps them as one
   sample, which the elementwise Euler step allows). The coordinates are the rope bounds
   LTX2Pipeline builds (``video_coords``/``audio_coords`` below are the formulas the runtime
-  implements); the timestep is also the transformer's sigma, use_cross_timestep as recorded;
+  implements); the audio timestep is also the transformer's sigma, use_cross_timestep as recorded;
 - vae_decoder.pt   (z [B,C,F,H,W] un-normalised latents) -> video [B,3,8(F-1)+1,32H,32W];
+- vae_encoder.pt   (video [B,3,F,H,W] in [-1,1]) -> the posterior's mode [B,C,F',H',W']: what
+  LTX2ImageToVideoPipeline encodes a first frame to ("argmax"), so the package also runs
+  image-to-video (manifest inputs.image "optional"; the image is not re-compressed: image_crf 0);
 - the audio decoder and vocoder, when vgen_export.ltx2_audio is present (export_ltx2_audio).
 
 Guidance: classifier-free guidance with one scale for video and audio (LTX2Pipeline's
@@ -113,13 +117,25 @@ class TransformerExport(torch.nn.Module):
         self.transformer = transformer
         self.cross_timestep = cross_timestep
 
-    def forward(self, video, audio, timestep, video_context, audio_context, mask, vcoords, acoords):
+    def forward(self, video, audio, video_timestep, audio_timestep, video_context, audio_context, mask, vcoords, acoords):
         v, a = self.transformer(hidden_states=video, audio_hidden_states=audio, encoder_hidden_states=video_context,
-                                audio_encoder_hidden_states=audio_context, timestep=timestep, sigma=timestep,
+                                audio_encoder_hidden_states=audio_context, timestep=video_timestep,
+                                audio_timestep=audio_timestep, sigma=audio_timestep,
                                 encoder_attention_mask=mask, audio_encoder_attention_mask=mask,
                                 video_coords=vcoords, audio_coords=acoords, use_cross_timestep=self.cross_timestep,
                                 return_dict=False)
         return torch.cat([v.flatten(1), a.flatten(1)], 1)
+
+
+class VaeEncoderExport(torch.nn.Module):
+    """video [B,3,F,H,W] in [-1,1] -> the posterior's mode (LTX2ImageToVideoPipeline's "argmax")."""
+
+    def __init__(self, vae: torch.nn.Module):
+        super().__init__()
+        self.vae = vae
+
+    def forward(self, video: torch.Tensor) -> torch.Tensor:
+        return self.vae.encode(video).latent_dist.mode()
 
 
 class VaeDecoderExport(torch.nn.Module):
@@ -218,10 +234,13 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, rop
     cfg = transformer.config
     wrapper = TransformerExport(transformer, cross_timestep).eval()
 
-    def inputs(b, f, h, w, la, fps, lengths):
+    def inputs(b, f, h, w, la, fps, lengths, image=False):
         x = torch.randn(b, f * h * w, cfg.in_channels, generator=gen).to(dtype)
         a = torch.randn(b, la, cfg.audio_in_channels, generator=gen).to(dtype)
         t = torch.rand(b, generator=gen) * 1000.0
+        vt = t[:, None].repeat(1, f * h * w)
+        if image:  # image-to-video rows: the first latent frame's tokens at 0 (t * (1 - conditioning_mask))
+            vt[::2, :h * w] = 0
         vctx = torch.randn(b, max_length, cfg.caption_channels, generator=gen).to(dtype)
         actx = torch.randn(b, max_length, cfg.caption_channels, generator=gen).to(dtype)
         mask = torch.zeros(b, max_length)
@@ -230,32 +249,50 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, rop
         vc = video_coords(b, f, h, w, fps, rope["scale_factors"], rope["causal_offset"])
         ac = audio_coords(b, la, rope["audio_scale"], rope["audio_causal_offset"], rope["hop_length"],
                           rope["sampling_rate"])
-        return x, a, t, vctx, actx, mask, vc, ac
+        return x, a, vt, t, vctx, actx, mask, vc, ac
 
-    trace = inputs(2, 2, 2, 3, 5, 25.0, [3, max_length])
+    trace = inputs(2, 2, 2, 3, 5, 25.0, [3, max_length], image=True)
     traced = trace_quietly(wrapper, trace)
     saved = save_module(traced, path)
     loaded = load_saved(path)
     checks = []
-    for b, f, h, w, la, fps, lengths in ((1, 3, 2, 2, 7, 24.0, [5]), (3, 1, 1, 1, 1, 25.0, [1, 7, max_length]),
-                                         (2, 2, 2, 3, 9, 30.0, [3, 4])):
-        x, a, t, vctx, actx, mask, vc, ac = inputs(b, f, h, w, la, fps, lengths)
-        # diffusers called as LTX2Pipeline calls it: the coordinates from its own rope helpers.
+    for b, f, h, w, la, fps, lengths, image in ((1, 3, 2, 2, 7, 24.0, [5], False),
+                                                (3, 1, 1, 1, 1, 25.0, [1, 7, max_length], False),
+                                                (2, 2, 2, 3, 9, 30.0, [3, 4], False), (3, 3, 2, 2, 4, 24.0, [5, 2, 9], True)):
+        x, a, vt, t, vctx, actx, mask, vc, ac = inputs(b, f, h, w, la, fps, lengths, image)
+        # diffusers called as the pipelines call it: the coordinates from its own rope helpers; text
+        # rows with one timestep per row (LTX2Pipeline), image rows one per token
+        # (LTX2ImageToVideoPipeline: timestep=video_timestep, audio_timestep=sigma=t).
         ref_vc = transformer.rope.prepare_video_coords(b, f, h, w, x.device, fps=fps)
         ref_ac = transformer.audio_rope.prepare_audio_coords(b, la, x.device)
         v, au = transformer(hidden_states=x, audio_hidden_states=a, encoder_hidden_states=vctx,
-                            audio_encoder_hidden_states=actx, timestep=t, sigma=t, encoder_attention_mask=mask,
+                            audio_encoder_hidden_states=actx, timestep=vt if image else t, audio_timestep=t, sigma=t,
+                            encoder_attention_mask=mask,
                             audio_encoder_attention_mask=mask, num_frames=f, height=h, width=w, fps=fps,
                             audio_num_frames=la, video_coords=ref_vc, audio_coords=ref_ac,
                             use_cross_timestep=cross_timestep, return_dict=False)
         ref = torch.cat([v.flatten(1), au.flatten(1)], 1)
-        checks.append({"shape": list(x.shape), "audio_shape": list(a.shape), "fps": fps,
+        checks.append({"shape": list(x.shape), "audio_shape": list(a.shape), "fps": fps, "per_token": image,
                        "coords_diff": max(max_diff(vc, ref_vc), max_diff(ac, ref_ac)),
-                       "max_abs_diff": max_diff(loaded(x, a, t, vctx, actx, mask, vc, ac), ref),
+                       "max_abs_diff": max_diff(loaded(x, a, vt, t, vctx, actx, mask, vc, ac), ref),
                        "tolerance": dtype_tolerance(dtype, ref)})
         if checks[-1]["coords_diff"] != 0:
             raise RuntimeError(f"transformer: vgen's rope coordinates differ from diffusers' ({checks[-1]})")
     return {"trace_shape": list(trace[0].shape), **saved, "checks": checks}
+
+
+def export_vae_encoder(vae, path: Path, gen) -> dict[str, Any]:
+    wrapper = VaeEncoderExport(vae).eval()
+    t, s = int(vae.temporal_compression_ratio), int(vae.spatial_compression_ratio)
+    traced = trace_quietly(wrapper, (torch.rand(1, 3, 1, 2 * s, 2 * s, generator=gen) * 2 - 1,))
+    saved = save_module(traced, path)
+    loaded = load_saved(path)
+    checks = []
+    for b, f, h, w in ((1, 1, 2, 3), (2, 1, 2, 2), (1, t + 1, 2, 2)):
+        x = torch.rand(b, 3, f, h * s, w * s, generator=gen) * 2 - 1
+        ref = vae.encode(x).latent_dist.mode()
+        checks.append({"shape": list(x.shape), "max_abs_diff": max_diff(loaded(x), ref), "tolerance": 1e-5})
+    return {"trace_shape": [1, 3, 1, 2 * s, 2 * s], **saved, "checks": checks}
 
 
 def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
@@ -321,6 +358,7 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
         latents_mean = [float(v) for v in vae.latents_mean]
         latents_std = [float(v) for v in vae.latents_std]
         checks["vae_decoder"] = export_vae_decoder(vae, out_dir / "vae_decoder.pt", gen)
+        checks["vae_encoder"] = export_vae_encoder(vae, out_dir / "vae_encoder.pt", gen)
         del vae
         audio_vae = AutoencoderKLLTX2Audio.from_pretrained(diffusers_dir, subfolder="audio_vae",
                                                            dtype=torch.float32).eval()
@@ -351,7 +389,7 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
         checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", max_length, tdtype, gen,
                                                    rope, cross_timestep)
         del transformer
-    for name in ("text_encoder", "transformer", "vae_decoder"):
+    for name in ("text_encoder", "transformer", "vae_decoder", "vae_encoder"):
         assert_checks(name, checks[name])
     if audio["latent_channels"] * audio["latent_mel_bins"] != int(tcfg["audio_in_channels"]):
         raise ExportRefused(f"audio latents ({audio['latent_channels']} x {audio['latent_mel_bins']}) do not pack "
@@ -372,6 +410,8 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
         "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript", dtype=dtype,
                                           methods=["forward"]),
         "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript", dtype="float32",
+                                          methods=["forward"]),
+        "vae_encoder": mf.component_entry(out_dir, "vae_encoder.pt", format="torchscript", dtype="float32",
                                           methods=["forward"]),
         **audio_entries,
     }
@@ -399,7 +439,9 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
         "transformer": {"patch_size": 1, "patch_size_t": 1, "in_channels": int(tcfg["in_channels"]),
                         "audio_in_channels": int(tcfg["audio_in_channels"]), "rope": rope,
                         "use_cross_timestep": bool(cross_timestep), "prediction": "flow", "timestep_dtype": "float32",
-                        "inputs": "video tokens [B,S,C], audio tokens [B,La,Ca], timestep [B], video context [B,L,Dv], "
+                        "timestep": "per_token",
+                        "inputs": "video tokens [B,S,C], audio tokens [B,La,Ca], video timestep [B,S], audio timestep "
+                                  "[B], video context [B,L,Dv], "
                                   "audio context [B,L,Da], mask [B,L], video_coords [B,3,S,2], audio_coords [B,1,La,2]",
                         "output": "cat([video.flatten(1), audio.flatten(1)], 1)"},
         "guidance": {"cfg": "x0 formulation, one scale for video and audio", "stg": False, "modality": False,
@@ -409,7 +451,11 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
         "frames": {"rule": f"{temporal}k+1", "k_multiple": temporal, "min": 1, "max": frames_max},
         "defaults": defaults,
         "export_checks": checks,
-        "inputs": {"image": "none", "last_image": "none"},
+        # LTX2ImageToVideoPipeline with the same components: a job may give a first frame.
+        "inputs": {"image": "optional", "last_image": "none"},
+        "image_conditioning": {"mode": "first_latent_frame", "vae_encoder_output": "posterior mode",
+                               "condition": "(mode - latents_mean) / latents_std as latent frame 0 (no draw), video "
+                                            "timestep 0 on its tokens, not stepped", "image_crf": 0},
     }
     mf.write_manifest(out_dir, manifest)
     return manifest

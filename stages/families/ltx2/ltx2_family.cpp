@@ -2,6 +2,7 @@
 
 #include "runtime/errors.hpp"
 #include "stages/families/ltx/ltx_family.hpp"
+#include "stages/media/image_input.hpp"
 #include "stages/text/text_lookup.hpp"
 
 #include <ATen/ATen.h>
@@ -133,8 +134,8 @@ Ltx2Family::Ltx2Family(ModelPackage package, const FamilyOptions& options)
     : package_(std::move(package)), config_(read_ltx2_config(package_)), backend_(options.backend) {
   const auto& p = package_;
   for (const char* name : {"tokenizer", "text_encoder", "transformer", "vae_decoder"}) p.component(name);  // named if missing
-  if (p.limits.image != InputUse::none || p.limits.last_image != InputUse::none)
-    bad_manifest(p, "inputs: the ltx2 family runs text-to-video only (image inputs must be \"none\")");
+  if (p.limits.last_image != InputUse::none) bad_manifest(p, "inputs.last_image: the ltx2 family takes a first frame only");
+  if (p.limits.image != InputUse::none) p.component("vae_encoder");  // image-to-video
   tokenizer_ = Tokenizer::load(p.component("tokenizer").file,
                                {.max_length = p.max_length, .pad_id = p.pad_id, .eos_id = p.eos_id, .add_eos = false});
   if (options.text_cache.entries > 0)
@@ -229,17 +230,37 @@ void Ltx2Family::prepare(const std::string& device, const std::vector<FamilyJob*
     j.video_context = text.narrow(2, 0, d);
     j.audio_context = text.narrow(2, d, d);
     j.text_mask = text.select(2, 2 * d).contiguous();
-    // The job's own generator: video noise, then audio noise, as LTX2Pipeline draws them.
+    // The job's own generator: video noise, then audio noise, as LTX2Pipeline draws them (the
+    // image's latents are the posterior's mode: no draw).
     const auto [f, h, w] = video_grid(j.spec);
+    if (j.has_image()) j.condition = first_frame_latents(device, j.spec);
     auto gen = at::make_generator<at::CPUGeneratorImpl>(j.spec.seed);
     auto video = ltx_pack(at::randn({1, p.latent_channels, f, h, w}, gen, opts));
     auto audio = at::randn({1, config_.audio_channels, audio_frames(j.spec), config_.audio_mel_bins}, gen, opts)
                      .transpose(1, 2)
                      .flatten(2, 3);  // [1, La, Ca*M]: _pack_audio_latents
+    if (j.condition.defined()) video.narrow(1, 0, h * w).copy_(ltx_pack(j.condition));  // init * mask + noise * (1 - mask)
     j.state.step = 0;
     j.state.latents = at::cat({video.flatten(1), audio.flatten(1)}, 1);
     j.sigmas = make_scheduler(j)->sigmas().clone();
   }
+}
+
+// The spec's image at the job's size, as diffusers' video processor gives it ([-1, 1]), encoded to
+// its posterior's mode and normalised: (x - latents_mean) * 1.0 / latents_std (the I2V pipeline
+// normalises without the scaling factor).
+at::Tensor Ltx2Family::first_frame_latents(const std::string& device, const JobSpec& spec) const {
+  auto img = decode_image_file(spec.image, "image");
+  if (img.width != spec.width || img.height != spec.height) img = resize_rgb(img, spec.width, spec.height);
+  auto picture = at::from_blob(img.rgb.data(), {img.height, img.width, 3}, at::kByte).permute({2, 0, 1}).to(at::kFloat).div(255.0);
+  const auto& p = package_;
+  const std::int64_t c = p.latent_channels;
+  auto encoder = module("vae_encoder", device);
+  auto video = (picture * 2 - 1).unsqueeze(0).unsqueeze(2);  // [1, 3, 1, H, W]
+  auto mode = encoder->forward({video.to(encoder->dtype())}).to(at::kCPU).to(at::kFloat);
+  auto mean = at::tensor(p.latents_mean, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+  auto std = at::tensor(p.latents_std, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+  return (mode - mean) * 1.0 / std;
 }
 
 std::unique_ptr<Scheduler> Ltx2Family::make_scheduler(const FamilyJob& job) const {
@@ -260,7 +281,7 @@ std::string Ltx2Family::denoise_key(const FamilyJob& job, const Scheduler& s) co
                   (job.spec.guidance > 1.0 ? "cfg" : "nocfg") + "|" + std::to_string(f) + "x" + std::to_string(h) + "x" +
                   std::to_string(w) + "|audio" + std::to_string(audio_frames(job.spec));
   if (!job.spec.precision.empty()) k += "|precision:" + job.spec.precision;  // one transformer variant per call
-  return k;
+  return job.spec.image.empty() ? k : k + "|image";
 }
 
 std::string Ltx2Family::decode_key(const FamilyJob& job) const {
@@ -275,7 +296,7 @@ at::Tensor Ltx2Family::transformer_call(const std::string& device, const std::st
   const auto dtype = transformer->dtype();
   std::vector<at::Tensor> in;
   for (std::size_t i = 0; i < inputs.size(); ++i)  // tokens and contexts in the model's dtype; t, mask, coords float32
-    in.push_back(i < 2 || i == 3 || i == 4 ? inputs[i].to(dtype) : inputs[i]);
+    in.push_back(i < 2 || i == 4 || i == 5 ? inputs[i].to(dtype) : inputs[i]);
   return transformer->forward(in).to(at::kCPU).to(at::kFloat);  // LTX2Pipeline: noise_pred.float()
 }
 
@@ -298,11 +319,14 @@ at::Tensor Ltx2Family::predict(const PredictCall& call) {
     vcoords.push_back(ltx2_video_coords(f, h, w, j.spec.fps, config_).expand({per_job, 3, s, 2}));
   }
   auto rows = [&](const at::Tensor& t) { return cfg ? t.repeat_interleave(2, 0) : t; };  // job j: rows 2j (uncond), 2j+1
-  auto t = rows(row_timesteps(call)).contiguous();
+  auto t = row_timesteps(call);  // one per job
+  auto vt = t.reshape({-1, 1}).repeat({1, s});  // the video's, one per token: 0 on a given first frame's
+  for (std::int64_t r = 0; r < n; ++r)
+    if (ltx2(*live[static_cast<std::size_t>(r)]).has_image()) vt[r].narrow(0, 0, h * w).zero_();
   auto acoords = ltx2_audio_coords(la, config_).expand({n * per_job, 1, la, 2}).contiguous();
   auto pred = transformer_call(call.device, first.spec.precision,
-                               {rows(video), rows(audio), t, at::cat(vctx, 0), at::cat(actx, 0), at::cat(masks, 0),
-                                at::cat(vcoords, 0).contiguous(), acoords});
+                               {rows(video), rows(audio), rows(vt).contiguous(), rows(t).contiguous(), at::cat(vctx, 0),
+                                at::cat(actx, 0), at::cat(masks, 0), at::cat(vcoords, 0).contiguous(), acoords});
   std::vector<at::Tensor> out;
   for (std::int64_t r = 0; r < n; ++r) {
     const auto& j = ltx2(*live[static_cast<std::size_t>(r)]);
@@ -314,6 +338,7 @@ at::Tensor Ltx2Family::predict(const PredictCall& call) {
     } else {
       out.push_back(guided_velocity(x, pred.narrow(0, r, 1), nullptr, 1.0, sigma));
     }
+    if (j.has_image()) out.back().narrow(1, 0, h * w * c).zero_();  // the given frame is not stepped: x + dt * 0 = x
   }
   return out.size() == 1 ? out[0] : at::cat(out, 0);
 }
@@ -356,11 +381,13 @@ void Ltx2Family::warm_up(const std::string& device) {
     auto text = encode_texts(device, {"", "warm up"});
     auto z = at::zeros({2, s, p.latent_channels}, at::kFloat);
     transformer_call(device, p.defaults.precision,
-                     {z, at::zeros({2, la, ca}, at::kFloat), at::full({2}, 500.0, at::kFloat), text.narrow(2, 0, d),
+                     {z, at::zeros({2, la, ca}, at::kFloat), at::full({2, s}, 500.0, at::kFloat), at::full({2}, 500.0, at::kFloat),
+                      text.narrow(2, 0, d),
                       text.narrow(2, d, d), text.select(2, 2 * d).contiguous(),
                       ltx2_video_coords(f, hw, hw, p.defaults.fps, config_).expand({2, 3, s, 2}).contiguous(),
                       ltx2_audio_coords(la, config_).expand({2, 1, la, 2}).contiguous()});
     decode_video(device, z.narrow(0, 0, 1), f, hw, hw);
+    if (p.limits.image != InputUse::none) module("vae_encoder", device)->forward({at::zeros({1, 3, 1, side, side}, at::kFloat)});
   }
 }
 

@@ -26,7 +26,14 @@
 //            decoded to frames in [0, 1]; the audio tokens are kept on the job, normalised and
 //            packed [1, La, Ca*M], exactly as LTX2Pipeline holds them when its loop ends
 //            (Ltx2Job::audio_latents): the audio decoder and vocoder take them from there.
-// Refused by name: LoRAs ("loras"), a shift ("shift"), an image (the package's inputs say none);
+// Image-to-video (LTX2ImageToVideoPipeline, same package: manifest inputs.image "optional" and a
+// vae_encoder.pt giving the posterior's mode): a job with an image encodes it (no draw), and
+// normalised ((mode - mean) / std) it is latent frame 0 of the video noise, drawn as for text;
+// that frame's tokens get video timestep 0 (the audio keeps the step's) and a zero velocity, so
+// the Euler step leaves it exactly as it is (diffusers steps frames 1.. only). Image jobs denoise
+// in their own groups. The image is not re-compressed through H.264 first (the pipeline's
+// image_crf must be 0 to match).
+// Refused by name: LoRAs ("loras"), a shift ("shift"), a last image ("last_image");
 // frames that are not 8k+1 by the package limits ("frames"). The step cache runs as for any
 // family (it compares and reuses whole rows, audio included).
 // Ownership: shared by the jobs of its package; the text cache and the module cache are
@@ -50,6 +57,9 @@ struct Ltx2Job : FamilyJob {
   at::Tensor sigmas;                        // float32 [steps + 1]: the job's schedule (guidance in x0)
   // After decode: the final audio latents [1, La, Ca*M], normalised and packed.
   at::Tensor audio_latents;
+  // Image-to-video only: the first frame's normalised latents [1, C, 1, H', W'] (set by prepare).
+  at::Tensor condition;
+  bool has_image() const { return !spec.image.empty(); }
 };
 
 // What the manifest says beyond the generic package fields.
@@ -91,6 +101,7 @@ class Ltx2Family final : public Family {
   at::Tensor encode_texts(const std::string& device, const std::vector<std::string>& texts) const;
   at::Tensor transformer_call(const std::string& device, const std::string& precision, const std::vector<at::Tensor>& inputs) const;
   at::Tensor decode_video(const std::string& device, const at::Tensor& tokens, std::int64_t f, std::int64_t h, std::int64_t w) const;
+  at::Tensor first_frame_latents(const std::string& device, const JobSpec& spec) const;
 
   ModelPackage package_;
   Ltx2Config config_;

@@ -158,20 +158,22 @@ TEST_CASE("rope bounds: frames in seconds from the causal first frame, pixels fo
   CHECK(a[0][0][1][1].item<float>() == doctest::Approx(5 * 160 / 16000.0));
 }
 
-TEST_CASE("vgen's LTX-2 stages reproduce diffusers' LTX2Pipeline: video and audio latents at every step, frames" *
-          doctest::timeout(600)) {
-  auto* ref = reference_or_skip();
-  if (!ref) return;
+// Runs `names` (cases of `table`, with the reference image for image cases) through the real
+// stages and compares every step's video and audio latents and the frames with diffusers'.
+static void check_parity(Reference& ref, const char* table, const std::vector<std::string>& names, bool image) {
   const OutDir out;
-  const auto seed = ref->info["seed"].get<std::uint64_t>();
-  const auto& cases = ref->info["cases"];
+  const auto seed = ref.info["seed"].get<std::uint64_t>();
+  const auto& cases = ref.info[table];
+  std::vector<boost::json::object> specs;
+  for (const auto& name : names) {
+    specs.push_back(case_json(cases[name], seed));
+    if (image) specs.back()["image"] = ref.info["image"].get<std::string>();
+  }
   Capture cap;
-  auto jobs = run_jobs(ref->info["package"].get<std::string>(), {case_json(cases["cfg"], seed), case_json(cases["nocfg"], seed)},
-                       cap, out.path);
-  REQUIRE(jobs.size() == 2);
-  const char* names[] = {"cfg", "nocfg"};
-  for (std::size_t n = 0; n < 2; ++n) {
-    const std::string name = names[n];
+  auto jobs = run_jobs(ref.info["package"].get<std::string>(), specs, cap, out.path);
+  REQUIRE(jobs.size() == names.size());
+  for (std::size_t n = 0; n < names.size(); ++n) {
+    const std::string& name = names[n];
     CAPTURE(name);
     REQUIRE_MESSAGE(jobs[n]->state() == JobState::done, jobs[n]->snapshot().error);
     const auto& got = cap.steps[jobs[n]->id()];
@@ -181,9 +183,9 @@ TEST_CASE("vgen's LTX-2 stages reproduce diffusers' LTX2Pipeline: video and audi
     for (int i = 0; i < steps; ++i) {
       char key[64];
       std::snprintf(key, sizeof key, "latents_%s_%03d", name.c_str(), i);
-      const auto want_video = ref->get(key);  // [1, C, F, H, W]
+      const auto want_video = ref.get(key);  // [1, C, F, H, W]
       std::snprintf(key, sizeof key, "audio_%s_%03d", name.c_str(), i);
-      const auto want_audio = ref->get(key);  // [1, La, Ca*M]
+      const auto want_audio = ref.get(key);  // [1, La, Ca*M]
       const auto s = want_video.numel();
       REQUIRE(got[i].size(1) == s + want_audio.numel());
       const auto v = got[i].narrow(1, 0, s).reshape({1, want_video.size(2), want_video.size(3), want_video.size(4), want_video.size(1)})
@@ -193,7 +195,7 @@ TEST_CASE("vgen's LTX-2 stages reproduce diffusers' LTX2Pipeline: video and audi
       audio = std::max(audio, max_diff(got_audio, want_audio));
       if (i + 1 == steps) CHECK(at::equal(cap.audio[jobs[n]->id()], got_audio));  // the job keeps its last step's audio
     }
-    const double frames = max_diff(cap.frames[jobs[n]->id()], ref->get("frames_" + name)[0].permute({0, 2, 3, 1}));
+    const double frames = max_diff(cap.frames[jobs[n]->id()], ref.get("frames_" + name)[0].permute({0, 2, 3, 1}));
     MESSAGE(name << ": max |vgen - diffusers| over every step's video latents = " << video << ", audio latents = " << audio
                  << ", frames = " << frames);
     CHECK(video <= 1e-4);
@@ -202,40 +204,63 @@ TEST_CASE("vgen's LTX-2 stages reproduce diffusers' LTX2Pipeline: video and audi
   }
 }
 
+TEST_CASE("vgen's LTX-2 stages reproduce diffusers' LTX2Pipeline: video and audio latents at every step, frames" *
+          doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  check_parity(*ref, "cases", {"cfg", "nocfg"}, false);
+}
+
+TEST_CASE("vgen's LTX-2 image-to-video reproduces diffusers' LTX2ImageToVideoPipeline (image_crf 0)" *
+          doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  check_parity(*ref, "i2v_cases", {"i2v", "i2v_nocfg"}, true);
+}
+
 TEST_CASE("LTX-2 batched and joined jobs (other prompts, seeds, guidance, fps) are within 1e-4 of their solo runs" *
           doctest::timeout(600)) {
   auto* ref = reference_or_skip();
   if (!ref) return;
   register_builtin_families();
   auto family = load_family(ref->info["package"].get<std::string>());
-  const char* prompts[] = {"a dog barks at a passing car", "a blue square moving up", "rain on a window"};
-  const double fps[] = {24.0, 24.0, 24.0};  // one audio length: the same denoise key
-  std::vector<boost::json::object> specs;
-  for (int i = 0; i < 3; ++i) {
-    auto s = case_json(ref->info["cases"]["cfg"], 300 + i);
-    s["prompt"] = prompts[i];
-    s["guidance"] = 2.0 + i;
-    s["fps"] = fps[i];
-    specs.push_back(s);
+  for (const bool image : {false, true}) {
+    CAPTURE(image);
+    const char* prompts[] = {"a dog barks at a passing car", "a blue square moving up", "rain on a window"};
+    std::vector<boost::json::object> specs;
+    for (int i = 0; i < 3; ++i) {
+      auto s = case_json(ref->info["cases"]["cfg"], 300 + i);
+      s["prompt"] = prompts[i];
+      s["guidance"] = 2.0 + i;
+      s["fps"] = i == 2 ? 23.5 : 24.0;  // 17 frames: still 18 audio frames (one denoise key), another video rope
+      if (image) s["image"] = ref->info["image"].get<std::string>();
+      specs.push_back(s);
+    }
+    auto make = [&](int i) { return std::static_pointer_cast<Ltx2Job>(family->create_job(family->validate(specs[i]))); };
+    std::vector<std::shared_ptr<Ltx2Job>> together{make(0), make(1), make(2)};
+    const auto batched = test::run_group(*family, together);
+    double worst = 0;
+    for (int i = 0; i < 3; ++i) {
+      auto alone = make(i);
+      const auto solo = test::run_group(*family, std::vector<std::shared_ptr<Ltx2Job>>{alone});
+      worst = std::max({worst, test::worst_step(batched[i], solo[0]), max_diff(together[i]->frames, alone->frames),
+                        max_diff(together[i]->audio_latents, alone->audio_latents)});
+    }
+    MESSAGE("ltx2 " << (image ? "i2v" : "t2v") << " batched vs solo: max |diff| over latents, frames and audio latents = " << worst);
+    CHECK(worst <= 1e-4);
+    CHECK(max_diff(together[0]->frames, together[1]->frames) > 1e-3);  // the rows differ
+    test::check_joined_equals_solo(family, [&](int i) { return make(i); }, 2, image ? "ltx2 i2v" : "ltx2");
   }
-  specs[2]["fps"] = 23.5;  // 17 frames: still 18 audio frames, another video rope
-  auto make = [&](int i) { return std::static_pointer_cast<Ltx2Job>(family->create_job(family->validate(specs[i]))); };
-  std::vector<std::shared_ptr<Ltx2Job>> together{make(0), make(1), make(2)};
-  const auto batched = test::run_group(*family, together);
-  double worst = 0;
-  for (int i = 0; i < 3; ++i) {
-    auto alone = make(i);
-    const auto solo = test::run_group(*family, std::vector<std::shared_ptr<Ltx2Job>>{alone});
-    worst = std::max({worst, test::worst_step(batched[i], solo[0]), max_diff(together[i]->frames, alone->frames),
-                      max_diff(together[i]->audio_latents, alone->audio_latents)});
-  }
-  MESSAGE("ltx2 batched vs solo: max |diff| over latents, frames and audio latents = " << worst);
-  CHECK(worst <= 1e-4);
-  CHECK(max_diff(together[0]->frames, together[1]->frames) > 1e-3);  // the rows differ
-  test::check_joined_equals_solo(family, [&](int i) { return make(i); }, 2, "ltx2");
+  // Image and text jobs never share a denoiser call (per-token timesteps, a frame left unstepped).
+  auto text = family->create_job(family->validate(case_json(ref->info["cases"]["cfg"], 1)));
+  auto with_image = case_json(ref->info["cases"]["cfg"], 1);
+  with_image["image"] = ref->info["image"].get<std::string>();
+  auto pictured = family->create_job(family->validate(with_image));
+  auto scheduler = family->make_scheduler(*text);
+  CHECK(family->denoise_key(*text, *scheduler) != family->denoise_key(*pictured, *scheduler));
 }
 
-TEST_CASE("LTX-2 refusals name the field: frames not 8k+1, LoRAs, a shift, an image") {
+TEST_CASE("LTX-2 refusals name the field: frames not 8k+1, LoRAs, a shift, a last image") {
   auto* ref = reference_or_skip();
   if (!ref) return;
   register_builtin_families();
@@ -252,8 +277,9 @@ TEST_CASE("LTX-2 refusals name the field: frames not 8k+1, LoRAs, a shift, an im
   bad["shift"] = 3.0;
   check_invalid([&] { family->validate(bad); }, "shift");
   bad = spec;
-  bad["image"] = "/nonexistent.png";
-  check_invalid([&] { family->validate(bad); }, "image");
+  bad["image"] = ref->info["image"].get<std::string>();
+  bad["last_image"] = ref->info["image"].get<std::string>();
+  check_invalid([&] { family->validate(bad); }, "last_image");
 }
 
 TEST_CASE("LTX-2 tokenization is Gemma's for LTX2Pipeline: stripped, [bos] first, padded on the left") {
