@@ -129,6 +129,22 @@ def test_vgen_render_with_the_ltx2_package(exported, tmp_path):
 
 
 @pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
+def test_vgen_render_image_to_video_with_the_ltx2_package(exported, tmp_path):
+    import numpy as np
+    import PIL.Image
+
+    image = tmp_path / "first.png"
+    y, x = np.mgrid[0:64, 0:96]
+    PIL.Image.fromarray(np.stack([x * 2, y * 3, (x + y) % 256], -1).astype(np.uint8)).save(image)
+    out = tmp_path / "clip.mp4"
+    r = subprocess.run([str(VGEN), "render", "a dog barks", "-o", str(out), "--model", str(exported[1]), "--image",
+                        str(image), "--width", "96", "--height", "64", "--frames", "9", "--steps", "2"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 0
+
+
+@pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
 @pytest.mark.parametrize("flag,value,field", [("--frames", "12", "frames"), ("--width", "48", "width")])
 def test_vgen_render_names_the_bad_field(exported, tmp_path, flag, value, field):
     out = tmp_path / "clip.mp4"
