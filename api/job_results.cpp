@@ -74,18 +74,9 @@ void JobResults::end_unrun(JobEntry& entry, const JobResult& r) {
   parts_.entries.publish(entry, r);
 }
 
-WebhookEvent JobResults::webhook_event(const JobResult& r) {
-  WebhookEvent e;
-  e.id = "evt_" + r.id;
-  e.type = r.state == JobState::done ? "video.completed" : r.state == JobState::cancelled ? "video.cancelled" : "video.failed";
-  e.subject_id = r.id;
-  e.created_at = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  return e;
-}
-
 void JobResults::record_webhook(const JobResult& r) const {
   try {
-    parts_.webhooks->record(webhook_event(r));
+    parts_.webhooks->record(job_end_event(r.id, r.state));
   } catch (const std::exception& e) {
     spdlog::error("webhooks: could not record the end of {}: {}", r.id, e.what());
   }

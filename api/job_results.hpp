@@ -51,8 +51,6 @@ class JobResults {
   void end_unrun(JobEntry& entry, const JobResult& result);
 
   JobResult result_of(const JobEntry& entry, const Job& job) const;
-  // The webhook event of a job's end ("evt_<job id>": the same if the job ends again after a resume).
-  static WebhookEvent webhook_event(const JobResult& r);
 
  private:
   boost::asio::awaitable<void> watch_one(std::shared_ptr<JobEntry> entry, std::shared_ptr<Job> job);

@@ -1,5 +1,6 @@
 #include "api/journal.hpp"
 
+#include "api/sqlite_statement.hpp"
 #include "runtime/errors.hpp"
 
 #include <boost/json.hpp>
@@ -15,58 +16,9 @@ namespace json = boost::json;
 
 namespace {
 
-// A full disk, an I/O error or a busy file may pass (retry later); anything else is a bug or
-// a broken file.
-ErrorKind kind_of(int rc) {
-  switch (rc & 0xff) {  // the primary result code of an extended one
-    case SQLITE_FULL:
-    case SQLITE_IOERR:
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED: return ErrorKind::transient;
-    default: return ErrorKind::internal;
-  }
-}
-
-// A prepared statement, finalized on scope exit.
-class Statement {
- public:
-  Statement(sqlite3* db, const char* sql) : db_(db) {
-    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK)
-      throw_error(ErrorKind::internal, std::string("journal: preparing statement: ") + sqlite3_errmsg(db));
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
-
-  Statement& bind(int i, const std::string& s) {
-    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Statement& bind(int i, double d) {
-    sqlite3_bind_double(stmt_, i, d);
-    return *this;
-  }
-  Statement& bind(int i, std::int64_t v) {
-    sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  bool step() {  // true while a row is available
-    const int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    throw_error(kind_of(rc), std::string("journal: ") + sqlite3_errmsg(db_));
-  }
-  std::string text(int col) const {
-    const auto* p = sqlite3_column_text(stmt_, col);
-    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(stmt_, col))) : std::string();
-  }
-  std::int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
-  double real(int col) const { return sqlite3_column_double(stmt_, col); }
-  int columns() const { return sqlite3_column_count(stmt_); }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
+// Statements of this file, their errors prefixed "journal: ".
+struct Statement : SqliteStatement {
+  Statement(sqlite3* db, const char* sql) : SqliteStatement(db, sql, "journal") {}
 };
 
 constexpr const char* kColumns =
@@ -129,7 +81,7 @@ void Journal::exec(const char* sql) const {
   if (const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err); rc != SQLITE_OK) {
     const std::string why = err ? err : "unknown error";
     sqlite3_free(err);
-    throw_error(kind_of(rc), std::string("journal: ") + why);
+    throw_error(sqlite_error_kind(rc), std::string("journal: ") + why);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "api/webhook_outbox.hpp"
 
+#include "api/sqlite_statement.hpp"
 #include "runtime/errors.hpp"
 
 #include <sqlite3.h>
@@ -8,57 +9,9 @@ namespace vgen {
 
 namespace {
 
-ErrorKind kind_of(int rc) {
-  switch (rc & 0xff) {  // a full disk or a busy file may pass; anything else is a bug or a broken file
-    case SQLITE_FULL:
-    case SQLITE_IOERR:
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED: return ErrorKind::transient;
-    default: return ErrorKind::internal;
-  }
-}
-
-class Statement {  // a prepared statement, finalized on scope exit
- public:
-  Statement(sqlite3* db, const char* sql) : db_(db) {
-    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK)
-      throw_error(ErrorKind::internal, std::string("webhook outbox: preparing statement: ") + sqlite3_errmsg(db));
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
-  Statement& bind(int i, const std::string& s) {
-    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Statement& bind(int i, double d) {
-    sqlite3_bind_double(stmt_, i, d);
-    return *this;
-  }
-  Statement& bind(int i, std::int64_t v) {
-    sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  bool step() {
-    const int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    throw_error(kind_of(rc), std::string("webhook outbox: ") + sqlite3_errmsg(db_));
-  }
-  void reset() {
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-  std::string text(int col) const {
-    const auto* p = sqlite3_column_text(stmt_, col);
-    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(stmt_, col))) : std::string();
-  }
-  std::int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
-  double real(int col) const { return sqlite3_column_double(stmt_, col); }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
+// Statements of this file, their errors prefixed "webhook outbox: ".
+struct Statement : SqliteStatement {
+  Statement(sqlite3* db, const char* sql) : SqliteStatement(db, sql, "webhook outbox") {}
 };
 
 constexpr const char* kColumns = "event_id, endpoint, type, body, state, attempts, created_unix, next_unix, last_error";
@@ -95,6 +48,7 @@ WebhookOutbox::WebhookOutbox(const std::filesystem::path& file) : file_(file) {
          "created_unix REAL NOT NULL, next_unix REAL NOT NULL, last_error TEXT NOT NULL DEFAULT '', "
          "PRIMARY KEY (event_id, endpoint))");
     exec("CREATE INDEX IF NOT EXISTS webhook_deliveries_due ON webhook_deliveries (state, next_unix)");
+    exec("CREATE TABLE IF NOT EXISTS webhook_watches (subject_id TEXT PRIMARY KEY, created_unix REAL NOT NULL)");
   } catch (const Error& e) {
     sqlite3_close(db_);
     throw_error(ErrorKind::invalid_argument, "webhook outbox " + file.string() + ": " + e.what());
@@ -108,7 +62,7 @@ void WebhookOutbox::exec(const char* sql) const {
   if (const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err); rc != SQLITE_OK) {
     const std::string why = err ? err : "unknown error";
     sqlite3_free(err);
-    throw_error(kind_of(rc), "webhook outbox: " + why);
+    throw_error(sqlite_error_kind(rc), "webhook outbox: " + why);
   }
 }
 
@@ -136,6 +90,32 @@ std::vector<WebhookDelivery> WebhookOutbox::add(const std::string& event_id, con
     throw;
   }
   return added;
+}
+
+void WebhookOutbox::watch(const std::string& subject_id, double created_unix) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "INSERT OR IGNORE INTO webhook_watches (subject_id, created_unix) VALUES (?1, ?2)")
+      .bind(1, subject_id)
+      .bind(2, created_unix)
+      .step();
+}
+
+bool WebhookOutbox::watched(const std::string& subject_id) const {
+  std::lock_guard lock(mutex_);
+  Statement s(db_, "SELECT 1 FROM webhook_watches WHERE subject_id = ?1");
+  s.bind(1, subject_id);
+  return s.step();
+}
+
+void WebhookOutbox::unwatch(const std::string& subject_id) {
+  std::lock_guard lock(mutex_);
+  Statement(db_, "DELETE FROM webhook_watches WHERE subject_id = ?1").bind(1, subject_id).step();
+}
+
+std::size_t WebhookOutbox::watches() const {
+  std::lock_guard lock(mutex_);
+  Statement s(db_, "SELECT COUNT(*) FROM webhook_watches");
+  return s.step() ? static_cast<std::size_t>(s.integer(0)) : 0;
 }
 
 std::vector<WebhookDelivery> WebhookOutbox::pending() const {

@@ -6,6 +6,10 @@
 // same event id (the receiver's webhook-id dedup makes that exactly once for it).
 // Adding an (event, endpoint) pair recorded before changes nothing: a job that ends again after
 // a crash (resumed) does not produce a second delivery.
+// Watches (table "webhook_watches"): subjects whose end this process must announce although it
+// does not run them (a fleet front end's submitted jobs, api/fleet/fleet_client.hpp), recorded
+// before the job exists anywhere else and removed once its event is added: a restart finds
+// which ends are still owed.
 // Thread-safety: one connection behind a mutex; every member may be called from any thread.
 // Every call blocks on the file (add and update fsync).
 #pragma once
@@ -39,6 +43,11 @@ class WebhookOutbox {
   // already recorded is left as it was). Error(transient) when the file cannot be written.
   std::vector<WebhookDelivery> add(const std::string& event_id, const std::string& type, const std::string& body,
                                    double created_unix, const std::vector<std::string>& endpoints);
+  // Watches: add (a subject already watched stays as it was), ask, remove, count.
+  void watch(const std::string& subject_id, double created_unix);
+  bool watched(const std::string& subject_id) const;
+  void unwatch(const std::string& subject_id);
+  std::size_t watches() const;
   // Every pending delivery, the earliest due first.
   std::vector<WebhookDelivery> pending() const;
   // Writes a delivery's state, attempts, next attempt and last error (by event id and endpoint).

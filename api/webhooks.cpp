@@ -144,6 +144,18 @@ class Webhooks::Impl {
     return n;
   }
 
+  void watch(const std::string& subject_id) { outbox_.watch(subject_id, unix_now()); }
+  void unwatch(const std::string& subject_id) { outbox_.unwatch(subject_id); }
+
+  // The event is added before the watch goes: a crash in between leaves the watch, and adding
+  // the same event again after the restart adds nothing.
+  std::size_t record_watched(const WebhookEvent& event) {
+    if (!outbox_.watched(event.subject_id)) return 0;
+    const auto n = record(event);
+    outbox_.unwatch(event.subject_id);
+    return n;
+  }
+
   void wake() {
     asio::post(ctx_, [this] {
       std::vector<WebhookDelivery> added;
@@ -318,6 +330,18 @@ Webhooks::Webhooks(WebhookOptions options, const std::filesystem::path& outbox, 
     : impl_(std::make_unique<Impl>(std::move(options), outbox, metrics, std::move(on_attempt))) {}
 Webhooks::~Webhooks() = default;
 std::size_t Webhooks::record(const WebhookEvent& event) { return impl_->record(event); }
+void Webhooks::watch(const std::string& subject_id) { impl_->watch(subject_id); }
+void Webhooks::unwatch(const std::string& subject_id) { impl_->unwatch(subject_id); }
+std::size_t Webhooks::record_watched(const WebhookEvent& event) { return impl_->record_watched(event); }
+
+WebhookEvent job_end_event(const std::string& job_id, JobState state) {
+  WebhookEvent e;
+  e.id = "evt_" + job_id;
+  e.type = state == JobState::done ? "video.completed" : state == JobState::cancelled ? "video.cancelled" : "video.failed";
+  e.subject_id = job_id;
+  e.created_at = static_cast<std::int64_t>(unix_now());
+  return e;
+}
 void Webhooks::wake() { impl_->wake(); }
 WebhookStats Webhooks::stats() const { return impl_->stats(); }
 const std::filesystem::path& Webhooks::outbox() const { return impl_->outbox(); }

@@ -15,9 +15,12 @@
 //   headers are read (at most 16 KiB); at most `concurrency` requests per endpoint in flight.
 //   Everything runs on one thread of its own (its io_context), so a slow, hanging or hostile
 //   receiver costs that thread sockets and timers, never an io thread of the API or a job.
-// The fleet: not yet. A worker's Runtime also ends (cancelled) the jobs it hands back when it
-// stops, and never sees those a worker ends without running, so `vgen worker` and `vgen serve
-// --queue` ignore the endpoints (with a warning) instead of sending wrong events.
+// The fleet: the front end that accepted a job sends its event, not the worker. A worker's
+// Runtime also ends (cancelled) the jobs it hands back when it stops, and never sees those a
+// worker ends without running; the bucket's final record is the one truth. So a front end
+// (api/fleet/fleet_client.hpp) watch()es each job it submits, durably, before the job exists
+// anywhere else, and record_watched() its end when the bucket shows it, after a restart too
+// (the watch replays every record); `vgen worker` ignores the endpoints (with a warning).
 // Metrics (the registry given): vgen_webhook_deliveries_total{endpoint,result} (delivered,
 // failed_attempt, expired), vgen_webhook_pending{endpoint}, vgen_webhook_in_flight{endpoint}.
 // Thread-safety: record() and wake() from any thread (record() blocks on the outbox's fsync:
@@ -28,6 +31,7 @@
 
 #include "api/webhook_options.hpp"
 #include "api/webhook_outbox.hpp"
+#include "runtime/job.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -44,6 +48,10 @@ struct WebhookEvent {
   std::string subject_id;  // data.id: the job's id
   std::int64_t created_at = 0;
 };
+// A job's end as an event: "evt_<job id>" (the same id whichever process sends it, and however
+// often the job ends: a resumed job's second end is the same event), video.completed, .failed or
+// .cancelled, created now.
+WebhookEvent job_end_event(const std::string& job_id, JobState state);
 // The JSON body sent (and signed) for an event.
 std::string webhook_body(const WebhookEvent& event);
 
@@ -69,6 +77,13 @@ class Webhooks {
   // Durably records the event for each endpoint that wants its type; they are sent after the
   // next wake(). Returns how many deliveries were new. Blocks on the file; throws its errors.
   std::size_t record(const WebhookEvent& event);
+  // A subject whose end this process must announce although it does not run it: watch() (blocks
+  // on the file) before the job exists anywhere else; record_watched() records its event only
+  // if it is watched, then ends the watch (0 for a subject not watched: another front end's
+  // job, or one already recorded); unwatch() for a submission that was refused.
+  void watch(const std::string& subject_id);
+  void unwatch(const std::string& subject_id);
+  std::size_t record_watched(const WebhookEvent& event);
   // Starts sending what record() added.
   void wake();
   WebhookStats stats() const;

@@ -26,7 +26,7 @@ APT_PACKAGES=(  # what building and running vgen needs
   build-essential cmake ninja-build pkg-config git ca-certificates
   python3 python3-venv python3-pip
   libboost1.81-dev libboost-fiber1.81-dev libboost-context1.81-dev libboost-json1.81-dev
-  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev
+  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev  # swresample: audio to the encoder's rate and format
   libavfilter-dev  # the post-stages' no-model fallback (minterpolate, lanczos scale)
   doctest-dev libspdlog-dev libfmt-dev libcli11-dev libssl-dev libsentencepiece-dev
   libsqlite3-dev nlohmann-json3-dev

@@ -199,7 +199,13 @@ class Job {
     link.href = this.videoUrl;
     link.download = outputName || this.id;
     link.hidden = false;
-    video.play().catch(() => { /* autoplay refused: the controls remain */ });
+    // With its sound (a family with sound muxes it into the mp4/webm); a browser that refuses
+    // autoplay with sound before any user gesture gets it muted, and the controls unmute it.
+    video.muted = false;
+    video.play().catch(() => {
+      video.muted = true;
+      video.play().catch(() => { /* autoplay refused: the controls remain */ });
+    });
   }
 
   // Reads GET /v1/jobs/{id}/events until the job ends; reconnects if the stream drops first.

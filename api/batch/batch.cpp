@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -33,6 +34,11 @@ bool output_is_complete(const Runtime& runtime, const JobSpec& spec, const fs::p
   try {
     const auto info = probe_video(path);
     if (info.frames != spec.frames || info.width != spec.width || info.height != spec.height) return false;
+    // Sound (a family with sound): probe decoded all of it; a short track is an interrupted or
+    // damaged output. Post-stages keep the clip's length, so frames / fps is its duration.
+    if (!info.audio.codec.empty() &&
+        std::abs(info.audio.seconds() - spec.frames / spec.fps) > 1.0 / spec.fps + 0.1)
+      return false;
     // mp4 and webm carry the job key; gif and png frames have no tag to check.
     if (spec.format == "mp4" || spec.format == "webm")
       return info.comment == "vgen:" + runtime.content_key(spec);

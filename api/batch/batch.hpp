@@ -12,7 +12,9 @@
 // Output names: the line's "name", else "NNNN-<prompt slug>" (NNNN = line number).
 // Reruns: an existing output is skipped only when probing it shows a complete video of the
 // expected size and frame count whose comment tag carries this job's key (so a file from
-// another prompt or settings is rendered again); anything else, and leftover temporaries from
+// another prompt or settings is rendered again), and whose sound, if it has any (an audio
+// stream, or the WAV beside a gif / in a png folder), decodes to the end and lasts the clip
+// (frames / fps, within one video frame plus 0.1 s of codec framing); anything else, and leftover temporaries from
 // an interrupted run, is redone. `force` renders everything again. The service answers that
 // question through an OutputCheck: output_is_complete for a Runtime; for the fleet,
 // FleetClient::has_output (the key comes from the done record its worker wrote).

@@ -2,6 +2,8 @@
 
 #include "api/fleet/fleet_queue.hpp"
 #include "api/job_entry.hpp"
+#include "api/webhooks.hpp"
+#include "runtime/metrics.hpp"
 #include "runtime/job_id.hpp"
 #include "api/fleet/nats_client.hpp"
 #include "runtime/trace.hpp"
@@ -105,6 +107,8 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
   std::uint64_t jobs_gone = 0;                // with mutex
   std::condition_variable jobs_gone_changed;  // with mutex
   std::uint64_t expected_at_start = 0, seen = 0;
+  MetricsRegistry webhook_metrics;
+  std::unique_ptr<Webhooks> webhooks;  // null without endpoints; before the watch, after the pool
   Subscription watch;
 
   // The mirror of a job: a local Job whose cancel request goes to the worker.
@@ -155,7 +159,10 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
       if (is_final(rec)) count_gone();
     }
     auto& job = *entry->job;
-    if (is_final(rec)) return finish(*entry, rec);
+    if (is_final(rec)) {
+      announce(rec);
+      return finish(*entry, rec);
+    }
     if (rec.status == "running") {
       if (const auto st = stage_of(rec.stage)) {
         if (const auto snap = job.snapshot(); snap.state != JobState::running || snap.stage != *st) job.enter_stage(*st);
@@ -212,6 +219,20 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
     entry.ended.set();
   }
 
+  // A final record's webhook event, if this front end submitted the job (a durable watch, so a
+  // job that ended while this process was down is announced when the watch replays its record).
+  // On the broker pool: the outbox fsyncs, and the watch thread must stay cheap.
+  void announce(const FleetRecord& rec) {
+    if (!webhooks) return;
+    asio::post(broker_pool, [self = shared_from_this(), event = job_end_event(rec.id, result_of(rec).state)] {
+      try {
+        if (self->webhooks->record_watched(event) > 0) self->webhooks->wake();
+      } catch (const std::exception& e) {
+        spdlog::error("webhooks: could not record the end of {}: {}", event.subject_id, e.what());
+      }
+    });
+  }
+
   void send_cancel(const std::string& id) {
     try {
       // A job still queued is cancelled by the worker that receives it; one running, by its worker.
@@ -247,6 +268,7 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
       entries[id] = entry;  // before the publish: the watch may report the worker at once
     }
     try {
+      if (webhooks) webhooks->watch(id);  // durable before the job exists: its end is owed
       nats.kv_put(queue.bucket, id, json::serialize(to_json(rec)));
       nats.publish(job_subject(queue, rec.model), json::serialize(json::object{{"id", id}, {"spec", object}}));
     } catch (...) {
@@ -259,6 +281,11 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
         nats.kv_delete(queue.bucket, id);  // never acknowledged: no record stays
       } catch (const Error&) {
         // the broker is away: the queued record stays, with no message nothing runs it
+      }
+      try {
+        if (webhooks) webhooks->unwatch(id);
+      } catch (const Error& e) {
+        spdlog::warn("webhooks: {}: {}", id, e.what());  // a watch with no job: nothing is ever sent for it
       }
       throw;
     }
@@ -285,6 +312,12 @@ FleetClient::FleetClient(RuntimeConfig config) {
   s.nats.ensure_bucket(s.queue.bucket, s.queue.record_ttl);
   s.expected_at_start = s.nats.stream_messages("KV_" + s.queue.bucket);  // an upper bound of the keys (history 1)
   if (s.expected_at_start == 0) s.caught_up = true;
+  if (!s.config.webhooks.endpoints.empty()) {
+    auto file = s.config.webhooks.outbox.empty() ? s.config.output_dir / ".vgen-webhooks.db" : s.config.webhooks.outbox;
+    s.webhooks = std::make_unique<Webhooks>(s.config.webhooks, file, s.webhook_metrics);
+    spdlog::info("webhooks: {} endpoint(s) for the jobs this front end submits, deliveries recorded in {}",
+                 s.config.webhooks.endpoints.size(), file.string());
+  }
   s.watch = s.nats.watch_bucket(s.queue.bucket, [weak = std::weak_ptr<State>(state_)](std::string key, std::string value) {
     if (auto st = weak.lock()) st->apply(key, value);
   });
@@ -438,6 +471,7 @@ std::string FleetClient::metrics_text() const {
   out += "vgen_fleet_rejected_total " + std::to_string(s.rejected) + "\n";
   out += "# HELP vgen_fleet_known_jobs Job records this front end follows\n# TYPE vgen_fleet_known_jobs gauge\n";
   out += "vgen_fleet_known_jobs " + std::to_string(s.known_jobs) + "\n";
+  if (state_->webhooks) out += state_->webhook_metrics.render_prometheus();
   return out;
 }
 

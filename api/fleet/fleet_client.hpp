@@ -17,6 +17,12 @@
 // Cancellation: cancel() or JobHandle::cancel() records the request and tells the worker that
 // holds the job (core subject <cancel_subject>.<id>); a job not yet started is cancelled when
 // a worker receives it.
+// Webhooks (config.webhooks.endpoints, api/webhooks.hpp): this front end announces the end of
+// each job it submitted, from the job's final record, at least once: the job is watched in the
+// outbox (webhooks.outbox, default <output_dir>/.vgen-webhooks.db) before its record is put, so
+// a front end restarted after a crash announces what ended meanwhile (the bucket watch replays
+// every record; records expire after queue.record_ttl). Jobs of other front ends are theirs to
+// announce. Front ends on one output storage need each its own webhooks.outbox.
 // Threads: nats.c's watch thread updates the handles (listeners run there: keep them cheap); a
 // two-thread pool runs async_submit's broker round trip, so no io thread waits on the broker.
 // Blocking: the constructor, submit and try_submit are broker round trips (up to the connect

@@ -223,19 +223,11 @@ asio::awaitable<void> stream_events(JobHandle job, http::StreamWriter& out) {
 
 constexpr const char* kImageFields[] = {"image", "last_image"};
 
-bool has_content_type(const http::Request& request, std::string_view type) {
-  const auto it = request.find(bhttp::field::content_type);
-  if (it == request.end()) return false;
-  const auto value = it->value().substr(0, it->value().find(';'));
-  return boost::beast::iequals(boost::beast::string_view(value.data(), value.size()),
-                               boost::beast::string_view(type.data(), type.size()));
-}
-
 // A submission whose body may carry images goes to the uploads thread: multipart, or JSON
 // that names an image field (a cheap look; the parse decides).
 bool may_carry_images(const http::Request& request) {
   if (request.method() != bhttp::verb::post) return false;
-  if (has_content_type(request, "multipart/form-data")) return true;
+  if (http::has_content_type(request, "multipart/form-data")) return true;
   return request.body().find("image\"") != std::string::npos;
 }
 
@@ -450,8 +442,8 @@ bool HttpApi::cancel_by_client(JobHandle& job, std::string reason) {
 }
 
 http::Response HttpApi::submit_job(const http::Request& request, const std::string&) {
-  const bool multipart = has_content_type(request, "multipart/form-data");
-  if (!multipart && !has_content_type(request, "application/json"))
+  const bool multipart = http::has_content_type(request, "multipart/form-data");
+  if (!multipart && !http::has_content_type(request, "application/json"))
     if (auto it = request.find(bhttp::field::content_type); it != request.end())
       return http::error_response(415, "invalid_argument",
                                   "Content-Type must be application/json or multipart/form-data (got '" +

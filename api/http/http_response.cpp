@@ -3,6 +3,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/chunk_encode.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
@@ -154,6 +155,14 @@ std::string sse_event(std::string_view event, std::string_view data) {
 }
 
 // ---- query strings ---------------------------------------------------------------------
+
+bool has_content_type(const Request& request, std::string_view type) {
+  const auto it = request.find(bhttp::field::content_type);
+  if (it == request.end()) return false;
+  const auto value = it->value().substr(0, it->value().find(';'));
+  return boost::beast::iequals(boost::beast::string_view(value.data(), value.size()),
+                               boost::beast::string_view(type.data(), type.size()));
+}
 
 std::map<std::string, std::string, std::less<>> parse_query(std::string_view target) {
   std::map<std::string, std::string, std::less<>> out;

@@ -116,6 +116,10 @@ StringResponse json_response(unsigned status, std::string body);
 // Error(not_found) if the file cannot be opened.
 Response file_response(const Request& request, const std::filesystem::path& path, std::string_view content_type);
 
+// Whether the request's Content-Type is `type` (ASCII case-insensitive, parameters such as
+// "; boundary=..." ignored). False when the header is absent.
+bool has_content_type(const Request& request, std::string_view type);
+
 // The query parameters of a request target, percent- and '+'-decoded: "a=1&b=x%20y" ->
 // {a: "1", b: "x y"}; a key given twice keeps its last value.
 std::map<std::string, std::string, std::less<>> parse_query(std::string_view target);

@@ -68,14 +68,6 @@ fs::path still_path(const fs::path& video, std::string_view variant) {
   return video.parent_path() / (video.stem().string() + (variant == "thumbnail" ? ".thumbnail.png" : ".spritesheet.jpg"));
 }
 
-bool has_content_type(const http::Request& request, std::string_view type) {
-  const auto it = request.find(bhttp::field::content_type);
-  if (it == request.end()) return false;
-  const auto value = it->value().substr(0, it->value().find(';'));
-  return boost::beast::iequals(boost::beast::string_view(value.data(), value.size()),
-                               boost::beast::string_view(type.data(), type.size()));
-}
-
 http::StringResponse json_body(unsigned status, const json::object& o) { return http::json_response(status, json::serialize(o)); }
 
 // Removes a deleted job's files once it has ended (a running job is cancelled first, and its
@@ -195,7 +187,7 @@ http::Response OpenAiVideos::create(const http::Request& request) {
   const auto max_image = jobs_.config().images.max_bytes;
   json::object fields;
   std::vector<std::pair<std::string, std::string>> images;
-  const bool multipart = has_content_type(request, "multipart/form-data");
+  const bool multipart = http::has_content_type(request, "multipart/form-data");
   if (multipart) {  // what the SDK sends, with or without a file
     const auto it = request.find(bhttp::field::content_type);
     const auto parts = parse_multipart(request.body(), multipart_boundary(std::string_view(it->value().data(), it->value().size())),
@@ -214,7 +206,7 @@ http::Response OpenAiVideos::create(const http::Request& request) {
       }
     }
   } else {
-    if (!has_content_type(request, "application/json"))
+    if (!http::has_content_type(request, "application/json"))
       return openai::error_response({415, "invalid_request_error", "unsupported_media_type",
                                      "Content-Type must be application/json or multipart/form-data", ""});
     boost::system::error_code ec;

@@ -145,8 +145,6 @@ int run_serve(const ServeFlags& f) {
   auto stop_signals = block_stop_signals();  // before any thread starts: this thread alone takes them
 
   if (fleet) {
-    if (!config.webhooks.endpoints.empty())  // no job ends in this process; workers do not send them yet either
-      spdlog::warn("serve: --queue: webhooks are not sent from the fleet yet: --webhook and the config's endpoints are ignored");
 #ifdef VGEN_WITH_NATS
     FleetClient client(config);
     boost::asio::thread_pool io(std::max<std::size_t>(2, config.io_threads));

@@ -32,10 +32,11 @@ RuntimeConfig worker_config(const WorkerFlags& f) {
   if (c.queue.url.empty()) throw_error(ErrorKind::invalid_argument, "--queue: required (nats://HOST:PORT), or queue.url in --config");
   c.overwrite_outputs = true;  // a redelivered job rewrites its own file (named by job)
   c.journal.clear();           // the fleet's job state is in the broker, not in a local journal
-  // Not from a worker yet: its Runtime also sees jobs it hands back to the queue when it stops
-  // (cancelled here, run elsewhere) and misses those ended without running (api/webhooks.hpp).
+  // Never from a worker: its Runtime also sees jobs it hands back to the queue when it stops
+  // (cancelled here, run elsewhere) and misses those ended without running; the front end that
+  // accepted a job sends its event from the bucket's final record (api/webhooks.hpp).
   if (!c.webhooks.endpoints.empty()) {
-    spdlog::warn("worker: webhooks are not sent from the fleet yet: the config's webhooks endpoints are ignored");
+    spdlog::warn("worker: webhooks are sent by the front end (vgen serve --queue), not by workers: the config's endpoints are ignored here");
     c.webhooks.endpoints.clear();
   }
   return c;

@@ -291,6 +291,24 @@ std::uint64_t Batcher::oom_moves() const {
   return oom_moves_;
 }
 
+namespace {
+
+// The audio decode spans of one decode call, on the calling compute thread's device track:
+// one per interval (jobs whose sound was decoded in one call share it).
+void trace_audio_decode(Tracer* tracer, const std::string& device, const std::vector<FamilyJob*>& jobs) {
+  if (tracer == nullptr || !tracer->enabled()) return;
+  std::vector<std::pair<FamilyJob::clock_point, FamilyJob::clock_point>> done;
+  for (const auto* w : jobs) {
+    if (!w->audio || w->audio_end <= w->audio_start) continue;
+    const std::pair interval{w->audio_start, w->audio_end};
+    if (std::find(done.begin(), done.end(), interval) != done.end()) continue;
+    done.push_back(interval);
+    tracer->span("devices", tracer->thread_track(device), "audio_decode", w->audio_start, w->audio_end);
+  }
+}
+
+}  // namespace
+
 // Preprocess or decode: one family call for every live member.
 asio::awaitable<void> Batcher::run_once(Group& group, const Placement& placement) {
   std::vector<FamilyJob*> live;
@@ -298,12 +316,31 @@ asio::awaitable<void> Batcher::run_once(Group& group, const Placement& placement
   if (live.empty()) co_return;
   auto run = [&group, &live, device = placement.device, tracer = options_.tracer] {
     TraceSpan span(tracer, device, to_string(group.kind), {{"batch", live.size()}});
-    if (group.kind == BatchKind::decode) group.family->decode(device, live);
-    else group.family->prepare(device, live);
+    if (group.kind == BatchKind::decode) {
+      group.family->decode(device, live);
+      trace_audio_decode(tracer, device, live);  // here: the span goes on this compute thread's track
+    } else {
+      group.family->prepare(device, live);
+    }
     return 0;
   };
   co_await placement.pool->run(run);
   for (auto* w : live) w->device = placement.device;
+  if (group.kind == BatchKind::decode) report_audio_decode(group);
+}
+
+// A family with sound times its audio decode inside decode(): the stage "audio_decode" in the
+// metrics and each job's stage_seconds (silent jobs leave their interval empty and add nothing).
+void Batcher::report_audio_decode(Group& group) {
+  for (auto* m : live_members(group)) {
+    const auto& w = *m->work;
+    if (!w.audio || w.audio_end <= w.audio_start) continue;
+    const double seconds = std::chrono::duration<double>(w.audio_end - w.audio_start).count();
+    m->job->record_stage_time("audio_decode", seconds);
+    if (options_.metrics)
+      options_.metrics->histogram("vgen_stage_duration_seconds", "Time a job spent in a stage", {{"stage", "audio_decode"}})
+          .observe(seconds);
+  }
 }
 
 std::map<std::size_t, std::uint64_t> Batcher::group_sizes(BatchKind kind) const {

@@ -168,6 +168,7 @@ class Batcher {
   boost::asio::awaitable<void> collect(Group& group);
   boost::asio::awaitable<Placement> place(const Group& group);
   boost::asio::awaitable<void> run_once(Group& group, const Placement& placement);
+  void report_audio_decode(Group& group);
   boost::asio::awaitable<void> run_work(Group& group, const Placement& placement);
   std::optional<Placement> place_elsewhere(const Group& group, const std::vector<std::string>& avoid);
   void record_size(const Group& group);

@@ -142,8 +142,9 @@ asio::awaitable<void> encode(State& st, Job& job) {
   const std::string stem = w->spec.name.empty() ? job.id() : w->spec.name;
   w->output = st.options.out_dir / (stem + extension_for(options.format));
   auto write = [w, options] {
-    if (w->post_frames) encode_to_file(*w->post_frames, w->output, options);
-    else encode_to_file(to_video_frames(w->frames, w->spec.fps), w->output, options);
+    // The sound (a family with sound; null otherwise) spans the clip: post-stages keep its length.
+    if (w->post_frames) encode_to_file(*w->post_frames, w->audio.get(), w->output, options);
+    else encode_to_file(to_video_frames(w->frames, w->spec.fps), w->audio.get(), w->output, options);
   };
   co_await st.executor->pool("codec").run(write);
 }

@@ -38,6 +38,7 @@
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -74,6 +75,12 @@ struct FamilyJob {
   // The job's sound after decode, for a family with sound (null for a silent one); encode
   // muxes it beside the frames.
   std::shared_ptr<const AudioTrack> audio;
+  // When decode made `audio` (a family with sound sets both; jobs decoded in one call may share
+  // one interval). The batcher reports it as the stage "audio_decode", a part of "decode":
+  // vgen_stage_duration_seconds{stage="audio_decode"}, a trace span on the device's track and
+  // the job's stage_seconds.
+  using clock_point = std::chrono::steady_clock::time_point;
+  clock_point audio_start{}, audio_end{};
   std::filesystem::path output;
   bool text_cache_hit = false;
   std::string device;  // the device the last stage ran on

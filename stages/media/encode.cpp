@@ -1,5 +1,6 @@
 #include "stages/media/encode.hpp"
 
+#include "stages/media/audio_mux.hpp"
 #include "stages/media/libav.hpp"
 
 extern "C" {
@@ -20,6 +21,7 @@ extern "C" {
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "runtime/atomic_file.hpp"
 #include "runtime/errors.hpp"
@@ -192,6 +194,7 @@ struct CodecSpec {
   const char* muxer;
   const char* codec;
   AVPixelFormat pixel_format;
+  const char* audio_codec = nullptr;  // null: the container takes no sound (a WAV beside it)
 };
 
 // A codec in a container. The built-in formats share this encode/mux loop and differ in their
@@ -202,11 +205,27 @@ class LibavEncoder : public FormatEncoder {
 
   void write_file(const VideoFrames& frames, const fs::path& path,
                   const EncodeOptions& options) const override {
-    mux_to_file(frames, path.string(), options);
+    mux_to_file(frames, nullptr, path.string(), options);
   }
 
   std::vector<std::uint8_t> write_memory(const VideoFrames& frames,
                                          const EncodeOptions& options) const override {
+    return mux_to_memory(frames, nullptr, options);
+  }
+
+  bool muxes_audio() const override { return spec_.audio_codec != nullptr; }
+  void write_file_with_audio(const VideoFrames& frames, const AudioTrack& audio, const fs::path& path,
+                             const EncodeOptions& options) const override {
+    mux_to_file(frames, &audio, path.string(), options);
+  }
+  std::vector<std::uint8_t> write_memory_with_audio(const VideoFrames& frames, const AudioTrack& audio,
+                                                    const EncodeOptions& options) const override {
+    return mux_to_memory(frames, &audio, options);
+  }
+
+ protected:
+  std::vector<std::uint8_t> mux_to_memory(const VideoFrames& frames, const AudioTrack* audio,
+                                          const EncodeOptions& options) const {
     constexpr int buffer_size = 64 * 1024;
     MemorySink sink;
     auto* buffer = static_cast<std::uint8_t*>(av::check_alloc(av_malloc(buffer_size), "AVIO buffer"));
@@ -217,14 +236,13 @@ class LibavEncoder : public FormatEncoder {
     av::OutputFormatPtr fmt = alloc_muxer(nullptr);  // destroyed before io
     fmt->pb = io.get();
     fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
-    mux(frames, fmt.get(), options, true);
+    mux(frames, audio, fmt.get(), options, true);
     avio_flush(io.get());
     av::check(io->error, "writing the output to memory");
     return std::move(sink.bytes);
   }
 
- protected:
-  void mux_to_file(const VideoFrames& frames, const std::string& url,
+  void mux_to_file(const VideoFrames& frames, const AudioTrack* audio, const std::string& url,
                    const EncodeOptions& options) const {
     av::FileIoPtr io;                                     // declared first: outlives fmt
     av::OutputFormatPtr fmt = alloc_muxer(url.c_str());  // url is kept: faststart reopens it
@@ -234,7 +252,7 @@ class LibavEncoder : public FormatEncoder {
       io.reset(pb);
       fmt->pb = io.get();
     }
-    mux(frames, fmt.get(), options, false);
+    mux(frames, audio, fmt.get(), options, false);
     fmt.reset();
     if (AVIOContext* pb = io.release()) av::check(avio_closep(&pb), "closing " + url);
   }
@@ -275,8 +293,8 @@ class LibavEncoder : public FormatEncoder {
     return ctx;
   }
 
-  void mux(const VideoFrames& frames, AVFormatContext* fmt, const EncodeOptions& options,
-           bool in_memory) const {
+  void mux(const VideoFrames& frames, const AudioTrack* audio, AVFormatContext* fmt,
+           const EncodeOptions& options, bool in_memory) const {
     std::unique_ptr<FrameFiller> filler = make_filler(frames);
     AVStream* stream = av::check_alloc(avformat_new_stream(fmt, nullptr), "creating the video stream");
     av::CodecContextPtr ctx = open_encoder(frames, options, fmt->oformat->flags & AVFMT_GLOBALHEADER);
@@ -285,6 +303,8 @@ class LibavEncoder : public FormatEncoder {
     stream->time_base = ctx->time_base;  // a hint: the muxer picks the final one in write_header
     stream->avg_frame_rate = ctx->framerate;
     stream->r_frame_rate = ctx->framerate;
+    std::optional<AudioStreamWriter> sound;  // stream 1, after the video's stream 0
+    if (audio != nullptr) sound.emplace(fmt, *audio, spec_.audio_codec, options.threads);
     if (!options.comment.empty())
       av::check(av_dict_set(&fmt->metadata, "comment", options.comment.c_str(), 0), "setting the comment tag");
     av::Dictionary mux_options;
@@ -305,8 +325,10 @@ class LibavEncoder : public FormatEncoder {
       filler->fill(frames.frame(i), frame.get());
       frame->pts = i;
       encode_frame(ctx.get(), frame.get(), packet.get(), write_packet);
+      if (sound) sound->write_until((i + 1) / frames.fps);  // the sound under this frame: interleaved
     }
     encode_frame(ctx.get(), nullptr, packet.get(), write_packet);
+    if (sound) sound->finish();
     av::check(av_write_trailer(fmt), std::string("finishing the ") + spec_.muxer + " output");
   }
 };
@@ -345,7 +367,7 @@ void set_private(AVCodecContext* c, const char* key, const std::string& value) {
 
 struct Mp4Encoder final : LibavEncoder {
   Mp4Encoder()
-      : LibavEncoder({"mp4", "video/mp4", ".mp4"}, {"mp4", "libx264", AV_PIX_FMT_YUV420P}) {}
+      : LibavEncoder({"mp4", "video/mp4", ".mp4"}, {"mp4", "libx264", AV_PIX_FMT_YUV420P, "aac"}) {}
   void check(const VideoFrames& frames, const EncodeOptions& options) const override {
     require_even(frames, "mp4");
     require_crf(options.crf, 51, "mp4");
@@ -369,7 +391,7 @@ struct Mp4Encoder final : LibavEncoder {
 
 struct WebmEncoder final : LibavEncoder {
   WebmEncoder()
-      : LibavEncoder({"webm", "video/webm", ".webm"}, {"webm", "libvpx-vp9", AV_PIX_FMT_YUV420P}) {}
+      : LibavEncoder({"webm", "video/webm", ".webm"}, {"webm", "libvpx-vp9", AV_PIX_FMT_YUV420P, "libopus"}) {}
   void check(const VideoFrames& frames, const EncodeOptions& options) const override {
     require_even(frames, "webm");
     require_crf(options.crf, 63, "webm");
@@ -404,7 +426,7 @@ struct PngEncoder final : LibavEncoder {
     std::string pattern;  // image2 expands %d: a '%' in the directory must read as itself
     for (char c : (dir / "frame_%05d.png").string()) pattern += c == '%' ? "%%" : std::string(1, c);
     pattern.replace(pattern.rfind("%%05d"), 5, "%05d");
-    mux_to_file(frames, pattern, options);
+    mux_to_file(frames, nullptr, pattern, options);
   }
   std::vector<std::uint8_t> write_memory(const VideoFrames&, const EncodeOptions&) const override {
     reject("format png writes a directory of files and cannot be encoded to memory");
@@ -448,6 +470,16 @@ std::shared_ptr<const FormatEncoder> checked_encoder(const VideoFrames& frames,
 
 }  // namespace
 
+void FormatEncoder::write_file_with_audio(const VideoFrames&, const AudioTrack&, const fs::path&,
+                                          const EncodeOptions&) const {
+  throw Error(ErrorKind::internal, "output format " + info_.name + " has no audio stream");
+}
+
+std::vector<std::uint8_t> FormatEncoder::write_memory_with_audio(const VideoFrames&, const AudioTrack&,
+                                                                 const EncodeOptions&) const {
+  throw Error(ErrorKind::internal, "output format " + info_.name + " has no audio stream");
+}
+
 void register_encoder(std::shared_ptr<const FormatEncoder> encoder) {
   if (!encoder) reject("register_encoder needs an encoder");
   std::string name = encoder->info().name;
@@ -464,12 +496,39 @@ std::string extension_for(std::string_view format) { return find_encoder(format)
 
 void encode_to_file(const VideoFrames& frames, const std::filesystem::path& out,
                     const EncodeOptions& options) {
+  encode_to_file(frames, nullptr, out, options);
+}
+
+fs::path audio_sidecar_path(const fs::path& out, std::string_view format) {
+  const auto encoder = find_encoder(format);
+  if (encoder->muxes_audio()) return {};
+  if (encoder->info().extension.empty()) return out / "audio.wav";  // a directory format
+  return fs::path(out).replace_extension(".wav");
+}
+
+void encode_to_file(const VideoFrames& frames, const AudioTrack* audio, const std::filesystem::path& out,
+                    const EncodeOptions& options) {
   const auto encoder = checked_encoder(frames, options);
+  if (audio != nullptr) validate_audio_track(*audio);
   if (out.filename().empty()) reject("output path names no file: '" + out.string() + "'");
   const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) reject("output directory does not exist: " + dir.string());
-  write_atomically(out, [&](const fs::path& temporary) { encoder->write_file(frames, temporary, options); });
+  if (audio == nullptr) {
+    write_atomically(out, [&](const fs::path& temporary) { encoder->write_file(frames, temporary, options); });
+  } else if (encoder->muxes_audio()) {
+    write_atomically(out, [&](const fs::path& temporary) {
+      encoder->write_file_with_audio(frames, *audio, temporary, options);
+    });
+  } else if (encoder->info().extension.empty()) {  // a directory: the WAV goes in with the frames
+    write_atomically(out, [&](const fs::path& temporary) {
+      encoder->write_file(frames, temporary, options);
+      write_wav(*audio, audio_sidecar_path(temporary, options.format));
+    });
+  } else {  // the WAV first: an output in place then always has its sound beside it
+    write_atomically(audio_sidecar_path(out, options.format), [&](const fs::path& temporary) { write_wav(*audio, temporary); });
+    write_atomically(out, [&](const fs::path& temporary) { encoder->write_file(frames, temporary, options); });
+  }
   spdlog::debug("encoded {} frames {}x{} as {} to {}", frames.count, frames.width, frames.height,
                 options.format, out.string());
 }
@@ -477,6 +536,16 @@ void encode_to_file(const VideoFrames& frames, const std::filesystem::path& out,
 std::vector<std::uint8_t> encode_to_memory(const VideoFrames& frames,
                                            const EncodeOptions& options) {
   return checked_encoder(frames, options)->write_memory(frames, options);
+}
+
+std::vector<std::uint8_t> encode_to_memory(const VideoFrames& frames, const AudioTrack* audio,
+                                           const EncodeOptions& options) {
+  const auto encoder = checked_encoder(frames, options);
+  if (audio == nullptr) return encoder->write_memory(frames, options);
+  validate_audio_track(*audio);
+  if (!encoder->muxes_audio())
+    reject("output format " + options.format + " carries no sound in memory (mp4 and webm do)");
+  return encoder->write_memory_with_audio(frames, *audio, options);
 }
 
 }  // namespace vgen

@@ -10,6 +10,16 @@
 //          a transparent index the gif encoder uses for unchanged pixels; loops forever.
 //          GIF delays are whole centiseconds, so e.g. 16 fps plays as 6/6/7/6... cs.
 //   "png"  a directory of frame_00000.png, frame_00001.png, ... (RGB24; fps is not stored).
+//
+// Sound (a job's AudioTrack, stages/media/audio_track.hpp; stages/media/audio_mux.hpp):
+//   mp4   AAC-LC (FFmpeg's native "aac") as a second stream, at the track's rate;
+//   webm  Opus ("libopus") as a second stream, resampled to 48 kHz unless the track's rate is
+//         one Opus takes (8, 12, 16, 24 kHz);
+//   gif   no audio stream: encode_to_file writes the track as 16-bit PCM WAV beside it
+//         (clip.gif -> clip.wav), before the gif, so a gif in place implies its WAV is too;
+//   png   likewise, as audio.wav inside the frame directory (put in place with the frames).
+//   In memory only mp4 and webm carry sound: encode_to_memory refuses gif with audio.
+// A silent job (no track) takes exactly the path it took before sound existed: same bytes.
 // mp4 and webm need even width and height (yuv420p) and reject odd sizes; they convert RGB
 // (full range) to BT.709 limited-range YUV.
 //
@@ -18,7 +28,7 @@
 // and may run concurrently with others; EncodeOptions::threads bounds the encoder's own
 // threads per call. There is no cancellation: an encode runs to completion or failure.
 //
-// Errors: Error(invalid_argument) for bad frames, an unknown format, bad options (odd sizes
+// Errors: Error(invalid_argument) for bad frames, a bad audio track (validate_audio_track), an unknown format, bad options (odd sizes
 // for mp4/webm, crf out of range, unknown x264 preset, threads < 1, keyframe_interval_s out
 // of range) or a missing output
 // directory; Error(transient, "<what failed>: <reason>") for a failure a retry may fix (disk
@@ -35,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "stages/media/audio_track.hpp"
 #include "stages/media/frames.hpp"
 
 namespace vgen {
@@ -77,6 +88,15 @@ class FormatEncoder {
   virtual std::vector<std::uint8_t> write_memory(const VideoFrames& frames,
                                                  const EncodeOptions& options) const = 0;
 
+  // Formats with an audio stream of their own (mp4, webm) override these three; for the
+  // others encode_to_file writes a job's sound as a WAV file (audio_sidecar_path) and the
+  // *_with_audio calls are never made. The defaults throw Error(internal).
+  virtual bool muxes_audio() const { return false; }
+  virtual void write_file_with_audio(const VideoFrames& frames, const AudioTrack& audio,
+                                     const std::filesystem::path& path, const EncodeOptions& options) const;
+  virtual std::vector<std::uint8_t> write_memory_with_audio(const VideoFrames& frames, const AudioTrack& audio,
+                                                            const EncodeOptions& options) const;
+
  private:
   Info info_;
 };
@@ -107,9 +127,23 @@ std::string extension_for(std::string_view format);
 void encode_to_file(const VideoFrames& frames, const std::filesystem::path& out,
                     const EncodeOptions& options);
 
+// The same with the job's sound (`audio` null: exactly the silent call above). mp4 and webm
+// mux it; other formats get its WAV at audio_sidecar_path(out, format), written atomically
+// before the output itself. The track is validated before anything is written.
+void encode_to_file(const VideoFrames& frames, const AudioTrack* audio, const std::filesystem::path& out,
+                    const EncodeOptions& options);
+
+// Where encode_to_file puts the sound of a format without an audio stream: gif "a/clip.gif"
+// -> "a/clip.wav", png "a/frames" -> "a/frames/audio.wav"; empty for mp4 and webm (and any
+// format that muxes audio). Throws like content_type_for.
+std::filesystem::path audio_sidecar_path(const std::filesystem::path& out, std::string_view format);
+
 // Encodes to memory through custom AVIO (for HTTP responses). mp4 is fragmented MP4 (faststart
 // needs to reopen a file, which custom I/O cannot); webm and gif are as written to a file.
 // png throws Error(invalid_argument): a frame directory has no single-body form.
 std::vector<std::uint8_t> encode_to_memory(const VideoFrames& frames, const EncodeOptions& options);
+// With sound: mp4 and webm only; Error(invalid_argument) for a format without an audio stream.
+std::vector<std::uint8_t> encode_to_memory(const VideoFrames& frames, const AudioTrack* audio,
+                                           const EncodeOptions& options);
 
 }  // namespace vgen

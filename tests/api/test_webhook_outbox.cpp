@@ -56,3 +56,20 @@ TEST_CASE("deliveries are pending until settled, across reopening") {
 TEST_CASE("an outbox that cannot be created is refused by name") {
   CHECK_THROWS_WITH(WebhookOutbox("/nonexistent-dir/x/outbox.db"), doctest::Contains("/nonexistent-dir/x/outbox.db"));
 }
+
+TEST_CASE("watches: added once, asked, removed, kept across reopening") {
+  test::TempDir dir;
+  {
+    WebhookOutbox box(dir / "outbox.db");
+    box.watch("a", 1);
+    box.watch("a", 2);
+    box.watch("b", 3);
+    CHECK(box.watches() == 2);
+    box.unwatch("b");
+    box.unwatch("never");
+  }
+  WebhookOutbox box(dir / "outbox.db");
+  CHECK(box.watched("a"));
+  CHECK_FALSE(box.watched("b"));
+  CHECK(box.watches() == 1);
+}

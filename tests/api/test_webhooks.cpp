@@ -278,3 +278,39 @@ TEST_CASE("pending rows of an endpoint no longer configured are never sent" * do
   CHECK(left[0].event_id == "evt_old");
   CHECK(left[0].attempts.attempts == 0);
 }
+
+TEST_CASE("a watched subject's end is recorded once, across reopening; an unwatched one's never" * doctest::timeout(120)) {
+  test::TempDir dir;
+  Receiver receiver({200});
+  auto options = options_for({receiver.url()});
+  MetricsRegistry metrics;
+  {
+    Webhooks hooks(options, dir / "outbox.db", metrics);
+    hooks.watch("job-w");
+    hooks.watch("job-w");  // twice: still one watch
+    hooks.watch("job-gone");
+    hooks.unwatch("job-gone");  // a refused submission
+  }  // as a front end that dies before the job ends
+  Attempts attempts;
+  Webhooks hooks(options, dir / "outbox.db", metrics, attempts.observer());
+  CHECK(hooks.record_watched(event("job-other")) == 0);  // another front end's job
+  CHECK(hooks.record_watched(event("job-gone")) == 0);
+  CHECK(hooks.record_watched(job_end_event("job-w", JobState::failed)) == 1);
+  CHECK(hooks.record_watched(job_end_event("job-w", JobState::failed)) == 0);  // the record seen again (a replay)
+  hooks.wake();
+  CHECK(attempts.wait_for(1)[0].attempts.state == WebhookState::delivered);
+  const auto requests = receiver.requests();
+  REQUIRE(requests.size() == 1);
+  CHECK(requests[0].headers.at("webhook-id") == "evt_job-w");
+  CHECK(requests[0].body.find(R"("type":"video.failed")") != std::string::npos);
+  CHECK(WebhookOutbox(dir / "outbox.db").watches() == 0);
+}
+
+TEST_CASE("job_end_event: one id per job, the type from its end") {
+  CHECK(job_end_event("j1", JobState::done).id == "evt_j1");
+  CHECK(job_end_event("j1", JobState::done).type == "video.completed");
+  CHECK(job_end_event("j1", JobState::cancelled).type == "video.cancelled");
+  CHECK(job_end_event("j1", JobState::failed).type == "video.failed");
+  CHECK(job_end_event("j1", JobState::done).subject_id == "j1");
+  CHECK(job_end_event("j1", JobState::done).created_at > 1'700'000'000);
+}

@@ -126,6 +126,7 @@ def test_vgen_render_with_the_ltx2_package(exported, tmp_path):
          "-of", "json", str(out)], capture_output=True, text=True, check=True).stdout)["streams"]
     video = [s for s in probe if s["codec_type"] == "video"][0]
     assert (video["width"], video["height"], int(video["nb_read_frames"])) == (96, 64, 17)
+    assert [s for s in probe if s["codec_type"] == "audio"], probe  # the clip's sound, muxed beside it
 
 
 @pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")

@@ -1,4 +1,5 @@
-"""The GPU bundle (tools/gpu_bundle.sh) proven on CPU: it is under 60 MiB, the bundled vgen runs
+"""The GPU bundle (tools/gpu_bundle.sh) proven on CPU: with the tracked tree it fits the device's
+64 MiB with 4 MiB to spare, a stubbed library stops with its name, the bundled vgen runs
 with only the bundle's libraries, a LibTorch and glibc (every shared object the dynamic loader
 initialises during a real render is checked by path, with LD_DEBUG=libs), and
 tools/gpu_check.sh --device cpu --tiny runs end to end from it, this venv's torch standing in for
@@ -40,8 +41,26 @@ def torch_lib() -> Path:
     return Path(torch.__file__).parent / "lib"
 
 
-def test_bundle_is_under_60_mib(bundle):
-    assert bundle.stat().st_size < 60 * 2 ** 20
+def test_bundle_and_tree_fit_the_device(bundle):
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    tree = sum((ROOT / f.decode()).stat().st_size for f in files if f and (ROOT / f.decode()).is_file())
+    assert bundle.stat().st_size + tree < 60 * 2 ** 20, (bundle.stat().st_size, tree)
+
+
+def test_a_stubbed_library_names_itself(bundle, tmp_path):
+    with tarfile.open(bundle) as t:
+        t.extractall(tmp_path, filter="tar")
+    root = tmp_path / "vgen-gpu-bundle"
+    stubbed = json.loads((root / "bundle.json").read_text())["libraries_stubbed"]
+    assert "libx265.so.199" in stubbed and "libxml2.so.2" in stubbed and "libaom.so.3" in stubbed, stubbed
+    # libaom's encoder, called through the stub: the process stops and says which library; the
+    # version query FFmpeg makes while it registers its codecs answers 0 instead.
+    code = ("import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); print(lib.aom_codec_version(), flush=True); "
+            "lib.aom_codec_encode(0, 0, 0, 0, 0)")
+    done = subprocess.run([sys.executable, "-c", code, str(root / "lib" / "libaom.so.3")], capture_output=True,
+                          text=True, timeout=60)
+    assert done.stdout == "0\n", done.stdout
+    assert done.returncode != 0 and "libaom.so.3 is a stub (aom_codec_encode)" in done.stderr, done.stderr
 
 
 def test_only_bundled_libraries_load(bundle, tmp_path):

@@ -6,7 +6,10 @@ port with PyPI's `standardwebhooks` (the Standard Webhooks reference library):
     point: after the end and the event are durable, before any send) delivers it after restart;
 (c) a receiver that accepts and never answers holds at most `concurrency` connections and
     delays neither other jobs nor /healthz (latency measured while it hangs);
-(d) a receiver with the wrong secret detects it (verification fails).
+(d) a receiver with the wrong secret detects it (verification fails);
+(e) in a fleet, the front end that accepted a job announces it, also when the job ended while
+    that front end was down (SIGKILLed before the job ran, restarted after it ended); a job
+    accepted by another front end is not announced by this one.
 Waits are on events (requests seen by the receiver, jobs' event streams) or on states polled
 with a deadline (job status, /metrics counters), never on sleeps that assume a speed."""
 from __future__ import annotations
@@ -269,3 +272,50 @@ def test_wrong_secret_is_detected_by_the_receiver(package, tmp_path):
     headers, body = requests[0]
     with pytest.raises(WebhookVerificationError):
         Webhook(SECRET).verify(body.replace(job.encode(), b"x" * len(job)), headers)
+
+
+def test_fleet_front_end_announces_its_jobs_also_those_that_ended_while_it_was_down(package, tmp_path):
+    import test_fleet
+
+    if not test_fleet.HAVE_BROKER:
+        pytest.skip("nats-server is not installed")
+    if not test_fleet._vgen_has_worker():
+        pytest.skip("vgen was built without the fleet")
+    receiver = Receiver()
+    out = tmp_path / "out"
+    out.mkdir()
+    config = tmp_path / "fleet.json"
+    config.write_text(json.dumps({"queue": {"ack_wait_ms": 2000, "fetch_wait_ms": 500},
+                                  "webhooks": {"initial_backoff_ms": 100, "max_backoff_ms": 500, "jitter": 0.2}}))
+    broker = test_fleet.Broker(tmp_path)
+    hooks = ("--queue", broker.url, "--config", str(config), "--webhook", receiver.url)
+    env = {"VGEN_WEBHOOK_SECRET": SECRET}
+    front = other = worker = None
+    try:
+        front = Server(package, out, *hooks, env=env, log_dir=tmp_path)
+        other = Server(package, out, "--queue", broker.url, "--config", str(config), log_dir=tmp_path)  # no webhooks
+        mine = submit(front, "a red circle, announced after a restart", 1)  # no worker yet: it waits in the stream
+        theirs = submit(other, "a blue square, another front end's", 2)
+        front.kill()  # SIGKILL: the job's watch is in the outbox, nothing else of it here
+        worker = test_fleet.Worker("w1", broker, package, out, config, None)
+        for job in (mine, theirs):
+            assert other.wait_status(job, TERMINAL, timeout=300)["status"] == "done"
+        assert receiver.requests == []  # nobody announced while the front end was down
+        front = Server(package, out, *hooks, env=env, log_dir=tmp_path)  # its bucket watch replays both ends
+        later = submit(front, "a green dot, announced at once", 3)
+        requests = receiver.wait_for(lambda rs: len({h["webhook-id"] for h, _ in rs}) >= 2)
+        events = dict(verified(requests))
+        assert set(events) == {f"evt_{mine}", f"evt_{later}"}, set(events)
+        assert all(e["type"] == "video.completed" for e in events.values())
+        assert events[f"evt_{mine}"]["data"] == {"id": mine}
+        wait_metric(front, "vgen_webhook_deliveries_total", 2, result="delivered")
+        # theirs was replayed before later was even submitted, and was left to its front end.
+        assert metric(front, "vgen_webhook_pending") == 0
+        assert metric(front, "vgen_webhook_deliveries_total", result="delivered") == 2
+        assert f"evt_{theirs}" not in {h["webhook-id"] for h, _ in receiver.requests}
+    finally:
+        for p in (worker, front, other):
+            if p:
+                p.kill()
+        broker.stop()
+        receiver.close()

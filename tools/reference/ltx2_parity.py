@@ -2,7 +2,7 @@
 random LTX-2 pipeline offline, exports it as a vgen package and runs diffusers' own LTX2Pipeline
 on two cases (with and without guidance), recording the video latents after every step
 (unpacked to [1,C,F,H,W]), the audio latents after every step (packed [1,La,C*M], normalised:
-as the pipeline holds them) and the output frames [1,F,3,H,W]; then LTX2ImageToVideoPipeline on the
+as the pipeline holds them), the output frames [1,F,3,H,W] and the sound [1,channels,samples]; then LTX2ImageToVideoPipeline on the
 same components with a first frame (OUT_DIR/image.png, at the video size, image_crf=0: vgen does
 not re-compress the image) on the I2V_CASES.
 
@@ -58,11 +58,11 @@ def run_ltx2_pipeline(pipe, case, seed):
 
     FlowMatchEulerDiscreteScheduler.step = recording_step
     try:
-        frames = pipe(**case, **CFG_ONLY, generator=torch.Generator().manual_seed(seed), output_type="pt",
-                      callback_on_step_end=record, callback_on_step_end_tensor_inputs=["latents"]).frames
+        result = pipe(**case, **CFG_ONLY, generator=torch.Generator().manual_seed(seed), output_type="pt",
+                      callback_on_step_end=record, callback_on_step_end_tensor_inputs=["latents"])
     finally:
         FlowMatchEulerDiscreteScheduler.step = step
-    return frames, video, outputs[1::2]
+    return result.frames, video, outputs[1::2], result.audio
 
 
 def main():
@@ -78,8 +78,9 @@ def main():
     tensors = {}
     for name, case in CASES.items():
         with torch.no_grad():
-            frames, video, audio = run_ltx2_pipeline(pipe, case, SEED)
+            frames, video, audio, waveform = run_ltx2_pipeline(pipe, case, SEED)
         tensors[f"frames_{name}"] = frames
+        tensors[f"waveform_{name}"] = waveform
         for i, (v, a) in enumerate(zip(video, audio)):
             tensors[f"latents_{name}_{i:03d}"] = v
             tensors[f"audio_{name}_{i:03d}"] = a
@@ -95,9 +96,10 @@ def main():
     i2v.set_progress_bar_config(disable=True)
     for name, case in I2V_CASES.items():
         with torch.no_grad():
-            frames, video, audio = run_ltx2_pipeline(i2v, {**case, "image": PIL.Image.fromarray(pixels), "image_crf": 0},
-                                                     SEED)
+            frames, video, audio, waveform = run_ltx2_pipeline(
+                i2v, {**case, "image": PIL.Image.fromarray(pixels), "image_crf": 0}, SEED)
         tensors[f"frames_{name}"] = frames
+        tensors[f"waveform_{name}"] = waveform
         for i, (v, a) in enumerate(zip(video, audio)):
             tensors[f"latents_{name}_{i:03d}"] = v
             tensors[f"audio_{name}_{i:03d}"] = a

@@ -23,7 +23,9 @@ The package (family "ltx2") holds TorchScript modules, Gemma's SentencePiece mod
 - vae_encoder.pt   (video [B,3,F,H,W] in [-1,1]) -> the posterior's mode [B,C,F',H',W']: what
   LTX2ImageToVideoPipeline encodes a first frame to ("argmax"), so the package also runs
   image-to-video (manifest inputs.image "optional"; the image is not re-compressed: image_crf 0);
-- the audio decoder and vocoder, when vgen_export.ltx2_audio is present (export_ltx2_audio).
+- audio_vae.pt and vocoder.pt: the audio decoder and vocoder (vgen_export.ltx2_audio's
+  export_ltx2_audio), with the manifest's "audio" object (its geometry, latents statistics and
+  output sample rate).
 
 Guidance: classifier-free guidance with one scale for video and audio (LTX2Pipeline's
 audio_guidance_scale=None), in LTX2Pipeline's x0 formulation; STG, modality-isolation guidance
@@ -51,6 +53,7 @@ import torch
 
 from . import manifest as mf
 from .common import DTYPES, assert_checks, dtype_tolerance, load_saved, max_diff, save_module, trace_quietly
+from .ltx2_audio import audio_geometry, export_ltx2_audio
 
 ACCEPTED_PIPELINES = ("LTX2Pipeline", "LTX2ImageToVideoPipeline")
 REAL_DEFAULTS = {"steps": 40, "guidance_scale": 4.0, "height": 512, "width": 768, "frames": 121,
@@ -309,16 +312,6 @@ def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
     return {"trace_shape": [1, c, 2, 2, 2], **saved, "checks": checks}
 
 
-def export_audio(audio_vae, vocoder, out_dir: Path, dtype: str) -> dict[str, Any]:
-    """The audio decoder and vocoder through vgen_export.ltx2_audio (the audio side's exporter)
-    when it is installed; otherwise nothing (the package is then video-only)."""
-    try:
-        from .ltx2_audio import export_ltx2_audio
-    except ImportError:
-        return {}
-    return export_ltx2_audio(audio_vae, vocoder, out_dir, dtype)
-
-
 def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "float32", tiny: bool = False,
                 max_side: int = 1536, max_frames: int = 257, seed: int = 0, max_length: int | None = None,
                 cross_timestep: bool = True) -> dict[str, Any]:
@@ -363,14 +356,9 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
         audio_vae = AutoencoderKLLTX2Audio.from_pretrained(diffusers_dir, subfolder="audio_vae",
                                                            dtype=torch.float32).eval()
         vocoder = LTX2Vocoder.from_pretrained(diffusers_dir, subfolder="vocoder", dtype=torch.float32).eval()
-        acfg = dict(audio_vae.config)
-        audio = {"latent_channels": int(acfg["latent_channels"]),
-                 "latent_mel_bins": int(acfg["mel_bins"]) // int(audio_vae.mel_compression_ratio),
-                 "sample_rate": int(acfg["sample_rate"]), "hop_length": int(acfg["mel_hop_length"]),
-                 "temporal_ratio": int(audio_vae.temporal_compression_ratio),
-                 "output_sample_rate": int(vocoder.config.output_sampling_rate),
-                 "output_channels": int(vocoder.config.out_channels)}
-        audio_entries = export_audio(audio_vae, vocoder, out_dir, dtype)
+        audio_entries = export_ltx2_audio(audio_vae, vocoder, out_dir, dtype)
+        audio = {**audio_geometry(audio_vae), **audio_entries["audio"]}
+        checks.update(audio_entries["checks"])
         del audio_vae, vocoder
         encoder = Gemma3ForConditionalGeneration.from_pretrained(diffusers_dir / "text_encoder", dtype=tdtype).eval()
         connectors = LTX2TextConnectors.from_pretrained(diffusers_dir, subfolder="connectors", dtype=tdtype).eval()
@@ -389,7 +377,7 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
         checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", max_length, tdtype, gen,
                                                    rope, cross_timestep)
         del transformer
-    for name in ("text_encoder", "transformer", "vae_decoder", "vae_encoder"):
+    for name in ("text_encoder", "transformer", "vae_decoder", "vae_encoder"):  # the audio ones checked themselves
         assert_checks(name, checks[name])
     if audio["latent_channels"] * audio["latent_mel_bins"] != int(tcfg["audio_in_channels"]):
         raise ExportRefused(f"audio latents ({audio['latent_channels']} x {audio['latent_mel_bins']}) do not pack "
@@ -413,7 +401,7 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
                                           methods=["forward"]),
         "vae_encoder": mf.component_entry(out_dir, "vae_encoder.pt", format="torchscript", dtype="float32",
                                           methods=["forward"]),
-        **audio_entries,
+        **audio_entries["components"],
     }
     manifest = {
         "format": mf.FORMAT,

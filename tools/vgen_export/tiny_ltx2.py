@@ -153,8 +153,10 @@ def tiny_audio_vae(seed: int = 0):
 def tiny_vocoder(audio_vae):
     from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
 
+    # Upsampling by the mel hop (8 x 5 x 4 = 160), as the released vocoder: the sound lasts as
+    # long as the clip.
     return LTX2Vocoder(in_channels=audio_vae.config.output_channels * audio_vae.config.mel_bins, hidden_channels=16,
-                       out_channels=2, upsample_kernel_sizes=[4, 4], upsample_factors=[2, 2], resnet_kernel_sizes=[3],
+                       out_channels=2, upsample_kernel_sizes=[16, 10, 8], upsample_factors=[8, 5, 4], resnet_kernel_sizes=[3],
                        resnet_dilations=[[1, 3, 5]], output_sampling_rate=16000).eval()
 
 

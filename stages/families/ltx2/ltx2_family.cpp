@@ -2,6 +2,8 @@
 
 #include "runtime/errors.hpp"
 #include "stages/families/ltx/ltx_family.hpp"
+#include "stages/families/ltx2/ltx2_audio.hpp"
+#include "stages/media/audio_track.hpp"
 #include "stages/media/image_input.hpp"
 #include "stages/text/text_lookup.hpp"
 
@@ -9,6 +11,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <boost/json.hpp>
 
+#include <chrono>
 #include <cmath>
 
 namespace vgen {
@@ -88,9 +91,9 @@ Ltx2Config read_ltx2_config(const ModelPackage& p) {
   const auto& a = section(p, m, "audio");
   c.audio_channels = positive(p, a, "audio.", "latent_channels");
   c.audio_mel_bins = positive(p, a, "audio.", "latent_mel_bins");
-  c.sample_rate = positive(p, a, "audio.", "sample_rate");
-  c.hop_length = positive(p, a, "audio.", "hop_length");
-  c.audio_ratio = positive(p, a, "audio.", "temporal_ratio");
+  c.sample_rate = positive(p, a, "audio.", "vae_sample_rate");
+  c.hop_length = positive(p, a, "audio.", "mel_hop_length");
+  c.audio_ratio = positive(p, a, "audio.", "temporal_compression");
   if (c.audio_channels * c.audio_mel_bins != positive(p, t, "transformer.", "audio_in_channels"))
     bad_manifest(p, "audio.latent_channels x audio.latent_mel_bins must equal transformer.audio_in_channels");
   const auto& v = section(p, m, "vae");
@@ -136,6 +139,7 @@ Ltx2Family::Ltx2Family(ModelPackage package, const FamilyOptions& options)
   for (const char* name : {"tokenizer", "text_encoder", "transformer", "vae_decoder"}) p.component(name);  // named if missing
   if (p.limits.last_image != InputUse::none) bad_manifest(p, "inputs.last_image: the ltx2 family takes a first frame only");
   if (p.limits.image != InputUse::none) p.component("vae_encoder");  // image-to-video
+  if (p.components.count("audio_vae") && p.components.count("vocoder")) audio_ = Ltx2AudioDecoder::load(p, backend_);
   tokenizer_ = Tokenizer::load(p.component("tokenizer").file,
                                {.max_length = p.max_length, .pad_id = p.pad_id, .eos_id = p.eos_id, .add_eos = false});
   if (options.text_cache.entries > 0)
@@ -368,6 +372,17 @@ void Ltx2Family::decode(const std::string& device, const std::vector<FamilyJob*>
   auto video = decode_video(device, tokens.size() == 1 ? tokens[0] : at::cat(tokens, 0), f, h, w);
   for (std::size_t j = 0; j < jobs.size(); ++j)  // VideoProcessor.postprocess_video: x / 2 + 0.5, clamped
     jobs[j]->frames = (video[static_cast<std::int64_t>(j)] / 2 + 0.5).clamp(0, 1).permute({1, 2, 3, 0}).contiguous();
+  if (!audio_) return;  // a package without the audio decoder: silent video
+  std::vector<at::Tensor> latents;
+  for (auto* job : jobs) latents.push_back(ltx2(*job).audio_latents);
+  const auto start = std::chrono::steady_clock::now();
+  auto tracks = audio_->decode(latents.size() == 1 ? latents[0] : at::cat(latents, 0), device);
+  const auto end = std::chrono::steady_clock::now();
+  for (std::size_t j = 0; j < jobs.size(); ++j) {  // one interval for the call (FamilyJob::audio_start)
+    jobs[j]->audio = std::make_shared<const AudioTrack>(std::move(tracks[j]));
+    jobs[j]->audio_start = start;
+    jobs[j]->audio_end = end;
+  }
 }
 
 // Every module twice at the smallest size (the profiling executor optimises on the second call).

@@ -25,7 +25,8 @@
 //  decode    the video tokens unpacked, un-normalised (x * std / scaling_factor + mean) and
 //            decoded to frames in [0, 1]; the audio tokens are kept on the job, normalised and
 //            packed [1, La, Ca*M], exactly as LTX2Pipeline holds them when its loop ends
-//            (Ltx2Job::audio_latents): the audio decoder and vocoder take them from there.
+//            (Ltx2Job::audio_latents); with the package's audio_vae and vocoder, the audio decoder
+//            (ltx2_audio.hpp) turns them into FamilyJob::audio, timed as the audio decode.
 // Image-to-video (LTX2ImageToVideoPipeline, same package: manifest inputs.image "optional" and a
 // vae_encoder.pt giving the posterior's mode): a job with an image encodes it (no draw), and
 // normalised ((mode - mean) / std) it is latent frame 0 of the video noise, drawn as for text;
@@ -42,6 +43,7 @@
 
 #include "stages/families/family.hpp"
 #include "stages/model/model_backend.hpp"
+#include "stages/families/ltx2/ltx2_audio.hpp"
 #include "stages/text/tokenizer.hpp"
 
 #include <boost/json/object.hpp>
@@ -108,6 +110,7 @@ class Ltx2Family final : public Family {
   std::string backend_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<TtlCache<at::Tensor>> text_cache_;  // null when off
+  std::shared_ptr<Ltx2AudioDecoder> audio_;            // null for a package without sound
 };
 
 std::shared_ptr<Family> make_ltx2_family(ModelPackage package, const FamilyOptions& options);

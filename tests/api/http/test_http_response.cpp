@@ -151,3 +151,13 @@ TEST_CASE("file_response: the whole file, one range, 416, ignored ranges, missin
     CHECK(e.kind() == vgen::ErrorKind::not_found);
   }
 }
+
+TEST_CASE("has_content_type: case-insensitive, parameters ignored, absent is false") {
+  http::Request r{bhttp::verb::post, "/v1/jobs", 11};
+  CHECK_FALSE(http::has_content_type(r, "application/json"));
+  r.set(bhttp::field::content_type, "Multipart/Form-Data; boundary=xyz");
+  CHECK(http::has_content_type(r, "multipart/form-data"));
+  CHECK_FALSE(http::has_content_type(r, "application/json"));
+  r.set(bhttp::field::content_type, "application/json-seq");
+  CHECK_FALSE(http::has_content_type(r, "application/json"));  // a longer type is another type
+}

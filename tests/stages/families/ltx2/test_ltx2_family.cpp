@@ -13,6 +13,7 @@
 
 #include "runtime/errors.hpp"
 #include "stages/exec/model_set.hpp"
+#include "stages/media/audio_track.hpp"
 #include "tests/support/family_group.hpp"
 #include "tests/support/python_reference.hpp"
 
@@ -62,6 +63,7 @@ struct OutDir {
 struct Capture {
   std::mutex m;
   std::map<std::string, at::Tensor> frames, audio;
+  std::map<std::string, std::shared_ptr<const AudioTrack>> tracks;
   std::map<std::string, std::vector<at::Tensor>> steps;
 };
 
@@ -80,6 +82,7 @@ std::vector<StageSpec> capturing(std::vector<StageSpec> stages, Capture& cap) {
         std::lock_guard l(cap.m);
         cap.frames[job.id()] = family_job(job)->frames.clone();
         cap.audio[job.id()] = static_cast<Ltx2Job&>(*family_job(job)).audio_latents.clone();
+        cap.tracks[job.id()] = family_job(job)->audio;
       }
     };
   }
@@ -196,11 +199,21 @@ static void check_parity(Reference& ref, const char* table, const std::vector<st
       if (i + 1 == steps) CHECK(at::equal(cap.audio[jobs[n]->id()], got_audio));  // the job keeps its last step's audio
     }
     const double frames = max_diff(cap.frames[jobs[n]->id()], ref.get("frames_" + name)[0].permute({0, 2, 3, 1}));
+    // The sound: the job's interleaved track against the pipeline's waveform [1, channels, samples].
+    const auto& track = cap.tracks[jobs[n]->id()];
+    REQUIRE(track);
+    const auto want = ref.get("waveform_" + name)[0].transpose(0, 1).contiguous();  // [samples, channels]
+    REQUIRE(track->channels == want.size(1));
+    const auto got_wave = at::from_blob(const_cast<float*>(track->samples.data()),
+                                        {static_cast<std::int64_t>(track->frames()), track->channels}, at::kFloat);
+    const double sound = max_diff(got_wave, want);
     MESSAGE(name << ": max |vgen - diffusers| over every step's video latents = " << video << ", audio latents = " << audio
-                 << ", frames = " << frames);
+                 << ", frames = " << frames << ", audio samples = " << sound << " (" << track->frames() << " x "
+                 << track->channels << " at " << track->sample_rate << " Hz)");
     CHECK(video <= 1e-4);
     CHECK(audio <= 1e-4);
     CHECK(frames <= 1e-4);
+    CHECK(sound <= 1e-4);
   }
 }
 
@@ -247,6 +260,12 @@ TEST_CASE("LTX-2 batched and joined jobs (other prompts, seeds, guidance, fps) a
                         max_diff(together[i]->audio_latents, alone->audio_latents)});
     }
     MESSAGE("ltx2 " << (image ? "i2v" : "t2v") << " batched vs solo: max |diff| over latents, frames and audio latents = " << worst);
+    // The package carries the audio decoder: each job ends with its sound, as long as its clip.
+    for (auto& j : together) {
+      REQUIRE(j->audio);
+      CHECK(j->audio->seconds() == doctest::Approx(17 / 24.0).epsilon(0.1));
+      CHECK(j->audio_end >= j->audio_start);
+    }
     CHECK(worst <= 1e-4);
     CHECK(max_diff(together[0]->frames, together[1]->frames) > 1e-3);  // the rows differ
     test::check_joined_equals_solo(family, [&](int i) { return make(i); }, 2, image ? "ltx2 i2v" : "ltx2");
