@@ -29,6 +29,7 @@ APT_PACKAGES=(  # what building and running vgen needs
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev  # swresample: audio to the encoder's rate and format
   libavfilter-dev  # the post-stages' no-model fallback (minterpolate, lanczos scale)
   doctest-dev libspdlog-dev libfmt-dev libcli11-dev libssl-dev libsentencepiece-dev
+  libpcre2-dev libicu-dev  # the byte-level BPE tokenizer (stages/text/bpe_tokenizer): its regex and NFC
   libsqlite3-dev nlohmann-json3-dev
   libnats-dev  # the fleet's client (vgen worker, --queue); found at configure time, so always
 )

@@ -1,8 +1,10 @@
 // FlowMatchEulerDiscreteScheduler as a pipeline drives it with its own sigmas and a
 // resolution-dependent shift: LTXPipeline passes sigmas = linspace(1, 1/n, n) and
-// mu = calculate_shift(latent sequence length, ...) to set_timesteps. vgen's set_timesteps
+// mu = calculate_shift(latent sequence length, ...) to set_timesteps; HunyuanVideo15Pipeline
+// passes linspace(1, 0, n + 1)[:-1] and shifts by the config's fixed shift. vgen's set_timesteps
 // takes only n, so the two pipeline inputs are vgen parameters next to diffusers' config keys:
-//   "sigma_schedule": "one_to_one_over_n"   the pipeline's sigmas (required: it selects this class)
+//   "sigma_schedule": "one_to_one_over_n" | "one_to_zero"   the pipeline's sigmas (required: it
+//                                            selects this class)
 //   "image_seq_len":  number                 the latent sequence length mu is computed from
 //                                            (required with use_dynamic_shifting)
 // Everything after the custom sigmas runs in float32 as diffusers' numpy does it on a float32
@@ -16,6 +18,7 @@ struct FlowSigmasConfig {
   int train = 1000;
   double shift = 1.0;
   bool dynamic = false, exponential = true;
+  bool to_zero = false;  // linspace(1, 0, n + 1)[:-1] instead of linspace(1, 1/n, n)
   double mu = 0.0;  // derived in check_config
   std::optional<double> shift_terminal;
   // calculate_shift's inputs, read for mu.
@@ -30,7 +33,7 @@ class FlowMatchEulerSigmas final : public Base<FlowMatchEulerSigmas, FlowSigmasC
 
   static FlowSigmasConfig read_config(ParamReader& p) {
     FlowSigmasConfig c;
-    p.text("sigma_schedule", "one_to_one_over_n", {"one_to_one_over_n"});
+    c.to_zero = p.text("sigma_schedule", "one_to_one_over_n", {"one_to_one_over_n", "one_to_zero"}) == "one_to_zero";
     c.train = p.integer("num_train_timesteps", 1000, 1, 100'000);
     c.shift = p.number("shift", 1.0);
     c.shift_terminal = p.optional_number("shift_terminal");
@@ -57,7 +60,8 @@ class FlowMatchEulerSigmas final : public Base<FlowMatchEulerSigmas, FlowSigmasC
 
   void set_timesteps(int n) override {
     check_num_steps(n);
-    const Doubles grid = np_linspace(1.0, 1.0 / n, n);
+    Doubles grid = c_.to_zero ? np_linspace(1.0, 0.0, n + 1) : np_linspace(1.0, 1.0 / n, n);
+    if (c_.to_zero) grid.pop_back();
     std::vector<float> s(grid.begin(), grid.end());  // np.array(sigmas).astype(np.float32)
     if (c_.dynamic) {
       // time_shift(mu, 1.0, s): exp(mu) / (exp(mu) + (1/s - 1) ** 1.0) or the linear form.

@@ -56,6 +56,11 @@ CASES = [
      dict(LTX_FLOW, image_seq_len=2000, time_shift_type="linear", shift_terminal=None), 5, None),
     ("flow_ltx_static_shift", "FlowMatchEulerDiscreteScheduler",
      {"shift": 3.3, "sigma_schedule": "one_to_one_over_n"}, 6, None),
+    # HunyuanVideo15Pipeline: its own sigmas linspace(1, 0, n + 1)[:-1], the config's fixed shift.
+    ("flow_hunyuan15", "FlowMatchEulerDiscreteScheduler",
+     {"num_train_timesteps": 1000, "shift": 5.0, "sigma_schedule": "one_to_zero"}, 7, None),
+    ("flow_hunyuan15_shift7", "FlowMatchEulerDiscreteScheduler",
+     {"shift": 7.0, "sigma_schedule": "one_to_zero"}, 3, None),
     ("unipc_wan480", "UniPCMultistepScheduler", WAN_UNIPC, 10, None),
     ("unipc_wan720_order3", "UniPCMultistepScheduler",
      dict(WAN_UNIPC, flow_shift=5.0, solver_order=3), 8, None),
@@ -107,6 +112,10 @@ def run_case(cls_name, config, steps, seed, sample, model_outputs, dtype):
         slope = (c.get("max_shift", 1.15) - c.get("base_shift", 0.5)) / (hi - lo)
         mu = pipeline.get("image_seq_len", 0) * slope + (c.get("base_shift", 0.5) - slope * lo)
         sched.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
+    elif pipeline.get("sigma_schedule") == "one_to_zero":  # as HunyuanVideo15Pipeline.__call__ does
+        import numpy as np
+
+        sched.set_timesteps(sigmas=np.linspace(1.0, 0.0, steps + 1)[:-1])
     else:
         sched.set_timesteps(steps)
     generator = torch.Generator().manual_seed(seed) if seed is not None else None

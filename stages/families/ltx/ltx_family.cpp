@@ -2,6 +2,7 @@
 
 #include "runtime/content_key.hpp"
 #include "runtime/errors.hpp"
+#include "stages/families/family_kit.hpp"
 #include "stages/media/image_input.hpp"
 #include "stages/text/text_lookup.hpp"
 
@@ -257,16 +258,7 @@ at::Tensor LtxFamily::predict(const PredictCall& call) {
   auto pred = transformer_call(call.device, live.front()->spec.precision, input, t, at::cat(embeds, 0), at::cat(masks, 0), at::cat(coords, 0).contiguous())
                   .to(at::kCPU)
                   .to(at::kFloat);  // LTXPipeline: noise_pred.float()
-  if (cfg) {
-    const auto uncond = pred.slice(0, 0, pred.size(0), 2), cond = pred.slice(0, 1, pred.size(0), 2);
-    std::vector<at::Tensor> rows;
-    for (std::size_t j = 0; j < live.size(); ++j) {
-      const auto r = static_cast<std::int64_t>(j);
-      const auto u = uncond.narrow(0, r, 1);
-      rows.push_back(u + live[j]->spec.guidance * (cond.narrow(0, r, 1) - u));
-    }
-    pred = rows.size() == 1 ? rows[0] : at::cat(rows, 0);
-  }
+  if (cfg) pred = guide_rows(pred, live);
   auto out = ltx_unpack(pred, f, h, w);
   for (std::size_t j = 0; j < live.size(); ++j)  // the given frame is not stepped: x + dt * 0 = x exactly
     if (ltx(*live[j]).condition.defined()) out[static_cast<std::int64_t>(j)].narrow(1, 0, 1).zero_();
@@ -301,9 +293,7 @@ void LtxFamily::decode(const std::string& device, const std::vector<FamilyJob*>&
   auto cat = [](const std::vector<at::Tensor>& xs) { return xs.size() == 1 ? xs[0] : at::cat(xs, 0); };
   if (!noises.empty() && noises.size() != zs.size())
     throw_error(ErrorKind::internal, "ltx decode: a group mixes jobs with and without decode noise");
-  auto video = decode_latents(device, cat(zs), noises.empty() ? at::Tensor() : cat(noises));
-  for (std::size_t j = 0; j < jobs.size(); ++j)
-    jobs[j]->frames = (video[static_cast<std::int64_t>(j)] / 2 + 0.5).clamp(0, 1).permute({1, 2, 3, 0}).contiguous();
+  set_frames(decode_latents(device, cat(zs), noises.empty() ? at::Tensor() : cat(noises)), jobs);
 }
 
 // Every module twice at the smallest size (the profiling executor optimises on the second call).

@@ -1,6 +1,7 @@
 #include "stages/families/ltx2/ltx2_family.hpp"
 
 #include "runtime/errors.hpp"
+#include "stages/families/family_kit.hpp"
 #include "stages/families/ltx/ltx_family.hpp"
 #include "stages/families/ltx2/ltx2_audio.hpp"
 #include "stages/media/audio_track.hpp"
@@ -370,8 +371,7 @@ void Ltx2Family::decode(const std::string& device, const std::vector<FamilyJob*>
     j.audio_latents = j.state.latents.narrow(1, s * c, la * ca).reshape({1, la, ca}).clone();
   }
   auto video = decode_video(device, tokens.size() == 1 ? tokens[0] : at::cat(tokens, 0), f, h, w);
-  for (std::size_t j = 0; j < jobs.size(); ++j)  // VideoProcessor.postprocess_video: x / 2 + 0.5, clamped
-    jobs[j]->frames = (video[static_cast<std::int64_t>(j)] / 2 + 0.5).clamp(0, 1).permute({1, 2, 3, 0}).contiguous();
+  set_frames(video, jobs);  // stages/families/family_kit: VideoProcessor.postprocess_video
   if (!audio_) return;  // a package without the audio decoder: silent video
   std::vector<at::Tensor> latents;
   for (auto* job : jobs) latents.push_back(ltx2(*job).audio_latents);

@@ -1,0 +1,522 @@
+"""Export a diffusers HunyuanVideo 1.5 text-to-video checkpoint into a vgen model package.
+
+    python -m vgen_export.hunyuan15 --diffusers DIR OUT [--dtype float32|float16|bfloat16]
+    python -m vgen_export.hunyuan15 --tiny OUT [--seed N]     # builds the tiny test model first
+
+The package (docs/MODEL_PACKAGE.md, family "hunyuan-video-1.5") holds TorchScript modules, the
+Qwen tokenizer's ``tokenizer.json`` and ``manifest.json``:
+
+- text_encoder.pt   (input_ids int64 [B,L], attention_mask int64 [B,L]) -> [B,L-crop,D]: the Qwen
+  2.5-VL text model's hidden state ``num_hidden_layers_to_skip`` layers before the last, with the
+  chat-template prefix (``crop_start`` tokens) cut off, as HunyuanVideo15Pipeline takes it; L =
+  tokenizer_max_length + crop_start; the runtime renders the template (manifest
+  ``text.template``) and tokenizes it (stages/text/bpe_tokenizer.hpp);
+- text_encoder_2.pt (input_ids int64 [B,256], attention_mask float32 [B,256]) -> [B,256,D2]: ByT5
+  on the prompt's quoted glyph texts (``Text "..."``), bytes + 3 then </s>; a prompt without
+  quotes gets zeros and a zero mask, no encoder call;
+- transformer.pt    (latents [B,C,F,H,W], timestep float32 [B], text [B,L',D], mask float32 [B,L'],
+  text_2 [B,256,D2], mask_2 float32 [B,256]) -> [B,C,F,H,W]: text-to-video, so the condition
+  latents, their mask and the image embeddings are zeros made inside the module;
+- vae_decoder.pt    (z [B,C,F,H,W] = latents / scaling_factor) -> video [B,3,4F-3,16H,16W] in
+  [-1,1]-ish. The VAE's causal attention mask is built by a Python loop in diffusers, which a
+  trace would freeze at one size: it is replaced, while tracing, by the same mask built with
+  tensor ops (0 where the key's frame is not after the query's, -inf elsewhere).
+
+Classifier-free guidance is the guider's (``ClassifierFreeGuidance``: uncond + g (cond - uncond),
+the diffusers-native form); a guider with another formulation, a guidance rescale or a start/stop
+window is refused by name, as are a scheduler other than FlowMatchEulerDiscreteScheduler, patch
+sizes other than 1 and pipelines other than HunyuanVideo15Pipeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import shutil
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import manifest as mf
+from .common import DTYPES, assert_checks, dtype_tolerance, load_saved, max_diff, save_module, trace_quietly
+
+ACCEPTED_PIPELINES = ("HunyuanVideo15Pipeline",)
+REAL_DEFAULTS = {"steps": 50, "guidance_scale": 6.0, "height": 480, "width": 848, "frames": 121, "fps": 24,
+                 "negative_prompt": ""}
+TINY_DEFAULTS = {"steps": 3, "guidance_scale": 6.0, "height": 32, "width": 48, "frames": 5, "fps": 24,
+                 "negative_prompt": ""}
+GLYPH_PATTERN = r"\"(.*?)\"|“(.*?)”"  # the pipeline's extract_glyph_texts
+
+
+class ExportRefused(ValueError):
+    """A checkpoint (or a part of it) that this exporter cannot reproduce; the message names it."""
+
+
+def pipeline_constants() -> dict[str, Any]:
+    """What HunyuanVideo15Pipeline fixes in its __init__ and signatures (read, not copied)."""
+    import inspect
+
+    from diffusers import HunyuanVideo15Pipeline
+
+    from types import SimpleNamespace
+
+    class Probe(HunyuanVideo15Pipeline):  # runs __init__ on stand-ins: the constants it sets
+        def register_modules(self, **kwargs):
+            for name, value in kwargs.items():
+                object.__setattr__(self, name, value)
+
+    vae = SimpleNamespace(temporal_compression_ratio=4, spatial_compression_ratio=16,
+                          config=SimpleNamespace(latent_channels=32))
+    transformer = SimpleNamespace(config=SimpleNamespace(target_size=640, image_embed_dim=1152))
+    probe = Probe(text_encoder=None, tokenizer=None, transformer=transformer, vae=vae, scheduler=None,
+                  text_encoder_2=None, tokenizer_2=None, guider=None)
+    mllm = inspect.signature(HunyuanVideo15Pipeline._get_mllm_prompt_embeds).parameters  # noqa: SLF001
+    return {"system_message": probe.system_message, "crop_start": int(probe.prompt_template_encode_start_idx),
+            "max_length": int(probe.tokenizer_max_length), "max_length_2": int(probe.tokenizer_2_max_length),
+            "image_tokens": int(probe.vision_num_semantic_tokens),
+            "skip_layers": int(mllm["num_hidden_layers_to_skip"].default)}
+
+
+def glyph_text(prompt: str) -> str | None:
+    """extract_glyph_texts as the pipeline runs it (checked against it in the exporter)."""
+    result = [a or b for a, b in re.findall(GLYPH_PATTERN, prompt)]
+    result = list(dict.fromkeys(result)) if len(result) > 1 else result
+    return ". ".join(f'Text "{t}"' for t in result) + ". " if result else None
+
+
+def byt5_ids(text: str, length: int, offset: int = 3, eos: int = 1, pad: int = 0) -> tuple[list[int], list[float]]:
+    """ByT5Tokenizer's ids as the runtime computes them (stages/families/hunyuan15: byt5_ids): UTF-8
+    bytes + offset, its added tokens cut out first (<pad>, </s>, <unk> strip the whitespace around
+    them; <extra_id_N> = offset + 256 + N), cut to length - 1, </s>, right-padded."""
+    special = re.compile(r"(\s*)(<pad>|</s>|<unk>)(\s*)|<extra_id_(0|[1-9][0-9]{0,2})>")
+    named = {"<pad>": pad, "</s>": eos, "<unk>": offset - 1}
+    out: list[int] = []
+    pos = 0
+    for m in special.finditer(text):
+        if m.group(4) is not None and int(m.group(4)) >= 125:
+            continue
+        out += [b + offset for b in text[pos:m.start()].encode()]
+        out.append(named[m.group(2)] if m.group(2) else offset + 256 + int(m.group(4)))
+        pos = m.end()
+    out += [b + offset for b in text[pos:].encode()]
+    out = out[: length - 1] + [eos]
+    return out + [pad] * (length - len(out)), [1.0] * len(out) + [0.0] * (length - len(out))
+
+
+BYT5_PROBES = ['Text "OPEN". ', 'Text "' + "é" * 300 + '". ', 'Text "a</s>b<pad>c<unk>d". ', 'x <pad> y',
+               'Text "<extra_id_3>e<extra_id_0><extra_id_124><extra_id_125>". ', 'x<extra_id_3 y', 'Text "東京 🐶". ']
+
+
+def check_byt5(tokenizer_2, length: int) -> dict[str, Any]:
+    """The runtime's ByT5 ids against the pipeline's tokenizer_2 called the pipeline's way."""
+    mismatches = [p for p in BYT5_PROBES if byt5_ids(p, length)[0] != tokenizer_2(
+        p, padding="max_length", max_length=length, truncation=True, add_special_tokens=True)["input_ids"]]
+    return {"probes": len(BYT5_PROBES), "mismatches": mismatches}
+
+
+# ---- modules ----------------------------------------------------------------------------------
+
+class TextEncoderExport(torch.nn.Module):
+    def __init__(self, encoder, skip_layers: int, crop_start: int):
+        super().__init__()
+        self.encoder, self.skip, self.crop = encoder, skip_layers, crop_start
+
+    def forward(self, input_ids, attention_mask):
+        states = self.encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states
+        return states[-(self.skip + 1)][:, self.crop:]
+
+
+class ByT5Export(torch.nn.Module):
+    def __init__(self, encoder):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_ids, attention_mask):
+        return self.encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
+
+
+class TransformerExport(torch.nn.Module):
+    """Text-to-video: cat([latents, zeros (condition), zeros (mask)]) and zero image embeddings.
+
+    HunyuanVideo15Transformer3DModel.forward step for step, except the per-row Python loop that
+    moves each row's valid text tokens in front of the padding: a trace would unroll it at the
+    trace's batch size. Here it is a stable sort of the rows' tokens by validity, which puts the
+    same tokens in the same order (valid image, ByT5, Qwen tokens, then the invalid ones, padding
+    zeroed) for any batch; the export checks compare it with diffusers' forward."""
+
+    def __init__(self, transformer, image_tokens: int):
+        super().__init__()
+        self.transformer, self.image_tokens = transformer, image_tokens
+        self.image_dim = int(transformer.config.image_embed_dim)
+
+    def forward(self, latents, timestep, text, mask, text_2, mask_2):
+        tr = self.transformer
+        b, _, f, h, w = latents.shape
+        x = torch.cat([latents, torch.zeros_like(latents), torch.zeros_like(latents[:, :1])], 1)
+        rope = tr.rope(x)
+        temb = tr.time_embed(timestep)
+        hidden = tr.x_embedder(x)
+        enc = tr.context_embedder(text, timestep, mask)
+        enc = enc + tr.cond_type_embed(torch.zeros_like(enc[:, :, 0], dtype=torch.long))
+        enc_2 = tr.context_embedder_2(text_2)
+        enc_2 = enc_2 + tr.cond_type_embed(torch.ones_like(enc_2[:, :, 0], dtype=torch.long))
+        image = torch.zeros(b, self.image_tokens, self.image_dim, dtype=latents.dtype, device=latents.device)
+        enc_3 = tr.image_embedder(image) * 0.0  # is_t2v
+        enc_3 = enc_3 + tr.cond_type_embed(2 * torch.ones_like(enc_3[:, :, 0], dtype=torch.long))
+        valid, valid_2 = mask.bool(), mask_2.bool()
+        valid_3 = torch.zeros_like(enc_3[:, :, 0], dtype=torch.bool)
+        zero = torch.zeros((), dtype=enc.dtype, device=enc.device)
+        states = torch.cat([enc_3, torch.where(valid_2[..., None], enc_2, zero), torch.where(valid[..., None], enc, zero)], 1)
+        masks = torch.cat([valid_3, valid_2, valid], 1)
+        order = torch.sort((~masks).to(torch.int32), dim=1, stable=True).indices
+        states = states.gather(1, order[..., None].expand(-1, -1, states.shape[2]))
+        masks = masks.gather(1, order)
+        for block in tr.transformer_blocks:
+            hidden, states = block(hidden, states, temb, masks, rope)
+        hidden = tr.proj_out(tr.norm_out(hidden, temb))
+        return hidden.reshape(b, f, h, w, -1).permute(0, 4, 1, 2, 3)
+
+
+class VaeDecoderExport(torch.nn.Module):
+    def __init__(self, vae):
+        super().__init__()
+        self.decoder = vae.decoder
+
+    def forward(self, z):
+        return self.decoder(z)
+
+
+def causal_frame_mask(n_frame: int, n_hw: int, dtype, device, batch_size: int | None = None):
+    """HunyuanVideo15AttnBlock.prepare_causal_attention_mask with tensor ops: the same values
+    (0 where key frame <= query frame, else -inf), traceable at any size; batch_size unused."""
+    frame = torch.arange(n_frame * n_hw, device=device) // n_hw
+    zero = torch.zeros((), dtype=dtype, device=device)
+    mask = torch.where(frame[None, :] <= frame[:, None], zero, torch.full((), float("-inf"), dtype=dtype, device=device))
+    return mask  # [S, S]: broadcast over the batch by SDPA (a traced expand would freeze the batch size)
+
+
+@contextlib.contextmanager
+def traceable_vae_attention():
+    from diffusers.models.autoencoders import autoencoder_kl_hunyuanvideo15 as m
+
+    saved = m.HunyuanVideo15AttnBlock.__dict__["prepare_causal_attention_mask"]  # the staticmethod itself
+    m.HunyuanVideo15AttnBlock.prepare_causal_attention_mask = staticmethod(causal_frame_mask)
+    try:
+        yield
+    finally:
+        m.HunyuanVideo15AttnBlock.prepare_causal_attention_mask = saved
+
+
+# ---- export steps -----------------------------------------------------------------------------
+
+def refuse_unsupported(src: Path) -> dict[str, Any]:
+    index_file = src / "model_index.json"
+    if not index_file.is_file():
+        raise ExportRefused(f"{src}: no model_index.json (not a diffusers pipeline directory)")
+    index = json.loads(index_file.read_text())
+    if index.get("_class_name") not in ACCEPTED_PIPELINES:
+        raise ExportRefused(f"{src}: pipeline {index.get('_class_name')!r} is not HunyuanVideo 1.5 text-to-video "
+                            f"(accepted: {', '.join(ACCEPTED_PIPELINES)})")
+    for part in ("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "transformer", "vae", "scheduler", "guider"):
+        if not (src / part).is_dir():
+            raise ExportRefused(f"{src}: component {part!r} is missing")
+    sched = json.loads((src / "scheduler" / "scheduler_config.json").read_text())
+    if sched.get("_class_name") != "FlowMatchEulerDiscreteScheduler":
+        raise ExportRefused(f"scheduler {sched.get('_class_name')!r}: vgen runs FlowMatchEulerDiscreteScheduler only")
+    for key in ("use_dynamic_shifting", "use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas",
+                "invert_sigmas", "stochastic_sampling"):
+        if sched.get(key):
+            raise ExportRefused(f"scheduler option {key}=true is not supported by vgen's HunyuanVideo 1.5 family")
+    if sched.get("shift_terminal"):
+        raise ExportRefused("scheduler option shift_terminal is not supported by vgen's HunyuanVideo 1.5 family")
+    guider = json.loads(next((src / "guider").glob("*.json")).read_text())
+    if guider.get("_class_name") != "ClassifierFreeGuidance":
+        raise ExportRefused(f"guider {guider.get('_class_name')!r}: vgen runs ClassifierFreeGuidance only")
+    if guider.get("use_original_formulation") or guider.get("guidance_rescale", 0.0) or \
+            guider.get("start", 0.0) != 0.0 or guider.get("stop", 1.0) != 1.0 or guider.get("enabled") is False:
+        raise ExportRefused("guider: use_original_formulation, guidance_rescale, start/stop windows and a disabled "
+                            "guider are not supported (vgen applies uncond + g * (cond - uncond) at every step)")
+    tcfg = json.loads((src / "transformer" / "config.json").read_text())
+    if tcfg.get("patch_size", 1) != 1 or tcfg.get("patch_size_t", 1) != 1:
+        raise ExportRefused(f"transformer patch_size {tcfg.get('patch_size')}/{tcfg.get('patch_size_t')}: vgen "
+                            "exports patch size 1 only")
+    if tcfg.get("use_meanflow"):
+        raise ExportRefused("transformer use_meanflow (the super-resolution model) is not supported")
+    return {"index": index, "guider": guider}
+
+
+def export_text_encoder(encoder, path: Path, consts: dict[str, Any], dtype, gen) -> dict[str, Any]:
+    wrapper = TextEncoderExport(encoder, consts["skip_layers"], consts["crop_start"]).eval()
+    length = consts["max_length"] + consts["crop_start"]
+    vocab = encoder.config.vocab_size
+
+    def inputs(lengths):
+        ids = torch.randint(0, vocab, (len(lengths), length), generator=gen)
+        mask = torch.zeros(len(lengths), length, dtype=torch.long)
+        for row, n in enumerate(lengths):
+            mask[row, :n] = 1
+        return ids, mask
+
+    traced = trace_quietly(wrapper, inputs([length, 120]))
+    saved = save_module(traced, path)
+    loaded = load_saved(path)
+    checks = []
+    for lengths in ([130], [length, 109, 200]):
+        ids, mask = inputs(lengths)
+        ref = wrapper(ids, mask)
+        checks.append({"shape": list(ids.shape), "max_abs_diff": max_diff(loaded(ids, mask), ref),
+                       "tolerance": dtype_tolerance(dtype, ref)})
+    return {"trace_shape": [2, length], **saved, "checks": checks}
+
+
+def export_byt5(encoder, path: Path, length: int, dtype, gen) -> dict[str, Any]:
+    wrapper = ByT5Export(encoder).eval()
+
+    def inputs(lengths):
+        ids = torch.randint(3, 259, (len(lengths), length), generator=gen)
+        mask = torch.zeros(len(lengths), length)
+        for row, n in enumerate(lengths):
+            mask[row, :n] = 1
+        return ids, mask
+
+    traced = trace_quietly(wrapper, inputs([length, 12]))
+    saved = save_module(traced, path)
+    loaded = load_saved(path)
+    checks = []
+    for lengths in ([20], [5, 40, length]):
+        ids, mask = inputs(lengths)
+        ref = wrapper(ids, mask)
+        checks.append({"shape": list(ids.shape), "max_abs_diff": max_diff(loaded(ids, mask), ref),
+                       "tolerance": dtype_tolerance(dtype, ref)})
+    return {"trace_shape": [2, length], **saved, "checks": checks}
+
+
+def export_transformer(transformer, path: Path, consts: dict[str, Any], text_dim: int, text_2_dim: int, dtype,
+                       gen) -> dict[str, Any]:
+    """Checked against diffusers called as the pipeline calls it (zero condition, zero image)."""
+    wrapper = TransformerExport(transformer, consts["image_tokens"]).eval()
+    c = int(transformer.config.out_channels)
+    length, length_2 = consts["max_length"], consts["max_length_2"]
+
+    def inputs(b, f, h, w, lengths, lengths_2):
+        x = torch.randn(b, c, f, h, w, generator=gen).to(dtype)
+        t = (torch.rand(b, generator=gen) * 1000.0).to(dtype)
+        text = torch.randn(b, length, text_dim, generator=gen).to(dtype)
+        text_2 = torch.randn(b, length_2, text_2_dim, generator=gen).to(dtype)
+        mask, mask_2 = torch.zeros(b, length), torch.zeros(b, length_2)
+        for row, (n, n2) in enumerate(zip(lengths, lengths_2)):
+            mask[row, :n] = 1
+            mask_2[row, :n2] = 1
+        return x, t, text, mask.to(dtype), text_2, mask_2.to(dtype)
+
+    trace = inputs(2, 2, 2, 3, [7, length], [0, 9])
+    traced = trace_quietly(wrapper, trace)
+    saved = save_module(traced, path)
+    loaded = load_saved(path)
+    checks = []
+    for b, f, h, w, lengths, lengths_2 in ((1, 1, 2, 2, [5], [0]), (2, 3, 2, 3, [3, 40], [12, 0]),
+                                           (3, 2, 1, 1, [length, 1, 9], [length_2, 3, 0])):
+        x, t, text, mask, text_2, mask_2 = inputs(b, f, h, w, lengths, lengths_2)
+        cond = torch.cat([x, torch.zeros_like(x), torch.zeros_like(x[:, :1])], 1)
+        image = torch.zeros(b, consts["image_tokens"], wrapper.image_dim, dtype=dtype)
+        ref = transformer(hidden_states=cond, timestep=t, encoder_hidden_states=text, encoder_attention_mask=mask,
+                          encoder_hidden_states_2=text_2, encoder_attention_mask_2=mask_2, image_embeds=image,
+                          return_dict=False)[0]
+        checks.append({"shape": list(x.shape), "text": lengths, "text_2": lengths_2,
+                       "max_abs_diff": max_diff(loaded(x, t, text, mask, text_2, mask_2), ref),
+                       "tolerance": dtype_tolerance(dtype, ref)})
+    return {"trace_shape": list(trace[0].shape), **saved, "checks": checks}
+
+
+def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
+    wrapper = VaeDecoderExport(vae).eval()
+    c = int(vae.config.latent_channels)
+    with traceable_vae_attention():
+        traced = trace_quietly(wrapper, (torch.randn(1, c, 2, 2, 2, generator=gen),))
+    saved = save_module(traced, path)
+    loaded = load_saved(path)
+    checks = []
+    for b, f, h, w in ((1, 1, 1, 1), (2, 3, 2, 3), (1, 2, 3, 2)):
+        z = torch.randn(b, c, f, h, w, generator=gen)
+        # diffusers' own loop-built mask, one row at a time: its [B,S,S] mask does not broadcast
+        # against the [B,1,S,C] query for B > 1 (diffusers 0.42.1 decodes batches only sliced).
+        ref = torch.cat([vae.decode(row, return_dict=False)[0] for row in z.split(1)])
+        checks.append({"shape": list(z.shape), "max_abs_diff": max_diff(loaded(z), ref), "tolerance": 1e-5})
+    return {"trace_shape": [1, c, 2, 2, 2], **saved, "checks": checks}
+
+
+TOKENIZER_PROBES = ["a dog barks at a passing car", "", " ", "Une fête à Paris, café crème", "東京の夜景 🐶🎉",
+                    "tabs\tand\nnewlines\r\n  spaces   ", 'a sign that says "OPEN" and “CLOSED”']
+
+
+def check_template(tokenizer, consts: dict[str, Any], template: str) -> dict[str, Any]:
+    """The runtime renders ``template`` with {system} and {prompt}: the same text as the
+    tokenizer's chat template applied the pipeline's way, on probe prompts."""
+    from diffusers.pipelines.hunyuan_video1_5.pipeline_hunyuan_video1_5 import extract_glyph_texts, format_text_input
+
+    mismatches = []
+    for p in TOKENIZER_PROBES:
+        want = tokenizer.apply_chat_template(format_text_input([p], consts["system_message"]), add_generation_prompt=True,
+                                             tokenize=False)[0]
+        got = template.replace("{system}", consts["system_message"]).replace("{prompt}", p if p else " ")
+        if want != got:
+            mismatches.append(p)
+        if glyph_text(p) != extract_glyph_texts(p):
+            mismatches.append("glyph:" + p)
+    return {"probes": len(TOKENIZER_PROBES), "mismatches": mismatches}
+
+
+def export_hunyuan15(src: Path | str, out_dir: Path | str, dtype: str = "float32", tiny: bool = False,
+                     max_side: int = 1280, max_frames: int = 241, seed: int = 0) -> dict[str, Any]:
+    import diffusers
+    import transformers
+    from diffusers import AutoencoderKLHunyuanVideo15, FlowMatchEulerDiscreteScheduler, HunyuanVideo15Transformer3DModel
+    from transformers import AutoTokenizer, Qwen2_5_VLTextModel, T5EncoderModel
+
+    src, out_dir = Path(src), Path(out_dir)
+    info = refuse_unsupported(src)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tdtype = DTYPES[dtype]
+    gen = torch.Generator().manual_seed(1234)
+    consts = pipeline_constants()
+    tokenizer = AutoTokenizer.from_pretrained(src / "tokenizer")
+    if tokenizer.padding_side != "right":
+        raise ExportRefused(f"tokenizer padding_side {tokenizer.padding_side!r}: vgen pads on the right only")
+    template = "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+    checks: dict[str, Any] = {"template": check_template(tokenizer, consts, template)}
+    if checks["template"]["mismatches"]:
+        raise ExportRefused(f"the tokenizer's chat template renders differently from Qwen's: {checks['template']}")
+    checks["tokenizer_2"] = check_byt5(AutoTokenizer.from_pretrained(src / "tokenizer_2"), consts["max_length_2"])
+    if checks["tokenizer_2"]["mismatches"]:
+        raise ExportRefused(f"tokenizer_2 is not ByT5's byte layout (offset 3, </s> = 1, <pad> = 0): {checks['tokenizer_2']}")
+    shutil.copyfile(src / "tokenizer" / "tokenizer.json", out_dir / "tokenizer.json")
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vae = AutoencoderKLHunyuanVideo15.from_pretrained(src, subfolder="vae", torch_dtype=torch.float32).eval()
+        vcfg = dict(vae.config)
+        spatial, temporal = int(vae.spatial_compression_ratio), int(vae.temporal_compression_ratio)
+        checks["vae_decoder"] = export_vae_decoder(vae, out_dir / "vae_decoder.pt", gen)
+        del vae
+        encoder = Qwen2_5_VLTextModel.from_pretrained(src / "text_encoder", torch_dtype=tdtype).eval()
+        checks["text_encoder"] = export_text_encoder(encoder, out_dir / "text_encoder.pt", consts, tdtype, gen)
+        text_dim = int(encoder.config.hidden_size)
+        del encoder
+        byt5 = T5EncoderModel.from_pretrained(src / "text_encoder_2", torch_dtype=tdtype).eval()
+        checks["text_encoder_2"] = export_byt5(byt5, out_dir / "text_encoder_2.pt", consts["max_length_2"], tdtype, gen)
+        text_2_dim = int(byt5.config.d_model)
+        del byt5
+        transformer = HunyuanVideo15Transformer3DModel.from_pretrained(src, subfolder="transformer",
+                                                                       torch_dtype=tdtype).eval()
+        tcfg = dict(transformer.config)
+        checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", consts, text_dim, text_2_dim,
+                                                   tdtype, gen)
+        del transformer
+    for name in ("text_encoder", "text_encoder_2", "transformer", "vae_decoder"):
+        assert_checks(name, checks[name])
+
+    scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(src, subfolder="scheduler")
+    multiple = spatial * int(tcfg["patch_size"])
+    side = {"multiple_of": multiple, "min": multiple, "max": max(multiple, max_side // multiple * multiple)}
+    frames_max = max(1, (max_frames - 1) // temporal * temporal + 1)
+    defaults = dict(TINY_DEFAULTS if tiny else REAL_DEFAULTS)
+    defaults["guidance_scale"] = float(info["guider"].get("guidance_scale", defaults["guidance_scale"]))
+    for key in ("height", "width"):
+        defaults[key] = max(side["min"], min(defaults[key], side["max"]) // multiple * multiple)
+    defaults["frames"] = min(defaults["frames"], frames_max)
+    pad_id = int(tokenizer.pad_token_id)
+    c = int(vcfg["latent_channels"])
+    manifest = {
+        "format": mf.FORMAT,
+        "format_version": mf.FORMAT_VERSION,
+        "family": mf.FAMILY_HUNYUAN15,
+        "dtype": dtype,
+        "source": {"diffusers_dir": str(src), "pipeline": info["index"].get("_class_name"), "tiny": tiny,
+                   "seed": seed if tiny else None, "torch": torch.__version__, "diffusers": diffusers.__version__,
+                   "transformers": transformers.__version__},
+        "components": {
+            "tokenizer": mf.component_entry(out_dir, "tokenizer.json", format="hf-tokenizer-json"),
+            "text_encoder": mf.component_entry(out_dir, "text_encoder.pt", format="torchscript", dtype=dtype,
+                                               methods=["forward"]),
+            "text_encoder_2": mf.component_entry(out_dir, "text_encoder_2.pt", format="torchscript", dtype=dtype,
+                                                 methods=["forward"]),
+            "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript", dtype=dtype,
+                                              methods=["forward"]),
+            "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript", dtype="float32",
+                                              methods=["forward"]),
+        },
+        # The generic reader's fields (max_length: the Qwen text after the crop); the family reads "text".
+        "tokenizer": {"file": "tokenizer.json", "type": "byte-level-bpe", "vocab_size": len(tokenizer),
+                      "max_length": consts["max_length"], "pad_id": pad_id, "eos_id": pad_id, "add_eos": False,
+                      "padding": "right"},
+        "text_encoder": {"output_dim": text_dim, "output_masked": False, "padding_invariant": False},
+        "text": {"template": template, "system_message": consts["system_message"], "crop_start": consts["crop_start"],
+                 "max_length": consts["max_length"], "skip_layers": consts["skip_layers"],
+                 "byt5": {"max_length": consts["max_length_2"], "output_dim": text_2_dim, "offset": 3, "eos_id": 1,
+                          "pad_id": 0, "glyph_pattern": GLYPH_PATTERN}},
+        "scheduler": mf.scheduler_section(scheduler),
+        "latent": {"channels": c, "temporal_scale": temporal, "spatial_scale": spatial,
+                   "latents_mean": [0.0] * c, "latents_std": [1.0] * c, "dtype": "float32"},
+        "transformer": {"patch_size": 1, "patch_size_t": 1, "in_channels": int(tcfg["in_channels"]),
+                        "out_channels": int(tcfg["out_channels"]), "image_tokens": consts["image_tokens"],
+                        "prediction": "flow", "timestep_dtype": "float32",
+                        "inputs": "latents [B,C,F,H,W], timestep [B], text [B,L,D], mask [B,L], text_2 [B,256,D2], "
+                                  "mask_2 [B,256]"},
+        "vae": {"scaling_factor": float(vcfg["scaling_factor"])},
+        "guidance": {"type": "ClassifierFreeGuidance", "formula": "uncond + g * (cond - uncond)"},
+        "resolution": {"height": side, "width": side},
+        "frames": {"rule": f"{temporal}k+1", "k_multiple": temporal, "min": 1, "max": frames_max},
+        "defaults": defaults,
+        "export_checks": checks,
+        "inputs": {"image": "none", "last_image": "none"},
+    }
+    mf.write_manifest(out_dir, manifest)
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vgen_export.hunyuan15",
+                                     description="Export diffusers HunyuanVideo 1.5 (text-to-video) to a vgen model package")
+    parser.add_argument("--diffusers", type=Path, help="diffusers checkpoint directory")
+    parser.add_argument("--tiny", action="store_true", help="build the tiny random test model first")
+    parser.add_argument("out", type=Path, nargs="?", help="package directory to write")
+    parser.add_argument("--out", dest="out_flag", type=Path, help="package directory to write (as the other exporters)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    parser.add_argument("--seed", type=int, default=0, help="seed for --tiny")
+    parser.add_argument("--max-side", type=int, default=1280)
+    parser.add_argument("--max-frames", type=int, default=241)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    out = args.out or args.out_flag
+    if out is None:
+        parser.error("give the package directory to write (OUT or --out OUT)")
+    if args.tiny == (args.diffusers is not None):
+        parser.error("give exactly one of --diffusers DIR or --tiny")
+    torch.set_num_threads(args.threads)
+    common = dict(dtype=args.dtype, max_side=args.max_side, max_frames=args.max_frames)
+    try:
+        if args.tiny:
+            from .tiny_hunyuan15 import write_tiny_hunyuan15
+
+            with tempfile.TemporaryDirectory(prefix="vgen_tiny_hy15_") as tmp:
+                src = write_tiny_hunyuan15(Path(tmp) / "diffusers", seed=args.seed)
+                manifest = export_hunyuan15(src, out, tiny=True, seed=args.seed, **common)
+        else:
+            manifest = export_hunyuan15(args.diffusers, out, **common)
+    except ExportRefused as e:
+        print(f"export_hunyuan15: refused: {e}", file=sys.stderr)
+        return 2
+    worst = max(c["max_abs_diff"] for n in ("text_encoder", "text_encoder_2", "transformer", "vae_decoder")
+                for c in manifest["export_checks"][n]["checks"])
+    print(f"wrote {out} ({manifest['family']}, {manifest['dtype']}); max |jit - eager| = {worst:.3g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
