@@ -14,13 +14,17 @@ namespace json = boost::json;
 namespace {
 
 // diffusers' blend_v (dim 3) / blend_h (dim 4), in place on b: its first `extent` rows become
-// a's last rows * (1 - y / extent) + b's * (y / extent). The weights are computed in double and
-// rounded to the tiles' dtype, as PyTorch does with diffusers' Python-float weights, so the
-// blend rounds as diffusers' does.
-void blend(const at::Tensor& a, const at::Tensor& b, std::int64_t dim, std::int64_t extent) {
+// a's last rows * (1 - y / extent) + b's * (y / extent). A decoder that unpatchifies at its end
+// is blended by diffusers before that, in patch rows: y and extent count patches, so the ramp
+// steps once per `patch` pixel rows. The weights are computed in double and rounded to the
+// tiles' dtype, as PyTorch does with diffusers' Python-float weights, so the blend rounds as
+// diffusers' does.
+void blend(const at::Tensor& a, const at::Tensor& b, std::int64_t dim, std::int64_t extent, std::int64_t patch) {
   extent = std::min({a.size(dim), b.size(dim), extent});
-  if (extent <= 0) return;
-  const auto y = at::arange(extent, at::TensorOptions().dtype(at::kDouble)) / static_cast<double>(extent);
+  const auto patches = extent / patch;
+  if (patches <= 0) return;
+  const auto y = at::floor_divide(at::arange(extent, at::TensorOptions().dtype(at::kDouble)), patch) /
+                 static_cast<double>(patches);
   const auto shape = dim == 3 ? std::vector<std::int64_t>{extent, 1} : std::vector<std::int64_t>{extent};
   const auto w_b = y.to(b.options()).view(shape);
   const auto w_a = (1.0 - y).to(b.options()).view(shape);
@@ -66,8 +70,10 @@ bool wants_tiled_decode(const TiledDecodeOptions& o, std::int64_t h, std::int64_
 }
 
 at::Tensor tiled_decode(const at::Tensor& latents, const LatentDecoder& decode, std::int64_t scale,
-                        const TiledDecodeOptions& o) {
+                        const TiledDecodeOptions& o, std::int64_t patch) {
   check_tiled_decode_options(o, scale);
+  if (patch < 1 || scale % patch != 0)
+    throw_error(ErrorKind::invalid_argument, "tiled decode: patch " + std::to_string(patch) + " does not divide the scale");
   // Modules return inference tensors (stages/model/model_backend.cpp), which only inference
   // mode may write into; the blend writes into the tiles.
   c10::InferenceMode guard;
@@ -85,8 +91,8 @@ at::Tensor tiled_decode(const at::Tensor& latents, const LatentDecoder& decode, 
     row.clear();
     for (std::int64_t j = 0; j < w; j += step_w) {
       auto tile = decode(latents.slice(3, i, std::min(i + tile_h, h)).slice(4, j, std::min(j + tile_w, w)).contiguous());
-      if (i > 0) blend(above[row.size()], tile, 3, blend_h);
-      if (!row.empty()) blend(row.back(), tile, 4, blend_w);
+      if (i > 0) blend(above[row.size()], tile, 3, blend_h, patch);
+      if (!row.empty()) blend(row.back(), tile, 4, blend_w, patch);
       if (!out.defined()) out = at::empty({tile.size(0), tile.size(1), tile.size(2), out_h, out_w}, tile.options());
       const auto y = i * scale, x = j * scale;
       const auto rows = std::min(o.stride_height, out_h - y), cols = std::min(o.stride_width, out_w - x);

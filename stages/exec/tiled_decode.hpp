@@ -34,9 +34,11 @@ bool wants_tiled_decode(const TiledDecodeOptions& options, std::int64_t latent_h
 
 // The frames of `latents` [B, C, F, h, w] decoded tile by tile: [B, channels, F', h * scale,
 // w * scale] on the decoder's output device and dtype. Does not check wants_tiled_decode:
-// a latent within one tile is decoded in one call.
+// a latent within one tile is decoded in one call. `patch`: the decoder unpatchifies patch x
+// patch pixels at its end (Wan 2.2's VAE: 2); diffusers blends before unpatchifying, so the
+// blend ramps step once per patch (1: per pixel).
 at::Tensor tiled_decode(const at::Tensor& latents, const LatentDecoder& decode, std::int64_t spatial_scale,
-                        const TiledDecodeOptions& options);
+                        const TiledDecodeOptions& options, std::int64_t patch = 1);
 
 // `base` with the fields a JSON section gives: {"tiling": "auto"|"on"|"off", "tile": [h, w] or n,
 // "stride": [h, w] or n, "auto_min_latent_area": n} (a package manifest's "decode" section).

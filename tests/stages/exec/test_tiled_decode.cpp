@@ -76,6 +76,18 @@ TEST_CASE("tiled_decode: overlaps blend with a linear ramp from the earlier tile
   CHECK(out[0][0][0][15][63].item<float>() == 1.0f);
 }
 
+TEST_CASE("tiled_decode: a decoder that unpatchifies 2 x 2 at its end is blended in patches, as diffusers does") {
+  int call = 0;
+  const auto z = at::zeros({1, 1, 1, 2, 8});
+  auto o = small_tiles();
+  o.tile_height = o.stride_height = 16;
+  const auto out = tiled_decode(z, [&](const at::Tensor& t) {
+    return at::full({1, 1, 1, t.size(3) * kScale, t.size(4) * kScale}, static_cast<float>(call++));
+  }, kScale, o, 2);
+  for (int x = 0; x < 16; ++x) CHECK(out[0][0][0][0][32 + x].item<float>() == doctest::Approx((x / 2) / 8.0));
+  CHECK_THROWS_AS(tiled_decode(z, pointwise_decoder, kScale, o, 3), Error);
+}
+
 TEST_CASE("wants_tiled_decode: off never, auto only above its area, and only when larger than one tile") {
   TiledDecodeOptions o;  // auto above 60 x 104, tiles of 256 = 32 latent pixels
   CHECK_FALSE(wants_tiled_decode(o, 4, 6, kScale));      // the tests' 32 x 48 clips
