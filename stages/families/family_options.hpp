@@ -4,6 +4,8 @@
 // holds TextCacheOptions and LoraOptions as they are, and the Runtime hands them down untouched.
 #pragma once
 
+#include "stages/exec/tiled_decode_options.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
@@ -30,6 +32,9 @@ struct FamilyOptions {
   TextCacheOptions text_cache;
   std::string model_name;  // the name jobs use for it (messages); empty: its directory's name
   LoraOptions lora;
+  // When the VAE decodes in overlapping spatial tiles (stages/exec/tiled_decode.hpp); a
+  // package's manifest section "decode" overrides it. Default "auto": only above 480p's area.
+  TiledDecodeOptions decode;
 };
 
 }  // namespace vgen

@@ -217,6 +217,8 @@ def test_vae_decoder_roundtrip_and_streaming(pkg, pipe):
         assert out.shape == (b, 3, 4 * (f - 1) + 1, 8 * h, 8 * w)
         assert (out - ref).abs().max() <= 1e-5
         assert torch.equal(torch.cat(chunks, 2), out)
+        # the tiled decode's method (stages/exec/tiled_decode.hpp): forward before its clamp
+        assert torch.equal(pkg.vae_decoder.decode_unclamped(z).clamp(-1.0, 1.0), out)
         assert first.shape[2] == 1 and all(c.shape[2] == 4 for c in chunks[1:])
 
 

@@ -427,7 +427,7 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                                               **({"quantization": QUANTIZATION} if quantize == "int8-only" else {})),
             "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript",
                                               dtype="float32",
-                                              methods=["forward", "decode_first", "decode_step"]),
+                                              methods=["forward", "decode_first", "decode_step", "decode_unclamped"]),
         },
         "tokenizer": {"file": "tokenizer.model", "type": "sentencepiece", "vocab_size": sp.vocab_size(),
                       "max_length": max_length, "pad_id": sp.pad_id(), "eos_id": sp.eos_id(),

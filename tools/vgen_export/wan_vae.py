@@ -17,7 +17,7 @@ from .common import failed_checks, load_saved, max_diff, save_module, trace_quie
 
 
 class VaeFirstChunk(torch.nn.Module):
-    """Latent frame 0 -> (video frames [B,3,1,H,W] clamped to [-1,1], caches)."""
+    """Latent frame 0 -> (video frames [B,3,1,H,W], not clamped, caches)."""
 
     def __init__(self, vae, used: list[int]):
         super().__init__()
@@ -47,11 +47,11 @@ class VaeFirstChunk(torch.nn.Module):
             if isinstance(cache, str):  # "Rep": the upsampler's time conv starts from zeros
                 cache = torch.zeros_like(captured[i][:, :, :1])
             caches.append(two_frame_cache(cache))
-        return unpatchify_video(out, self.patch).clamp(-1.0, 1.0), caches
+        return unpatchify_video(out, self.patch), caches
 
 
 class VaeNextChunk(torch.nn.Module):
-    """(latent frame i >= 1, caches) -> (4 video frames clamped to [-1,1], new caches)."""
+    """(latent frame i >= 1, caches) -> (4 video frames, not clamped, new caches)."""
 
     def __init__(self, vae, used: list[int]):
         super().__init__()
@@ -64,7 +64,7 @@ class VaeNextChunk(torch.nn.Module):
         for i, cache in zip(self.used, caches):
             feat[i] = cache
         out = self.decoder(self.post_quant_conv(z), feat_cache=feat, feat_idx=[0])
-        return unpatchify_video(out, self.patch).clamp(-1.0, 1.0), [two_frame_cache(feat[i]) for i in self.used]
+        return unpatchify_video(out, self.patch), [two_frame_cache(feat[i]) for i in self.used]
 
 
 def rms_norm_by_sum_of_squares(self, x: torch.Tensor) -> torch.Tensor:
@@ -96,13 +96,20 @@ def _fast_rms_norms(module: torch.nn.Module):
 
 class VaeDecoderExport(torch.nn.Module):
     """Scripted driver: forward(z [B,16,F',H',W']) -> video [B,3,4(F'-1)+1,8H',8W'] in [-1,1].
-    ``decode_first`` / ``decode_step`` expose the per-latent-frame chunks for streaming."""
+    ``decode_first`` / ``decode_step`` expose the per-latent-frame chunks for streaming.
+    ``decode_unclamped`` is forward before its clamp: a spatially tiled decode
+    (stages/exec/tiled_decode.hpp) blends the tiles' overlaps before clamping, as diffusers'
+    ``AutoencoderKLWan.tiled_decode`` does, and a clamp per tile would change the blend."""
 
     def __init__(self, first: torch.nn.Module, step: torch.nn.Module):
         super().__init__()
         self.first, self.step = first, step
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.decode_unclamped(z).clamp(-1.0, 1.0)
+
+    @torch.jit.export
+    def decode_unclamped(self, z: torch.Tensor) -> torch.Tensor:
         out, caches = self.first(z[:, :, 0:1])
         outs = [out]
         for i in range(1, z.size(2)):
@@ -112,11 +119,13 @@ class VaeDecoderExport(torch.nn.Module):
 
     @torch.jit.export
     def decode_first(self, z: torch.Tensor) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-        return self.first(z)
+        out, caches = self.first(z)
+        return out.clamp(-1.0, 1.0), caches
 
     @torch.jit.export
     def decode_step(self, z: torch.Tensor, caches: List[torch.Tensor]) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-        return self.step(z, caches)
+        out, caches = self.step(z, caches)
+        return out.clamp(-1.0, 1.0), caches
 
 
 def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 #include "runtime/content_key.hpp"
 #include "runtime/errors.hpp"
+#include "stages/exec/tiled_decode.hpp"
 #include "stages/text/text_lookup.hpp"
 
 #include <ATen/ATen.h>
@@ -144,6 +145,12 @@ WanFamily::WanFamily(ModelPackage package, const FamilyOptions& options)
         .max_entries = options.text_cache.entries, .max_cost = 1ull << 30, .default_ttl = options.text_cache.ttl});
   loras_ = std::make_shared<LoraLibrary>(options.lora.dir);
   variants_ = std::make_shared<LoraVariants>(options.lora.cache_bytes);
+  check_tiled_decode_options(options.decode, p.spatial_scale);
+  tiling_ = options.decode;
+  if (const auto* d = p.manifest.if_contains("decode")) {
+    if (!d->is_object()) throw Error(ErrorKind::invalid_argument, "model package " + p.dir.string() + ": manifest field 'decode' must be an object");
+    tiling_ = read_tiled_decode_options(d->get_object(), tiling_, "model package " + p.dir.string(), p.spatial_scale);
+  }
 }
 
 std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOptions& options) {
@@ -429,9 +436,38 @@ void WanFamily::decode(const std::string& device, const std::vector<FamilyJob*>&
   for (auto* j : jobs) zs.push_back(j->state.latents);
   auto z = (zs.size() == 1 ? zs[0] : at::cat(zs, 0)) / (1.0 / std) + mean;  // exactly diffusers' un-normalisation
   auto vae = module("vae_decoder", device);
-  auto video = vae->forward({z.to(vae->dtype())}).to(at::kCPU).to(at::kFloat);  // [N,3,F,H,W]
+  at::Tensor video;  // [N,3,F,H,W]; tiled, not yet clamped (the frames' clamp below does it)
+  if (wants_tiled_decode(tiling_, z.size(3), z.size(4), p.spatial_scale)) {
+    const auto dtype = vae->dtype();
+    const LatentDecoder tile = [&](const at::Tensor& zt) { return decode_tile(*vae, zt.to(dtype)); };
+    // Wan VAEs downsample 8x in their convolutions; a larger scale is a patchifying VAE (Wan
+    // 2.2's: 16 = 8 x a 2 x 2 patch, unpatchified inside the exported decoder).
+    video = tiled_decode(z, tile, p.spatial_scale, tiling_, std::max<std::int64_t>(1, p.spatial_scale / 8));
+  } else {
+    video = vae->forward({z.to(vae->dtype())});
+  }
+  video = video.to(at::kCPU).to(at::kFloat);
   for (std::size_t j = 0; j < jobs.size(); ++j)
     jobs[j]->frames = (video[static_cast<std::int64_t>(j)] / 2 + 0.5).clamp(0, 1).permute({1, 2, 3, 0}).contiguous();
+}
+
+// decode_unclamped: packages exported since the tiled decode (tools/vgen_export/wan_vae.py). An
+// older package's decoder clamps each tile to [-1, 1] before the blend, which differs from
+// diffusers' tiled decode only where decoded values leave that range; it is used rather than
+// refusing the package.
+at::Tensor WanFamily::decode_tile(const Module& vae, const at::Tensor& z) const {
+  if (vae_unclamped_.load() != 0) {
+    try {
+      auto out = vae.call("decode_unclamped", {z});
+      vae_unclamped_.store(1);
+      return out;
+    } catch (const Error& e) {
+      // invalid_argument is the module's "no such method"; anything else is the decode's own.
+      if (e.kind() != ErrorKind::invalid_argument || vae_unclamped_.load() == 1) throw;
+      vae_unclamped_.store(0);
+    }
+  }
+  return vae.forward({z});
 }
 
 // Calls the text encoder, transformer and VAE twice at the package's smallest size, discarding

@@ -8,7 +8,9 @@
 //  predict   one transformer call for the group's cond and uncond rows together, the text
 //            context at one row count per group (stages/text_context.hpp: the compact form
 //            with a package that has forward_compact), then each job's guidance.
-//  decode    un-normalise with latents mean/std, VAE decode, frames in [0, 1].
+//  decode    un-normalise with latents mean/std, VAE decode, frames in [0, 1]; above a size
+//            (FamilyOptions::decode, the manifest's "decode" section) in overlapping
+//            spatial tiles blended as diffusers' enable_tiling() does (stages/exec/tiled_decode.hpp).
 // Two experts (Wan 2.2 A14B, "wan2.2-a14b-t2v"; manifest `experts`): `transformer` predicts
 // while the step's timestep >= boundary_ratio * num_train_timesteps, `transformer_2` below,
 // each with the job's guidance (diffusers' guidance_scale_2 default). A denoise group's jobs
@@ -17,11 +19,14 @@
 // thread-safe. Includes LibTorch.
 #pragma once
 
+#include "stages/exec/tiled_decode_options.hpp"
 #include "stages/families/family.hpp"
 #include "stages/model/lora_variants.hpp"
 #include "stages/model/model_backend.hpp"
 #include "stages/families/wan/text_context.hpp"
 #include "stages/text/tokenizer.hpp"
+
+#include <atomic>
 
 namespace vgen {
 
@@ -78,6 +83,8 @@ class WanFamily : public Family {
   CacheStats lora_cache_stats() const override;
   LoraVariantStats lora_stats() const { return variants_->stats(); }
   const WanConfig& config() const noexcept { return config_; }
+  // The tiling the decoder uses: FamilyOptions::decode with the manifest's "decode" section.
+  const TiledDecodeOptions& decode_tiling() const noexcept { return tiling_; }
 
   // One transformer call on `device`: forward on the zero-padded max_length context (bias
   // undefined), or forward_compact with the compact form's key bias; with `image` defined
@@ -109,6 +116,8 @@ class WanFamily : public Family {
   // Resolves, hashes and maps the job's LoRA files, then applies their suggested steps /
   // guidance / shift to the fields `fields` (the job's JSON) leaves out.
   void validate_loras(JobSpec& spec, const boost::json::object& fields, const SpecLimits& limits) const;
+  // One tile's frames before the clamp (tiles are blended before clamping, as in diffusers).
+  at::Tensor decode_tile(const Module& vae, const at::Tensor& z) const;
 
   ModelPackage package_;
   WanConfig config_;
@@ -120,6 +129,9 @@ class WanFamily : public Family {
   std::shared_ptr<LoraVariants> variants_;            // merged transformers, per device
   mutable std::mutex shapes_mutex_;
   mutable ParameterShapes transformer_shapes_;        // read from the first loaded transformer: validate maps LoRA keys onto it
+  TiledDecodeOptions tiling_;
+  // Whether the decoder has decode_unclamped (packages exported before it lack it): -1 unknown.
+  mutable std::atomic<int> vae_unclamped_{-1};
 };
 
 std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOptions& options);

@@ -20,6 +20,7 @@
 #include <boost/asio/this_coro.hpp>
 
 #include "runtime/errors.hpp"
+#include "stages/exec/tiled_decode.hpp"
 #include "stages/families/wan/text_context.hpp"
 #include "stages/exec/model_set.hpp"
 #include "stages/model/component_backends.hpp"
@@ -384,6 +385,56 @@ TEST_CASE("WanConfig: the manifest's Wan flags, false when absent; compact only 
   CHECK_FALSE(config(R"({"text_encoder": {"output_masked": false}, "transformer": {"compact_context": true},
       "components": {"transformer": {"methods": ["forward_compact"]}}})").transformer_compact_context);
   CHECK_FALSE(config(R"({"text_encoder": {"padding_invariant": "yes"}})").text_padding_invariant);
+}
+
+// The tiling itself is checked against diffusers in tests/stages/exec/test_tiled_decode.cpp;
+// here: the family tiles when its options or its manifest say so, and only then.
+TEST_CASE("decode tiles by FamilyOptions::decode or the manifest's decode section; auto leaves the test sizes whole" *
+          doctest::timeout(600)) {
+  auto* ref = reference_or_skip();
+  if (!ref) return;
+  const auto package = load_model_package(ref->info["package"].get<std::string>());
+  const auto latents = at::randn({1, package.latent_channels, 3, 4, 6}, at::TensorOptions().dtype(at::kFloat));
+  auto frames = [&](const ModelPackage& p, const FamilyOptions& options) {
+    WanFamily family(p, options);
+    auto job = family.create_job(p.defaults);
+    job->state.latents = latents;
+    family.decode("cpu", {job.get()});
+    return job->frames;
+  };
+  const auto whole = frames(package, {});  // "auto": 4 x 6 latent pixels are far below 480p
+  FamilyOptions on;
+  on.decode.tiling = "on";
+  on.decode.tile_height = on.decode.tile_width = 16;  // 2 x 2 latent pixels every 1: 4 x 6 tiles
+  on.decode.stride_height = on.decode.stride_width = 8;
+  const auto tiled = frames(package, on);
+  REQUIRE(tiled.sizes() == whole.sizes());
+
+  // What the family should produce: the un-normalised latents tiled through decode_unclamped.
+  const auto c = package.latent_channels;
+  const auto mean = at::tensor(package.latents_mean, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+  const auto std = at::tensor(package.latents_std, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+  auto vae = load_module("torchscript", package.component("vae_decoder").file, "cpu", at::kFloat);
+  const auto z = latents / (1.0 / std) + mean;
+  const auto direct = tiled_decode(z, [&](const at::Tensor& t) { return vae->call("decode_unclamped", {t}); }, 8, on.decode);
+  const auto expected = (direct[0] / 2 + 0.5).clamp(0, 1).permute({1, 2, 3, 0});
+  CHECK(max_diff(tiled, expected) <= 1e-6);
+  const double blend = max_diff(tiled, whole);
+  MESSAGE("tiled (16 px tiles every 8) vs whole decode: max |diff| " << blend);
+  CHECK(blend > 1e-3);
+
+  // The manifest's section overrides the options; "off" there wins over "on" here.
+  auto with_section = [&](const char* section) {
+    auto p = package;
+    p.manifest["decode"] = boost::json::parse(section);
+    return p;
+  };
+  CHECK(max_diff(frames(with_section(R"({"tiling": "on", "tile": 16, "stride": 8})"), {}), tiled) == 0);
+  CHECK(max_diff(frames(with_section(R"({"tiling": "off"})"), on), whole) == 0);
+  CHECK_THROWS_WITH_AS(frames(with_section(R"({"tiling": "always"})"), {}), doctest::Contains("decode.tiling"), Error);
+  FamilyOptions bad;
+  bad.decode.stride_height = 12;
+  CHECK_THROWS_WITH_AS(frames(package, bad), doctest::Contains("multiples"), Error);
 }
 
 TEST_CASE("a missing or damaged package is reported by name") {
