@@ -15,6 +15,7 @@
 #include "stages/exec/model_set.hpp"
 #include "stages/media/audio_track.hpp"
 #include "tests/support/family_group.hpp"
+#include "tests/support/parity_reference.hpp"
 #include "tests/support/python_reference.hpp"
 
 // LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; this file's CHECKs
@@ -28,30 +29,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Reference {
-  nlohmann::json info;
-  std::optional<torch::jit::Module> tensors;
-  at::Tensor get(const std::string& name) {
-    if (!tensors) tensors = torch::jit::load(info["reference"].get<std::string>());
-    return tensors->attr(name).toTensor();
-  }
-};
+using Reference = test::ParityReference;
 
 // Written once by the CTest fixture `stages.ltx2_parity_reference` (tools/reference/ltx2_parity.py).
-Reference* reference_or_skip() {
-  static std::optional<Reference> ref;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    const char* dir = std::getenv("VGEN_LTX2_PARITY_DIR");
-    if (dir && *dir && fs::is_regular_file(fs::path(dir) / "parity.json")) {
-      std::ifstream in(fs::path(dir) / "parity.json");
-      ref = Reference{nlohmann::json::parse(in), std::nullopt};
-    }
-  }
-  if (!ref) WARN_MESSAGE(false, "VGEN_LTX2_PARITY_DIR not set (no tooling Python): skipped");
-  return ref ? &*ref : nullptr;
-}
+Reference* reference_or_skip() { return test::parity_reference_or_skip("VGEN_LTX2_PARITY_DIR"); }
 
 struct OutDir {
   fs::path path = vgen::test::temp_dir("vgen-ltx2-out-");
