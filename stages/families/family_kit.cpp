@@ -27,4 +27,10 @@ void set_frames(const at::Tensor& video, const std::vector<FamilyJob*>& jobs) {
     jobs[j]->frames = (video[static_cast<std::int64_t>(j)] / 2 + 0.5).clamp(0, 1).permute({1, 2, 3, 0}).contiguous();
 }
 
+std::shared_ptr<TtlCache<at::Tensor>> make_text_cache(const FamilyOptions& options) {
+  if (options.text_cache.entries == 0) return nullptr;
+  return std::make_shared<TtlCache<at::Tensor>>(TtlCacheOptions{
+      .max_entries = options.text_cache.entries, .max_cost = 1ull << 30, .default_ttl = options.text_cache.ttl});
+}
+
 }  // namespace vgen

@@ -163,9 +163,7 @@ Hunyuan15Family::Hunyuan15Family(ModelPackage package, const FamilyOptions& opti
   for (const char* name : {"tokenizer", "text_encoder", "text_encoder_2", "transformer", "vae_decoder"}) p.component(name);
   if (p.limits.image != InputUse::none) bad_manifest(p, "manifest field 'inputs.image': this family runs text-to-video only");
   tokenizer_ = BpeTokenizer::load(p.component("tokenizer").file);
-  if (options.text_cache.entries > 0)
-    text_cache_ = std::make_shared<TtlCache<at::Tensor>>(TtlCacheOptions{
-        .max_entries = options.text_cache.entries, .max_cost = 1ull << 30, .default_ttl = options.text_cache.ttl});
+  text_cache_ = make_text_cache(options);
 }
 
 std::shared_ptr<Family> make_hunyuan15_family(ModelPackage package, const FamilyOptions& options) {

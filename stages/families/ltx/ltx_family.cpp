@@ -102,9 +102,7 @@ LtxFamily::LtxFamily(ModelPackage package, const FamilyOptions& options)
   }
   tokenizer_ = Tokenizer::load(p.component("tokenizer").file,
                                {.max_length = p.max_length, .pad_id = p.pad_id, .eos_id = p.eos_id, .add_eos = p.add_eos});
-  if (options.text_cache.entries > 0)
-    text_cache_ = std::make_shared<TtlCache<at::Tensor>>(TtlCacheOptions{
-        .max_entries = options.text_cache.entries, .max_cost = 1ull << 30, .default_ttl = options.text_cache.ttl});
+  text_cache_ = make_text_cache(options);
 }
 
 std::shared_ptr<Family> make_ltx_family(ModelPackage package, const FamilyOptions& options) {

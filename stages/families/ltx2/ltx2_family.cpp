@@ -143,9 +143,7 @@ Ltx2Family::Ltx2Family(ModelPackage package, const FamilyOptions& options)
   if (p.components.count("audio_vae") && p.components.count("vocoder")) audio_ = Ltx2AudioDecoder::load(p, backend_);
   tokenizer_ = Tokenizer::load(p.component("tokenizer").file,
                                {.max_length = p.max_length, .pad_id = p.pad_id, .eos_id = p.eos_id, .add_eos = false});
-  if (options.text_cache.entries > 0)
-    text_cache_ = std::make_shared<TtlCache<at::Tensor>>(TtlCacheOptions{
-        .max_entries = options.text_cache.entries, .max_cost = 1ull << 30, .default_ttl = options.text_cache.ttl});
+  text_cache_ = make_text_cache(options);
 }
 
 std::shared_ptr<Family> make_ltx2_family(ModelPackage package, const FamilyOptions& options) {

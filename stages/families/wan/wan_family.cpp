@@ -1,5 +1,7 @@
 #include "stages/families/wan/wan_family.hpp"
 
+#include "stages/families/family_kit.hpp"
+
 #include "runtime/content_key.hpp"
 #include "runtime/errors.hpp"
 #include "stages/exec/tiled_decode.hpp"
@@ -140,9 +142,7 @@ WanFamily::WanFamily(ModelPackage package, const FamilyOptions& options)
     if (const auto* n = p.scheduler_config.if_contains("num_train_timesteps"); n && n->is_number()) train = n->to_number<double>();
     boundary_timestep_ = ratio->to_number<double>() * train;
   }
-  if (options.text_cache.entries > 0)
-    text_cache_ = std::make_shared<TtlCache<at::Tensor>>(TtlCacheOptions{
-        .max_entries = options.text_cache.entries, .max_cost = 1ull << 30, .default_ttl = options.text_cache.ttl});
+  text_cache_ = make_text_cache(options);
   loras_ = std::make_shared<LoraLibrary>(options.lora.dir);
   variants_ = std::make_shared<LoraVariants>(options.lora.cache_bytes);
   check_tiled_decode_options(options.decode, p.spatial_scale);
