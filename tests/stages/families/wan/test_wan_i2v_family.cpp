@@ -16,6 +16,7 @@
 
 #include "runtime/errors.hpp"
 #include "tests/support/family_group.hpp"
+#include "tests/support/parity_reference.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "stages/job_spec.hpp"
 
@@ -31,28 +32,13 @@ namespace {
 
 // The tiny Wan 2.1 I2V package and diffusers' WanImageToVideoPipeline on one case, from the
 // CTest fixture `stages.wan_i2v_parity_reference` (tools/reference/wan_i2v_parity.py).
-struct Reference {
-  nlohmann::json info;
-  torch::jit::Module tensors;
-  at::Tensor get(const std::string& name) { return tensors.attr(name).toTensor(); }
-};
+using Reference = test::ParityReference;
 
-// The reference of the fixture whose directory is in the environment variable `env`, loaded
-// once; null (with a warning: the case is skipped) without one.
+// The reference of the fixture whose directory is in the environment variable `env` (null, with
+// a warning, without one: the case is skipped).
 Reference* reference_from(const std::string& env) {
-  static std::map<std::string, std::optional<Reference>> loaded;
-  auto [it, fresh] = loaded.try_emplace(env);
-  if (fresh) {
-    const char* dir = std::getenv(env.c_str());
-    if (dir && *dir && fs::is_regular_file(fs::path(dir) / "parity.json")) {
-      std::ifstream in(fs::path(dir) / "parity.json");
-      auto info = nlohmann::json::parse(in);
-      it->second = Reference{info, torch::jit::load(info["reference"].get<std::string>())};
-    }
-  }
-  if (!it->second) WARN_MESSAGE(false, env << " not set (no tooling Python): skipped");
   register_builtin_families();  // as ModelSet does
-  return it->second ? &*it->second : nullptr;
+  return test::parity_reference_or_skip(env);
 }
 
 Reference* reference_or_skip() { return reference_from("VGEN_WAN_I2V_PARITY_DIR"); }

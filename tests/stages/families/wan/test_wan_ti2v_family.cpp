@@ -16,6 +16,7 @@
 
 #include "runtime/errors.hpp"
 #include "tests/support/family_group.hpp"
+#include "tests/support/parity_reference.hpp"
 #include "stages/job_spec.hpp"
 #include "stages/families/wan/wan_i2v_family.hpp"  // wan_job_image
 
@@ -31,27 +32,11 @@ namespace {
 
 // The tiny Wan 2.2 TI2V package and diffusers' WanPipeline / WanImageToVideoPipeline on one
 // case, from the CTest fixture `stages.wan_ti2v_parity_reference` (tools/reference/wan_ti2v_parity.py).
-struct Reference {
-  nlohmann::json info;
-  torch::jit::Module tensors;
-  at::Tensor get(const std::string& name) { return tensors.attr(name).toTensor(); }
-};
+using Reference = test::ParityReference;
 
 Reference* reference_or_skip() {
-  static std::optional<Reference> ref;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    const char* dir = std::getenv("VGEN_WAN_TI2V_PARITY_DIR");
-    if (dir && *dir && fs::is_regular_file(fs::path(dir) / "parity.json")) {
-      std::ifstream in(fs::path(dir) / "parity.json");
-      auto info = nlohmann::json::parse(in);
-      ref = Reference{info, torch::jit::load(info["reference"].get<std::string>())};
-    }
-  }
-  if (!ref) WARN_MESSAGE(false, "VGEN_WAN_TI2V_PARITY_DIR not set (no tooling Python): skipped");
   register_builtin_families();  // as ModelSet does
-  return ref ? &*ref : nullptr;
+  return test::parity_reference_or_skip("VGEN_WAN_TI2V_PARITY_DIR");
 }
 
 // The reference case as a job spec; with `image`, the reference's PNG (already at the video size).
