@@ -2,6 +2,7 @@
 
 #include "stages/media/audio_mux.hpp"
 #include "stages/media/libav.hpp"
+#include "stages/media/x264_cpu.hpp"
 
 extern "C" {
 #include <libavutil/avutil.h>
@@ -382,6 +383,8 @@ struct Mp4Encoder final : LibavEncoder {
     c->gop_size = gop_frames(c, options);
     set_private(c, "preset", options.preset);
     set_private(c, "crf", std::to_string(options.crf));
+    // The same frames, the same bytes: without x264's AVX-512 kernels (stages/media/x264_cpu.hpp).
+    if (const auto& cpu = x264_asm_option(); !cpu.empty()) set_private(c, "x264-params", cpu);
   }
   void muxer_options(av::Dictionary& options, bool in_memory) const override {
     options.set("movflags",

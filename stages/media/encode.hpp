@@ -5,6 +5,8 @@
 // a shared libav encode/mux loop):
 //   "mp4"  H.264 (libx264), yuv420p, BT.709 tags; files get +faststart (moov before mdat),
 //          memory output is fragmented MP4 (frag_keyframe+empty_moov+default_base_moof).
+//          libx264 runs without its AVX-512 kernels, which wrote different bytes for the same
+//          frames now and then (stages/media/x264_cpu.hpp).
 //   "webm" VP9 (libvpx-vp9), yuv420p, BT.709 tags, constant-quality mode from crf.
 //   "gif"  pal8 with one adaptive 255-colour palette per clip (median cut, no dithering) plus
 //          a transparent index the gif encoder uses for unchanged pixels; loops forever.
