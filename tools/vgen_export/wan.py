@@ -324,13 +324,17 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                tiny: bool = False, flow_shift: float | None = None, max_side: int = 1280,
                max_frames: int = 81, seed: int = 0, source: dict | None = None,
                quantize: str | None = None, default_precision: str | None = None,
-               compile: str | None = None) -> dict[str, Any]:
+               compile: str | None = None, video_input: bool = False) -> dict[str, Any]:
     """Export a diffusers Wan directory into a package directory; returns the manifest. Which
     pipeline it is comes from detect_wan (Wan 2.1 T2V or I2V); any other is refused, naming it,
     before anything is written. quantize (vgen_export/quantize.py; text-to-video packages,
     float32 exports): "int8" adds an int8 variant beside each float32 transformer, "int8-only"
     quantizes the transformers themselves. default_precision: the precision jobs get when they
-    name none (precisions.default; the base one if None)."""
+    name none (precisions.default; the base one if None). video_input (Wan 2.1 text-to-video
+    only): ship the VAE encoder as well (wan_i2v.export_vae_encoder, the posterior mean) and
+    write ``inputs.video`` "optional", so that the package takes video-to-video jobs; off by
+    default because the encoder adds about a third of the VAE's size and export time to every
+    package, and a package without it refuses a job's video by name."""
     check_quantize(quantize, dtype, default_precision)
     import diffusers
     import sentencepiece
@@ -348,6 +352,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     ti2v = variant.name == mf.FAMILY_WAN22_TI2V  # z_dim-48 VAE, per-token timesteps, optional image
     if quantize and (i2v or a14b_i2v):  # refused before anything is written
         raise ValueError("quantize: not available for Wan I2V packages yet")
+    if video_input and variant.name != mf.FAMILY_WAN21_T2V:  # WanVideoToVideoPipeline: one 16-channel transformer
+        raise ValueError(f"video_input: only for Wan 2.1 text-to-video packages (not {variant.name})")
     if compile and (quantize or i2v or a14b_i2v or ti2v):  # (int8 Linears, image inputs, per-token timesteps)
         raise ValueError(f"compile {compile}: only for float Wan text-to-video packages yet (not {variant.name}"
                          f"{', quantize ' + quantize if quantize else ''})")
@@ -391,11 +397,11 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         checks["vae_decoder"] = export_vae_decoder(vae, out_dir / "vae_decoder.pt", gen)
         if ti2v:
             checks["vae_encoder"] = export_ti2v_encoder(vae, out_dir, gen)
-        elif a14b_i2v:
+        elif a14b_i2v or video_input:
             checks["vae_encoder"] = export_vae_encoder(vae, out_dir / "vae_encoder.pt", gen)
         del vae
     denoisers = ["transformer"] + (["transformer_2"] if experts else [])  # ("transformers" is the library)
-    for name in ["text_encoder", "vae_decoder"] + denoisers + (["vae_encoder"] if ti2v or a14b_i2v else []) + \
+    for name in ["text_encoder", "vae_decoder"] + denoisers + (["vae_encoder"] if ti2v or a14b_i2v or video_input else []) + \
             ([variant_name(t) for t in denoisers] if quantize == "int8" else []):
         assert_checks(name, checks[name])
 
@@ -467,6 +473,11 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                                "low_noise": "transformer_2", "guidance_scale_2": "the job's guidance"}
     if ti2v:
         add_ti2v_sections(manifest, out_dir)
+    if video_input:  # video-to-video (WanVideoToVideoPipeline): the input video's posterior mean
+        manifest["components"]["vae_encoder"] = mf.component_entry(
+            out_dir, "vae_encoder.pt", format="torchscript", dtype="float32", methods=["forward", "encode_first"])
+        manifest["video_conditioning"] = {"vae_encoder_input": "float32 [B,3,F,H,W] in [-1,1]; output: the posterior mean"}
+        manifest["inputs"] = {"video": "optional"}
     add_precisions(manifest, out_dir, quantize, denoisers, default_precision, dtype)
     if compile == "aoti":  # components.<denoiser>.compiled.cpu: the .pt2 beside the TorchScript file
         from .aoti import compiled_entry
@@ -503,13 +514,16 @@ def main(argv: list[str] | None = None) -> int:
                              "VGEN_AOTI_THREADS compile threads, default 1)")
     parser.add_argument("--default-precision", choices=["float32", "int8"], default=None,
                         help="the precision jobs get when they name none (default: float32, or int8 for int8-only)")
+    parser.add_argument("--video-input", action="store_true",
+                        help="Wan 2.1 text-to-video: ship the VAE encoder too, so jobs may give a video "
+                             "(video-to-video, manifest inputs.video)")
     args = parser.parse_args(argv)
     if args.tiny == (args.diffusers is not None):
         parser.error("give exactly one of --diffusers DIR or --tiny")
     torch.set_num_threads(args.threads)
     common = dict(dtype=args.dtype, flow_shift=args.flow_shift, max_side=args.max_side,
                   max_frames=args.max_frames, quantize=args.quantize, default_precision=args.default_precision,
-                  compile=args.compile)
+                  compile=args.compile, video_input=args.video_input)
     if args.tiny:
         from .tiny_wan import write_tiny_wan
 
