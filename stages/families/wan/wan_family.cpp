@@ -128,6 +128,7 @@ WanFamily::WanFamily(ModelPackage package, const FamilyOptions& options)
     : package_(std::move(package)), config_(read_wan_config(package_)), backend_(options.backend) {
   const auto& p = package_;
   for (const char* name : {"tokenizer", "text_encoder", "transformer", "vae_decoder"}) p.component(name);  // named if missing
+  if (p.limits.video != InputUse::none) p.component("vae_encoder");  // video-to-video encodes the input video
   tokenizer_ = Tokenizer::load(p.component("tokenizer").file,
                                {.max_length = p.max_length, .pad_id = p.pad_id, .eos_id = p.eos_id, .add_eos = p.add_eos});
   // Two experts: the manifest's `experts` section (stages/model_package reads only what every
@@ -163,6 +164,7 @@ JobSpec WanFamily::validate(const json::value& spec) const {
   auto s = parse_job_spec(spec, package_.defaults, limits);
   if (!s.loras.empty()) validate_loras(s, spec.as_object(), limits);
   if (s.shift > 0) make_wan_scheduler(package_, s.scheduler, s.shift);  // a scheduler without a flow shift: named here
+  if (!s.video.empty()) validate_video(s);
   return s;
 }
 
@@ -282,12 +284,19 @@ void WanFamily::prepare(const std::string& device, const std::vector<FamilyJob*>
     auto stacked = stack_texts(rows);
     w.embeds = std::move(stacked.embeds);
     w.embed_lengths = std::move(stacked.lengths);
+    // Video-to-video: the video's frames set the job's frame count before the noise is drawn.
+    at::Tensor video;
+    if (!w.spec.video.empty() || w.video.defined()) {
+      video = wan_job_video(w, p.temporal_scale);
+      w.spec.frames = static_cast<int>(video.size(0));
+    }
     // Initial noise from the job's own seed on a CPU generator: the same on every device.
     auto gen = at::make_generator<at::CPUGeneratorImpl>(w.spec.seed);
     w.state.step = 0;
     w.state.latents = at::randn({1, p.latent_channels, (w.spec.frames - 1) / p.temporal_scale + 1,
                                  w.spec.height / p.spatial_scale, w.spec.width / p.spatial_scale},
                                 gen, at::TensorOptions().dtype(at::kFloat));
+    if (video.defined()) start_from_video(device, w, video, w.state.latents);
     condition(device, w);
   }
 }

@@ -11,6 +11,14 @@
 //  decode    un-normalise with latents mean/std, VAE decode, frames in [0, 1]; above a size
 //            (FamilyOptions::decode, the manifest's "decode" section) in overlapping
 //            spatial tiles blended as diffusers' enable_tiling() does (stages/exec/tiled_decode.hpp).
+// Video-to-video (diffusers' WanVideoToVideoPipeline; a package with manifest inputs.video and
+// a vae_encoder, stages/families/wan/wan_v2v.cpp): a job with a video starts from it instead of
+// pure noise. prepare takes the video's first `frames` frames (fewer when the video is shorter,
+// rounded down to 4k+1; the job's frames becomes that count), VAE-encodes them (posterior
+// mean, normalised by latents mean/std), draws the same seeded noise as text-to-video and mixes
+// it in at the schedule's step t_start = steps - min(int(steps * strength), steps) as the
+// scheduler's add_noise / scale_noise do (sigma * noise + (1 - sigma) * latents); the job then
+// enters the denoise loop at step t_start (StepState.step) with a fresh scheduler history.
 // Two experts (Wan 2.2 A14B, "wan2.2-a14b-t2v"; manifest `experts`): `transformer` predicts
 // while the step's timestep >= boundary_ratio * num_train_timesteps, `transformer_2` below,
 // each with the job's guidance (diffusers' guidance_scale_2 default). A denoise group's jobs
@@ -42,6 +50,9 @@ struct WanJob : FamilyJob {
   at::Tensor condition;     // [1, mask + C, F', H', W'] concatenated to the latents' channels
   at::Tensor image_embeds;  // [1, N, D] image tokens, the same for the cond and uncond rows
   std::shared_ptr<const Module> transformer;  // with the group's LoRA set merged (set by predict)
+  // Video-to-video only: the input frames [F, 3, H, W] float32 in [0, 1] at the job's size when
+  // given directly (tests, tools); else prepare decodes the spec's video file.
+  at::Tensor video;
 };
 
 // What a Wan package's manifest says beyond the generic package fields (stages/model/
@@ -111,6 +122,10 @@ class WanFamily : public Family {
   std::shared_ptr<const Module> module(const std::string& component, const std::string& device) const;
 
  private:
+  // Video-to-video (wan_v2v.cpp): the spec checks of a job with a video, and its start state
+  // (latents and step) from its frames [F, 3, H, W] and its noise; on the compute thread.
+  void validate_video(const JobSpec& spec) const;
+  void start_from_video(const std::string& device, WanJob& job, const at::Tensor& frames, const at::Tensor& noise) const;
   TextRows encode_text(const std::string& device, const std::vector<std::string>& texts);
   std::shared_ptr<const Module> group_transformer(const std::vector<FamilyJob*>& live, const std::string& device);
   // Resolves, hashes and maps the job's LoRA files, then applies their suggested steps /
@@ -135,6 +150,17 @@ class WanFamily : public Family {
 };
 
 std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOptions& options);
+
+// Video-to-video: the job's input frames [F, 3, H, W] float32 in [0, 1] at its size, at most
+// its `frames` of them, rounded down to temporal_scale k + 1: job.video when set, else the spec's
+// video file decoded and each frame resized as images are (stages/media/image_input.hpp).
+// Error(invalid_argument) naming "video" when the job has none or it does not decode. Reads
+// and decodes the file: call it on the compute thread (prepare).
+at::Tensor wan_job_video(const WanJob& job, int temporal_scale);
+
+// diffusers' get_timesteps: the first of `steps` steps a job at `strength` runs,
+// steps - min(int(steps * strength), steps) (== steps: nothing left to denoise).
+int wan_v2v_first_step(int steps, double strength);
 
 // WanPipeline's prompt_clean without ftfy: HTML-unescape (twice), collapse whitespace, strip.
 std::string wan_prompt_clean(const std::string& text);
