@@ -5,9 +5,10 @@ or is larger than the limits is refused before any work, naming the field (exit 
 HTTP 413 for a body over service.max_body_bytes, which is refused before it is parsed), with
 no output and no upload or temporary file left behind, and the service keeps serving.
 
-Until the Wan family renders video-to-video (item 2), the "v2v" package here is the tiny
-text-to-video package with manifest "inputs": {"video": "optional"} (the family ignores the
-video): enough to drive the generic validation, admission and upload paths end to end."""
+The "v2v" package here is the tiny text-to-video package exported with its VAE encoder
+(``export_wan(video_input=True)``: manifest "inputs": {"video": "optional"}), so its jobs render
+video-to-video (item 2) through the same validation, admission and upload paths; the last test
+renders one end to end and reads the output with ffprobe."""
 from __future__ import annotations
 
 import base64
@@ -49,7 +50,8 @@ def packages(tmp_path_factory):
     root = tmp_path_factory.mktemp("video")
     src = write_tiny_wan(root / "diffusers", seed=0)
     ew.export_wan(src, root / "t2v", dtype="float32", tiny=True, seed=0)
-    return {"t2v": root / "t2v", "v2v": with_inputs(root / "t2v", root / "v2v", {"video": "optional"})}
+    ew.export_wan(src, root / "v2v", dtype="float32", tiny=True, seed=0, video_input=True)
+    return {"t2v": root / "t2v", "v2v": root / "v2v"}
 
 
 def ffmpeg(*args: str) -> None:
@@ -281,3 +283,32 @@ def test_two_jobs_with_different_videos_never_share_a_result(packages, videos, t
         assert keys[2] != keys[0]  # another input video: another key, never the cached result
     finally:
         server.stop()
+
+
+def probe_frames(path: Path) -> tuple[int, int, int]:
+    """(frames, width, height) of the first video stream, counted by decoding."""
+    r = subprocess.run(["ffprobe", "-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries",
+                        "stream=nb_read_frames,width,height", "-of", "json", str(path)],
+                       capture_output=True, text=True, check=True)
+    s = json.loads(r.stdout)["streams"][0]
+    return int(s["nb_read_frames"]), int(s["width"]), int(s["height"])
+
+
+def test_render_video_to_video_end_to_end(packages, videos, tmp_path):
+    """`vgen render --video in.mp4 --strength 0.6` on the tiny package with the VAE encoder: the
+    output has the job's size and the video's frames (its first `frames`, or all of a shorter
+    one, 4k+1), and the strength changes the result."""
+    src = tmp_path / "in.mp4"
+    ffmpeg("-f", "lavfi", "-i", "testsrc=s=96x64:r=8", "-frames:v", "13", "-c:v", "libx264", "-pix_fmt", "yuv420p", str(src))
+    size = ["--width", "48", "--height", "32", "--steps", "5"]
+    outs = {}
+    for strength, frames in (("0.6", "9"), ("1.0", "9"), ("0.6", "17")):
+        out = tmp_path / f"s{strength}-f{frames}.mp4"
+        r = run("render", "a cat", "-o", out, "--model", packages["v2v"], *size, "--frames", frames,
+                "--video", src, "--strength", strength, "--seed", "3", "--json")
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert json.loads(r.stdout)["spec"]["strength"] == float(strength)
+        outs[(strength, frames)] = out
+    assert probe_frames(outs[("0.6", "9")]) == (9, 48, 32)  # the job's 9 of the video's 13
+    assert probe_frames(outs[("0.6", "17")]) == (13, 48, 32)  # a 13-frame video gives 13 (4*3+1)
+    assert outs[("0.6", "9")].read_bytes() != outs[("1.0", "9")].read_bytes()
