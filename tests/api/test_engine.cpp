@@ -674,7 +674,7 @@ TEST_CASE("a kept base render is reused when only the post-stage settings differ
     REQUIRE_MESSAGE(f.state == JobState::done, f.error);
     CHECK(fake->predicted("f") == 2);
 
-    // Seed 6's base (kept last) evicted seed 5's and seed 3's: each renders again.
+    // The budget holds one clip: seed 5's base (d) evicted seed 3's, so seed 3 renders again.
     auto g = rt.submit(post(spec("job 3", "g", 3), 4, 1)).wait();
     REQUIRE_MESSAGE(g.state == JobState::done, g.error);
     CHECK(fake->predicted("g") == 2);
