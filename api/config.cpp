@@ -196,6 +196,10 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
                 r.object(t, tp, {{"entries", count(r, c.result_cache_entries, 0, 10'000'000)},
                                  {"ttl_s", seconds(r, c.result_cache_ttl, 1, 365 * 86400)}});
               }},
+             {"base_frames", [&](const json::value& t, const std::string& tp) {
+                r.object(t, tp, {{"mb", mebibytes(r, c.base_frames.max_bytes, 0, 1'000'000)},
+                                 {"ttl_s", seconds(r, c.base_frames.ttl, 1, 365 * 86400)}});
+              }},
          });
        }},
       {"retry", [&](const json::value& v, const std::string& p) {
@@ -331,7 +335,8 @@ json::object to_json(const RuntimeConfig& c) {
       {"warmup", c.warmup},
       {"cache", {{"text", {{"entries", c.text_cache.entries}, {"ttl_s", c.text_cache.ttl.count()}}},
                  {"loras", {{"mb", c.loras.cache_bytes >> 20}}},
-                 {"results", {{"entries", c.result_cache_entries}, {"ttl_s", c.result_cache_ttl.count()}}}}},
+                 {"results", {{"entries", c.result_cache_entries}, {"ttl_s", c.result_cache_ttl.count()}}},
+                 {"base_frames", {{"mb", c.base_frames.max_bytes >> 20}, {"ttl_s", c.base_frames.ttl.count()}}}}},
       {"retry", {{"attempts", c.retry_attempts}, {"initial_backoff_ms", c.retry_initial_backoff.count()},
                  {"max_backoff_ms", c.retry_max_backoff.count()}, {"multiplier", c.retry_multiplier}}},
       {"encoder", {{"crf", c.encoder.crf}, {"preset", c.encoder.preset}, {"threads", c.encoder.threads},

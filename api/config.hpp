@@ -24,6 +24,7 @@
 #include "stages/media/encode.hpp"
 #include "stages/media/image_input.hpp"
 #include "stages/media/video_input.hpp"
+#include "stages/exec/base_frames.hpp"
 #include "stages/post/post_process.hpp"
 
 #include <boost/json/object.hpp>
@@ -95,6 +96,11 @@ struct RuntimeConfig {
   LoraOptions loras;
   std::size_t result_cache_entries = 1024;  // 0 disables the result cache
   std::chrono::seconds result_cache_ttl{3600};
+  // Finished base renders' decoded clips (stages/exec/base_frames.hpp), for jobs that differ
+  // only in interpolate/upscale: config keys "cache.base_frames.mb" (0: off) and
+  // "cache.base_frames.ttl_s". Used only with the result cache on (a Runtime that renders
+  // every job, as `vgen render` does, keeps none).
+  BaseFramesOptions base_frames{.max_bytes = std::size_t{1024} << 20, .ttl = std::chrono::seconds(3600)};
 
   int retry_attempts = 3;  // total attempts per stage (1 = no retry)
   std::chrono::milliseconds retry_initial_backoff{200};

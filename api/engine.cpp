@@ -69,7 +69,8 @@ class RuntimeImpl {
                        .lora = config_.loras, .stages = config_.stages, .before_denoise = start_faults(),
                        .metrics = &metrics_, .tracer = &tracer_, .preview_every = config_.preview_every.value_or(0),
                        .images = config_.images, .videos = config_.videos, .checkpoints = checkpoint_options(), .on_checkpoint = checkpoint_hook(),
-                       .post = config_.post, .post_threads = config_.post_threads};
+                       .post = config_.post, .post_threads = config_.post_threads,
+                       .base_frames = config_.result_cache_entries > 0 ? config_.base_frames : BaseFramesOptions{}};
     // The models load before the device threads exist: "auto" settings are measured on them
     // (api/runtime_tuning.hpp), and the threads follow what was chosen.
     auto loaded = load_models(model_list(), wo);
@@ -287,6 +288,9 @@ class RuntimeImpl {
       std::lock_guard lock(publish_mutex_);
       publish_cache_stats(metrics_, "text", models_->text_cache_stats(), last_text_);
       publish_cache_stats(metrics_, "results", result_cache_.stats(), last_results_);
+      const auto base = models_->base_frames_stats();
+      publish_cache_stats(metrics_, "base_frames", base, last_base_frames_);
+      metrics_.gauge("vgen_cache_bytes", "Bytes held by the cache's entries", {{"cache", "base_frames"}}).set(static_cast<double>(base.cost));
       // Merged LoRA variants (issue 22): misses are merges; the bytes are what cache.loras.mb bounds.
       const auto lora = models_->lora_cache_stats();
       publish_cache_stats(metrics_, "lora", lora, last_lora_);
@@ -453,7 +457,7 @@ class RuntimeImpl {
   std::unique_ptr<JobResults> results_;  // refers to the parts above
   std::atomic<bool> drained_{false};
   std::mutex publish_mutex_;
-  CacheStats last_text_, last_results_, last_lora_;
+  CacheStats last_text_, last_results_, last_lora_, last_base_frames_;
 };
 
 }  // namespace detail

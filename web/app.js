@@ -307,6 +307,8 @@ function specFromForm() {
   for (const id of ["width", "height", "frames", "steps", "seed"]) if (text(id) !== "") spec[id] = Number(text(id));
   if (text("guidance") !== "") spec.guidance = Number(text("guidance"));
   if (text("scheduler")) spec.scheduler = text("scheduler");
+  // The post-stages (after decode): absent for "none", so such a job is the job without them.
+  for (const id of ["interpolate", "upscale"]) if (text(id)) spec[id] = Number(text(id));
   spec.format = text("format") || "mp4";
   return spec;
 }

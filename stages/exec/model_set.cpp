@@ -31,6 +31,7 @@ struct ModelSet::State {
   std::unique_ptr<Checkpoints> checkpoints;  // null when off
   DevicePool* devices = nullptr;              // leases for model-backed post-stages
   std::shared_ptr<const PostProcessor> interpolator, upscaler;
+  std::unique_ptr<BaseFrames> base_frames;  // never null; off unless options.base_frames say so
 
   const std::shared_ptr<Family>& family(const std::string& name) const {
     if (name.empty()) return models.front().second;
@@ -52,9 +53,37 @@ std::string model_field(const json::value& spec) {
   return {};
 }
 
+VideoFrames to_video_frames(const at::Tensor& frames, double fps) {
+  auto bytes = (frames * 255.0).round().clamp(0, 255).to(at::kByte).contiguous();
+  VideoFrames v = VideoFrames::allocate(static_cast<int>(frames.size(2)), static_cast<int>(frames.size(1)),
+                                        static_cast<int>(frames.size(0)), fps);
+  std::memcpy(v.rgb.data(), bytes.data_ptr<std::uint8_t>(), v.rgb.size());
+  return v;
+}
+
+// A job whose base render is kept takes its clip as if its decode had just made it; denoise
+// and decode then let it pass (their StageSpec::applies), the post-stages read post_frames.
+bool reuse_base(State& st, const Family& family, FamilyJob& work) {
+  if (!st.base_frames->enabled()) return false;
+  auto hit = st.base_frames->get(base_content_key(family.package().id(), work.spec));
+  if (!hit) return false;
+  work.post_frames = std::move(hit->frames);
+  work.audio = std::move(hit->audio);
+  if (st.options.metrics)
+    st.options.metrics->counter("vgen_base_reused_total", "Jobs that took a kept base render and skipped denoise and decode").inc();
+  return true;
+}
+
+// Whether the job still needs its base render (denoise, decode).
+bool renders_base(const Job& job) {
+  const auto* w = find_family_job(job);
+  return !w || !w->post_frames;
+}
+
 asio::awaitable<void> preprocess(State& st, Job& job) {
   const auto& family = st.family(model_field(job.spec()));
   job.payload = family->create_job(family->validate(job.spec()));
+  if (reuse_base(st, *family, *family_job(job))) co_return;
   if (auto it = st.previews.find(family.get()); it != st.previews.end()) {
     auto& work = *family_job(job);
     attach_previews(job, work, it->second, st.options.preview_every, work.spec.steps);
@@ -89,16 +118,20 @@ asio::awaitable<void> denoise(State& st, Job& job) {
   co_await st.batcher->join(family, job, BatchKind::denoise);
 }
 
-asio::awaitable<void> decode(State& st, Job& job) {
-  co_await st.batcher->join(st.family(family_job(job)->spec.model), job, BatchKind::decode);
+// The decoded clip in bytes (what a post-stage or encode would make of it anyway), kept under
+// the job's base key. Runs after a successful decode only: a failed base keeps nothing.
+asio::awaitable<void> keep_base(State& st, const Family& family, std::shared_ptr<FamilyJob> w) {
+  auto convert = [w] { return std::make_shared<const VideoFrames>(to_video_frames(w->frames, w->spec.fps)); };
+  w->post_frames = co_await st.executor->pool("post").run(convert);
+  w->frames = at::Tensor();  // the clip lives on in post_frames, in bytes
+  st.base_frames->put(base_content_key(family.package().id(), w->spec), BaseClip{w->post_frames, w->audio});
 }
 
-VideoFrames to_video_frames(const at::Tensor& frames, double fps) {
-  auto bytes = (frames * 255.0).round().clamp(0, 255).to(at::kByte).contiguous();
-  VideoFrames v = VideoFrames::allocate(static_cast<int>(frames.size(2)), static_cast<int>(frames.size(1)),
-                                        static_cast<int>(frames.size(0)), fps);
-  std::memcpy(v.rgb.data(), bytes.data_ptr<std::uint8_t>(), v.rgb.size());
-  return v;
+asio::awaitable<void> decode(State& st, Job& job) {
+  auto w = family_job(job);
+  const auto& family = st.family(w->spec.model);
+  co_await st.batcher->join(family, job, BatchKind::decode);
+  if (st.base_frames->enabled()) co_await keep_base(st, *family, w);
 }
 
 // A post-stage: the job's clip (the last post-stage's, else the decoded frames) through the
@@ -198,6 +231,7 @@ ModelSet::ModelSet(LoadedModels models, Executor& executor, DevicePool& devices,
   state_->devices = &devices;
   register_libav_post();
   register_rrdb_upscaler();
+  state_->base_frames = std::make_unique<BaseFrames>(options.base_frames);
   state_->interpolator = make_post_processor(PostKind::interpolate, options.post);
   state_->upscaler = make_post_processor(PostKind::upscale, options.post);
   if (!executor.has_pool("post"))
@@ -266,10 +300,16 @@ std::vector<StageSpec> ModelSet::stages() const {
     };
     return spec;
   };
+  // A job that took a kept base render (preprocess) passes denoise and decode.
+  auto base = [&](std::string name, auto fn) {
+    auto spec = stage(std::move(name), slots, fn);
+    spec.applies = renders_base;
+    return spec;
+  };
   return {
       stage("preprocess", slots, preprocess),
-      stage(std::string(kDenoise), slots, denoise),
-      stage("decode", slots, decode),
+      base(std::string(kDenoise), denoise),
+      base("decode", decode),
       post(PostKind::interpolate, interpolate, &JobSpec::interpolate),
       post(PostKind::upscale, upscale, &JobSpec::upscale),
       stage("encode", 1, encode),
@@ -321,6 +361,8 @@ CacheStats summed_stats(const ModelSet::State& st, Of of) {
 }  // namespace
 
 CacheStats ModelSet::text_cache_stats() const { return summed_stats(*state_, [](const Family& f) { return f.text_cache_stats(); }); }
+
+CacheStats ModelSet::base_frames_stats() const { return state_->base_frames->stats(); }
 
 CacheStats ModelSet::lora_cache_stats() const { return summed_stats(*state_, [](const Family& f) { return f.lora_cache_stats(); }); }
 

@@ -1,7 +1,9 @@
 // ModelSet: the model packages one Runtime serves, each run by the family its manifest names
 // (stages/family.hpp), and the generic render stages over them:
 //
-//  preprocess  validate the job against its model; Family::prepare in a batched group
+//  preprocess  validate the job against its model; Family::prepare in a batched group; a job
+//              whose base render is kept (options.base_frames) takes its clip and skips
+//              denoise and decode (StageSpec::applies)
 //  denoise     the step loop of a batched group (stages/denoise_loop.hpp)
 //  decode      Family::decode in a batched group
 //  interpolate only for jobs with JobSpec::interpolate > 1: frame interpolation (stages/post/)
@@ -24,6 +26,7 @@
 #include "runtime/metrics.hpp"
 #include "runtime/pipeline.hpp"
 #include "runtime/ttl_cache.hpp"
+#include "stages/exec/base_frames.hpp"
 #include "stages/exec/batching_options.hpp"
 #include "stages/exec/checkpoint.hpp"
 #include "stages/exec/stage_options.hpp"
@@ -82,6 +85,9 @@ struct ModelSetOptions {
   // device lease for a model-backed variant.
   PostOptions post;
   std::size_t post_threads = 1;
+  // Finished base renders' decoded clips (stages/exec/base_frames.hpp): a job that differs from
+  // one only in interpolate/upscale skips preprocess, denoise and decode. Off by default.
+  BaseFramesOptions base_frames;
 };
 
 // What a finished job produced (valid once the job is done).
@@ -153,6 +159,7 @@ class ModelSet {
   std::uint64_t checkpoint_bytes() const;  // on disk now (0 when off)
   CacheStats text_cache_stats() const;        // summed over the models
   CacheStats lora_cache_stats() const;        // merged LoRA variants, summed (Family::lora_cache_stats)
+  CacheStats base_frames_stats() const;       // the reused base renders (cost: bytes)
   // Groups run so far by size, for "preprocess", "denoise" or "decode".
   std::map<std::size_t, std::uint64_t> group_sizes(std::string_view stage) const;
   // Every group run so far: its key (stage|family|package|...) and size, in order (tests).

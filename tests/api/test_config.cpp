@@ -99,7 +99,7 @@ TEST_CASE("every key is read, with comments and relative paths") {
     "model": "pkg", "devices": "cpu,cpu", "device_policy": "round_robin", "output_dir": "/tmp/x",
     "threads": {"io": 2, "per_device": 3, "codec": 4, "spin_us": 0},
     "stages": {"preprocess": {"workers": 2, "queue": 9}, "denoise": {"workers": 5}},
-    "cache": {"text": {"entries": 7, "ttl_s": 8}, "results": {"entries": 0, "ttl_s": 10}},
+    "cache": {"text": {"entries": 7, "ttl_s": 8}, "results": {"entries": 0, "ttl_s": 10}, "base_frames": {"mb": 3, "ttl_s": 11}},
     "retry": {"attempts": 1, "initial_backoff_ms": 0, "max_backoff_ms": 0, "multiplier": 1},
     "encoder": {"crf": 30, "preset": "ultrafast", "threads": 2},
     "job_ttl_s": 60, "batching": {"max_batch": 8, "wait_ms": 5}, "warmup": true,
@@ -122,6 +122,8 @@ TEST_CASE("every key is read, with comments and relative paths") {
   CHECK(c.text_cache.entries == 7);
   CHECK(c.text_cache.ttl == std::chrono::seconds(8));
   CHECK(c.result_cache_entries == 0);
+  CHECK(c.base_frames.max_bytes == std::size_t{3} << 20);
+  CHECK(c.base_frames.ttl == std::chrono::seconds(11));
   CHECK(c.retry_attempts == 1);
   CHECK(c.encoder.crf == 30);
   CHECK(c.encoder.preset == "ultrafast");

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <mutex>
 #include <set>
@@ -608,4 +609,85 @@ TEST_CASE("previews reach the progress callback and JobHandle::preview when prev
   REQUIRE(quiet.wait().state == JobState::done);
   CHECK_FALSE(any);
   CHECK_FALSE(quiet.preview());
+}
+
+// Issue 35 item 4: a job that differs from a finished one only in interpolate/upscale takes
+// its kept base render (stages/exec/base_frames.hpp) and runs no denoising step; a cancelled or
+// failed base keeps nothing, and an evicted one is rendered again.
+TEST_CASE("a kept base render is reused when only the post-stage settings differ" * doctest::timeout(600)) {
+  const auto pkg = package_or_skip();
+  if (pkg.empty()) return;
+  register_fake_family();
+  TempDir out;
+  const auto fake_dir = fake_package_dir(pkg, out.path / "fake-pkg");
+  auto config = small_config(fake_dir, out.path / "warm");
+  // One 32x32, 5-frame clip is 15,360 bytes: the budget holds one base, so a second evicts it.
+  config.base_frames.max_bytes = 20'000;
+  auto post = [](json::object s, int interpolate, int upscale) {
+    if (interpolate > 1) s["interpolate"] = interpolate;
+    if (upscale > 1) s["upscale"] = upscale;
+    return s;
+  };
+  std::string warm_bytes;
+  {
+    Runtime rt(config);
+    auto fake = last_fake;
+    REQUIRE(fake);
+    auto a = rt.submit(post(spec("job 3", "a", 3), 1, 2)).wait();
+    REQUIRE_MESSAGE(a.state == JobState::done, a.error);
+    CHECK(fake->predicted("a") == 2);  // the base render: 2 steps
+    auto b = rt.submit(post(spec("job 3", "b", 3), 2, 2)).wait();
+    REQUIRE_MESSAGE(b.state == JobState::done, b.error);
+    CHECK_FALSE(b.cache_hit);                 // not the result cache: another video
+    CHECK(fake->predicted("b") == 0);         // no denoising step
+    warm_bytes = bytes_of(b.output);
+    auto plain = rt.submit(spec("job 3", "plain", 3)).wait();  // and the job without post-stages
+    REQUIRE_MESSAGE(plain.state == JobState::done, plain.error);
+    CHECK(fake->predicted("plain") == 0);
+    CHECK(rt.metrics_text().find("vgen_base_reused_total 2") != std::string::npos);
+
+    // A base cancelled mid-denoise keeps nothing: the next job of its key renders.
+    std::promise<void> in_denoise, cancelled;
+    auto resume = cancelled.get_future().share();
+    std::atomic<bool> armed{true};
+    fake->on_predict = [&](std::size_t, std::size_t) {
+      if (!armed.exchange(false)) return;
+      in_denoise.set_value();
+      resume.wait();
+    };
+    auto h = rt.submit(post(spec("job 5", "c", 5), 1, 2));
+    in_denoise.get_future().wait();
+    h.cancel();
+    cancelled.set_value();
+    CHECK(h.wait().state == JobState::cancelled);
+    fake->on_predict = nullptr;
+    auto d = rt.submit(post(spec("job 5", "d", 5), 2, 1)).wait();
+    REQUIRE_MESSAGE(d.state == JobState::done, d.error);
+    CHECK(fake->predicted("d") == 2);
+
+    // A failed base keeps nothing either.
+    fake->oom_device = "cpu:0";
+    auto e = rt.submit(spec("job 6", "e", 6)).wait();
+    CHECK(e.state == JobState::failed);
+    fake->oom_device.clear();
+    auto f = rt.submit(post(spec("job 6", "f", 6), 1, 2)).wait();
+    REQUIRE_MESSAGE(f.state == JobState::done, f.error);
+    CHECK(fake->predicted("f") == 2);
+
+    // The budget holds one clip: seed 5's base (d) evicted seed 3's, so seed 3 renders again.
+    auto g = rt.submit(post(spec("job 3", "g", 3), 4, 1)).wait();
+    REQUIRE_MESSAGE(g.state == JobState::done, g.error);
+    CHECK(fake->predicted("g") == 2);
+    CHECK(rt.metrics_text().find("vgen_cache_evictions_total{cache=\"base_frames\"}") != std::string::npos);
+  }
+  // The cold render of b (no cache of any kind) writes the same bytes: a hit's clip is the
+  // decoded frames in bytes, exactly what the post-stages read on the cold path.
+  auto cold = small_config(fake_dir, out.path / "cold");
+  cold.result_cache_entries = 0;  // and so no kept base renders either
+  Runtime rt(cold);
+  auto fake = last_fake;
+  const auto b = rt.submit(post(spec("job 3", "b", 3), 2, 2)).wait();
+  REQUIRE_MESSAGE(b.state == JobState::done, b.error);
+  CHECK(fake->predicted("b") == 2);
+  CHECK(bytes_of(b.output) == warm_bytes);
 }

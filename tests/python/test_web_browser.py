@@ -29,7 +29,7 @@ webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.common.exceptions import TimeoutException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models" / "vgen-shapes"
@@ -108,6 +108,15 @@ def job_with_prompt(driver, prompt, timeout=120):
                 return li
         return False
     return WebDriverWait(driver, timeout, poll_frequency=0.05).until(find)
+
+
+def give_token(driver):
+    """Answers the page's token dialog (asked once, when the job list answers 401)."""
+    dialog = WebDriverWait(driver, 60).until(lambda d: d.find_element(By.ID, "token-dialog").is_displayed()
+                                             and d.find_element(By.ID, "token-dialog"))
+    driver.find_element(By.ID, "token").send_keys(TOKEN)
+    dialog.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    WebDriverWait(driver, 60).until(lambda d: not d.find_element(By.ID, "token-dialog").is_displayed())
 
 
 def submit(driver, prompt, **fields):
@@ -234,4 +243,40 @@ def test_the_page_runs_a_job_end_to_end(tmp_path, browser, artifacts):
         WebDriverWait(browser, 60).until(lambda d: d.execute_script("return window.innerWidth") <= 400)
         assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
         browser.save_screenshot(str(artifacts / "06-phone.png"))
+        assert server.stop() == 0
+
+
+def test_the_form_sends_interpolate_and_upscale(tmp_path, browser, artifacts):
+    """The form's post-stage selects (issue 35): none sends neither field; 2x and 2x send
+    "interpolate": 2 and "upscale": 2, and the clip the page plays has twice the size and
+    (frames - 1) x 2 + 1 frames at twice the fps (minterpolate and lanczos, the fallbacks)."""
+    with Server(MODEL, tmp_path / "out", "--token", TOKEN) as server:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        browser.get(f"http://127.0.0.1:{server.port}/")
+        give_token(browser)
+        record(browser)
+        for name in ("interpolate", "upscale"):
+            box = Select(browser.find_element(By.ID, name))
+            assert [o.get_attribute("value") for o in box.options] == ["", "2", "4"]
+            assert box.first_selected_option.get_attribute("value") == ""  # none unless asked
+
+        plain = submit(browser, "a green square, no post-stages", width=128, height=128, frames=8, steps=2, seed=4)
+        Select(browser.find_element(By.ID, "interpolate")).select_by_value("2")
+        Select(browser.find_element(By.ID, "upscale")).select_by_value("2")
+        frames, fps = 8, 8  # fps: the bundled model's default
+        job = submit(browser, "a green square, twice", width=128, height=128, frames=frames, steps=2, seed=4)
+        for li, post in [(plain, {}), (job, {"interpolate": 2, "upscale": 2})]:
+            job_id = li.get_attribute("data-id")
+            wait_logged(browser, job_id, ended("done"))
+            status, _, info = server.json("GET", f"/v1/jobs/{job_id}", headers=auth)
+            assert status == 200 and info["status"] == "done", info
+            assert {k: info["spec"][k] for k in ("interpolate", "upscale") if k in info["spec"]} == post, info["spec"]
+
+        video = job.find_element(By.CLASS_NAME, "video")
+        WebDriverWait(browser, 120).until(lambda d: d.execute_script("return arguments[0].readyState", video) >= 2)
+        size = browser.execute_script("return [arguments[0].videoWidth, arguments[0].videoHeight]", video)
+        assert size == [256, 256], size
+        duration = browser.execute_script("return arguments[0].duration", video)
+        assert round(duration * fps * 2) == (frames - 1) * 2 + 1, duration
+        browser.save_screenshot(str(artifacts / "07-post.png"))
         assert server.stop() == 0
