@@ -3,6 +3,7 @@
 #include "runtime/errors.hpp"
 #include "stages/exec/batcher.hpp"
 #include "stages/families/family.hpp"
+#include "stages/media/clip_extension.hpp"
 #include "stages/media/image_admission.hpp"
 #include "stages/exec/denoise_news.hpp"
 #include "stages/exec/preview.hpp"
@@ -52,9 +53,23 @@ std::string model_field(const json::value& spec) {
   return {};
 }
 
+ClipSource clip_source(const State& st, const JobSpec& spec) {
+  return {.file = spec.video, .sha256 = spec.video_sha256, .width = spec.width, .height = spec.height, .limits = st.options.videos};
+}
+
+// An extend job's first frame: its video's last, fitted to the job's size, read on the "codec"
+// pool before the job's group prepares (where the family conditions on it).
+asio::awaitable<void> read_first_frame(State& st, FamilyJob& work) {
+  auto read = [source = clip_source(st, work.spec)] {
+    return std::make_shared<const RgbImage>(read_fitted_last_frame(source, "video"));
+  };
+  work.first_frame = co_await st.executor->pool("codec").run(read);
+}
+
 asio::awaitable<void> preprocess(State& st, Job& job) {
   const auto& family = st.family(model_field(job.spec()));
   job.payload = family->create_job(family->validate(job.spec()));
+  if (auto& work = *family_job(job); work.spec.extend) co_await read_first_frame(st, work);
   if (auto it = st.previews.find(family.get()); it != st.previews.end()) {
     auto& work = *family_job(job);
     attach_previews(job, work, it->second, st.options.preview_every, work.spec.steps);
@@ -89,16 +104,39 @@ asio::awaitable<void> denoise(State& st, Job& job) {
   co_await st.batcher->join(family, job, BatchKind::denoise);
 }
 
-asio::awaitable<void> decode(State& st, Job& job) {
-  co_await st.batcher->join(st.family(family_job(job)->spec.model), job, BatchKind::decode);
-}
-
 VideoFrames to_video_frames(const at::Tensor& frames, double fps) {
   auto bytes = (frames * 255.0).round().clamp(0, 255).to(at::kByte).contiguous();
   VideoFrames v = VideoFrames::allocate(static_cast<int>(frames.size(2)), static_cast<int>(frames.size(1)),
                                         static_cast<int>(frames.size(0)), fps);
   std::memcpy(v.rgb.data(), bytes.data_ptr<std::uint8_t>(), v.rgb.size());
   return v;
+}
+
+// An extend job's output is one clip: its video's frames, then the decoded segment less its
+// first (the video's last frame again), at the job's fps; the segment's sound (a family with
+// sound) moves behind the video's length. Done right after decode, so the post-stages and encode
+// see the whole clip, for every front end. The video is decoded again here rather than held
+// from preprocess: its frames would otherwise sit in memory through the whole denoise.
+asio::awaitable<void> join_input_clip(State& st, std::shared_ptr<FamilyJob> w) {
+  struct Joined {
+    std::shared_ptr<const VideoFrames> frames;
+    std::shared_ptr<const AudioTrack> audio;
+  };
+  auto join = [w, source = clip_source(st, w->spec)] {
+    const auto clip = read_fitted_clip(source, "video");
+    Joined out{std::make_shared<const VideoFrames>(join_extension(clip, to_video_frames(w->frames, w->spec.fps))), nullptr};
+    if (w->audio) out.audio = std::make_shared<const AudioTrack>(extension_audio(*w->audio, clip.count, w->spec.fps));
+    return out;
+  };
+  auto joined = co_await st.executor->pool("codec").run(join);
+  w->post_frames = std::move(joined.frames);
+  w->frames = at::Tensor();  // the clip lives on in post_frames, in bytes
+  if (joined.audio) w->audio = std::move(joined.audio);
+}
+
+asio::awaitable<void> decode(State& st, Job& job) {
+  co_await st.batcher->join(st.family(family_job(job)->spec.model), job, BatchKind::decode);
+  if (auto w = family_job(job); w->spec.extend) co_await join_input_clip(st, std::move(w));
 }
 
 // A post-stage: the job's clip (the last post-stage's, else the decoded frames) through the
@@ -232,6 +270,15 @@ JobSpec ModelSet::admit(json::value& spec) const {
   auto parsed = validate(spec);
   admit_images(spec, parsed, state_->options.images);
   admit_video(spec, parsed, state_->options.videos);
+  // An extend job plays at its video's frame rate unless it names one: the joined clip is one
+  // stream, and the video's frames would otherwise run faster or slower than they were made.
+  if (auto* object = spec.if_object(); parsed.extend && object && !object->contains("fps")) {
+    const auto header = read_video_header(parsed.video, "video", state_->options.videos);
+    if (header.fps > 0.0) {
+      (*object)["fps"] = header.fps;
+      parsed = validate(spec);  // the fps's range and interpolate x fps, naming "fps"
+    }
+  }
   return parsed;
 }
 
