@@ -84,7 +84,8 @@ def one_video_stream(path, frames: int, fps: str = "16/1") -> None:
 @pytest.fixture(scope="module")
 def base(packages):
     out = packages / "base.mp4"
-    r = vgen("render", "a red circle", "-o", out, "--model", packages / "i2v", "--image", packages / "in.png", *JOB)
+    # 16 fps, not the package's 8: the extensions keep the clip's rate without being told.
+    r = vgen("render", "a red circle", "-o", out, "--model", packages / "i2v", "--image", packages / "in.png", *JOB, "--fps", "16")
     assert r.returncode == 0, r.stderr
     one_video_stream(out, NEW)
     return out
@@ -112,9 +113,14 @@ def test_extend_twice_sums_the_frames_in_one_stream_and_keeps_the_input(packages
     assert psnr(once[NEW], once[NEW - 1]) < seam
 
 
-def test_the_new_segment_is_conditioned_on_the_clip_s_last_frame(packages, base, tmp_path):
+def test_the_new_segment_is_what_render_image_of_the_last_frame_gives(packages, base, tmp_path):
     """extend(clip) renders what `render --image <the clip's last frame>` renders with the same job,
-    and a clip with another last frame gives another segment."""
+    frame for frame after the seam (an offset or a dropped frame would show: the segment's frames
+    differ from each other). Not bit-identical: vgen decodes the clip's last frame with its own
+    YUV->RGB conversion, the PNG here comes from ffmpeg's, and the joined stream is encoded with
+    the clip before it. The tiny random model barely depends on its image (the same job extending
+    the clip flipped left to right differed from it by about as much), so this checks the wiring,
+    not what a real model makes of the frame."""
     import PIL.Image
 
     extended = tmp_path / "ext.mp4"
@@ -122,33 +128,27 @@ def test_the_new_segment_is_conditioned_on_the_clip_s_last_frame(packages, base,
     last = tmp_path / "last.png"
     PIL.Image.fromarray(frames_of(base)[-1]).save(last)
     direct = tmp_path / "direct.mp4"
-    r = vgen("render", "next", "-o", direct, "--model", packages / "i2v", "--image", last, *JOB)
+    r = vgen("render", "next", "-o", direct, "--model", packages / "i2v", "--image", last, *JOB, "--fps", "16")
     assert r.returncode == 0, r.stderr
-    new, same = frames_of(extended)[NEW:], frames_of(direct)[1:]
-    agree = psnr(new, same)
-    # Another last frame: the clip flipped left to right.
-    flipped = tmp_path / "flipped.mp4"
-    subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", str(base), "-vf", "hflip", "-c:v", "libx264", "-crf", "4",
-                    "-pix_fmt", "yuv420p", str(flipped)], check=True)
-    other = tmp_path / "other.mp4"
-    assert vgen("extend", flipped, "next", "-o", other, "--model", packages / "i2v", *JOB).returncode == 0
-    differ = psnr(frames_of(other)[NEW:], new)
-    print(f"new frames vs render --image of the last frame: {agree:.1f} dB; vs another clip's extension: {differ:.1f} dB")
-    assert agree > differ + 10, (agree, differ)
+    new, same = frames_of(extended)[NEW:], frames_of(direct)
+    agree = psnr(new, same[1:])
+    shifted = psnr(new[1:], same[1:-1])
+    print(f"new frames vs render --image of the last frame: {agree:.1f} dB; shifted by one frame: {shifted:.1f} dB")
+    assert agree > 35 and agree > shifted + 5, (agree, shifted)
 
 
 def test_extend_keeps_the_input_s_frame_rate_and_fits_its_size(packages, tmp_path):
     clip = tmp_path / "testsrc.mp4"
-    subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc=s=64x48:r=8:d=1", "-c:v", "libx264",
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc=s=64x48:r=12:d=1", "-c:v", "libx264",
                     "-pix_fmt", "yuv420p", str(clip)], check=True)
     out = tmp_path / "out.mp4"
     r = vgen("extend", clip, "next", "-o", out, "--model", packages / "i2v", *JOB)
     assert r.returncode == 0, r.stderr
-    one_video_stream(out, 8 + NEW - 1, fps="8/1")
+    one_video_stream(out, 12 + NEW - 1, fps="12/1")  # the clip's rate, not the package's 8
     out24 = tmp_path / "out24.mp4"
     r = vgen("extend", clip, "next", "-o", out24, "--model", packages / "i2v", *JOB, "--fps", "24")
     assert r.returncode == 0, r.stderr
-    one_video_stream(out24, 8 + NEW - 1, fps="24/1")
+    one_video_stream(out24, 12 + NEW - 1, fps="24/1")
 
 
 def test_extend_refusals_name_the_field_and_leave_no_output(packages, base, tmp_path):
