@@ -2,7 +2,7 @@
 2.1 I2V package: a clip is rendered, then extended twice; each result is one video stream of
 input + new - 1 frames, its first frames are the input's (the seam frame is the input's last
 frame, measured as PSNR after the encode round trip), the new segment depends on that last
-frame, and the output keeps the input's frame rate. The same job runs over HTTP. Refusals name
+frame, and the output keeps the input's frame rate. The same job runs over HTTP and from a batch line. Refusals name
 the field: extend with a package that takes no image, without a video, with an image, with a
 bad video, with one frame.
 
@@ -187,3 +187,20 @@ def test_extend_over_http_is_the_same_job(packages, base, tmp_path):
             assert status == 400 and body["error"]["message"].startswith(says), (bad, status, body)
     finally:
         server.stop()
+
+
+def test_a_batch_line_extends_a_clip_beside_the_file(packages, base, tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    shutil.copy(base, jobs / "clip.mp4")
+    spec = {"width": W, "height": H, "frames": NEW, "steps": 2, "seed": 3}
+    lines = [{"prompt": "next", "name": "longer", "video": "clip.mp4", "extend": True, **spec},
+             {"prompt": "next", "name": "bad", "extend": True, **spec}]
+    prompts = jobs / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "out"
+    r = vgen("batch", prompts, "--out", out, "--model", packages / "i2v", "--json")
+    summary = {j["name"]: j for j in json.loads(r.stdout)["jobs"]}
+    assert summary["longer"]["status"] == "done", r.stdout
+    assert summary["bad"]["status"] == "invalid" and "extend: needs video" in summary["bad"]["error"], summary["bad"]
+    one_video_stream(out / "longer.mp4", NEW + NEW - 1)
