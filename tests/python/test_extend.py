@@ -1,10 +1,11 @@
 """`vgen extend` (issue 34 item 4, the image-to-video fallback) end to end on the tiny random Wan
 2.1 I2V package: a clip is rendered, then extended twice; each result is one video stream of
 input + new - 1 frames, its first frames are the input's (the seam frame is the input's last
-frame, measured as PSNR after the encode round trip), the new segment depends on that last
-frame, and the output keeps the input's frame rate. The same job runs over HTTP and from a batch line. Refusals name
-the field: extend with a package that takes no image, without a video, with an image, with a
-bad video, with one frame.
+frame, measured as PSNR after the encode round trip), the new segment is what `render --image`
+of that last frame gives, and the output keeps the input's frame rate. The same job runs over
+HTTP and from a batch line. Refusals name the field: extend with a package that takes no image,
+without a video, with a file that is no video, with one frame, with strength, with a non-boolean
+extend (an extend job with an image is refused in stages.job_spec).
 
 The tiny package's weights are random, so what the new frames show says nothing about
 continuity of motion; what is checked is the mechanism: the join, and that the conditioning
