@@ -84,6 +84,16 @@ void check_sha256(const std::string& hex, std::string_view field) {
 
 std::string model_named(const SpecLimits& l) { return l.model_name.empty() ? "this model" : "model '" + l.model_name + "'"; }
 
+// "extend": the clip in `video` goes on from its last frame through an image-to-video package.
+void check_extend(const JobSpec& s, const SpecLimits& l) {
+  if (!s.extend) return;
+  if (s.video.empty()) bad("extend", "needs video (the clip to extend)");
+  if (l.image == InputUse::none)
+    bad("extend", model_named(l) + " takes no image; extending conditions an image-to-video model on the clip's last frame");
+  if (!s.image.empty()) bad("image", "an extend job's first frame is its video's last frame; give no image");
+  if (s.frames < 2) bad("frames", "an extend job adds frames - 1 frames to its video; needs at least 2 (got " + std::to_string(s.frames) + ")");
+}
+
 void check_images(const JobSpec& s, const SpecLimits& l) {
   check_image_path(s.image, "image");
   check_image_path(s.last_image, "last_image");
@@ -91,14 +101,17 @@ void check_images(const JobSpec& s, const SpecLimits& l) {
   check_sha256(s.last_image_sha256, "last_image_sha256");
   if (s.image.empty() && !s.image_sha256.empty()) bad("image_sha256", "given without image");
   if (s.last_image.empty() && !s.last_image_sha256.empty()) bad("last_image_sha256", "given without last_image");
+  check_extend(s, l);
   if (!s.image.empty() && l.image == InputUse::none) bad("image", model_named(l) + " does not take an image");
-  if (s.image.empty() && l.image == InputUse::required) bad("image", "required by " + model_named(l));
+  if (!has_first_frame(s) && l.image == InputUse::required) bad("image", "required by " + model_named(l));
   if (!s.last_image.empty() && l.last_image == InputUse::none) bad("last_image", model_named(l) + " does not take a last image");
-  if (!s.last_image.empty() && s.image.empty()) bad("last_image", "needs image (the first frame) as well");
+  if (!s.last_image.empty() && !has_first_frame(s)) bad("last_image", "needs image (the first frame) as well");
   check_image_path(s.video, "video");
   check_sha256(s.video_sha256, "video_sha256");
   if (s.video.empty() && !s.video_sha256.empty()) bad("video_sha256", "given without video");
-  if (!s.video.empty() && l.video == InputUse::none) bad("video", model_named(l) + " does not take a video");
+  // An extend job's video is not the model's input (its last frame is the image): the package
+  // needs to take an image, which check_extend asked.
+  if (!s.video.empty() && !s.extend && l.video == InputUse::none) bad("video", model_named(l) + " does not take a video");
   if (s.video.empty() && l.video == InputUse::required) bad("video", "required by " + model_named(l));
   if (!(s.strength > 0.0 && s.strength <= 1.0))
     bad("strength", "must be above 0 and at most 1 (got " + number_text(s.strength) + ")");
@@ -234,7 +247,7 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
                                                           "model", "image", "last_image", "image_sha256",
                                                           "last_image_sha256", "loras", "step_cache", "priority", "shift",
                                                           "precision", "interpolate", "upscale", "video", "video_sha256",
-                                                          "strength"};
+                                                          "strength", "extend"};
   for (const auto& kv : *obj)
     if (!known.count(kv.key())) bad(std::string(kv.key()), "unknown field");
   JobSpec s = defaults;
@@ -260,6 +273,10 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
     else if (k == "video") s.video = as_text(v, k);
     else if (k == "video_sha256") s.video_sha256 = as_text(v, k);
     else if (k == "strength") s.strength = as_number(v, k);
+    else if (k == "extend") {
+      if (!v.is_bool()) bad("extend", "must be true or false (got " + shown(v) + ")");
+      s.extend = v.get_bool();
+    }
     else if (k == "loras") s.loras = parse_loras(v);
     else if (k == "step_cache") s.step_cache = as_number(v, k);
     else if (k == "priority") {
@@ -280,6 +297,7 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
     }
   }
   if (obj->contains("strength") && s.video.empty()) bad("strength", "needs video (strength is how far a video-to-video job departs from its input)");
+  if (obj->contains("strength") && s.extend) bad("strength", "not for an extend job (it is how far a video-to-video job departs from its input)");
   validate_job_spec(s, limits);
   return s;
 }
@@ -304,7 +322,8 @@ json::object to_json(const JobSpec& s) {
   if (!s.video.empty()) {  // absent without a video: keys stay as they were
     o["video"] = s.video;
     if (!s.video_sha256.empty()) o["video_sha256"] = s.video_sha256;
-    o["strength"] = s.strength;
+    if (s.extend) o["extend"] = true;  // another video than video-to-video's, which has a strength
+    else o["strength"] = s.strength;
   }
   if (!s.loras.empty()) {  // absent without LoRAs: keys stay as they were
     json::array a;

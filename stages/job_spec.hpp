@@ -54,6 +54,12 @@ struct JobSpec {
   // returned). Part of the content key only when a video is given.
   std::string video, video_sha256;
   double strength = 0.8;
+  // Extending a finished clip (issue 34 item 4): with `video`, the job renders a new segment
+  // from an image-to-video package conditioned on the video's last frame (taken as the job's
+  // image) and its output is the video's frames followed by the segment less its first frame
+  // (stages/media/clip_extension.hpp). The video then is not the model's input: the package
+  // needs to take an image, not a video; `image` and `strength` are refused with it.
+  bool extend = false;
   std::vector<LoraRef> loras;       // "loras": [{"name", "scale"}], in order; at most 8
   double step_cache = 0.0;          // step-cache threshold (stages/exec/step_cache.hpp); 0: off
   // Scheduling, not content: higher first in every queue, and it may preempt lower-priority
@@ -114,6 +120,9 @@ void validate_job_spec(const JobSpec& spec, const SpecLimits& limits);
 // Whether a precision name is a quantized variant ("int8"), as opposed to a float dtype: a float
 // precision is the package's own dtype (its id says which), a quantized one changes the video.
 bool is_quantized_precision(std::string_view precision);
+// Whether the job starts from a picture: its own `image`, or an extend job's video's last frame.
+// Families ask this, not image.empty(), so an extend job runs as the image job it is.
+inline bool has_first_frame(const JobSpec& spec) { return !spec.image.empty() || spec.extend; }
 
 // Every field, in a fixed form: the input of the job's content key.
 boost::json::object to_json(const JobSpec& spec);

@@ -13,6 +13,7 @@ using Run = std::function<int()>;
 Run add_demo_command(CLI::App& app);    // needs VGEN_WITH_TORCH
 Run add_devices_command(CLI::App& app);
 Run add_render_command(CLI::App& app);  // needs VGEN_WITH_TORCH
+Run add_extend_command(CLI::App& app);  // needs VGEN_WITH_TORCH (render_command.cpp: the same job)
 Run add_batch_command(CLI::App& app);   // needs VGEN_WITH_TORCH
 Run add_serve_command(CLI::App& app);   // needs VGEN_WITH_TORCH
 Run add_worker_command(CLI::App& app);  // needs VGEN_WITH_TORCH and libnats (VGEN_WITH_NATS)

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
 #ifdef VGEN_WITH_TORCH
   commands["demo"] = vgen::cli::add_demo_command(app);
   commands["render"] = vgen::cli::add_render_command(app);
+  commands["extend"] = vgen::cli::add_extend_command(app);
   commands["batch"] = vgen::cli::add_batch_command(app);
   commands["serve"] = vgen::cli::add_serve_command(app);
 #ifdef VGEN_WITH_NATS

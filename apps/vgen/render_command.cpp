@@ -1,5 +1,6 @@
 // `vgen render PROMPT -o FILE [--model DIR] [--config FILE] [job flags] [--image PATH
-// [--last-image PATH]] [--json]`: one job
+// [--last-image PATH]] [--json]`: one job; `vgen extend VIDEO PROMPT -o FILE [...]`: the same job
+// with "video" and "extend": true (the stages read the video's last frame and join the clips)
 // through a vgen::Runtime. Progress on stderr (a bar on a terminal); the output path, or with
 // --json the result object, on stdout. Exit codes come from the error kind (main.cpp).
 #include "api/engine.hpp"
@@ -31,6 +32,7 @@ struct RenderFlags {
   std::string image, last_image;  // image-to-video inputs (paths; relative to the working directory)
   std::string video;              // video-to-video input (a path, relative to the working directory)
   std::optional<double> strength;  // video-to-video: how far the result departs from the video
+  bool extend = false;            // `vgen extend`: `video` goes on from its last frame
   bool json = false;
 };
 
@@ -77,6 +79,7 @@ int run_render(const RenderFlags& f) {
   if (!f.last_image.empty()) spec["last_image"] = fs::absolute(f.last_image).lexically_normal().string();
   if (!f.video.empty()) spec["video"] = fs::absolute(f.video).lexically_normal().string();
   if (f.strength) spec["strength"] = *f.strength;  // the job spec checks the range and that a video is given
+  if (f.extend) spec["extend"] = true;
 
   config.tune.one_job = true;  // "auto" threads: the fastest split for this one job
   config.tune.spec = spec;
@@ -109,6 +112,20 @@ Run add_render_command(CLI::App& app) {
   cmd->add_option("--last-image", f->last_image, "last frame, for models that take one (needs --image)");
   cmd->add_option("--video", f->video, "input video for a video-to-video model (MP4, WebM, MKV, AVI, ...)");
   cmd->add_option("--strength", f->strength, "with --video: (0, 1], the share of the denoising schedule run over the noised video (default 0.8)");
+  cmd->add_flag("--json", f->json, "print the result as one JSON object on stdout");
+  return [f] { return run_render(*f); };
+}
+
+Run add_extend_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("extend", "Extend a video: an image-to-video model goes on from its last frame");
+  auto f = std::make_shared<RenderFlags>();
+  f->extend = true;
+  cmd->add_option("video", f->video, "the clip to extend (MP4, WebM, MKV, AVI, ...)")->required();
+  cmd->add_option("prompt", f->prompt, "what happens next")->required();
+  cmd->add_option("-o,--output", f->output, "output file (.mp4, .webm, .gif): the clip and its extension, one stream")->required();
+  add_runtime_flags(*cmd, f->runtime);
+  add_job_flags(*cmd, f->job);  // --frames: the new segment's, its first frame being the clip's last
+  cmd->add_option("--last-image", f->last_image, "last frame of the extension, for models that take one");
   cmd->add_flag("--json", f->json, "print the result as one JSON object on stdout");
   return [f] { return run_render(*f); };
 }

@@ -3,6 +3,7 @@
 #include "runtime/errors.hpp"
 #include "stages/exec/batcher.hpp"
 #include "stages/families/family.hpp"
+#include "stages/media/clip_extension.hpp"
 #include "stages/media/image_admission.hpp"
 #include "stages/exec/denoise_news.hpp"
 #include "stages/exec/preview.hpp"
@@ -80,10 +81,24 @@ bool renders_base(const Job& job) {
   return !w || !w->post_frames;
 }
 
+ClipSource clip_source(const State& st, const JobSpec& spec) {
+  return {.file = spec.video, .sha256 = spec.video_sha256, .width = spec.width, .height = spec.height, .limits = st.options.videos};
+}
+
+// An extend job's first frame: its video's last, fitted to the job's size, read on the "codec"
+// pool before the job's group prepares (where the family conditions on it).
+asio::awaitable<void> read_first_frame(State& st, FamilyJob& work) {
+  auto read = [source = clip_source(st, work.spec)] {
+    return std::make_shared<const RgbImage>(read_fitted_last_frame(source, "video"));
+  };
+  work.first_frame = co_await st.executor->pool("codec").run(read);
+}
+
 asio::awaitable<void> preprocess(State& st, Job& job) {
   const auto& family = st.family(model_field(job.spec()));
   job.payload = family->create_job(family->validate(job.spec()));
-  if (reuse_base(st, *family, *family_job(job))) co_return;
+  if (reuse_base(st, *family, *family_job(job))) co_return;  // a kept base: no first frame needed either
+  if (auto& work = *family_job(job); work.spec.extend) co_await read_first_frame(st, work);
   if (auto it = st.previews.find(family.get()); it != st.previews.end()) {
     auto& work = *family_job(job);
     attach_previews(job, work, it->second, st.options.preview_every, work.spec.steps);
@@ -118,19 +133,45 @@ asio::awaitable<void> denoise(State& st, Job& job) {
   co_await st.batcher->join(family, job, BatchKind::denoise);
 }
 
-// The decoded clip in bytes (what a post-stage or encode would make of it anyway), kept under
-// the job's base key. Runs after a successful decode only: a failed base keeps nothing.
+// The decoded clip in bytes (what a post-stage or encode would make of it anyway; an extend
+// job's whole joined clip), kept under the job's base key. Runs after a successful decode only:
+// a failed base keeps nothing.
 asio::awaitable<void> keep_base(State& st, const Family& family, std::shared_ptr<FamilyJob> w) {
-  auto convert = [w] { return std::make_shared<const VideoFrames>(to_video_frames(w->frames, w->spec.fps)); };
-  w->post_frames = co_await st.executor->pool("post").run(convert);
-  w->frames = at::Tensor();  // the clip lives on in post_frames, in bytes
+  if (!w->post_frames) {
+    auto convert = [w] { return std::make_shared<const VideoFrames>(to_video_frames(w->frames, w->spec.fps)); };
+    w->post_frames = co_await st.executor->pool("post").run(convert);
+    w->frames = at::Tensor();  // the clip lives on in post_frames, in bytes
+  }
   st.base_frames->put(base_content_key(family.package().id(), w->spec), BaseClip{w->post_frames, w->audio});
+}
+
+// An extend job's output is one clip: its video's frames, then the decoded segment less its
+// first (the video's last frame again), at the job's fps; the segment's sound (a family with
+// sound) moves behind the video's length. Done right after decode, so the post-stages and encode
+// see the whole clip, for every front end. The video is decoded again here rather than held
+// from preprocess: its frames would otherwise sit in memory through the whole denoise.
+asio::awaitable<void> join_input_clip(State& st, std::shared_ptr<FamilyJob> w) {
+  struct Joined {
+    std::shared_ptr<const VideoFrames> frames;
+    std::shared_ptr<const AudioTrack> audio;
+  };
+  auto join = [w, source = clip_source(st, w->spec)] {
+    const auto clip = read_fitted_clip(source, "video");
+    Joined out{std::make_shared<const VideoFrames>(join_extension(clip, to_video_frames(w->frames, w->spec.fps))), nullptr};
+    if (w->audio) out.audio = std::make_shared<const AudioTrack>(extension_audio(*w->audio, clip.count, w->spec.fps));
+    return out;
+  };
+  auto joined = co_await st.executor->pool("codec").run(join);
+  w->post_frames = std::move(joined.frames);
+  w->frames = at::Tensor();  // the clip lives on in post_frames, in bytes
+  if (joined.audio) w->audio = std::move(joined.audio);
 }
 
 asio::awaitable<void> decode(State& st, Job& job) {
   auto w = family_job(job);
   const auto& family = st.family(w->spec.model);
   co_await st.batcher->join(family, job, BatchKind::decode);
+  if (w->spec.extend) co_await join_input_clip(st, w);
   if (st.base_frames->enabled()) co_await keep_base(st, *family, w);
 }
 
@@ -266,6 +307,15 @@ JobSpec ModelSet::admit(json::value& spec) const {
   auto parsed = validate(spec);
   admit_images(spec, parsed, state_->options.images);
   admit_video(spec, parsed, state_->options.videos);
+  // An extend job plays at its video's frame rate unless it names one: the joined clip is one
+  // stream, and the video's frames would otherwise run faster or slower than they were made.
+  if (auto* object = spec.if_object(); parsed.extend && object && !object->contains("fps")) {
+    const auto header = read_video_header(parsed.video, "video", state_->options.videos);
+    if (header.fps > 0.0) {
+      (*object)["fps"] = header.fps;
+      parsed = validate(spec);  // the fps's range and interpolate x fps, naming "fps"
+    }
+  }
   return parsed;
 }
 

@@ -2,6 +2,7 @@
 
 #include "runtime/errors.hpp"
 #include "stages/families/family.hpp"
+#include "stages/media/image_input.hpp"
 #include "stages/model/torch_devices.hpp"
 
 #include <ATen/ATen.h>
@@ -54,6 +55,10 @@ struct TuneProbe::State {
       auto s = spec;
       s.seed = spec.seed + i;
       p.jobs.push_back(family->create_job(std::move(s)));
+      // An extend job's first frame is read from its video in the preprocess stage; the cost
+      // measured is an image job's, so a grey picture at the job's size stands in.
+      if (spec.extend) p.jobs.back()->first_frame = std::make_shared<const RgbImage>(RgbImage{
+                           spec.width, spec.height, std::vector<std::uint8_t>(std::size_t(spec.width) * spec.height * 3, 128)});
       p.work.push_back(p.jobs.back().get());
     }
     family->prepare(device, p.work);
@@ -84,7 +89,9 @@ TuneProbe::TuneProbe(const LoadedModels& models, const json::value& spec, std::s
   for (const char* field : {"prompt", "negative_prompt", "seed", "name", "priority", "fps", "format", "image", "last_image",
                             "image_sha256", "last_image_sha256"})
     shape.erase(field);
-  shape["image"] = !state_->spec.image.empty();
+  if (state_->spec.extend)  // the cost of the image job it runs as
+    for (const char* field : {"video", "video_sha256", "extend"}) shape.erase(field);
+  shape["image"] = has_first_frame(state_->spec);
   shape["last_image"] = !state_->spec.last_image.empty();
   state_->shape_key = state_->family->key_prefix() + "|" + json::serialize(shape);
 }

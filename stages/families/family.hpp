@@ -63,6 +63,7 @@ struct StepState {
 // in, so a job that ends while its group still computes frees nothing the group uses.
 struct VideoFrames;  // stages/media/frames.hpp
 struct AudioTrack;   // stages/media/audio_track.hpp
+struct RgbImage;     // stages/media/image_input.hpp
 
 struct FamilyJob {
   virtual ~FamilyJob() = default;
@@ -75,6 +76,10 @@ struct FamilyJob {
   // The job's sound after decode, for a family with sound (null for a silent one); encode
   // muxes it beside the frames.
   std::shared_ptr<const AudioTrack> audio;
+  // An extend job's first frame (JobSpec::extend): its video's last frame at the job's size,
+  // set by the preprocess stage before prepare (stages/media/clip_extension.hpp). Families take
+  // the picture through job_first_frame (family_kit.hpp), which prefers it to spec.image.
+  std::shared_ptr<const RgbImage> first_frame;
   // When decode made `audio` (a family with sound sets both; jobs decoded in one call may share
   // one interval). The batcher reports it as the stage "audio_decode", a part of "decode":
   // vgen_stage_duration_seconds{stage="audio_decode"}, a trace span on the device's track and

@@ -6,6 +6,12 @@
 
 namespace vgen {
 
+RgbImage job_first_frame(const FamilyJob& job) {
+  if (job.first_frame) return *job.first_frame;
+  if (job.spec.image.empty()) throw_error(ErrorKind::invalid_argument, "image: this job has no input image");
+  return decode_image_file(job.spec.image, "image");
+}
+
 at::Tensor guide_rows(const at::Tensor& pred, const std::vector<FamilyJob*>& jobs) {
   const auto n = static_cast<std::int64_t>(jobs.size());
   if (pred.size(0) != 2 * n)

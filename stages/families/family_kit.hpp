@@ -10,10 +10,13 @@
 //  make_text_cache  the package's text-embedding cache from the family options (null when off).
 //  set_frames   a decoded batch [N, 3, F, H, W] in [-1, 1] -> each job's frames [F, H, W, 3] in
 //               [0, 1]: (v / 2 + 0.5) clamped, as diffusers' video processor postprocesses.
+//  job_first_frame  the picture an image job starts from: an extend job's first_frame, else its
+//               image file decoded (stages/media/image_input.hpp; reads the file: compute thread).
 // Pure functions of their tensors: thread-safe, no blocking, nothing to cancel. Includes LibTorch.
 #pragma once
 
 #include "stages/families/family.hpp"
+#include "stages/media/image_input.hpp"
 
 #include <memory>
 #include <vector>
@@ -27,6 +30,10 @@ at::Tensor guide_rows(const at::Tensor& pred, const std::vector<FamilyJob*>& job
 // A TTL cache of text embeddings, text_cache.entries and .ttl from the options and a 1 GiB cost
 // cap; null when entries is 0 (the cache is off).
 std::shared_ptr<TtlCache<at::Tensor>> make_text_cache(const FamilyOptions& options);
+
+// The job's first-frame picture as decoded RGB, not yet fitted to the job's size; an extend job's
+// is fitted already. Error(invalid_argument) naming "image" when the job has none or the file is bad.
+RgbImage job_first_frame(const FamilyJob& job);
 
 // video: [jobs.size(), 3, F, H, W]; sets each job's `frames`. Error(internal) on a count mismatch.
 void set_frames(const at::Tensor& video, const std::vector<FamilyJob*>& jobs);

@@ -170,8 +170,9 @@ RgbImage to_rgb(const AVFrame& frame, std::string_view field) {
 // Decodes every frame of the open stream, checking each, keeping the first `keep` as RGB.
 class FrameReader {
  public:
-  FrameReader(OpenVideo& v, std::string_view field, const VideoLimits& limits, int keep)
-      : v_(v), field_(field), limits_(limits), keep_(keep) {}
+  using OnFrame = std::function<void(int, RgbImage&&)>;
+  FrameReader(OpenVideo& v, std::string_view field, const VideoLimits& limits, int keep, OnFrame on_frame = {})
+      : v_(v), field_(field), limits_(limits), keep_(keep), on_frame_(std::move(on_frame)) {}
 
   VideoClip run() {
     const AVStream* stream = v_.format->streams[v_.stream];
@@ -230,7 +231,8 @@ class FrameReader {
                         std::to_string(frame->height) + ", not the stream's " + std::to_string(v_.header.width) + "x" +
                         std::to_string(v_.header.height));
       if (clip_.frames >= limits_.max_frames) bad(field_, "more than " + std::to_string(limits_.max_frames) + " frames");
-      if (clip_.frames < keep_) clip_.kept.push_back(to_rgb(*frame, field_));
+      if (on_frame_) on_frame_(clip_.frames, to_rgb(*frame, field_));
+      else if (clip_.frames < keep_) clip_.kept.push_back(to_rgb(*frame, field_));
       ++clip_.frames;
       av_frame_unref(frame.get());
     }
@@ -240,6 +242,7 @@ class FrameReader {
   std::string_view field_;
   const VideoLimits& limits_;
   int keep_;
+  OnFrame on_frame_;
   AVCodecContext* ctx_ = nullptr;
   VideoClip clip_;
 };
@@ -253,6 +256,12 @@ VideoHeader read_video_header(const fs::path& file, std::string_view field, cons
 VideoClip decode_video_file(const fs::path& file, std::string_view field, const VideoLimits& limits, int keep) {
   auto v = open_video(file, field, limits);
   return FrameReader(v, field, limits, std::max(keep, 0)).run();
+}
+
+VideoClip for_each_video_frame(const fs::path& file, std::string_view field, const VideoLimits& limits,
+                               const std::function<void(int, RgbImage&&)>& on_frame) {
+  auto v = open_video(file, field, limits);
+  return FrameReader(v, field, limits, 0, on_frame).run();
 }
 
 std::string video_file_sha256(const fs::path& file, std::string_view field, const VideoLimits& limits) {

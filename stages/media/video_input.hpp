@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,6 +70,12 @@ struct VideoClip {
 // corruption); the first `keep` are converted to RGB and returned. keep = 0 checks only.
 VideoClip decode_video_file(const std::filesystem::path& file, std::string_view field, const VideoLimits& limits = {},
                             int keep = 0);
+
+// The same checks and full decode, handing each frame as RGB to `on_frame` (its index from 0,
+// in order) instead of keeping it: a caller that shrinks or picks frames holds one full-size
+// frame at a time. Returns the clip with `kept` empty. An exception from on_frame propagates.
+VideoClip for_each_video_frame(const std::filesystem::path& file, std::string_view field, const VideoLimits& limits,
+                               const std::function<void(int index, RgbImage&& frame)>& on_frame);
 
 // SHA-256 of the file's bytes (64 lowercase hex characters), refusing a file over
 // limits.max_bytes before reading it: what a job's content key and an upload's name use.

@@ -418,3 +418,49 @@ TEST_CASE("the content key follows the input video's bytes and strength, not its
   CHECK_FALSE(to_json(t2v).contains("video"));
   CHECK_FALSE(to_json(t2v).contains("strength"));
 }
+
+TEST_CASE("extend: needs a video and a package that takes an image; refusals name the field") {
+  SpecLimits t2v;
+  t2v.model_name = "wan-t2v";
+  SpecLimits i2v;
+  i2v.model_name = "wan-i2v";
+  i2v.image = InputUse::required;  // takes no video: an extend job's video is not the model's input
+  const std::string video = R"("video":"/in.mp4")";
+  CHECK(image_error_of(R"({"prompt":"p","extend":true,)" + video + "}", i2v).empty());
+  CHECK(image_error_of(R"({"prompt":"p","extend":true})", i2v) == "extend: needs video (the clip to extend)");
+  CHECK(image_error_of(R"({"prompt":"p","extend":true,)" + video + "}", t2v).starts_with("extend: model 'wan-t2v' takes no image"));
+  CHECK(image_error_of(R"({"prompt":"p","extend":"yes",)" + video + "}", i2v).starts_with("extend: must be true or false"));
+  CHECK(image_error_of(R"({"prompt":"p","extend":true,"image":"/a.png",)" + video + "}", i2v).starts_with("image: an extend job's first frame"));
+  CHECK(image_error_of(R"({"prompt":"p","extend":true,"strength":0.5,)" + video + "}", i2v).starts_with("strength: not for an extend job"));
+  CHECK(image_error_of(R"({"prompt":"p","extend":true,"frames":1,)" + video + "}", i2v).starts_with("frames: an extend job adds"));
+  // Without extend, the same video is a video-to-video input this package does not take.
+  CHECK(image_error_of(R"({"prompt":"p","image":"/a.png",)" + video + "}", i2v) == "video: model 'wan-i2v' does not take a video");
+  CHECK(image_error_of(R"({"prompt":"p","extend":false,"image":"/a.png"})", i2v).empty());
+}
+
+TEST_CASE("extend: in the content key with the video's bytes, strength left out; absent when off") {
+  SpecLimits i2v;
+  i2v.image = InputUse::required;
+  const auto s = parse_job_spec(json::parse(R"({"prompt":"p","extend":true,"video":"/up/a.mp4","video_sha256":")" + kHash + R"("})"),
+                                JobSpec{}, i2v);
+  CHECK(s.extend);
+  CHECK(has_first_frame(s));
+  const auto fields = to_json(s);
+  CHECK(fields.at("extend").as_bool());
+  CHECK_FALSE(fields.contains("strength"));
+  const auto back = parse_job_spec(json::value(fields), JobSpec{}, i2v);
+  CHECK(back.extend);
+  CHECK(job_content_key("m", back) == job_content_key("m", s));
+  auto other = s;  // another clip to extend: another result
+  other.video_sha256 = std::string(64, 'c');
+  CHECK(job_content_key("m", other) != job_content_key("m", s));
+  SpecLimits v2v = i2v;  // the same video as a video-to-video input is another job
+  v2v.video = InputUse::optional;
+  auto restyle = parse_job_spec(json::parse(R"({"prompt":"p","image":"/a.png","video":"/up/a.mp4","video_sha256":")" + kHash + R"("})"),
+                                JobSpec{}, v2v);
+  CHECK(job_content_key("m", restyle) != job_content_key("m", s));
+  JobSpec plain;
+  plain.prompt = "p";
+  CHECK_FALSE(to_json(plain).contains("extend"));
+  CHECK_FALSE(has_first_frame(plain));
+}

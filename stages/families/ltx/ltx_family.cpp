@@ -184,7 +184,7 @@ void LtxFamily::prepare(const std::string& device, const std::vector<FamilyJob*>
 at::Tensor LtxFamily::first_frame_latents(const std::string& device, const LtxJob& j, at::Generator& gen) const {
   at::Tensor picture = j.image;
   if (!picture.defined()) {  // the spec's file, resized to the video as diffusers' video processor does
-    auto img = decode_image_file(j.spec.image, "image");
+    auto img = job_first_frame(j);  // an extend job's is fitted already
     if (img.width != j.spec.width || img.height != j.spec.height) img = resize_rgb(img, j.spec.width, j.spec.height);
     picture = at::from_blob(img.rgb.data(), {img.height, img.width, 3}, at::kByte).permute({2, 0, 1}).to(at::kFloat).div(255.0);
   }

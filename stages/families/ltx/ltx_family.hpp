@@ -43,7 +43,7 @@ struct LtxJob : FamilyJob {
   // Image-to-video only:
   at::Tensor image;      // [3, H, W] float32 in [0, 1] at the job's size; undefined: the spec's file (if any)
   at::Tensor condition;  // [1, C, 1, H', W'] the first frame's normalised latents (set by prepare)
-  bool has_image() const { return image.defined() || !spec.image.empty(); }
+  bool has_image() const { return image.defined() || has_first_frame(spec); }
 };
 
 // What the manifest says beyond the generic package fields (its "transformer" and "vae").

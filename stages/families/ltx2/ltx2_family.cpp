@@ -236,7 +236,7 @@ void Ltx2Family::prepare(const std::string& device, const std::vector<FamilyJob*
     // The job's own generator: video noise, then audio noise, as LTX2Pipeline draws them (the
     // image's latents are the posterior's mode: no draw).
     const auto [f, h, w] = video_grid(j.spec);
-    if (j.has_image()) j.condition = first_frame_latents(device, j.spec);
+    if (j.has_image()) j.condition = first_frame_latents(device, j);
     auto gen = at::make_generator<at::CPUGeneratorImpl>(j.spec.seed);
     auto video = ltx_pack(at::randn({1, p.latent_channels, f, h, w}, gen, opts));
     auto audio = at::randn({1, config_.audio_channels, audio_frames(j.spec), config_.audio_mel_bins}, gen, opts)
@@ -252,8 +252,9 @@ void Ltx2Family::prepare(const std::string& device, const std::vector<FamilyJob*
 // The spec's image at the job's size, as diffusers' video processor gives it ([-1, 1]), encoded to
 // its posterior's mode and normalised: (x - latents_mean) * 1.0 / latents_std (the I2V pipeline
 // normalises without the scaling factor).
-at::Tensor Ltx2Family::first_frame_latents(const std::string& device, const JobSpec& spec) const {
-  auto img = decode_image_file(spec.image, "image");
+at::Tensor Ltx2Family::first_frame_latents(const std::string& device, const FamilyJob& job) const {
+  const auto& spec = job.spec;
+  auto img = job_first_frame(job);  // an extend job's is fitted already
   if (img.width != spec.width || img.height != spec.height) img = resize_rgb(img, spec.width, spec.height);
   auto picture = at::from_blob(img.rgb.data(), {img.height, img.width, 3}, at::kByte).permute({2, 0, 1}).to(at::kFloat).div(255.0);
   const auto& p = package_;
@@ -284,7 +285,7 @@ std::string Ltx2Family::denoise_key(const FamilyJob& job, const Scheduler& s) co
                   (job.spec.guidance > 1.0 ? "cfg" : "nocfg") + "|" + std::to_string(f) + "x" + std::to_string(h) + "x" +
                   std::to_string(w) + "|audio" + std::to_string(audio_frames(job.spec));
   if (!job.spec.precision.empty()) k += "|precision:" + job.spec.precision;  // one transformer variant per call
-  return job.spec.image.empty() ? k : k + "|image";
+  return has_first_frame(job.spec) ? k + "|image" : k;
 }
 
 std::string Ltx2Family::decode_key(const FamilyJob& job) const {

@@ -61,7 +61,7 @@ struct Ltx2Job : FamilyJob {
   at::Tensor audio_latents;
   // Image-to-video only: the first frame's normalised latents [1, C, 1, H', W'] (set by prepare).
   at::Tensor condition;
-  bool has_image() const { return !spec.image.empty(); }
+  bool has_image() const { return has_first_frame(spec); }
 };
 
 // What the manifest says beyond the generic package fields.
@@ -103,7 +103,7 @@ class Ltx2Family final : public Family {
   at::Tensor encode_texts(const std::string& device, const std::vector<std::string>& texts) const;
   at::Tensor transformer_call(const std::string& device, const std::string& precision, const std::vector<at::Tensor>& inputs) const;
   at::Tensor decode_video(const std::string& device, const at::Tensor& tokens, std::int64_t f, std::int64_t h, std::int64_t w) const;
-  at::Tensor first_frame_latents(const std::string& device, const JobSpec& spec) const;
+  at::Tensor first_frame_latents(const std::string& device, const FamilyJob& job) const;
 
   ModelPackage package_;
   Ltx2Config config_;

@@ -1,6 +1,7 @@
 #include "stages/families/wan/wan_i2v_family.hpp"
 
 #include "runtime/errors.hpp"
+#include "stages/families/family_kit.hpp"
 #include "stages/media/image_input.hpp"
 
 #include <ATen/ATen.h>
@@ -27,10 +28,13 @@ bool manifest_flag(const ModelPackage& p, const char* key, bool absent) {
 // tools), else the file at `path` decoded and resized as diffusers' video processor does.
 at::Tensor job_picture(const WanJob& job, const at::Tensor& given, const std::string& path, const std::string& field) {
   if (given.defined()) return given;
-  if (path.empty()) throw Error(ErrorKind::invalid_argument, field + ": this job has no " + (field == "image" ? "input image" : "last image"));
+  const bool first = field == "image";
+  if (path.empty() && !(first && job.first_frame))
+    throw Error(ErrorKind::invalid_argument, field + ": this job has no " + (first ? "input image" : "last image"));
   // As diffusers' video processor: the picture resized to the video's size (Lanczos, aspect
-  // ratio not kept; stages/image_input.hpp states how swscale differs from PIL).
-  auto img = decode_image_file(path, field);
+  // ratio not kept; stages/image_input.hpp states how swscale differs from PIL). An extend
+  // job's first frame comes fitted already.
+  auto img = first ? job_first_frame(job) : decode_image_file(path, field);
   if (img.width != job.spec.width || img.height != job.spec.height) img = resize_rgb(img, job.spec.width, job.spec.height);
   auto rgb = at::from_blob(img.rgb.data(), {img.height, img.width, 3}, at::kByte);
   return rgb.permute({2, 0, 1}).to(at::kFloat).div(255.0).contiguous();  // copies out of img
@@ -62,7 +66,7 @@ JobSpec WanI2VFamily::validate(const boost::json::value& spec) const {
   auto parsed = WanFamily::validate(spec);
   // The manifest's inputs.image ("required") already refuses a spec without one, naming the
   // field; a package exported without it must not run image-less either.
-  if (parsed.image.empty())
+  if (!has_first_frame(parsed))
     throw Error(ErrorKind::invalid_argument, "image: required by the " + package().family + " package (--image PATH)");
   if (first_last_ && parsed.last_image.empty())
     throw Error(ErrorKind::invalid_argument, "last_image: required by the " + package().family + " package (--last-image PATH)");

@@ -65,7 +65,7 @@ at::Tensor wan_token_timesteps(const at::Tensor& t, at::IntArrayRef shape, std::
 
 // Image-to-video when the job has an image; text-to-video (no condition) otherwise.
 void WanTI2VFamily::condition(const std::string& device, WanJob& job) {
-  if (!job.image.defined() && job.spec.image.empty()) return;
+  if (!job.image.defined() && !has_first_frame(job.spec)) return;
   auto image = wan_fitted_image(job);
   auto video = (image * 2 - 1).unsqueeze(0).unsqueeze(2);  // [1, 3, 1, H, W]: the image alone
   auto vae = module("vae_encoder", device);
