@@ -34,7 +34,7 @@ namespace vgen {
 
 struct AudioTrack;  // stages/media/audio_track.hpp
 
-// Config section "post": base_cache_mb, base_cache_ttl_s. max_bytes 0: off.
+// Config keys cache.base_frames.mb and cache.base_frames.ttl_s (api/config). max_bytes 0: off.
 struct BaseFramesOptions {
   std::size_t max_bytes = 0;
   std::chrono::seconds ttl{3600};
