@@ -26,21 +26,31 @@
 
 namespace vgen::test {
 
-// Returns each job's latents after every step ([job][step]) and leaves the frames in each job.
+// Returns each job's latents after every step it ran ([job][step]) and leaves the frames in each
+// job. Jobs that prepare() leaves at a later step (video-to-video: state.step = t_start, all the
+// group's at the same one) start there with their scheduler rows restored, as the loop's
+// cohorts start them; otherwise from step 0 with the noise scaled by init_noise_sigma.
 template <class JobT = FamilyJob>  // the default serves a braced list of jobs
 std::vector<std::vector<at::Tensor>> run_group(Family& family, const std::vector<std::shared_ptr<JobT>>& jobs) {
   std::vector<FamilyJob*> group;
   for (auto& j : jobs) group.push_back(j.get());
   family.prepare("cpu", group);
   auto scheduler = family.make_scheduler(*group.front());
-  for (auto* j : group) REQUIRE(family.denoise_key(*j, *scheduler) == family.denoise_key(*group.front(), *scheduler));
+  const int first = group.front()->state.step;
+  std::vector<const SchedulerRowState*> rows;
+  std::vector<at::Tensor> start;
+  for (auto* j : group) {
+    REQUIRE(j->state.step == first);
+    REQUIRE(family.denoise_key(*j, *scheduler) == family.denoise_key(*group.front(), *scheduler));
+    rows.push_back(&j->state.scheduler);
+    start.push_back(first == 0 ? j->state.latents * scheduler->init_noise_sigma() : j->state.latents);
+  }
+  if (first > 0) scheduler->restore_rows(first, rows);
   family.begin_denoise(group, "cpu");
-  std::vector<at::Tensor> noise;
-  for (auto* j : group) noise.push_back(j->state.latents * scheduler->init_noise_sigma());
-  auto latents = at::cat(noise, 0);
+  auto latents = at::cat(start, 0);
   std::vector<std::vector<at::Tensor>> steps(jobs.size());
   const auto n = static_cast<int>(scheduler->timesteps().size(0));
-  for (int i = 0; i < n; ++i) {
+  for (int i = first; i < n; ++i) {
     auto x = scheduler->scale_model_input(latents, i);
     auto pred = family.predict(PredictCall{group, x, scheduler->timesteps()[i], "cpu"});
     latents = scheduler->step(pred, i, latents);

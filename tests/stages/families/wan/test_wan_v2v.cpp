@@ -55,43 +55,10 @@ std::shared_ptr<WanJob> make_job(Family& family, const boost::json::object& spec
   return job;
 }
 
-// One denoise group as stages/exec/denoise_loop.cpp runs it, from the jobs' own start step
-// (all the same here): their latents as prepare left them, the scheduler's history restored
-// from their (fresh) rows, then predict + step to the end. Returns each job's latents after
-// every step it ran and leaves the frames in each job.
-std::vector<std::vector<at::Tensor>> run_from_state(Family& family, const std::vector<std::shared_ptr<WanJob>>& jobs) {
-  std::vector<FamilyJob*> group;
-  for (auto& j : jobs) group.push_back(j.get());
-  family.prepare("cpu", group);
-  auto scheduler = family.make_scheduler(*group.front());
-  const int first = group.front()->state.step;
-  std::vector<const SchedulerRowState*> rows;
-  std::vector<at::Tensor> latents;
-  for (auto* j : group) {
-    REQUIRE(j->state.step == first);
-    REQUIRE(family.denoise_key(*j, *scheduler) == family.denoise_key(*group.front(), *scheduler));
-    rows.push_back(&j->state.scheduler);
-    latents.push_back(first == 0 ? j->state.latents * scheduler->init_noise_sigma() : j->state.latents);
-  }
-  if (first > 0) scheduler->restore_rows(first, rows);
-  family.begin_denoise(group, "cpu");
-  auto x = at::cat(latents, 0);
-  std::vector<std::vector<at::Tensor>> steps(jobs.size());
-  const auto n = static_cast<int>(scheduler->timesteps().size(0));
-  for (int i = first; i < n; ++i) {
-    auto pred = family.predict(PredictCall{group, scheduler->scale_model_input(x, i), scheduler->timesteps()[i], "cpu"});
-    x = scheduler->step(pred, i, x);
-    for (std::size_t j = 0; j < jobs.size(); ++j) steps[j].push_back(x.narrow(0, static_cast<std::int64_t>(j), 1).clone());
-  }
-  for (std::size_t j = 0; j < jobs.size(); ++j) group[j]->state.latents = steps[j].back();
-  family.decode("cpu", group);
-  return steps;
-}
-
 void check_parity(Reference& ref, const std::string& run) {
   auto family = load_family(ref.info["package"].get<std::string>());
   auto job = make_job(*family, case_json(ref, run, ref.info["seed"].get<std::uint64_t>()));  // the video from its file
-  const auto steps = run_from_state(*family, {job});
+  const auto steps = test::run_group(*family, {job});
   const int expected = ref.info["runs"][run]["steps_run"].get<int>();
   REQUIRE(static_cast<int>(steps[0].size()) == expected);
   double worst = 0;
@@ -147,10 +114,10 @@ TEST_CASE("a V2V job in a batched group is within 1e-4 of its solo run" * doctes
   const std::vector<std::pair<boost::json::object, at::Tensor>> specs{{case_json(*ref, "unipc", 5), at::Tensor()}, {other, flipped}};
   std::vector<std::shared_ptr<WanJob>> together;
   for (const auto& [s, v] : specs) together.push_back(make_job(*family, s, v));
-  const auto batched = run_from_state(*family, together);
+  const auto batched = test::run_group(*family, together);
   for (std::size_t j = 0; j < specs.size(); ++j) {
     auto solo_job = make_job(*family, specs[j].first, specs[j].second);
-    const auto solo = run_from_state(*family, {solo_job});
+    const auto solo = test::run_group(*family, {solo_job});
     REQUIRE(solo[0].size() == batched[j].size());
     double worst = 0;
     for (std::size_t i = 0; i < solo[0].size(); ++i) worst = std::max(worst, max_diff(batched[j][i], solo[0][i]));
