@@ -133,6 +133,23 @@ inline double worst_step(const std::vector<at::Tensor>& a, const std::vector<at:
   return worst;
 }
 
+// Runs `together` as one group, then each job again alone (`make_solo(j)` makes job j anew), and
+// checks every step's latents and the frames of each against its solo run within `tolerance`.
+template <class JobT, class MakeSolo>
+void check_batched_matches_solo(Family& family, const std::vector<std::shared_ptr<JobT>>& together, MakeSolo make_solo,
+                                double tolerance = 1e-4) {
+  const auto batched = run_group(family, together);
+  for (std::size_t j = 0; j < together.size(); ++j) {
+    const std::shared_ptr<JobT> solo_job = make_solo(j);
+    const auto solo = run_group(family, std::vector<std::shared_ptr<JobT>>{solo_job});
+    const double worst = worst_step(batched[j], solo[0]);
+    const double frames = max_diff(together[j]->frames, solo_job->frames);
+    MESSAGE("job " << j << ": batched vs solo latents " << worst << ", frames " << frames);
+    DOCTEST_CHECK(worst <= tolerance);
+    DOCTEST_CHECK(frames <= tolerance);
+  }
+}
+
 namespace detail {
 // Submits `job` to the batcher's denoise stage; says so first (see run_joined_batcher).
 inline boost::asio::awaitable<void> join_denoise(std::shared_ptr<Batcher> batcher, std::shared_ptr<Family> family,

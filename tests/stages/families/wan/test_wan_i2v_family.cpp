@@ -115,17 +115,7 @@ TEST_CASE("an I2V job in a batched group is within 1e-4 of its solo run" * docte
   const std::vector<std::pair<boost::json::object, at::Tensor>> specs{{case_json(*ref, 5, 5.0), at::Tensor()}, {other, flipped}};
   std::vector<std::shared_ptr<WanJob>> together;
   for (const auto& [s, img] : specs) together.push_back(make_job(*family, s, img));
-  const auto batched = run_group(*family, together);
-  for (std::size_t j = 0; j < specs.size(); ++j) {
-    auto solo_job = make_job(*family, specs[j].first, specs[j].second);
-    const auto solo = run_group(*family, {solo_job});
-    double worst = 0;
-    for (std::size_t i = 0; i < solo[0].size(); ++i) worst = std::max(worst, max_diff(batched[j][i], solo[0][i]));
-    const double frames = max_diff(together[j]->frames, solo_job->frames);
-    MESSAGE("job " << j << ": batched vs solo latents " << worst << ", frames " << frames);
-    CHECK(worst <= 1e-4);
-    CHECK(frames <= 1e-4);
-  }
+  test::check_batched_matches_solo(*family, together, [&](std::size_t j) { return make_job(*family, specs[j].first, specs[j].second); });
   // The two rows differ (the check above is not comparing a job with itself).
   CHECK(max_diff(together[0]->frames, together[1]->frames) > 1e-2);
 }

@@ -135,17 +135,7 @@ TEST_CASE("TI2V text- and image-to-video jobs batched in one group are each with
   specs.emplace_back(other, image.flip({2}).contiguous());            // another image and prompt
   std::vector<std::shared_ptr<WanJob>> together;
   for (const auto& [s, img] : specs) together.push_back(make_job(*family, s, img));
-  const auto batched = run_group(*family, together);
-  for (std::size_t j = 0; j < specs.size(); ++j) {
-    auto solo_job = make_job(*family, specs[j].first, specs[j].second);
-    const auto solo = run_group(*family, {solo_job});
-    double worst = 0;
-    for (std::size_t i = 0; i < solo[0].size(); ++i) worst = std::max(worst, max_diff(batched[j][i], solo[0][i]));
-    const double frames = max_diff(together[j]->frames, solo_job->frames);
-    MESSAGE("job " << j << ": batched vs solo latents " << worst << ", frames " << frames);
-    CHECK(worst <= 1e-4);
-    CHECK(frames <= 1e-4);
-  }
+  test::check_batched_matches_solo(*family, together, [&](std::size_t j) { return make_job(*family, specs[j].first, specs[j].second); });
   // The rows differ: the image changes the video (same seed and prompt), and so does the other job.
   CHECK(max_diff(together[0]->frames, together[1]->frames) > 1e-2);
   CHECK(max_diff(together[1]->frames, together[2]->frames) > 1e-2);

@@ -114,18 +114,7 @@ TEST_CASE("a V2V job in a batched group is within 1e-4 of its solo run" * doctes
   const std::vector<std::pair<boost::json::object, at::Tensor>> specs{{case_json(*ref, "unipc", 5), at::Tensor()}, {other, flipped}};
   std::vector<std::shared_ptr<WanJob>> together;
   for (const auto& [s, v] : specs) together.push_back(make_job(*family, s, v));
-  const auto batched = test::run_group(*family, together);
-  for (std::size_t j = 0; j < specs.size(); ++j) {
-    auto solo_job = make_job(*family, specs[j].first, specs[j].second);
-    const auto solo = test::run_group(*family, {solo_job});
-    REQUIRE(solo[0].size() == batched[j].size());
-    double worst = 0;
-    for (std::size_t i = 0; i < solo[0].size(); ++i) worst = std::max(worst, max_diff(batched[j][i], solo[0][i]));
-    const double frames = max_diff(together[j]->frames, solo_job->frames);
-    MESSAGE("job " << j << ": batched vs solo latents " << worst << ", frames " << frames);
-    CHECK(worst <= 1e-4);
-    CHECK(frames <= 1e-4);
-  }
+  test::check_batched_matches_solo(*family, together, [&](std::size_t j) { return make_job(*family, specs[j].first, specs[j].second); });
   CHECK(max_diff(together[0]->frames, together[1]->frames) > 1e-2);  // the rows differ
 }
 
