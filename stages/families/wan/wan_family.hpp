@@ -158,6 +158,11 @@ std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOption
 // and decodes the file: call it on the compute thread (prepare).
 at::Tensor wan_job_video(const WanJob& job, int temporal_scale);
 
+// The VAE encoder's posterior mean [1, C, F', H', W'] normalised as the denoiser sees latents:
+// (mean - latents_mean) * (1 / latents_std), float32, in diffusers' order of operations
+// (video-to-video here; image-to-video in wan_i2v_family, which builds on this family).
+at::Tensor wan_normalised_latents(const ModelPackage& package, const at::Tensor& mean);
+
 // diffusers' get_timesteps: the first of `steps` steps a job at `strength` runs,
 // steps - min(int(steps * strength), steps) (== steps: nothing left to denoise).
 int wan_v2v_first_step(int steps, double strength);

@@ -79,13 +79,6 @@ JobSpec WanI2VFamily::validate(const boost::json::value& spec) const {
 at::Tensor wan_job_image(const WanJob& job) { return job_picture(job, job.image, job.spec.image, "image"); }
 at::Tensor wan_job_last_image(const WanJob& job) { return job_picture(job, job.last_image, job.spec.last_image, "last_image"); }
 
-at::Tensor wan_normalised_latents(const ModelPackage& p, const at::Tensor& mean) {
-  const auto c = p.latent_channels;
-  auto lat_mean = at::tensor(p.latents_mean, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
-  auto inv_std = 1.0 / at::tensor(p.latents_std, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
-  return (mean.to(at::kFloat) - lat_mean) * inv_std;  // diffusers' normalisation, in its order
-}
-
 at::Tensor wan_fitted_image(const WanJob& job) { return fitted(job, wan_job_image(job), "image"); }
 at::Tensor wan_fitted_last_image(const WanJob& job) { return fitted(job, wan_job_last_image(job), "last_image"); }
 

@@ -58,9 +58,6 @@ at::Tensor wan_job_last_image(const WanJob& job);
 // `last_frame`, the mask also marks the last pixel frame as given.
 at::Tensor wan_i2v_condition(const ModelPackage& package, const at::Tensor& mean, bool last_frame = false);
 
-// The VAE encoder's posterior mean [1, C, F', H', W'] normalised as the denoiser sees latents:
-// (mean - latents_mean) * (1 / latents_std), float32, in diffusers' order of operations.
-at::Tensor wan_normalised_latents(const ModelPackage& package, const at::Tensor& mean);
 
 // The job's image (last image) checked against its size (Error(invalid_argument) naming the field otherwise).
 at::Tensor wan_fitted_image(const WanJob& job);

@@ -13,6 +13,13 @@
 
 namespace vgen {
 
+at::Tensor wan_normalised_latents(const ModelPackage& p, const at::Tensor& mean) {
+  const auto c = p.latent_channels;
+  auto lat_mean = at::tensor(p.latents_mean, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+  auto inv_std = 1.0 / at::tensor(p.latents_std, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+  return (mean.to(at::kFloat) - lat_mean) * inv_std;  // diffusers' normalisation, in its order
+}
+
 int wan_v2v_first_step(int steps, double strength) {
   // int() truncates toward zero, as Python's int(num_inference_steps * strength).
   const int init = std::min(static_cast<int>(std::trunc(steps * strength)), steps);
@@ -74,11 +81,8 @@ void WanFamily::start_from_video(const std::string& device, WanJob& w, const at:
   // [F, 3, H, W] in [0, 1] -> [1, 3, F, H, W] in [-1, 1], as preprocess_video normalises.
   auto x = (frames.permute({1, 0, 2, 3}).unsqueeze(0) * 2 - 1).contiguous();
   auto vae = module("vae_encoder", device);
-  auto mean = vae->forward({x.to(vae->dtype())}).to(at::kCPU).to(at::kFloat);  // retrieve_latents(argmax)
-  const auto c = p.latent_channels;
-  auto lat_mean = at::tensor(p.latents_mean, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
-  auto inv_std = 1.0 / at::tensor(p.latents_std, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
-  auto init = (mean - lat_mean) * inv_std;  // diffusers' normalisation, in its order
+  // retrieve_latents(argmax): the posterior mean, normalised as the denoiser sees latents.
+  auto init = wan_normalised_latents(p, vae->forward({x.to(vae->dtype())}).to(at::kCPU));
   if (init.sizes() != noise.sizes())
     throw Error(ErrorKind::internal, "video: encoded latents do not match the noise's shape");
   // The schedule the job will run, cut at t_start (get_timesteps); diffusers finds the start
