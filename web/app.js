@@ -1,4 +1,5 @@
-// vgen's page: submit jobs, watch the queue (progress and previews over the job's event stream),
+// vgen's page: submit jobs (a model, an image, a LoRA and a priority where the service offers
+// them), watch the queue (progress and previews over the job's event stream),
 // play and download results, cancel. Plain DOM, no libraries, nothing from the network but
 // this origin's API.
 //
@@ -300,8 +301,54 @@ async function loadJobs(cursor) {
 
 // ---- the form -------------------------------------------------------------------------------
 
+const models = new Map();  // id -> what GET /v1/models says of it ({image: none|optional|required, ...})
+
+// The model picker (shown when the service has several models) and, for the chosen model, the
+// image upload (shown when it takes an image; marked when it needs one).
+async function loadModels() {
+  const res = await api("/v1/models");
+  if (!res.ok) return;
+  const list = (await res.json()).data || [];
+  const select = $("model");
+  select.replaceChildren();
+  models.clear();
+  for (const m of list) {
+    models.set(m.id, m.vgen || {});
+    const option = document.createElement("option");
+    option.value = m.id;
+    option.textContent = m.id;  // text, never markup
+    select.append(option);
+  }
+  $("model-field").hidden = list.length < 2;
+  showImageField();
+}
+
+function showImageField() {
+  const use = (models.get($("model").value) || {}).image || "none";
+  $("image-field").hidden = use === "none";
+  $("image").required = use === "required";
+  $("image-label").textContent = use === "required" ? "Image (this model needs one)" : "Image (optional)";
+}
+
+// The LoRAs of the service's folder; the picker stays hidden when there are none.
+async function loadLoras() {
+  const res = await api("/v1/loras");
+  if (!res.ok) return;
+  const list = (await res.json()).data || [];
+  const select = $("lora");
+  for (const l of list) {
+    const option = document.createElement("option");
+    option.value = l.name;
+    option.textContent = l.name;
+    select.append(option);
+  }
+  $("lora-field").hidden = list.length === 0;
+  $("lora-scale-field").hidden = list.length === 0;
+}
+
 function specFromForm() {
   const spec = { prompt: $("prompt").value };
+  if (!$("model-field").hidden && $("model").value) spec.model = $("model").value;
   const text = (id) => $(id).value.trim();
   if (text("negative_prompt")) spec.negative_prompt = $("negative_prompt").value;
   for (const id of ["width", "height", "frames", "steps", "seed"]) if (text(id) !== "") spec[id] = Number(text(id));
@@ -309,8 +356,23 @@ function specFromForm() {
   if (text("scheduler")) spec.scheduler = text("scheduler");
   // The post-stages (after decode): absent for "none", so such a job is the job without them.
   for (const id of ["interpolate", "upscale"]) if (text(id)) spec[id] = Number(text(id));
+  if (text("priority") !== "") spec.priority = Number(text("priority"));
+  if (!$("lora-field").hidden && text("lora")) {
+    spec.loras = [{ name: text("lora"), scale: text("lora_scale") === "" ? 1 : Number(text("lora_scale")) }];
+  }
   spec.format = text("format") || "mp4";
   return spec;
+}
+
+// The request for a spec: JSON, or multipart/form-data with the spec as a "spec" part and the
+// chosen image as an "image" part (the browser sets the boundary).
+function submission(spec) {
+  const file = !$("image-field").hidden && $("image").files[0];
+  if (!file) return { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(spec) };
+  const form = new FormData();
+  form.append("spec", JSON.stringify(spec));
+  form.append("image", file, file.name);
+  return { method: "POST", body: form };
 }
 
 async function submitJob(event) {
@@ -321,11 +383,7 @@ async function submitJob(event) {
   button.disabled = true;
   try {
     const spec = specFromForm();
-    const res = await api("/v1/jobs", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(spec),
-    });
+    const res = await api("/v1/jobs", submission(spec));
     if (!res.ok) {
       problem.textContent = await errorText(res);
       problem.hidden = false;
@@ -344,6 +402,9 @@ async function submitJob(event) {
 function start() {
   $("job-form").addEventListener("submit", submitJob);
   $("more").addEventListener("click", () => loadJobs(nextCursor));
+  $("model").addEventListener("change", showImageField);
+  loadModels().catch(() => {});
+  loadLoras().catch(() => {});
   loadJobs(null).catch((err) => { $("service-state").textContent = String(err); });
   // Jobs submitted elsewhere (curl, another tab) appear within a few seconds.
   setInterval(() => loadJobs(null).catch(() => {}), 5000);

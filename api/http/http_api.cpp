@@ -5,6 +5,7 @@
 #include "api/http/web_page.hpp"
 #include "runtime/channel.hpp"
 #include "runtime/trace.hpp"
+#include "stages/model/lora_files.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -54,6 +55,7 @@ constexpr RouteEntry kRoutes[] = {
     {bhttp::verb::get, "/"},
     {bhttp::verb::get, "/ui/{id}"},
     {bhttp::verb::get, "/v1/trace"},
+    {bhttp::verb::get, "/v1/loras"},
 };
 
 // Routes that need no token: the health check and the page's files (they hold no data; the
@@ -564,6 +566,13 @@ http::Response HttpApi::trace(const http::Request& request, const std::string&) 
   return s;
 }
 
+http::Response HttpApi::loras(const http::Request&, const std::string&) {
+  json::array data;
+  for (const auto& f : list_lora_files(runtime_.config().loras.dir))
+    data.push_back(json::object{{"name", f.name}, {"bytes", f.bytes}});
+  return json_body(200, {{"object", "list"}, {"data", std::move(data)}});
+}
+
 http::Response HttpApi::health(const http::Request&, const std::string&) {
   return http::json_response(200, R"({"status":"ok"})");
 }
@@ -573,7 +582,8 @@ HttpApi::Handler HttpApi::handler_at(std::size_t i) {
   static constexpr Handler handlers[] = {&HttpApi::submit_job, &HttpApi::list_jobs,   &HttpApi::job_status,
                                          &HttpApi::cancel_job, &HttpApi::job_events,  &HttpApi::job_video,
                                          &HttpApi::job_preview, &HttpApi::metrics,    &HttpApi::health,
-                                         &HttpApi::page,       &HttpApi::page_file,  &HttpApi::trace};
+                                         &HttpApi::page,       &HttpApi::page_file,  &HttpApi::trace,
+                                         &HttpApi::loras};
   static_assert(std::size(handlers) == std::size(kRoutes));
   return handlers[i];
 }

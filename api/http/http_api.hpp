@@ -18,6 +18,8 @@
 //   GET    /healthz              {"status": "ok"}
 //   GET    /v1/trace?seconds=N   the runtime's timeline for the next N seconds (1..60, default 5)
 //                                as Chrome / Perfetto trace JSON (runtime/trace.hpp), sent when done
+//   GET    /v1/loras             the LoRAs jobs may name: {"object": "list", "data": [{name, bytes}]}
+//                                from the config's lora_dir (stages/model/lora_files.hpp; empty without)
 //   GET    /  and  /ui/{name}    the page (api/http/web_page.hpp; files from web_dir, 404 without one)
 //   /v1/videos..., /v1/models     OpenAI's videos API over the same jobs (api/http/openai_videos.hpp);
 //                                a video deleted there answers 404 here too
@@ -92,6 +94,7 @@ class HttpApi : public http::RequestHandler {
   http::Response metrics(const http::Request& request, const std::string& id);
   http::Response health(const http::Request& request, const std::string& id);
   http::Response trace(const http::Request& request, const std::string& id);
+  http::Response loras(const http::Request& request, const std::string& id);
 
   JobHandle find_job(const std::string& id) const;  // Error(not_found)
   // Stores `images` (by field) as uploads, puts their paths into `spec`, submits; nothing stays

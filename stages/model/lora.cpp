@@ -255,25 +255,6 @@ std::map<std::string, at::Tensor> merge_loras(const Module& base, const std::vec
   return out;
 }
 
-fs::path resolve_lora_file(const fs::path& lora_dir, const std::string& name) {
-  auto bad = [&](const std::string& what) -> fs::path {
-    throw_error(ErrorKind::invalid_argument, "loras: '" + truncate_utf8(name, 100) + "': " + what);
-  };
-  if (lora_dir.empty()) return bad("no lora_dir is configured (--lora-dir)");
-  if (name.empty() || name.find('/') != std::string::npos || name.find('\\') != std::string::npos || name[0] == '.')
-    return bad("not a file name");
-  std::error_code ec;
-  const auto dir = fs::canonical(lora_dir, ec);
-  if (ec) return bad("lora_dir '" + lora_dir.string() + "' does not exist");
-  const auto file = dir / (ends_with(name, ".safetensors") ? name : name + ".safetensors");
-  const auto real = fs::canonical(file, ec);
-  if (ec) return bad("unknown LoRA (no " + file.filename().string() + " in " + dir.string() + ")");
-  const auto rel = real.lexically_relative(dir);
-  if (rel.empty() || *rel.begin() == "..") return bad("resolves outside lora_dir");
-  if (!fs::is_regular_file(real, ec)) return bad("not a regular file");
-  return real;
-}
-
 std::shared_ptr<const LoraFile> LoraLibrary::get(const std::string& name) {
   const auto file = resolve_lora_file(dir_, name);
   std::error_code ec;

@@ -26,6 +26,7 @@
 #pragma once
 
 #include "stages/job_spec.hpp"
+#include "stages/model/lora_files.hpp"  // resolve_lora_file
 #include "stages/model/model_backend.hpp"
 #include "stages/model/safetensors.hpp"
 #include "stages/model/sampling_suggestions.hpp"
@@ -98,11 +99,6 @@ struct LoraChoice {
 // The merged parameters of `set` over `base` (base + sum of scaled deltas, base's dtype), and
 // their bytes. Error as map_onto.
 std::map<std::string, at::Tensor> merge_loras(const Module& base, const std::vector<LoraChoice>& set);
-
-// The file that `name` names: lora_dir/name.safetensors (or lora_dir/name when it already
-// ends in .safetensors), symlinks resolved, which must be a regular file inside lora_dir once
-// resolved. Error(invalid_argument) "loras: ..." naming the name; also when lora_dir is empty.
-std::filesystem::path resolve_lora_file(const std::filesystem::path& lora_dir, const std::string& name);
 
 // The LoRA files of one lora_dir, each opened and hashed once while unchanged (same path,
 // size and modification time).
