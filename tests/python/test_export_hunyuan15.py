@@ -173,7 +173,7 @@ def test_vgen_render_names_the_bad_field(exported, tmp_path, flag, value, field)
 def exported_i2v(tmp_path_factory):
     import PIL.Image
 
-    from vgen_reference.hunyuan15_i2v_parity import test_image
+    from vgen_reference.wan_i2v_parity import test_image
 
     root = tmp_path_factory.mktemp("hy15i2v")
     src = write_tiny_hunyuan15(root / "diffusers", seed=0, variant="i2v")

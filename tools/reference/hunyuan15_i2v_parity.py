@@ -15,7 +15,6 @@ import json
 import pathlib
 import sys
 
-import numpy as np
 import PIL.Image
 import torch
 
@@ -23,6 +22,7 @@ from vgen_export import hunyuan15 as eh
 from vgen_export.reference_loop import dump_tensors
 from vgen_export.tiny_hunyuan15 import IMAGE_SIZE, write_tiny_hunyuan15
 from vgen_reference.hunyuan15_parity import run_hunyuan15_pipeline
+from vgen_reference.wan_i2v_parity import test_image  # the picture the Wan I2V reference uses
 
 CASES = {
     "i2v": dict(prompt='a neon sign that says "OPEN" flickers', negative_prompt="blurry, low quality",
@@ -31,15 +31,6 @@ CASES = {
                   num_frames=5, num_inference_steps=2, guidance_scale=1.0),
 }
 SEED = 1234
-
-
-def test_image(height: int, width: int) -> np.ndarray:
-    """A smooth colour pattern with an edge (uint8 [H,W,3]), the same on every run."""
-    y, x = np.mgrid[0:height, 0:width].astype(np.float64)
-    r = 127.5 + 127.5 * np.sin(x / 5.0)
-    g = 127.5 + 127.5 * np.cos(y / 4.0)
-    b = np.where(x + y > (height + width) / 2, 230.0, 20.0)
-    return np.stack([r, g, b], -1).round().clip(0, 255).astype(np.uint8)
 
 
 def run_i2v_pipeline(pipe, case, image, seed):

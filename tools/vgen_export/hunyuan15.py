@@ -589,23 +589,12 @@ def export_hunyuan15(src: Path | str, out_dir: Path | str, dtype: str = "float32
     defaults["frames"] = min(defaults["frames"], frames_max)
     pad_id = int(tokenizer.pad_token_id)
     c = int(vcfg["latent_channels"])
-    components = {
-        "tokenizer": mf.component_entry(out_dir, "tokenizer.json", format="hf-tokenizer-json"),
-        "text_encoder": mf.component_entry(out_dir, "text_encoder.pt", format="torchscript", dtype=dtype,
-                                           methods=["forward"]),
-        "text_encoder_2": mf.component_entry(out_dir, "text_encoder_2.pt", format="torchscript", dtype=dtype,
-                                             methods=["forward"]),
-        "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript", dtype=dtype,
-                                          methods=["forward"]),
-        "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript", dtype="float32",
-                                          methods=["forward"]),
-    }
+    components = {"tokenizer": mf.component_entry(out_dir, "tokenizer.json", format="hf-tokenizer-json")}
+    for name in modules:  # the VAE's halves run in float32 whatever the package's dtype
+        components[name] = mf.component_entry(out_dir, f"{name}.pt", format="torchscript", methods=["forward"],
+                                              dtype="float32" if name.startswith("vae_") else dtype)
     inputs = "latents [B,C,F,H,W], timestep [B], text [B,L,D], mask [B,L], text_2 [B,256,D2], mask_2 [B,256]"
     if i2v:
-        components["vae_encoder"] = mf.component_entry(out_dir, "vae_encoder.pt", format="torchscript", dtype="float32",
-                                                       methods=["forward"])
-        components["image_encoder"] = mf.component_entry(out_dir, "image_encoder.pt", format="torchscript",
-                                                         dtype=dtype, methods=["forward"])
         inputs += ", cond [B,C,1,H,W] (first frame's latents x scaling_factor), image [B,N,Di] (image tokens)"
     manifest = {
         "format": mf.FORMAT,

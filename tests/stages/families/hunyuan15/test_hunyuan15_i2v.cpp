@@ -12,6 +12,7 @@
 #include "runtime/errors.hpp"
 #include "stages/families/hunyuan15/hunyuan15_family.hpp"
 #include "tests/support/family_group.hpp"
+#include "tests/support/invalid_argument.hpp"
 #include "tests/support/parity_reference.hpp"
 #include "tests/support/png.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -26,6 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test::check_invalid;
 using Reference = test::ParityReference;
 
 // Written once by the CTest fixture `stages.hunyuan15_i2v_parity_reference` (tools/reference/hunyuan15_i2v_parity.py).
@@ -56,17 +58,6 @@ std::shared_ptr<Hunyuan15Job> make_job(Family& family, const boost::json::object
 std::shared_ptr<Family> load(Reference& ref) {
   register_builtin_families();
   return load_family(ref.info["package"].get<std::string>());
-}
-
-template <typename Fn>
-void check_invalid(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    FAIL("expected Error(invalid_argument) mentioning " << needle);
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::invalid_argument);
-    CHECK_MESSAGE(std::string(e.what()).find(needle) != std::string::npos, e.what());
-  }
 }
 
 }  // namespace
