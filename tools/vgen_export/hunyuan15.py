@@ -629,7 +629,7 @@ def export_hunyuan15(src: Path | str, out_dir: Path | str, dtype: str = "float32
         "export_checks": checks,
         "inputs": {"image": "required" if i2v else "none", "last_image": "none"},
     }
-    if i2v:  # what image_encoder.pt resizes to and gives, for readers (its width was checked against image_embed_dim above)
+    if i2v:  # for readers: what image_encoder.pt resizes to and gives (its width checked above)
         ie = checks["image_encoder"]
         manifest["image_encoder"] = {"size": ie["size"], "tokens": ie["tokens"], "dim": ie["dim"]}
     mf.write_manifest(out_dir, manifest)
