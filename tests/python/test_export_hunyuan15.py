@@ -165,3 +165,102 @@ def test_vgen_render_names_the_bad_field(exported, tmp_path, flag, value, field)
     assert r.returncode == 2
     assert field in r.stderr
     assert not out.exists()
+
+
+# ---- image-to-video ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def exported_i2v(tmp_path_factory):
+    import PIL.Image
+
+    from vgen_reference.wan_i2v_parity import test_image
+
+    root = tmp_path_factory.mktemp("hy15i2v")
+    src = write_tiny_hunyuan15(root / "diffusers", seed=0, variant="i2v")
+    manifest = eh.export_hunyuan15(src, root / "pkg", dtype="float32", tiny=True, seed=0)
+    image = root / "in.png"
+    PIL.Image.fromarray(test_image(48, 64)).save(image)  # not the video's size: the family fits it
+    return src, root / "pkg", manifest, image
+
+
+def test_i2v_checkpoint_is_detected_and_ships_the_image_modules(exported_i2v):
+    _, pkg, manifest, _ = exported_i2v
+    assert manifest["source"]["pipeline"] == "HunyuanVideo15ImageToVideoPipeline"
+    assert manifest["inputs"] == {"image": "required", "last_image": "none"}
+    assert {"vae_encoder", "image_encoder"} <= set(manifest["components"])
+    assert all((pkg / manifest["components"][n]["file"]).is_file() for n in ("vae_encoder", "image_encoder"))
+    assert manifest["image_encoder"] == {"size": [32, 32], "tokens": 16, "dim": 16}
+    assert manifest["transformer"]["task"] == "i2v" and "cond" in manifest["transformer"]["inputs"]
+    for name in ("text_encoder", "text_encoder_2", "transformer", "vae_decoder", "vae_encoder", "image_encoder"):
+        for check in manifest["export_checks"][name]["checks"]:
+            assert check["max_abs_diff"] <= check["tolerance"], (name, check)
+    # The image encoder at its own size and the transformer with image inputs are exact.
+    assert manifest["export_checks"]["image_encoder"]["checks"][0]["max_abs_diff"] <= 1e-5
+    assert all(c["max_abs_diff"] <= 1e-4 for c in manifest["export_checks"]["transformer"]["checks"])
+
+
+def test_an_i2v_checkpoint_without_its_image_encoder_is_refused(exported_i2v, tmp_path):
+    src = exported_i2v[0]
+    copy = tmp_path / "src"
+    shutil.copytree(src, copy)
+    shutil.rmtree(copy / "image_encoder")
+    with pytest.raises(eh.ExportRefused, match="image_encoder"):
+        eh.refuse_unsupported(copy)
+
+
+def probe_video(path: Path) -> tuple:
+    probe = json.loads(subprocess.run(
+        ["ffprobe", "-v", "error", "-count_frames", "-show_entries", "stream=codec_type,codec_name,width,height,nb_read_frames",
+         "-of", "json", str(path)], capture_output=True, text=True, check=True).stdout)["streams"]
+    assert [s["codec_type"] for s in probe] == ["video"]
+    s = probe[0]
+    return s["codec_name"], s["width"], s["height"], int(s["nb_read_frames"])
+
+
+@pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
+def test_vgen_render_image_to_video_end_to_end(exported_i2v, tmp_path):
+    _, pkg, _, image = exported_i2v
+    out = tmp_path / "clip.mp4"
+    r = subprocess.run([str(VGEN), "render", 'a neon sign that says "OPEN" flickers', "-o", str(out), "--model", str(pkg),
+                        "--image", str(image), "--width", "32", "--height", "32", "--frames", "9", "--steps", "2",
+                        "--max-batch", "1"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert probe_video(out) == ("h264", 32, 32, 9)
+
+
+@pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
+def test_vgen_render_names_image_when_the_package_cannot_take_it_or_needs_it(exported, exported_i2v, tmp_path):
+    image = exported_i2v[3]
+    out = tmp_path / "clip.mp4"
+    for pkg, extra in ((exported[1], ["--image", str(image)]), (exported_i2v[1], [])):
+        r = subprocess.run([str(VGEN), "render", "x", "-o", str(out), "--model", str(pkg), "--max-batch", "1", *extra],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2, (pkg, r.stderr)
+        assert "image" in r.stderr
+        assert not out.exists()
+
+
+@pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
+def test_vgen_serve_answers_400_naming_image_for_a_text_to_video_package(exported, exported_i2v, tmp_path):
+    import http.client
+    import re
+    import select
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(tmp_path / "serve.log", "w+") as log:
+        proc = subprocess.Popen([str(VGEN), "serve", "--listen", "127.0.0.1:0", "--model", str(exported[1]),
+                                 "--output-dir", str(out)], stdout=subprocess.PIPE, stderr=log, text=True)
+        try:
+            ready, _, _ = select.select([proc.stdout], [], [], 120)
+            m = re.fullmatch(r"listening on http://127\.0\.0\.1:(\d+)\n", proc.stdout.readline() if ready else "")
+            assert m, "serve did not start"
+            c = http.client.HTTPConnection("127.0.0.1", int(m.group(1)), timeout=120)
+            c.request("POST", "/v1/jobs", json.dumps({"prompt": "x", "image": str(exported_i2v[3])}),
+                      {"Content-Type": "application/json"})
+            r = c.getresponse()
+            body = json.loads(r.read() or b"{}")
+            assert r.status == 400 and "image" in json.dumps(body), body
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)

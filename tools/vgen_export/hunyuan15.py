@@ -1,7 +1,7 @@
-"""Export a diffusers HunyuanVideo 1.5 text-to-video checkpoint into a vgen model package.
+"""Export a diffusers HunyuanVideo 1.5 text-to-video or image-to-video checkpoint into a vgen model package.
 
     python -m vgen_export.hunyuan15 --diffusers DIR OUT [--dtype float32|float16|bfloat16]
-    python -m vgen_export.hunyuan15 --tiny OUT [--seed N]     # builds the tiny test model first
+    python -m vgen_export.hunyuan15 --tiny OUT [--seed N] [--tiny-variant t2v|i2v]  # builds the tiny test model first
 
 The package (docs/MODEL_PACKAGE.md, family "hunyuan-video-1.5") holds TorchScript modules, the
 Qwen tokenizer's ``tokenizer.json`` and ``manifest.json``:
@@ -17,15 +17,32 @@ Qwen tokenizer's ``tokenizer.json`` and ``manifest.json``:
 - transformer.pt    (latents [B,C,F,H,W], timestep float32 [B], text [B,L',D], mask float32 [B,L'],
   text_2 [B,256,D2], mask_2 float32 [B,256]) -> [B,C,F,H,W]: text-to-video, so the condition
   latents, their mask and the image embeddings are zeros made inside the module;
+  image-to-video adds (cond [B,C,1,H,W], image [B,N,Di]): the first frame's scaled VAE latents
+  (the module pads them with zero frames and builds the mask, 1 on latent frame 0) and SigLIP's
+  image tokens, which take part in attention (diffusers' is_t2v test is false for them);
 - vae_decoder.pt    (z [B,C,F,H,W] = latents / scaling_factor) -> video [B,3,4F-3,16H,16W] in
   [-1,1]-ish. The VAE's causal attention mask is built by a Python loop in diffusers, which a
   trace would freeze at one size: it is replaced, while tracing, by the same mask built with
-  tensor ops (0 where the key's frame is not after the query's, -inf elsewhere).
+  tensor ops (0 where the key's frame is not after the query's, -inf elsewhere);
+- image-to-video only (HunyuanVideo15ImageToVideoPipeline, detected from model_index.json: the
+  pipeline class is the checkpoint's own statement, and only it has image_encoder and
+  feature_extractor, so no flag is needed):
+  image_encoder.pt  (image float32 [B,3,H,W] in [0,1], the video's first frame at the job's size)
+  -> [B,N,Di]: SiglipImageProcessor's fixed-size bicubic resize (skipped when the picture is
+  already that size, then exact; PIL's uint8 resize otherwise differs slightly), its
+  normalisation, then SiglipVisionModel's last_hidden_state;
+  vae_encoder.pt    (image [B,3,H,W] in [-1,1]) -> [B,C,1,H/16,W/16]: the posterior's mode
+  (retrieve_latents(sample_mode="argmax")), not yet multiplied by the scaling factor.
+  The manifest says inputs.image "required": the pipeline cannot run without a picture.
 
 Classifier-free guidance is the guider's (``ClassifierFreeGuidance``: uncond + g (cond - uncond),
 the diffusers-native form); a guider with another formulation, a guidance rescale or a start/stop
 window is refused by name, as are a scheduler other than FlowMatchEulerDiscreteScheduler, patch
-sizes other than 1 and pipelines other than HunyuanVideo15Pipeline.
+sizes other than 1 and pipelines other than HunyuanVideo15Pipeline and
+HunyuanVideo15ImageToVideoPipeline. The I2V pipeline picks the video's size from the picture's
+aspect ratio (buckets around transformer target_size); vgen renders the job's height and width
+and fits the picture to them as the pipeline does (scale to cover, centre crop), so a job asking
+the bucket's size is the pipeline's video.
 """
 
 from __future__ import annotations
@@ -46,11 +63,13 @@ import torch
 from . import manifest as mf
 from .common import DTYPES, assert_checks, dtype_tolerance, load_saved, max_diff, save_module, trace_quietly
 
-ACCEPTED_PIPELINES = ("HunyuanVideo15Pipeline",)
+T2V_PIPELINE, I2V_PIPELINE = "HunyuanVideo15Pipeline", "HunyuanVideo15ImageToVideoPipeline"
+ACCEPTED_PIPELINES = (T2V_PIPELINE, I2V_PIPELINE)
 REAL_DEFAULTS = {"steps": 50, "guidance_scale": 6.0, "height": 480, "width": 848, "frames": 121, "fps": 24,
                  "negative_prompt": ""}
 TINY_DEFAULTS = {"steps": 3, "guidance_scale": 6.0, "height": 32, "width": 48, "frames": 5, "fps": 24,
                  "negative_prompt": ""}
+TINY_I2V_DEFAULTS = {**TINY_DEFAULTS, "width": 32}  # the tiny SigLIP's size: its resize is exact
 GLYPH_PATTERN = r"\"(.*?)\"|“(.*?)”"  # the pipeline's extract_glyph_texts
 
 
@@ -58,15 +77,17 @@ class ExportRefused(ValueError):
     """A checkpoint (or a part of it) that this exporter cannot reproduce; the message names it."""
 
 
-def pipeline_constants() -> dict[str, Any]:
-    """What HunyuanVideo15Pipeline fixes in its __init__ and signatures (read, not copied)."""
+def pipeline_constants(pipeline: str = T2V_PIPELINE) -> dict[str, Any]:
+    """What the pipeline class fixes in its __init__ and signatures (read, not copied)."""
     import inspect
 
-    from diffusers import HunyuanVideo15Pipeline
+    import diffusers
 
     from types import SimpleNamespace
 
-    class Probe(HunyuanVideo15Pipeline):  # runs __init__ on stand-ins: the constants it sets
+    cls = getattr(diffusers, pipeline)
+
+    class Probe(cls):  # runs __init__ on stand-ins: the constants it sets
         def register_modules(self, **kwargs):
             for name, value in kwargs.items():
                 object.__setattr__(self, name, value)
@@ -74,9 +95,10 @@ def pipeline_constants() -> dict[str, Any]:
     vae = SimpleNamespace(temporal_compression_ratio=4, spatial_compression_ratio=16,
                           config=SimpleNamespace(latent_channels=32))
     transformer = SimpleNamespace(config=SimpleNamespace(target_size=640, image_embed_dim=1152))
+    extra = dict(image_encoder=None, feature_extractor=None) if pipeline == I2V_PIPELINE else {}
     probe = Probe(text_encoder=None, tokenizer=None, transformer=transformer, vae=vae, scheduler=None,
-                  text_encoder_2=None, tokenizer_2=None, guider=None)
-    mllm = inspect.signature(HunyuanVideo15Pipeline._get_mllm_prompt_embeds).parameters  # noqa: SLF001
+                  text_encoder_2=None, tokenizer_2=None, guider=None, **extra)
+    mllm = inspect.signature(cls._get_mllm_prompt_embeds).parameters  # noqa: SLF001
     return {"system_message": probe.system_message, "crop_start": int(probe.prompt_template_encode_start_idx),
             "max_length": int(probe.tokenizer_max_length), "max_length_2": int(probe.tokenizer_2_max_length),
             "image_tokens": int(probe.vision_num_semantic_tokens),
@@ -156,9 +178,16 @@ class TransformerExport(torch.nn.Module):
         self.image_dim = int(transformer.config.image_embed_dim)
 
     def forward(self, latents, timestep, text, mask, text_2, mask_2):
-        tr = self.transformer
-        b, _, f, h, w = latents.shape
+        b = latents.shape[0]
         x = torch.cat([latents, torch.zeros_like(latents), torch.zeros_like(latents[:, :1])], 1)
+        image = torch.zeros(b, self.image_tokens, self.image_dim, dtype=latents.dtype, device=latents.device)
+        return self.denoise(x, timestep, text, mask, text_2, mask_2, image, False)
+
+    def denoise(self, x, timestep, text, mask, text_2, mask_2, image, with_image: bool):
+        """The transformer on the concatenated input x [B,2C+1,F,H,W]; ``with_image``: the image
+        tokens attend (I2V), else they are zeroed and masked out (T2V's is_t2v branch)."""
+        tr = self.transformer
+        b, _, f, h, w = x.shape
         rope = tr.rope(x)
         temb = tr.time_embed(timestep)
         hidden = tr.x_embedder(x)
@@ -166,11 +195,12 @@ class TransformerExport(torch.nn.Module):
         enc = enc + tr.cond_type_embed(torch.zeros_like(enc[:, :, 0], dtype=torch.long))
         enc_2 = tr.context_embedder_2(text_2)
         enc_2 = enc_2 + tr.cond_type_embed(torch.ones_like(enc_2[:, :, 0], dtype=torch.long))
-        image = torch.zeros(b, self.image_tokens, self.image_dim, dtype=latents.dtype, device=latents.device)
-        enc_3 = tr.image_embedder(image) * 0.0  # is_t2v
+        enc_3 = tr.image_embedder(image)
+        if not with_image:
+            enc_3 = enc_3 * 0.0  # is_t2v
         enc_3 = enc_3 + tr.cond_type_embed(2 * torch.ones_like(enc_3[:, :, 0], dtype=torch.long))
         valid, valid_2 = mask.bool(), mask_2.bool()
-        valid_3 = torch.zeros_like(enc_3[:, :, 0], dtype=torch.bool)
+        valid_3 = (torch.ones_like if with_image else torch.zeros_like)(enc_3[:, :, 0], dtype=torch.bool)
         zero = torch.zeros((), dtype=enc.dtype, device=enc.device)
         states = torch.cat([enc_3, torch.where(valid_2[..., None], enc_2, zero), torch.where(valid[..., None], enc, zero)], 1)
         masks = torch.cat([valid_3, valid_2, valid], 1)
@@ -181,6 +211,55 @@ class TransformerExport(torch.nn.Module):
             hidden, states = block(hidden, states, temb, masks, rope)
         hidden = tr.proj_out(tr.norm_out(hidden, temb))
         return hidden.reshape(b, f, h, w, -1).permute(0, 4, 1, 2, 3)
+
+
+class I2VTransformerExport(TransformerExport):
+    """Image-to-video: cat([latents, cond padded with zero frames, mask 1 on frame 0]) and the
+    image tokens, as HunyuanVideo15ImageToVideoPipeline builds them each step."""
+
+    def forward(self, latents, timestep, text, mask, text_2, mask_2, cond, image):
+        rest = torch.zeros_like(latents[:, :, 1:])
+        frame_mask = torch.cat([torch.ones_like(latents[:, :1, :1]), torch.zeros_like(rest[:, :1])], 2)
+        x = torch.cat([latents, torch.cat([cond, rest], 2), frame_mask], 1)
+        return self.denoise(x, timestep, text, mask, text_2, mask_2, image, True)
+
+
+class ImageEncoderExport(torch.nn.Module):
+    """Scripted: SiglipImageProcessor's fixed-size resize and normalisation on a [0,1] tensor,
+    then the traced vision model (last_hidden_state)."""
+
+    def __init__(self, vision: torch.nn.Module, size_h: int, size_w: int, mean, std, mode: str):
+        super().__init__()
+        self.vision, self.size_h, self.size_w, self.mode = vision, size_h, size_w, mode
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1))
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        x = image.float()
+        if x.size(2) != self.size_h or x.size(3) != self.size_w:
+            x = torch.nn.functional.interpolate(x, size=[self.size_h, self.size_w], mode=self.mode, align_corners=False,
+                                                antialias=True).clamp(0.0, 1.0)
+        return self.vision((x - self.mean) / self.std)
+
+
+class SiglipHidden(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values):
+        return self.model(pixel_values=pixel_values).last_hidden_state
+
+
+class VaeEncoderExport(torch.nn.Module):
+    """The first frame [B,3,H,W] in [-1,1] -> the posterior's mode [B,C,1,H/16,W/16]."""
+
+    def __init__(self, vae):
+        super().__init__()
+        self.encoder, self.channels = vae.encoder, int(vae.config.latent_channels)
+
+    def forward(self, image):
+        return self.encoder(image.unsqueeze(2))[:, :self.channels]
 
 
 class VaeDecoderExport(torch.nn.Module):
@@ -221,9 +300,12 @@ def refuse_unsupported(src: Path) -> dict[str, Any]:
         raise ExportRefused(f"{src}: no model_index.json (not a diffusers pipeline directory)")
     index = json.loads(index_file.read_text())
     if index.get("_class_name") not in ACCEPTED_PIPELINES:
-        raise ExportRefused(f"{src}: pipeline {index.get('_class_name')!r} is not HunyuanVideo 1.5 text-to-video "
-                            f"(accepted: {', '.join(ACCEPTED_PIPELINES)})")
-    for part in ("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "transformer", "vae", "scheduler", "guider"):
+        raise ExportRefused(f"{src}: pipeline {index.get('_class_name')!r} is not HunyuanVideo 1.5 text- or "
+                            f"image-to-video (accepted: {', '.join(ACCEPTED_PIPELINES)})")
+    parts = ["text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "transformer", "vae", "scheduler", "guider"]
+    if index["_class_name"] == I2V_PIPELINE:
+        parts += ["image_encoder", "feature_extractor"]
+    for part in parts:
         if not (src / part).is_dir():
             raise ExportRefused(f"{src}: component {part!r} is missing")
     sched = json.loads((src / "scheduler" / "scheduler_config.json").read_text())
@@ -248,7 +330,7 @@ def refuse_unsupported(src: Path) -> dict[str, Any]:
                             "exports patch size 1 only")
     if tcfg.get("use_meanflow"):
         raise ExportRefused("transformer use_meanflow (the super-resolution model) is not supported")
-    return {"index": index, "guider": guider}
+    return {"index": index, "guider": guider, "i2v": index["_class_name"] == I2V_PIPELINE}
 
 
 def export_text_encoder(encoder, path: Path, consts: dict[str, Any], dtype, gen) -> dict[str, Any]:
@@ -298,9 +380,12 @@ def export_byt5(encoder, path: Path, length: int, dtype, gen) -> dict[str, Any]:
 
 
 def export_transformer(transformer, path: Path, consts: dict[str, Any], text_dim: int, text_2_dim: int, dtype,
-                       gen) -> dict[str, Any]:
-    """Checked against diffusers called as the pipeline calls it (zero condition, zero image)."""
-    wrapper = TransformerExport(transformer, consts["image_tokens"]).eval()
+                       gen, image_tokens: int | None = None) -> dict[str, Any]:
+    """Checked against diffusers called as the pipeline calls it: text-to-video with a zero
+    condition and zero image; image-to-video (``image_tokens`` set) with random first-frame
+    latents, the frame-0 mask and random image tokens."""
+    i2v = image_tokens is not None
+    wrapper = (I2VTransformerExport if i2v else TransformerExport)(transformer, consts["image_tokens"]).eval()
     c = int(transformer.config.out_channels)
     length, length_2 = consts["max_length"], consts["max_length_2"]
 
@@ -313,7 +398,11 @@ def export_transformer(transformer, path: Path, consts: dict[str, Any], text_dim
         for row, (n, n2) in enumerate(zip(lengths, lengths_2)):
             mask[row, :n] = 1
             mask_2[row, :n2] = 1
-        return x, t, text, mask.to(dtype), text_2, mask_2.to(dtype)
+        extra = ()
+        if i2v:
+            extra = (torch.randn(b, c, 1, h, w, generator=gen).to(dtype),
+                     torch.randn(b, image_tokens, wrapper.image_dim, generator=gen).to(dtype))
+        return (x, t, text, mask.to(dtype), text_2, mask_2.to(dtype)) + extra
 
     trace = inputs(2, 2, 2, 3, [7, length], [0, 9])
     traced = trace_quietly(wrapper, trace)
@@ -322,16 +411,67 @@ def export_transformer(transformer, path: Path, consts: dict[str, Any], text_dim
     checks = []
     for b, f, h, w, lengths, lengths_2 in ((1, 1, 2, 2, [5], [0]), (2, 3, 2, 3, [3, 40], [12, 0]),
                                            (3, 2, 1, 1, [length, 1, 9], [length_2, 3, 0])):
-        x, t, text, mask, text_2, mask_2 = inputs(b, f, h, w, lengths, lengths_2)
-        cond = torch.cat([x, torch.zeros_like(x), torch.zeros_like(x[:, :1])], 1)
-        image = torch.zeros(b, consts["image_tokens"], wrapper.image_dim, dtype=dtype)
+        args = inputs(b, f, h, w, lengths, lengths_2)
+        x, t, text, mask, text_2, mask_2 = args[:6]
+        if i2v:  # prepare_cond_latents_and_mask: the image latents on frame 0, zeros after; mask 1 on frame 0
+            latent_condition = args[6].repeat(1, 1, f, 1, 1)
+            latent_condition[:, :, 1:] = 0
+            latent_mask = torch.zeros_like(x[:, :1])
+            latent_mask[:, :, 0] = 1.0
+            cond, image = torch.cat([x, latent_condition, latent_mask], 1), args[7]
+        else:
+            cond = torch.cat([x, torch.zeros_like(x), torch.zeros_like(x[:, :1])], 1)
+            image = torch.zeros(b, consts["image_tokens"], wrapper.image_dim, dtype=dtype)
         ref = transformer(hidden_states=cond, timestep=t, encoder_hidden_states=text, encoder_attention_mask=mask,
                           encoder_hidden_states_2=text_2, encoder_attention_mask_2=mask_2, image_embeds=image,
                           return_dict=False)[0]
         checks.append({"shape": list(x.shape), "text": lengths, "text_2": lengths_2,
-                       "max_abs_diff": max_diff(loaded(x, t, text, mask, text_2, mask_2), ref),
-                       "tolerance": dtype_tolerance(dtype, ref)})
+                       "max_abs_diff": max_diff(loaded(*args), ref), "tolerance": dtype_tolerance(dtype, ref)})
     return {"trace_shape": list(trace[0].shape), **saved, "checks": checks}
+
+
+def export_image_encoder(model, processor, path: Path, gen) -> dict[str, Any]:
+    """SigLIP behind SiglipImageProcessor's fixed-size resize; checked against the processor and
+    the model on PIL images (exact at the processor's size, PIL vs torch resize otherwise)."""
+    import PIL.Image
+
+    size = processor.size
+    modes = {2: "bilinear", 3: "bicubic"}
+    if not processor.do_resize or "height" not in size or "width" not in size or int(processor.resample) not in modes \
+            or not processor.do_rescale or abs(processor.rescale_factor - 1 / 255) > 1e-12 or not processor.do_normalize:
+        raise ExportRefused(f"feature_extractor: only a fixed-size bilinear/bicubic resize, 1/255 rescale and a "
+                            f"normalisation are exported (size={size}, resample={processor.resample})")
+    sh, sw = int(size["height"]), int(size["width"])
+    vision = SiglipHidden(model).eval()
+    traced = trace_quietly(vision, (torch.randn(1, 3, sh, sw, generator=gen),))
+    driver = ImageEncoderExport(traced, sh, sw, processor.image_mean, processor.image_std, modes[int(processor.resample)])
+    saved = save_module(torch.jit.script(driver), path)
+    loaded = load_saved(path)
+    checks = []
+    # Random pixels are the resize's worst case: PIL (uint8) and torch (float) differ up to ~0.05 here.
+    for h, w, tol in ((sh, sw, 1e-5), (2 * sh, 3 * sw, 1e-1)):
+        pixels = (torch.rand(h, w, 3, generator=gen) * 255).to(torch.uint8)
+        ref_in = processor(images=PIL.Image.fromarray(pixels.numpy()), return_tensors="pt")["pixel_values"]
+        ref = vision(ref_in.to(next(model.parameters()).dtype))
+        got = loaded(pixels.permute(2, 0, 1).unsqueeze(0).float() / 255.0)
+        checks.append({"shape": [1, 3, h, w], "max_abs_diff": max_diff(got, ref), "tolerance": tol})
+    return {"trace_shape": [1, 3, sh, sw], **saved, "checks": checks, "size": [sh, sw], "tokens": int(ref.shape[1]),
+            "dim": int(ref.shape[2])}
+
+
+def export_vae_encoder(vae, path: Path, gen) -> dict[str, Any]:
+    """Checked against vae.encode(...).latent_dist.mode() on [B,3,1,H,W]."""
+    wrapper = VaeEncoderExport(vae).eval()
+    with traceable_vae_attention():
+        traced = trace_quietly(wrapper, (torch.rand(1, 3, 32, 48, generator=gen) * 2 - 1,))
+    saved = save_module(traced, path)
+    loaded = load_saved(path)
+    checks = []
+    for b, h, w in ((1, 16, 16), (2, 32, 48), (1, 48, 32)):
+        x = torch.rand(b, 3, h, w, generator=gen) * 2 - 1
+        ref = torch.cat([vae.encode(row.unsqueeze(2)).latent_dist.mode() for row in x.split(1)])
+        checks.append({"shape": [b, 3, h, w], "max_abs_diff": max_diff(loaded(x), ref), "tolerance": 1e-5})
+    return {"trace_shape": [1, 3, 32, 48], **saved, "checks": checks}
 
 
 def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
@@ -384,7 +524,8 @@ def export_hunyuan15(src: Path | str, out_dir: Path | str, dtype: str = "float32
     out_dir.mkdir(parents=True, exist_ok=True)
     tdtype = DTYPES[dtype]
     gen = torch.Generator().manual_seed(1234)
-    consts = pipeline_constants()
+    i2v = info["i2v"]
+    consts = pipeline_constants(I2V_PIPELINE if i2v else T2V_PIPELINE)
     tokenizer = AutoTokenizer.from_pretrained(src / "tokenizer")
     if tokenizer.padding_side != "right":
         raise ExportRefused(f"tokenizer padding_side {tokenizer.padding_side!r}: vgen pads on the right only")
@@ -403,7 +544,18 @@ def export_hunyuan15(src: Path | str, out_dir: Path | str, dtype: str = "float32
         vcfg = dict(vae.config)
         spatial, temporal = int(vae.spatial_compression_ratio), int(vae.temporal_compression_ratio)
         checks["vae_decoder"] = export_vae_decoder(vae, out_dir / "vae_decoder.pt", gen)
+        if i2v:
+            checks["vae_encoder"] = export_vae_encoder(vae, out_dir / "vae_encoder.pt", gen)
         del vae
+        image_tokens = None
+        if i2v:
+            from transformers import SiglipImageProcessor, SiglipVisionModel
+
+            processor = SiglipImageProcessor.from_pretrained(src / "feature_extractor")
+            vision = SiglipVisionModel.from_pretrained(src / "image_encoder", torch_dtype=tdtype).eval()
+            checks["image_encoder"] = export_image_encoder(vision, processor, out_dir / "image_encoder.pt", gen)
+            image_tokens = checks["image_encoder"]["tokens"]
+            del vision
         encoder = Qwen2_5_VLTextModel.from_pretrained(src / "text_encoder", torch_dtype=tdtype).eval()
         checks["text_encoder"] = export_text_encoder(encoder, out_dir / "text_encoder.pt", consts, tdtype, gen)
         text_dim = int(encoder.config.hidden_size)
@@ -416,22 +568,34 @@ def export_hunyuan15(src: Path | str, out_dir: Path | str, dtype: str = "float32
                                                                        torch_dtype=tdtype).eval()
         tcfg = dict(transformer.config)
         checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", consts, text_dim, text_2_dim,
-                                                   tdtype, gen)
+                                                   tdtype, gen, image_tokens)
         del transformer
-    for name in ("text_encoder", "text_encoder_2", "transformer", "vae_decoder"):
+    modules = ["text_encoder", "text_encoder_2", "transformer", "vae_decoder"] + (
+        ["vae_encoder", "image_encoder"] if i2v else [])
+    for name in modules:
         assert_checks(name, checks[name])
+    if i2v and checks["image_encoder"]["dim"] != int(tcfg["image_embed_dim"]):
+        raise ExportRefused(f"image_encoder width {checks['image_encoder']['dim']} != transformer image_embed_dim "
+                            f"{tcfg['image_embed_dim']}")
 
     scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(src, subfolder="scheduler")
     multiple = spatial * int(tcfg["patch_size"])
     side = {"multiple_of": multiple, "min": multiple, "max": max(multiple, max_side // multiple * multiple)}
     frames_max = max(1, (max_frames - 1) // temporal * temporal + 1)
-    defaults = dict(TINY_DEFAULTS if tiny else REAL_DEFAULTS)
+    defaults = dict((TINY_I2V_DEFAULTS if i2v else TINY_DEFAULTS) if tiny else REAL_DEFAULTS)
     defaults["guidance_scale"] = float(info["guider"].get("guidance_scale", defaults["guidance_scale"]))
     for key in ("height", "width"):
         defaults[key] = max(side["min"], min(defaults[key], side["max"]) // multiple * multiple)
     defaults["frames"] = min(defaults["frames"], frames_max)
     pad_id = int(tokenizer.pad_token_id)
     c = int(vcfg["latent_channels"])
+    components = {"tokenizer": mf.component_entry(out_dir, "tokenizer.json", format="hf-tokenizer-json")}
+    for name in modules:  # the VAE's halves run in float32 whatever the package's dtype
+        components[name] = mf.component_entry(out_dir, f"{name}.pt", format="torchscript", methods=["forward"],
+                                              dtype="float32" if name.startswith("vae_") else dtype)
+    inputs = "latents [B,C,F,H,W], timestep [B], text [B,L,D], mask [B,L], text_2 [B,256,D2], mask_2 [B,256]"
+    if i2v:
+        inputs += ", cond [B,C,1,H,W] (first frame's latents x scaling_factor), image [B,N,Di] (image tokens)"
     manifest = {
         "format": mf.FORMAT,
         "format_version": mf.FORMAT_VERSION,
@@ -440,17 +604,7 @@ def export_hunyuan15(src: Path | str, out_dir: Path | str, dtype: str = "float32
         "source": {"diffusers_dir": str(src), "pipeline": info["index"].get("_class_name"), "tiny": tiny,
                    "seed": seed if tiny else None, "torch": torch.__version__, "diffusers": diffusers.__version__,
                    "transformers": transformers.__version__},
-        "components": {
-            "tokenizer": mf.component_entry(out_dir, "tokenizer.json", format="hf-tokenizer-json"),
-            "text_encoder": mf.component_entry(out_dir, "text_encoder.pt", format="torchscript", dtype=dtype,
-                                               methods=["forward"]),
-            "text_encoder_2": mf.component_entry(out_dir, "text_encoder_2.pt", format="torchscript", dtype=dtype,
-                                                 methods=["forward"]),
-            "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript", dtype=dtype,
-                                              methods=["forward"]),
-            "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript", dtype="float32",
-                                              methods=["forward"]),
-        },
+        "components": components,
         # The generic reader's fields (max_length: the Qwen text after the crop); the family reads "text".
         "tokenizer": {"file": "tokenizer.json", "type": "byte-level-bpe", "vocab_size": len(tokenizer),
                       "max_length": consts["max_length"], "pad_id": pad_id, "eos_id": pad_id, "add_eos": False,
@@ -465,26 +619,31 @@ def export_hunyuan15(src: Path | str, out_dir: Path | str, dtype: str = "float32
                    "latents_mean": [0.0] * c, "latents_std": [1.0] * c, "dtype": "float32"},
         "transformer": {"patch_size": 1, "patch_size_t": 1, "in_channels": int(tcfg["in_channels"]),
                         "out_channels": int(tcfg["out_channels"]), "image_tokens": consts["image_tokens"],
-                        "prediction": "flow", "timestep_dtype": "float32",
-                        "inputs": "latents [B,C,F,H,W], timestep [B], text [B,L,D], mask [B,L], text_2 [B,256,D2], "
-                                  "mask_2 [B,256]"},
+                        "prediction": "flow", "timestep_dtype": "float32", "target_size": int(tcfg["target_size"]),
+                        "task": "i2v" if i2v else "t2v", "inputs": inputs},
         "vae": {"scaling_factor": float(vcfg["scaling_factor"])},
         "guidance": {"type": "ClassifierFreeGuidance", "formula": "uncond + g * (cond - uncond)"},
         "resolution": {"height": side, "width": side},
         "frames": {"rule": f"{temporal}k+1", "k_multiple": temporal, "min": 1, "max": frames_max},
         "defaults": defaults,
         "export_checks": checks,
-        "inputs": {"image": "none", "last_image": "none"},
+        "inputs": {"image": "required" if i2v else "none", "last_image": "none"},
     }
+    if i2v:  # for readers: what image_encoder.pt resizes to and gives (its width checked above)
+        ie = checks["image_encoder"]
+        manifest["image_encoder"] = {"size": ie["size"], "tokens": ie["tokens"], "dim": ie["dim"]}
     mf.write_manifest(out_dir, manifest)
     return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vgen_export.hunyuan15",
-                                     description="Export diffusers HunyuanVideo 1.5 (text-to-video) to a vgen model package")
+                                     description="Export diffusers HunyuanVideo 1.5 (text- or image-to-video) to a vgen "
+                                                 "model package")
     parser.add_argument("--diffusers", type=Path, help="diffusers checkpoint directory")
     parser.add_argument("--tiny", action="store_true", help="build the tiny random test model first")
+    parser.add_argument("--tiny-variant", choices=("t2v", "i2v"), default="t2v",
+                        help="with --tiny: the text-to-video or the image-to-video pipeline")
     parser.add_argument("out", type=Path, nargs="?", help="package directory to write")
     parser.add_argument("--out", dest="out_flag", type=Path, help="package directory to write (as the other exporters)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
@@ -505,14 +664,15 @@ def main(argv: list[str] | None = None) -> int:
             from .tiny_hunyuan15 import write_tiny_hunyuan15
 
             with tempfile.TemporaryDirectory(prefix="vgen_tiny_hy15_") as tmp:
-                src = write_tiny_hunyuan15(Path(tmp) / "diffusers", seed=args.seed)
+                src = write_tiny_hunyuan15(Path(tmp) / "diffusers", seed=args.seed, variant=args.tiny_variant)
                 manifest = export_hunyuan15(src, out, tiny=True, seed=args.seed, **common)
         else:
             manifest = export_hunyuan15(args.diffusers, out, **common)
     except ExportRefused as e:
         print(f"export_hunyuan15: refused: {e}", file=sys.stderr)
         return 2
-    worst = max(c["max_abs_diff"] for n in ("text_encoder", "text_encoder_2", "transformer", "vae_decoder")
+    worst = max(c["max_abs_diff"] for n in ("text_encoder", "text_encoder_2", "transformer", "vae_decoder",
+                                            "vae_encoder") if n in manifest["export_checks"]
                 for c in manifest["export_checks"][n]["checks"])
     print(f"wrote {out} ({manifest['family']}, {manifest['dtype']}); max |jit - eager| = {worst:.3g}")
     return 0

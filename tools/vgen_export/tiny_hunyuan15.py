@@ -1,11 +1,14 @@
-"""A tiny random HunyuanVideo 1.5 text-to-video pipeline, built locally (no model hub), for tests.
+"""A tiny random HunyuanVideo 1.5 text-to-video or image-to-video pipeline, built locally (no model
+hub), for tests.
 
 Every component is diffusers' or transformers' own class at a tiny size: a Qwen 2.5-VL text model
 whose byte-level BPE vocabulary is trained here with the ``tokenizers`` package (the same
 normaliser, pre-tokenizer regex and special tokens as Qwen2Tokenizer), a ByT5 encoder (bytes, no
 vocabulary), the HunyuanVideo 1.5 transformer and VAE, FlowMatchEuler and the classifier-free
-guider. ``write_tiny_hunyuan15`` saves it as a diffusers directory, so exporting it follows the
-code path of a real checkpoint directory.
+guider; image-to-video adds a SigLIP vision model and its image processor (the image tokens). The
+two variants draw the same weights for the shared components (same seed, same order).
+``write_tiny_hunyuan15`` saves either as a diffusers directory, so exporting it follows the code
+path of a real checkpoint directory.
 """
 
 from __future__ import annotations
@@ -87,15 +90,32 @@ def tiny_byt5():
     return ByT5Tokenizer(), T5EncoderModel(config).eval()
 
 
-def tiny_transformer(text_dim: int, text_2_dim: int, latent_channels: int = 4):
+# The tiny SigLIP's input side and token width: a 32x32 video's picture reaches it unresized
+# (the image processor's resize is then exact in vgen too), 16 tokens of 16 = image_embed_dim.
+IMAGE_SIZE, IMAGE_DIM = 32, 16
+
+
+def tiny_transformer(text_dim: int, text_2_dim: int, latent_channels: int = 4, task_type: str = "t2v"):
     from diffusers import HunyuanVideo15Transformer3DModel
 
-    # rope axes 2+2+4 = head dim 8; in_channels = latents + condition latents + mask.
+    # rope axes 2+2+4 = head dim 8; in_channels = latents + condition latents + mask. The I2V
+    # pipeline picks the video size from the image and target_size (buckets of 16 px with
+    # target_size**2 pixels): 32 gives 32x32 for a square picture, the image encoder's size.
     return HunyuanVideo15Transformer3DModel(
         in_channels=2 * latent_channels + 1, out_channels=latent_channels, num_attention_heads=2, attention_head_dim=8,
         num_layers=2, num_refiner_layers=1, mlp_ratio=2.0, patch_size=1, patch_size_t=1, text_embed_dim=text_dim,
-        text_embed_2_dim=text_2_dim, image_embed_dim=16, rope_axes_dim=(2, 2, 4), target_size=64,
-        task_type="t2v").eval()
+        text_embed_2_dim=text_2_dim, image_embed_dim=IMAGE_DIM, rope_axes_dim=(2, 2, 4),
+        target_size=64 if task_type == "t2v" else IMAGE_SIZE, task_type=task_type).eval()
+
+
+def tiny_image_encoder():
+    """SigLIP at a tiny size and its processor (fixed-size bicubic resize, mean = std = 0.5)."""
+    from transformers import SiglipImageProcessor, SiglipVisionConfig, SiglipVisionModel
+
+    config = SiglipVisionConfig(hidden_size=IMAGE_DIM, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                image_size=IMAGE_SIZE, patch_size=8, attention_dropout=0.0)
+    processor = SiglipImageProcessor(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    return processor, SiglipVisionModel(config).eval()
 
 
 def tiny_vae(latent_channels: int = 4):
@@ -113,33 +133,46 @@ def make_scheduler():
     return FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
 
 
-def build_tiny_hunyuan15_pipeline(seed: int = 0, guidance_scale: float = 6.0):
-    """The tiny random HunyuanVideo15Pipeline (eval mode, float32)."""
-    from diffusers import ClassifierFreeGuidance, HunyuanVideo15Pipeline
+VARIANTS = ("t2v", "i2v")
 
+
+def build_tiny_hunyuan15_pipeline(seed: int = 0, guidance_scale: float = 6.0, variant: str = "t2v"):
+    """The tiny random HunyuanVideo15Pipeline, or HunyuanVideo15ImageToVideoPipeline for "i2v"
+    (eval mode, float32)."""
+    from diffusers import ClassifierFreeGuidance, HunyuanVideo15ImageToVideoPipeline, HunyuanVideo15Pipeline
+
+    if variant not in VARIANTS:
+        raise ValueError(f"variant {variant!r}: one of {VARIANTS}")
     tokenizer = train_tiny_qwen_tokenizer()
     torch.manual_seed(seed)
     text_encoder = tiny_text_encoder(len(tokenizer))
     tokenizer_2, text_encoder_2 = tiny_byt5()
-    transformer = tiny_transformer(text_encoder.config.hidden_size, text_encoder_2.config.d_model)
+    transformer = tiny_transformer(text_encoder.config.hidden_size, text_encoder_2.config.d_model, task_type=variant)
     vae = tiny_vae()
-    pipe = HunyuanVideo15Pipeline(text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer, vae=vae,
-                                  scheduler=make_scheduler(), text_encoder_2=text_encoder_2, tokenizer_2=tokenizer_2,
-                                  guider=ClassifierFreeGuidance(guidance_scale=guidance_scale))
+    parts = dict(text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer, vae=vae,
+                 scheduler=make_scheduler(), text_encoder_2=text_encoder_2, tokenizer_2=tokenizer_2,
+                 guider=ClassifierFreeGuidance(guidance_scale=guidance_scale))
+    if variant == "i2v":
+        feature_extractor, image_encoder = tiny_image_encoder()
+        pipe = HunyuanVideo15ImageToVideoPipeline(**parts, image_encoder=image_encoder,
+                                                  feature_extractor=feature_extractor)
+    else:
+        pipe = HunyuanVideo15Pipeline(**parts)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
 
-def write_tiny_hunyuan15(out_dir: Path | str, seed: int = 0) -> Path:
-    """Build the tiny pipeline and save it as a diffusers directory."""
+def write_tiny_hunyuan15(out_dir: Path | str, seed: int = 0, variant: str = "t2v") -> Path:
+    """Build the tiny pipeline (``variant`` "t2v" or "i2v") and save it as a diffusers directory."""
     out_dir = Path(out_dir)
-    pipe = build_tiny_hunyuan15_pipeline(seed=seed)
+    pipe = build_tiny_hunyuan15_pipeline(seed=seed, variant=variant)
     pipe.save_pretrained(out_dir, safe_serialization=True)
     return out_dir
 
 
-if __name__ == "__main__":  # a quick look: python -m vgen_export.tiny_hunyuan15 DIR
+if __name__ == "__main__":  # a quick look: python -m vgen_export.tiny_hunyuan15 DIR [t2v|i2v]
     import sys
 
     with tempfile.TemporaryDirectory() as tmp:
-        print(write_tiny_hunyuan15(sys.argv[1] if len(sys.argv) > 1 else Path(tmp) / "tiny"))
+        print(write_tiny_hunyuan15(sys.argv[1] if len(sys.argv) > 1 else Path(tmp) / "tiny",
+                                   variant=sys.argv[2] if len(sys.argv) > 2 else "t2v"))

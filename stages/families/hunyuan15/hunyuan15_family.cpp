@@ -2,6 +2,7 @@
 
 #include "runtime/errors.hpp"
 #include "stages/families/family_kit.hpp"
+#include "stages/families/hunyuan15/hunyuan15_i2v.hpp"
 #include "stages/text/text_lookup.hpp"
 
 #include <ATen/ATen.h>
@@ -78,7 +79,7 @@ Hunyuan15Config read_hunyuan15_config(const ModelPackage& p, const json::object&
   if (tr && tr->is_object())
     for (const char* key : {"patch_size", "patch_size_t"})
       if (const auto* ps = tr->get_object().if_contains(key); ps && !(ps->is_int64() && ps->get_int64() == 1))
-        bad_manifest(p, std::string("manifest field 'transformer.") + key + "' must be 1 (the exporter's text-to-video module)");
+        bad_manifest(p, std::string("manifest field 'transformer.") + key + "' must be 1 (the exporter's modules)");
   return c;
 }
 
@@ -161,7 +162,12 @@ Hunyuan15Family::Hunyuan15Family(ModelPackage package, const FamilyOptions& opti
     : package_(std::move(package)), config_(read_hunyuan15_config(package_)), backend_(options.backend) {
   const auto& p = package_;
   for (const char* name : {"tokenizer", "text_encoder", "text_encoder_2", "transformer", "vae_decoder"}) p.component(name);
-  if (p.limits.image != InputUse::none) bad_manifest(p, "manifest field 'inputs.image': this family runs text-to-video only");
+  if (p.limits.last_image != InputUse::none) bad_manifest(p, "manifest field 'inputs.last_image': this family takes a first frame only");
+  if (p.limits.image == InputUse::optional)  // the exporter ships one transformer: with image inputs or without
+    bad_manifest(p, "manifest field 'inputs.image' must be \"none\" (text-to-video) or \"required\" (image-to-video)");
+  image_ = p.limits.image == InputUse::required;
+  if (image_)
+    for (const char* name : {"vae_encoder", "image_encoder"}) p.component(name);
   tokenizer_ = BpeTokenizer::load(p.component("tokenizer").file);
   text_cache_ = make_text_cache(options);
 }
@@ -280,7 +286,15 @@ void Hunyuan15Family::prepare(const std::string& device, const std::vector<Famil
     auto gen = at::make_generator<at::CPUGeneratorImpl>(j.spec.seed);
     j.state.step = 0;
     j.state.latents = at::randn({1, p.latent_channels, f, h, w}, gen, opts);
+    if (image_) prepare_image(device, j);
   }
+}
+
+void Hunyuan15Family::prepare_image(const std::string& device, Hunyuan15Job& job) const {
+  const auto fitted = hunyuan15_fit_image(job_first_frame(job), job.spec.width, job.spec.height);
+  auto in = hunyuan15_image_inputs(*module("vae_encoder", device), *module("image_encoder", device), fitted, config_.scaling_factor);
+  job.image_condition = std::move(in.condition);
+  job.image_tokens = std::move(in.tokens);
 }
 
 std::unique_ptr<Scheduler> Hunyuan15Family::make_scheduler(const FamilyJob& job) const {
@@ -304,25 +318,30 @@ std::string Hunyuan15Family::denoise_key(const FamilyJob& job, const Scheduler& 
 
 at::Tensor Hunyuan15Family::transformer_call(const std::string& device, const std::string& precision, const at::Tensor& latents,
                                              const at::Tensor& timestep, const at::Tensor& text, const at::Tensor& mask,
-                                             const at::Tensor& glyph, const at::Tensor& glyph_mask) const {
+                                             const at::Tensor& glyph, const at::Tensor& glyph_mask,
+                                             const std::vector<at::Tensor>& image) const {
   auto transformer = module(package_.component_for("transformer", precision), device);
   const auto dtype = transformer->dtype();
-  return transformer->forward({latents.to(dtype), timestep.to(dtype), text.to(dtype), mask.to(dtype), glyph.to(dtype), glyph_mask.to(dtype)});
+  std::vector<at::Tensor> in{latents.to(dtype), timestep.to(dtype), text.to(dtype), mask.to(dtype), glyph.to(dtype), glyph_mask.to(dtype)};
+  for (const auto& t : image) in.push_back(t.to(dtype));
+  return transformer->forward(in);
 }
 
 at::Tensor Hunyuan15Family::predict(const PredictCall& call) {
   const auto& live = call.jobs;
   const bool cfg = hunyuan15_uses_guidance(live.front()->spec.guidance);
-  std::vector<at::Tensor> text, mask, glyph, glyph_mask;
+  std::vector<at::Tensor> text, mask, glyph, glyph_mask, condition, tokens;
   for (auto* job : live) {
     const auto& j = hy(*job);
     text.push_back(j.text), mask.push_back(j.text_mask), glyph.push_back(j.glyph), glyph_mask.push_back(j.glyph_mask);
+    if (image_) condition.push_back(j.image_condition), tokens.push_back(j.image_tokens);
   }
-  const auto input = cfg ? call.x.repeat_interleave(2, 0) : call.x;  // job j's rows 2j (uncond), 2j+1 (cond)
-  auto t = row_timesteps(call);
-  t = (cfg ? t.repeat_interleave(2, 0) : t).contiguous();
-  auto pred = transformer_call(call.device, live.front()->spec.precision, input, t, at::cat(text, 0), at::cat(mask, 0),
-                               at::cat(glyph, 0), at::cat(glyph_mask, 0))
+  const auto rows = [cfg](const at::Tensor& x) { return cfg ? x.repeat_interleave(2, 0) : x; };  // job j's rows 2j (uncond), 2j+1 (cond)
+  auto t = rows(row_timesteps(call)).contiguous();
+  std::vector<at::Tensor> image;
+  if (image_) image = {rows(at::cat(condition, 0)), rows(at::cat(tokens, 0))};
+  auto pred = transformer_call(call.device, live.front()->spec.precision, rows(call.x), t, at::cat(text, 0), at::cat(mask, 0),
+                               at::cat(glyph, 0), at::cat(glyph_mask, 0), image)
                   .to(at::kCPU)
                   .to(at::kFloat);
   return cfg ? guide_rows(pred, live) : pred;  // ClassifierFreeGuidance: uncond + g * (cond - uncond)
@@ -349,8 +368,14 @@ void Hunyuan15Family::warm_up(const std::string& device) {
     auto text = encode_texts(device, {"", "warm up"});
     auto glyph = encode_glyphs(device, {"Text \"warm up\". ", "x"});
     auto z = at::zeros({2, p.latent_channels, 1, hw, hw}, at::kFloat);
+    std::vector<at::Tensor> image;
+    if (image_) {  // both encoders on a grey picture; their outputs feed the transformer's image inputs
+      RgbImage grey{side, side, std::vector<std::uint8_t>(static_cast<std::size_t>(side) * side * 3, 128)};
+      auto in = hunyuan15_image_inputs(*module("vae_encoder", device), *module("image_encoder", device), grey, config_.scaling_factor);
+      image = {in.condition.repeat({2, 1, 1, 1, 1}), in.tokens.repeat({2, 1, 1})};
+    }
     transformer_call(device, p.defaults.precision, z, at::full({2}, 500.0, at::kFloat), text, at::ones({2, config_.max_length}, at::kFloat),
-                     glyph, at::ones({2, config_.glyph_length}, at::kFloat));
+                     glyph, at::ones({2, config_.glyph_length}, at::kFloat), image);
     decode_latents(device, z.narrow(0, 0, 1));
   }
 }

@@ -1,6 +1,7 @@
-// The HunyuanVideo 1.5 text-to-video family (diffusers' HunyuanVideo15Pipeline) behind the
-// model-family interface (stages/families/family.hpp), registered as "hunyuan-video-1.5" by
-// register_hunyuan15_family(); packages come from `python -m vgen_export.hunyuan15`.
+// The HunyuanVideo 1.5 family (diffusers' HunyuanVideo15Pipeline, and its image-to-video twin
+// HunyuanVideo15ImageToVideoPipeline) behind the model-family interface
+// (stages/families/family.hpp), registered as "hunyuan-video-1.5" by register_hunyuan15_family();
+// packages come from `python -m vgen_export.hunyuan15`.
 //
 //  prepare   two text encoders per text, each distinct text once per group through the TTL cache:
 //            Qwen 2.5-VL on the chat template (manifest text.template: the system message and
@@ -8,16 +9,23 @@
 //            right-padded to crop_start + max_length, the template's first crop_start tokens
 //            cut off after the encoder; ByT5 on the prompt's quoted glyph texts (`Text "..."`,
 //            bytes + 3, </s>, 256 long), zeros and a zero mask without quotes. The initial noise
-//            from the job's own seeded CPU generator.
+//            from the job's own seeded CPU generator. Image-to-video (the package's inputs.image
+//            "required", with vae_encoder.pt and image_encoder.pt): the job's picture fitted to
+//            its size, its scaled VAE latents and SigLIP tokens (stages/families/hunyuan15/
+//            hunyuan15_i2v.hpp), kept on the job.
 //  scheduler FlowMatchEuler on the pipeline's sigmas linspace(1, 0, n + 1)[:-1], shifted by the
 //            config's shift (or the job's), stages/schedulers/flow_match_sigmas.cpp.
 //  predict   one transformer call for every job's rows (uncond, cond with guidance; cond
-//            alone without); the guider's classifier-free guidance per job in float32:
+//            alone without), image-to-video rows with their job's condition latents and image
+//            tokens (the same in both rows, as the pipeline passes them); the guider's
+//            classifier-free guidance per job in float32:
 //            uncond + g (cond - uncond), skipped when g is 1 (ClassifierFreeGuidance's test,
 //            math.isclose), so g < 1 still guides, as diffusers does.
 //  decode    latents / scaling_factor through the VAE decoder; frames (v / 2 + 0.5) in [0, 1].
 // Sizes are multiples of the VAE's 16 (patch size 1: the manifest's resolution), frames 4k + 1;
-// a job's `shift` replaces the scheduler's; LoRAs and images are refused by name.
+// a job's `shift` replaces the scheduler's; LoRAs are refused by name, and an image by a text-to-
+// video package ("image", parse_job_spec), as is a job without one by an image-to-video package.
+// The latents are stepped on every frame (the pipeline does not pin frame 0 to the picture).
 // Ownership: shared by the jobs of its package; the text cache and the module cache are
 // thread-safe, everything else is immutable after construction. Includes LibTorch.
 #pragma once
@@ -40,6 +48,9 @@ struct Hunyuan15Job : FamilyJob {
   at::Tensor text_mask;    // [1 or 2, max_length] float32
   at::Tensor glyph;        // [1 or 2, 256, D2] ByT5 states (zeros for a text without quotes)
   at::Tensor glyph_mask;   // [1 or 2, 256] float32
+  // Image-to-video only (set by prepare): [1, C, 1, H', W'] latents x scaling_factor, [1, N, Di].
+  at::Tensor image_condition;
+  at::Tensor image_tokens;
 };
 
 // The manifest's "text" and "vae" sections.
@@ -68,6 +79,7 @@ class Hunyuan15Family final : public Family {
   CacheStats text_cache_stats() const override;
 
   const Hunyuan15Config& config() const noexcept { return config_; }
+  bool image_to_video() const noexcept { return image_; }
   // The chat-templated text the Qwen encoder reads for `prompt`.
   std::string templated(const std::string& prompt) const;
 
@@ -78,14 +90,18 @@ class Hunyuan15Family final : public Family {
   at::Tensor text_masks(const std::vector<std::string>& texts) const;
   // [glyphs, 256, D2] float32 on the CPU for formatted glyph texts.
   at::Tensor encode_glyphs(const std::string& device, const std::vector<std::string>& glyphs) const;
+  // `image`: image-to-video's (condition, tokens) rows, empty for text-to-video.
   at::Tensor transformer_call(const std::string& device, const std::string& precision, const at::Tensor& latents,
                               const at::Tensor& timestep, const at::Tensor& text, const at::Tensor& mask,
-                              const at::Tensor& glyph, const at::Tensor& glyph_mask) const;
+                              const at::Tensor& glyph, const at::Tensor& glyph_mask,
+                              const std::vector<at::Tensor>& image = {}) const;
+  void prepare_image(const std::string& device, Hunyuan15Job& job) const;
   at::Tensor decode_latents(const std::string& device, const at::Tensor& latents) const;
 
   ModelPackage package_;
   Hunyuan15Config config_;
   std::string backend_;
+  bool image_ = false;  // image-to-video: manifest inputs.image
   std::shared_ptr<const BpeTokenizer> tokenizer_;
   std::shared_ptr<TtlCache<at::Tensor>> text_cache_;  // null when off
 };

@@ -14,6 +14,7 @@
 #include "runtime/errors.hpp"
 #include "stages/exec/model_set.hpp"
 #include "tests/support/family_group.hpp"
+#include "tests/support/invalid_argument.hpp"
 #include "tests/support/parity_reference.hpp"
 #include "tests/support/python_reference.hpp"
 
@@ -28,6 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test::check_invalid;
 using Reference = test::ParityReference;
 
 // Written once by the CTest fixture `stages.hunyuan15_parity_reference` (tools/reference/hunyuan15_parity.py).
@@ -101,17 +103,6 @@ boost::json::object case_json(const nlohmann::json& c, std::uint64_t seed) {
           {"height", c["height"].get<int>()},          {"width", c["width"].get<int>()},
           {"frames", c["num_frames"].get<int>()},       {"steps", c["num_inference_steps"].get<int>()},
           {"guidance", c["guidance_scale"].get<double>()}, {"seed", seed}};
-}
-
-template <typename Fn>
-void check_invalid(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    FAIL("expected Error(invalid_argument) mentioning " << needle);
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::invalid_argument);
-    CHECK_MESSAGE(std::string(e.what()).find(needle) != std::string::npos, e.what());
-  }
 }
 
 }  // namespace
