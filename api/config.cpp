@@ -230,7 +230,9 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
       {"post", [&](const json::value& v, const std::string& p) {
          auto& o = c.post;
          r.object(v, p, {{"max_side", count(r, o.max_side, 16, 16384)},
-                         {"interpolator", [&](const json::value& s, const std::string& sp) { o.interpolator = r.string(s, sp); }},
+                         {"interpolator", [&](const json::value& s, const std::string& sp) { o.interpolator = s.is_null() ? std::string() : r.string(s, sp); }},
+                         {"interpolate_model", [&](const json::value& m, const std::string& mp) { o.interpolate_model = m.is_null() ? fs::path() : r.path(m, mp); }},
+                         {"interpolate_batch", count(r, o.interpolate_batch, 1, 256)},
                          {"upscaler", [&](const json::value& s, const std::string& sp) { o.upscaler = s.is_null() ? std::string() : r.string(s, sp); }},
                          {"upscale_model", [&](const json::value& m, const std::string& mp) { o.upscale_model = m.is_null() ? fs::path() : r.path(m, mp); }},
                          {"tile", count(r, o.tile, 0, 16384)},
@@ -345,7 +347,9 @@ json::object to_json(const RuntimeConfig& c) {
       {"images", {{"max_bytes", c.images.max_bytes}, {"max_pixels", c.images.max_pixels}}},
       {"videos", {{"max_bytes", c.videos.max_bytes}, {"max_frames", c.videos.max_frames}, {"max_pixels", c.videos.max_pixels},
                   {"max_seconds", c.videos.max_seconds}}},
-      {"post", {{"max_side", c.post.max_side}, {"interpolator", c.post.interpolator}, {"upscaler", c.post.upscaler.empty() ? json::value(nullptr) : json::value(c.post.upscaler)},
+      {"post", {{"max_side", c.post.max_side}, {"interpolator", c.post.interpolator.empty() ? json::value(nullptr) : json::value(c.post.interpolator)},
+                {"interpolate_model", c.post.interpolate_model.empty() ? json::value(nullptr) : json::value(c.post.interpolate_model.string())},
+                {"interpolate_batch", c.post.interpolate_batch}, {"upscaler", c.post.upscaler.empty() ? json::value(nullptr) : json::value(c.post.upscaler)},
                 {"upscale_model", c.post.upscale_model.empty() ? json::value(nullptr) : json::value(c.post.upscale_model.string())},
                 {"tile", c.post.tile}, {"tile_overlap", c.post.tile_overlap}, {"threads", c.post_threads}}},
       {"preview_every", c.preview_every ? json::value(*c.preview_every) : json::value(nullptr)},

@@ -164,8 +164,9 @@ struct RuntimeConfig {
   // "videos.max_bytes", "videos.max_frames", "videos.max_pixels", "videos.max_seconds".
   VideoLimits videos;
   // The post-stages (stages/post/post_process.hpp): config section "post" with max_side (an
-  // upscaled frame's longest side), interpolator, upscaler (variant names), upscale_model (a
-  // post package), tile and tile_overlap (model upscaling), threads (the "post" pool's).
+  // upscaled frame's longest side), interpolator, upscaler (variant names), interpolate_model
+  // and upscale_model (post packages), interpolate_batch (pairs per model call), tile and
+  // tile_overlap (model upscaling), threads (the "post" pool's).
   PostOptions post;
   std::size_t post_threads = 1;
 

@@ -4,10 +4,12 @@ frame, and their share of the whole job (the stage times the result JSON reports
 bundled demo model (models/vgen-shapes, 256x256, 16 frames) by default.
 
     python3 bench/post.py [--model DIR] [--size 256x256] [--frames 16] [--steps 8] [--runs N]
-                          [--upscale-model POST_PACKAGE] [--overlap-jobs N]
+                          [--upscale-model POST_PACKAGE] [--interpolate-model POST_PACKAGE]
+                          [--overlap-jobs N]
 
-Variants: libavfilter (minterpolate, lanczos) and, with --upscale-model, the exported RRDBNet
-(`python -m vgen_export.post`). Writes bench/out/post.json.
+Variants: libavfilter (minterpolate, lanczos) and, with --upscale-model / --interpolate-model,
+the exported RRDBNet / RIFE IFNet (`python -m vgen_export.post --realesrgan|--rife`); with both,
+also the two models together. Writes bench/out/post.json.
 
 The overlap case (issue 35, with --overlap-jobs N > 0): N jobs of distinct seeds through one
 Runtime (`vgen batch --max-batch 1`: one job per denoiser call, so the next job's denoise runs
@@ -81,6 +83,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--runs", type=int, default=RUNS)
     ap.add_argument("--upscale-model", type=Path)
+    ap.add_argument("--interpolate-model", type=Path, help="a RIFE post package (python -m vgen_export.post --rife)")
     ap.add_argument("--overlap-jobs", type=int, default=4, help="the overlap case's jobs (0: skip it)")
     ap.add_argument("--only-overlap", action="store_true", help="of the per-frame cases only the overlap's baseline (interpolate 2 + upscale 2)")
     args = ap.parse_args()
@@ -92,6 +95,15 @@ def main() -> None:
         cfg = tmp / "config.json"
         cfg.write_text(json.dumps({"post": {"upscale_model": str(args.upscale_model)}}))
         cases.append(("upscale 2 (realesrgan)", ["--upscale", "2", "--config", str(cfg)]))
+    if args.interpolate_model:
+        cfg = tmp / "config-rife.json"
+        cfg.write_text(json.dumps({"post": {"interpolate_model": str(args.interpolate_model)}}))
+        cases.append(("interpolate 2 (rife)", ["--interpolate", "2", "--config", str(cfg)]))
+        cases.append(("interpolate 4 (rife)", ["--interpolate", "4", "--config", str(cfg)]))
+    if args.interpolate_model and args.upscale_model:
+        cfg = tmp / "config-both.json"
+        cfg.write_text(json.dumps({"post": {"interpolate_model": str(args.interpolate_model), "upscale_model": str(args.upscale_model)}}))
+        cases.append(("interpolate 2 (rife) + upscale 2 (realesrgan)", ["--interpolate", "2", "--upscale", "2", "--config", str(cfg)]))
     rows, results = [], {}
     for name, extra in cases:
         if args.only_overlap and name != "interpolate 2 + upscale 2":
@@ -103,7 +115,8 @@ def main() -> None:
             s = r["stage_seconds"]
             post = s.get("interpolate", 0.0) + s.get("upscale", 0.0)
             job = sum(s.values())
-            out_frames = (args.frames - 1) * (2 if "--interpolate" in extra else 1) + 1
+            factor = int(extra[extra.index("--interpolate") + 1]) if "--interpolate" in extra else 1
+            out_frames = (args.frames - 1) * factor + 1
             per_frame.append(1000.0 * post / out_frames)
             share.append(100.0 * post / job)
             total.append(job)

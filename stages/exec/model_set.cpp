@@ -9,6 +9,7 @@
 #include "stages/exec/preview.hpp"
 #include "stages/post/libav_post.hpp"
 #include "stages/post/rrdb_upscaler.hpp"
+#include "stages/post/rife_interpolator.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
@@ -272,6 +273,7 @@ ModelSet::ModelSet(LoadedModels models, Executor& executor, DevicePool& devices,
   state_->devices = &devices;
   register_libav_post();
   register_rrdb_upscaler();
+  register_rife_interpolator();
   state_->base_frames = std::make_unique<BaseFrames>(options.base_frames);
   state_->interpolator = make_post_processor(PostKind::interpolate, options.post);
   state_->upscaler = make_post_processor(PostKind::upscale, options.post);

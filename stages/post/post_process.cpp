@@ -13,6 +13,7 @@ Registry<PostFactory>& post_processors() {
 
 std::shared_ptr<const PostProcessor> make_post_processor(PostKind kind, const PostOptions& options) {
   std::string name = kind == PostKind::interpolate ? options.interpolator : options.upscaler;
+  if (name.empty() && kind == PostKind::interpolate) name = options.interpolate_model.empty() ? "minterpolate" : "rife";
   if (name.empty()) name = options.upscale_model.empty() ? "lanczos" : "realesrgan";
   auto made = post_processors().get(name)(options);
   if (!made) throw_error(ErrorKind::internal, "post-stage variant '" + name + "' made nothing");

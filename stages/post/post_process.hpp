@@ -4,6 +4,7 @@
 //   minterpolate  libavfilter's motion-compensated interpolation (stages/post/libav_post.hpp)
 //   lanczos       libavfilter's scale with the lanczos kernel (stages/post/libav_post.hpp)
 //   realesrgan    an RRDBNet upscaler exported from a checkpoint (stages/post/rrdb_upscaler.hpp)
+//   rife          RIFE's IFNet interpolator exported from a checkpoint (stages/post/rife_interpolator.hpp)
 // The libavfilter ones need no model and are the fallback; they are of lower quality than a
 // model (minterpolate smears fast motion, lanczos invents no detail).
 //
@@ -37,7 +38,12 @@ std::string_view to_string(PostKind kind);  // "interpolate" | "upscale": the st
 struct PostOptions {
   // The longest side an upscaled frame may have: a job past it is refused naming "upscale".
   int max_side = 4096;
-  std::string interpolator = "minterpolate";  // a registered interpolate variant
+  // A registered interpolate variant; empty: "rife" with an interpolate_model, else "minterpolate".
+  std::string interpolator;
+  // A post package written by `python -m vgen_export.post --rife FILE` (rife).
+  std::filesystem::path interpolate_model;
+  // Model interpolation runs this many (frame pair, time) items per call of the model.
+  int interpolate_batch = 4;
   // A registered upscale variant; empty: "realesrgan" with an upscale_model, else "lanczos".
   std::string upscaler;
   // A post package written by `python -m vgen_export.post --realesrgan FILE` (realesrgan).
@@ -66,7 +72,8 @@ class PostProcessor {
 
 using PostFactory = std::function<std::shared_ptr<const PostProcessor>(const PostOptions&)>;
 // The variants by name. The built-ins live in other libraries and are added by their own
-// idempotent calls (register_libav_post, register_rrdb_upscaler), which ModelSet makes.
+// idempotent calls (register_libav_post, register_rrdb_upscaler, register_rife_interpolator),
+// which ModelSet makes.
 Registry<PostFactory>& post_processors();
 
 // The processor of `kind` the options name (Error(invalid_argument) for an unknown name, a

@@ -395,6 +395,16 @@ TEST_CASE("post: the post-stages' limit, variants, model and tiles; round-trips 
   d.erase("model");
   CHECK(d.at("post").at("upscaler").is_null());
   CHECK(apply_config(RuntimeConfig{}, d, "again", "/").post.upscaler.empty());
+  CHECK(d.at("post").at("interpolator").is_null());  // and so does the default interpolator
+  CHECK(d.at("post").at("interpolate_model").is_null());
+  CHECK(apply_config(RuntimeConfig{}, d, "again", "/").post.interpolator.empty());
+  const auto r = load_config(write(dir, R"({"post": {"interpolate_model": "/models/rife", "interpolate_batch": 8}})"));
+  CHECK(r.post.interpolate_model == "/models/rife");
+  CHECK(r.post.interpolate_batch == 8);
+  auto rj = to_json(r);
+  rj.erase("model");
+  CHECK(apply_config(RuntimeConfig{}, rj, "again", "/").post.interpolate_model == "/models/rife");
+  CHECK(error_of(write(dir, R"({"post": {"interpolate_batch": 0}})")).find("post.interpolate_batch: must be between 1 and 256") != std::string::npos);
   CHECK(RuntimeConfig{}.post.max_side == 4096);
   CHECK(error_of(write(dir, R"({"post": {"max_side": 8}})")).find("post.max_side: must be between 16 and 16384") != std::string::npos);
   CHECK(error_of(write(dir, R"({"post": {"scale": 2}})")).find("post.scale: unknown key") != std::string::npos);

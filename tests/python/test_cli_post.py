@@ -1,7 +1,7 @@
 """The post-stages end to end on the tiny random Wan package: `vgen render --interpolate N
 --upscale M` writes (frames-1) x N + 1 frames at N x fps and M x the size (ffprobe), through
-the libavfilter fallback and through an exported RRDBNet package; the same through `vgen batch`
-lines; a job past the frame-size limit is refused before rendering, naming the field; and the
+the libavfilter fallback, through an exported RRDBNet package, and with both post models
+configured (RIFE and RRDBNet); the same through `vgen batch` lines and `vgen serve`; a job past the frame-size limit is refused before rendering, naming the field; and the
 post settings are part of the content key (the output's "vgen:" comment)."""
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 from vgen_export import wan as ew
 from vgen_export.post import export_realesrgan, write_random_realesrgan
+from vgen_export.rife import export_rife, write_random_rife
 from vgen_export.tiny_wan import write_tiny_wan
 
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", Path(__file__).resolve().parents[2] / "build"))
@@ -138,3 +139,65 @@ def test_serve_takes_the_http_fields_and_refuses_with_400(package, tmp_path):
         assert server.stop() == 0
     finally:
         server.kill()
+
+
+@pytest.fixture(scope="module")
+def post_models(tmp_path_factory):
+    """Both post models exported from random checkpoints (RIFE needs ccvfi's IFNet to write its
+    random checkpoint) and a config that names both."""
+    pytest.importorskip("ccvfi.arch")
+    root = tmp_path_factory.mktemp("post-models")
+    export_rife(write_random_rife(root / "flownet.pkl", seed=3), root / "rife")
+    export_realesrgan(write_random_realesrgan(root / "x2.pth", scale=2), root / "upscaler")
+    config = root / "config.json"
+    config.write_text(json.dumps({"post": {"interpolate_model": str(root / "rife"), "upscale_model": str(root / "upscaler"),
+                                           "interpolate_batch": 4, "tile": 0}}))
+    return config
+
+
+def test_both_post_models_render_batch_and_serve(package, post_models, tmp_path):
+    out = tmp_path / "both.mp4"
+    r = render(package, out, *SMALL, "--interpolate", "2", "--upscale", "2", "--config", str(post_models), "--json")
+    assert r.returncode == 0, r.stderr
+    assert {"interpolate", "upscale"} <= set(json.loads(r.stdout)["stage_seconds"])
+    p = probe(out)
+    assert (p["size"], p["fps"], p["frames"]) == ((96, 64), "24/1", 17)  # 2 x 9 - 1 frames, RIFE's too
+
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(json.dumps({"prompt": "a red circle moving left", "name": "post", "interpolate": 2, "upscale": 2}) + "\n")
+    r = subprocess.run([str(VGEN), "batch", str(jobs), "--out", str(tmp_path / "batch"), "--model", str(package), "--width", "32",
+                        "--height", "32", "--frames", "5", "--steps", "2", "--fps", "8", "--config", str(post_models), "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    p = probe(tmp_path / "batch" / "post.mp4")
+    assert (p["size"], p["fps"], p["frames"]) == ((64, 64), "16/1", 9)
+
+    from test_cli_serve import Server
+
+    server = Server(package, tmp_path / "served", "--config", str(post_models))
+    try:
+        status, _, body = server.json("POST", "/v1/jobs", {"prompt": "a red circle moving left", "name": "clip", "width": 48,
+                                                          "height": 32, "frames": 9, "steps": 2, "fps": 12,
+                                                          "interpolate": 2, "upscale": 2})
+        assert status == 202, body
+        events = server.events(body["id"], timeout=300)
+        assert events[-1][0] == "done", events
+        p = probe(server.out_dir / "clip.mp4")
+        assert (p["size"], p["fps"], p["frames"]) == ((96, 64), "24/1", 17)
+        assert server.stop() == 0
+    finally:
+        server.kill()
+
+
+def test_a_configured_rife_package_is_the_one_used(package, tmp_path):
+    # Not silently minterpolate: a configured package that is not one fails the start, naming it.
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"post": {"interpolate_model": str(tmp_path)}}))
+    r = render(package, tmp_path / "x.mp4", *SMALL, "--interpolate", "2", "--config", str(config))
+    assert r.returncode != 0
+    assert "manifest.json" in r.stderr and "rife" in r.stderr, r.stderr
+    # Named explicitly, the fallback still serves with a model configured.
+    config.write_text(json.dumps({"post": {"interpolate_model": str(tmp_path), "interpolator": "minterpolate"}}))
+    r = render(package, tmp_path / "y.mp4", *SMALL, "--interpolate", "2", "--config", str(config))
+    assert r.returncode == 0, r.stderr
+    assert probe(tmp_path / "y.mp4")["frames"] == 17

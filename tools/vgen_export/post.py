@@ -1,7 +1,8 @@
 """Post packages for vgen's post-stages (stages/post/): a Real-ESRGAN-style RRDBNet upscaler
-exported from a user's checkpoint.
+or a RIFE interpolator (vgen_export.rife) exported from a user's checkpoint.
 
     python -m vgen_export.post --realesrgan RealESRGAN_x4plus.pth -o models/upscale-x4
+    python -m vgen_export.post --rife train_log/flownet.pkl -o models/rife
 
 reads the checkpoint (a ``.pth`` as Real-ESRGAN ships it, ``{"params_ema": state_dict}`` or
 ``{"params": ...}`` or the bare state dict, or a ``.safetensors``), builds the RRDBNet its
@@ -12,7 +13,7 @@ it with ``post.upscale_model`` in its config.
 The network here is our own (the new-arch layout of Real-ESRGAN / basicsr: conv_first, body.N
 .rdbK.convJ, conv_body, conv_up1, conv_up2, conv_hr, conv_last); tests/python/test_export_post.py
 checks it against spandrel's loader of the same checkpoint on random weights. Nothing is
-downloaded. RIFE interpolation is not exported yet (see the report of the post-stage branch).
+downloaded. RIFE: see vgen_export/rife.py.
 """
 from __future__ import annotations
 
@@ -154,11 +155,17 @@ def write_random_realesrgan(path: Path | str, scale: int = 4, num_feat: int = 16
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m vgen_export.post", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--realesrgan", type=Path, required=True, help="an RRDBNet checkpoint (.pth or .safetensors)")
+    which = ap.add_mutually_exclusive_group(required=True)
+    which.add_argument("--realesrgan", type=Path, help="an RRDBNet checkpoint (.pth or .safetensors)")
+    which.add_argument("--rife", type=Path, help="a RIFE v4.25/v4.26 IFNet checkpoint (Practical-RIFE's flownet.pkl)")
     ap.add_argument("-o", "--out", type=Path, required=True, help="the post package folder to write")
     args = ap.parse_args(argv)
     try:
-        manifest = export_realesrgan(args.realesrgan, args.out)
+        if args.rife:
+            from vgen_export.rife import export_rife
+            manifest = export_rife(args.rife, args.out)
+        else:
+            manifest = export_realesrgan(args.realesrgan, args.out)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -66,6 +66,15 @@ TEST_CASE("without a name the upscaler is lanczos, or realesrgan when a model is
   CHECK_THROWS_WITH_AS(make_post_processor(PostKind::upscale, o), doctest::Contains("'realesrgan'"), Error);
 }
 
+TEST_CASE("without a name the interpolator is minterpolate, or rife when a model is configured") {
+  PostOptions o;
+  CHECK_THROWS_WITH_AS(make_post_processor(PostKind::interpolate, o), doctest::Contains("'minterpolate'"), Error);
+  o.interpolate_model = "/nowhere";
+  CHECK_THROWS_WITH_AS(make_post_processor(PostKind::interpolate, o), doctest::Contains("'rife'"), Error);
+  o.interpolator = "minterpolate";  // a name given wins over the model
+  CHECK_THROWS_WITH_AS(make_post_processor(PostKind::interpolate, o), doctest::Contains("'minterpolate'"), Error);
+}
+
 TEST_CASE("a job whose upscaled frame passes post.max_side is refused naming upscale") {
   PostOptions o;
   o.max_side = 1024;
