@@ -20,21 +20,11 @@
 #include <mutex>
 #include <set>
 
-
 namespace fs = std::filesystem;
 namespace json = boost::json;
 using namespace vgen;
 
-namespace {
-
-using test::bytes_of;
-using TempDir = test::EngineTempDir;
-fs::path package_or_skip() { return test::wan_package_or_skip(); }
-RuntimeConfig small_config(const fs::path& model, const fs::path& out) { return test::small_engine_config(model, out); }
-json::object spec(const std::string& prompt, const std::string& name, int seed = 1) { return test::small_spec(prompt, name, seed); }
-
-}  // namespace
-
+using namespace vgen::test::engine;
 
 TEST_CASE("a submitted job renders, reports progress and ends once" * doctest::timeout(300)) {
   const auto pkg = package_or_skip();

@@ -24,21 +24,11 @@
 #undef CHECK  // LibTorch's glog-style CHECK (via ATen in fake_family.hpp): use doctest's
 #define CHECK DOCTEST_CHECK
 
-
 namespace fs = std::filesystem;
 namespace json = boost::json;
 using namespace vgen;
 
-namespace {
-
-using test::bytes_of;
-using TempDir = test::EngineTempDir;
-fs::path package_or_skip() { return test::wan_package_or_skip(); }
-RuntimeConfig small_config(const fs::path& model, const fs::path& out) { return test::small_engine_config(model, out); }
-json::object spec(const std::string& prompt, const std::string& name, int seed = 1) { return test::small_spec(prompt, name, seed); }
-
-}  // namespace
-
+using namespace vgen::test::engine;
 
 namespace {
 
@@ -152,7 +142,6 @@ TEST_CASE("one job rendered 600 times in one Runtime writes the same bytes every
   CHECK(different == 0);
 }
 
-
 // ---- image input (wt-img): a family that takes an image gets the admitted spec ----
 
 namespace {
@@ -240,7 +229,6 @@ TEST_CASE("image jobs: refused by name before queueing; the family gets the admi
   CHECK(img.rgb[3 * 5 + 1] == 5 * 3 + 1);  // pixel (5, 0), green: the bytes the test wrote
   CHECK(hash == image_sha256(picture));
 }
-
 
 // Issue 35 item 4: a job that differs from a finished one only in interpolate/upscale takes
 // its kept base render (stages/exec/base_frames.hpp) and runs no denoising step; a cancelled or

@@ -29,12 +29,16 @@ SMALL = {"width": 48, "height": 32, "frames": 9, "steps": 3, "fps": 12}
 HOLDER = {"width": 64, "height": 64, "frames": 13, "steps": 1000}
 
 
+def export_tiny_wan(root, variant="t2v", name=None):
+    """The tiny random Wan package of `variant` (t2v, i2v, ...) exported to root/<name or variant>."""
+    src = write_tiny_wan(root / f"diffusers-{variant}", seed=0, variant=variant)
+    ew.export_wan(src, root / (name or variant), dtype="float32", tiny=True, seed=0)
+    return root / (name or variant)
+
+
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
-    root = tmp_path_factory.mktemp("serve")
-    src = write_tiny_wan(root / "diffusers", seed=0)
-    ew.export_wan(src, root / "pkg", dtype="float32", tiny=True, seed=0)
-    return root / "pkg"
+    return export_tiny_wan(tmp_path_factory.mktemp("serve"), name="pkg")
 
 
 class Server:

@@ -11,12 +11,10 @@ import json
 import numpy as np
 import pytest
 
-from test_cli_serve import VGEN, Server
+from test_cli_serve import VGEN, Server, export_tiny_wan
 from test_lora_cli import lora
 from test_web_browser import (TOKEN, artifacts, browser, ended, give_token, job_with_prompt,  # noqa: F401 (fixtures)
                               record, submit, wait_logged)
-from vgen_export import wan as ew
-from vgen_export.tiny_wan import write_tiny_wan
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -32,8 +30,7 @@ SMALL = {"width": 48, "height": 32, "frames": 9, "steps": 2, "seed": 5}
 def packages(tmp_path_factory):
     root = tmp_path_factory.mktemp("web_form")
     for variant in ("t2v", "i2v"):
-        src = write_tiny_wan(root / f"diffusers-{variant}", seed=0, variant=variant)
-        ew.export_wan(src, root / variant, dtype="float32", tiny=True, seed=0)
+        export_tiny_wan(root, variant)
     return root
 
 

@@ -1,6 +1,7 @@
 // Test support for cases that run a vgen::Runtime on the tiny random Wan package (written by the
 // CTest fixture stages.wan_parity_reference, which sets VGEN_WAN_PARITY_DIR): the package, a
-// small fixed configuration, a job spec and a file's bytes. Header-only; no state.
+// small fixed configuration, a job spec and a file's bytes. Header-only; no state. A test file
+// says `using namespace vgen::test::engine;`.
 #pragma once
 
 #include "api/engine.hpp"
@@ -16,10 +17,10 @@
 #include <iterator>
 #include <string>
 
-namespace vgen::test {
+namespace vgen::test::engine {
 
 // The tiny package, or empty after warning that the case is skipped (no tooling Python).
-inline std::filesystem::path wan_package_or_skip() {
+inline std::filesystem::path package_or_skip() {
   const char* dir = std::getenv("VGEN_WAN_PARITY_DIR");
   if (dir && *dir && std::filesystem::is_regular_file(std::filesystem::path(dir) / "pkg" / "manifest.json"))
     return std::filesystem::path(dir) / "pkg";
@@ -28,9 +29,9 @@ inline std::filesystem::path wan_package_or_skip() {
 }
 
 // An output folder removed when the case ends.
-struct EngineTempDir {
+struct TempDir {
   std::filesystem::path path = temp_dir("vgen-engine-");
-  ~EngineTempDir() {
+  ~TempDir() {
     std::error_code ignored;
     std::filesystem::remove_all(path, ignored);
   }
@@ -38,7 +39,7 @@ struct EngineTempDir {
 
 // One worker, one retry and a fixed batch of 1 ("auto" would probe at start-up): the same
 // groups on every machine.
-inline RuntimeConfig small_engine_config(const std::filesystem::path& model, const std::filesystem::path& out) {
+inline RuntimeConfig small_config(const std::filesystem::path& model, const std::filesystem::path& out) {
   RuntimeConfig c;
   c.model = model;
   c.output_dir = out;
@@ -49,7 +50,7 @@ inline RuntimeConfig small_engine_config(const std::filesystem::path& model, con
 }
 
 // A 32x32, 5-frame, 2-step job: a few hundred milliseconds on the tiny package.
-inline boost::json::object small_spec(const std::string& prompt, const std::string& name, int seed = 1) {
+inline boost::json::object spec(const std::string& prompt, const std::string& name, int seed = 1) {
   return {{"prompt", prompt}, {"name", name}, {"width", 32}, {"height", 32}, {"frames", 5}, {"steps", 2}, {"seed", seed}};
 }
 
@@ -58,4 +59,4 @@ inline std::string bytes_of(const std::filesystem::path& p) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-}  // namespace vgen::test
+}  // namespace vgen::test::engine
