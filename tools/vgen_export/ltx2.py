@@ -41,6 +41,7 @@ modulation (per-modality projections).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import shutil
 import sys
@@ -52,7 +53,8 @@ from typing import Any
 import torch
 
 from . import manifest as mf
-from .common import DTYPES, assert_checks, dtype_tolerance, load_saved, max_diff, save_module, trace_quietly
+from .common import (DTYPES, Handoff, assert_checks, dtype_tolerance, load_saved, max_diff, save_module,
+                     trace_quietly)
 from .ltx2_audio import audio_geometry, export_ltx2_audio
 
 ACCEPTED_PIPELINES = ("LTX2Pipeline", "LTX2ImageToVideoPipeline")
@@ -232,8 +234,24 @@ def export_text_encoder(encoder, connectors, path: Path, spm_file: Path, max_len
     return {"trace_shape": [2, max_length], **saved, "checks": checks}
 
 
+def rope_of(transformer) -> dict[str, Any]:
+    """The rope constants the runtime rebuilds the coordinates from (manifest transformer.rope)."""
+    return {"scale_factors": [int(v) for v in transformer.rope.scale_factors],
+            "causal_offset": int(transformer.rope.causal_offset),
+            "audio_scale": int(transformer.audio_rope.scale_factors[0]),
+            "audio_causal_offset": int(transformer.audio_rope.causal_offset),
+            "hop_length": int(transformer.audio_rope.hop_length),
+            "sampling_rate": int(transformer.audio_rope.sampling_rate)}
+
+
 def export_transformer(transformer, path: Path, max_length: int, dtype, gen, rope: dict[str, Any],
                        cross_timestep: bool) -> dict[str, Any]:
+    """A Handoff as `transformer` gives this function the only reference: the eager model is
+    freed once every reference is computed and the file written, before the saved copy is loaded
+    for the checks, so the export never holds two copies of the weights (LTX-2's 19 B would
+    otherwise need twice their size)."""
+    owned = isinstance(transformer, Handoff)
+    transformer = transformer.take() if owned else transformer
     cfg = transformer.config
     wrapper = TransformerExport(transformer, cross_timestep).eval()
 
@@ -256,9 +274,7 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, rop
 
     trace = inputs(2, 2, 2, 3, 5, 25.0, [3, max_length], image=True)
     traced = trace_quietly(wrapper, trace)
-    saved = save_module(traced, path)
-    loaded = load_saved(path)
-    checks = []
+    refs = []  # eager references first (the same draws of `gen`, in the same order, as before)
     for b, f, h, w, la, fps, lengths, image in ((1, 3, 2, 2, 7, 24.0, [5], False),
                                                 (3, 1, 1, 1, 1, 25.0, [1, 7, max_length], False),
                                                 (2, 2, 2, 3, 9, 30.0, [3, 4], False), (3, 3, 2, 2, 4, 24.0, [5, 2, 9], True)):
@@ -275,12 +291,16 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, rop
                             audio_num_frames=la, video_coords=ref_vc, audio_coords=ref_ac,
                             use_cross_timestep=cross_timestep, return_dict=False)
         ref = torch.cat([v.flatten(1), au.flatten(1)], 1)
-        checks.append({"shape": list(x.shape), "audio_shape": list(a.shape), "fps": fps, "per_token": image,
-                       "coords_diff": max(max_diff(vc, ref_vc), max_diff(ac, ref_ac)),
-                       "max_abs_diff": max_diff(loaded(x, a, vt, t, vctx, actx, mask, vc, ac), ref),
-                       "tolerance": dtype_tolerance(dtype, ref)})
-        if checks[-1]["coords_diff"] != 0:
-            raise RuntimeError(f"transformer: vgen's rope coordinates differ from diffusers' ({checks[-1]})")
+        check = {"shape": list(x.shape), "audio_shape": list(a.shape), "fps": fps, "per_token": image,
+                 "coords_diff": max(max_diff(vc, ref_vc), max_diff(ac, ref_ac)), "tolerance": dtype_tolerance(dtype, ref)}
+        if check["coords_diff"] != 0:
+            raise RuntimeError(f"transformer: vgen's rope coordinates differ from diffusers' ({check})")
+        refs.append(((x, a, vt, t, vctx, actx, mask, vc, ac), ref, check))
+    saved = save_module(traced, path)
+    del traced, wrapper, transformer  # with a Handoff the last references: the weights go before the reload
+    gc.collect()
+    loaded = load_saved(path)
+    checks = [{**check, "max_abs_diff": max_diff(loaded(*args), ref)} for args, ref, check in refs]
     return {"trace_shape": list(trace[0].shape), **saved, "checks": checks}
 
 
@@ -367,16 +387,11 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
         del encoder, connectors
         transformer = LTX2VideoTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer",
                                                                   dtype=tdtype).eval()
-        tcfg = dict(transformer.config)
-        rope = {"scale_factors": [int(v) for v in transformer.rope.scale_factors],
-                "causal_offset": int(transformer.rope.causal_offset),
-                "audio_scale": int(transformer.audio_rope.scale_factors[0]),
-                "audio_causal_offset": int(transformer.audio_rope.causal_offset),
-                "hop_length": int(transformer.audio_rope.hop_length),
-                "sampling_rate": int(transformer.audio_rope.sampling_rate)}
-        checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", max_length, tdtype, gen,
+        tcfg, rope = dict(transformer.config), rope_of(transformer)
+        handoff = Handoff(transformer)
+        del transformer  # the Handoff holds the only reference
+        checks["transformer"] = export_transformer(handoff, out_dir / "transformer.pt", max_length, tdtype, gen,
                                                    rope, cross_timestep)
-        del transformer
     for name in ("text_encoder", "transformer", "vae_decoder", "vae_encoder"):  # the audio ones checked themselves
         assert_checks(name, checks[name])
     if audio["latent_channels"] * audio["latent_mel_bins"] != int(tcfg["audio_in_channels"]):
