@@ -22,7 +22,7 @@ from vgen_export import common as ec
 from vgen_export import ltx2 as el
 from vgen_export import manifest as mf
 from vgen_export.common import load_saved
-from vgen_export.tiny_ltx2 import TINY_MAX_LENGTH, tiny_transformer, write_tiny_ltx2
+from vgen_export.tiny_ltx2 import TINY_MAX_LENGTH, tiny_transformer, tiny_vae, write_tiny_ltx2
 
 torch.set_num_threads(1)
 
@@ -62,6 +62,17 @@ def test_the_package_also_runs_image_to_video(exported):
     assert manifest["inputs"] == {"image": "optional", "last_image": "none"}
     assert manifest["transformer"]["timestep"] == "per_token"
     assert manifest["image_conditioning"]["image_crf"] == 0
+
+
+def test_the_vae_encoder_file_holds_the_encoder_only(exported):
+    """vae_encoder.pt carried the whole VAE (its decoder too: 2.1 GB of LTX-2's 4.9 GB, found by
+    the real-size check): it holds exactly the encoder's parameters."""
+    src, pkg, _ = exported
+    from diffusers import AutoencoderKLLTX2Video
+
+    vae = AutoencoderKLLTX2Video.from_pretrained(src, subfolder="vae")
+    saved = load_saved(pkg / "vae_encoder.pt")
+    assert sum(p.numel() for p in saved.parameters()) == sum(p.numel() for p in vae.encoder.parameters())
 
 
 def test_the_text_path_is_the_pipelines(exported):
@@ -112,6 +123,27 @@ def test_the_transformer_export_frees_the_eager_model_before_the_reload(tmp_path
     assert seen == [True]
     assert len(result["checks"]) == 4 and not ec.failed_checks(result), result["checks"]
     assert ("weights_file" in result) == (split_above == 0)
+
+
+def test_the_vae_export_frees_the_eager_vae_before_the_reloads(tmp_path, monkeypatch):
+    """The eager VAE stayed alive beside each reloaded file (LTX-2's export peaked at 8.7 GB for
+    a 4.9 GB VAE at real size): with a Handoff both files are written, then the VAE is gone
+    before either is loaded for its checks, which still pass."""
+    handoff = ec.Handoff(tiny_vae(seed=0))
+    alive = weakref.ref(handoff.module)
+    seen = []
+    real_load = el.load_saved
+
+    def load_and_look(path, map_location=None):
+        seen.append(alive() is None)
+        return real_load(path, map_location)
+
+    monkeypatch.setattr(el, "load_saved", load_and_look)
+    with torch.no_grad():
+        checks = el.export_vae(handoff, tmp_path, torch.Generator().manual_seed(0))
+    assert seen == [True, True]
+    for name in ("vae_decoder", "vae_encoder"):
+        assert len(checks[name]["checks"]) == 3 and not ec.failed_checks(checks[name]), checks[name]
 
 
 def _refused(tmp_path, src, edit):
