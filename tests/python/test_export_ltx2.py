@@ -12,15 +12,17 @@ import os
 import shutil
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
 import torch
 
+from vgen_export import common as ec
 from vgen_export import ltx2 as el
 from vgen_export import manifest as mf
 from vgen_export.common import load_saved
-from vgen_export.tiny_ltx2 import TINY_MAX_LENGTH, write_tiny_ltx2
+from vgen_export.tiny_ltx2 import TINY_MAX_LENGTH, tiny_transformer, tiny_vae, write_tiny_ltx2
 
 torch.set_num_threads(1)
 
@@ -62,6 +64,17 @@ def test_the_package_also_runs_image_to_video(exported):
     assert manifest["image_conditioning"]["image_crf"] == 0
 
 
+def test_the_vae_encoder_file_holds_the_encoder_only(exported):
+    """vae_encoder.pt carried the whole VAE (its decoder too: 2.1 GB of LTX-2's 4.9 GB, found by
+    the real-size check): it holds exactly the encoder's parameters."""
+    src, pkg, _ = exported
+    from diffusers import AutoencoderKLLTX2Video
+
+    vae = AutoencoderKLLTX2Video.from_pretrained(src, subfolder="vae")
+    saved = load_saved(pkg / "vae_encoder.pt")
+    assert sum(p.numel() for p in saved.parameters()) == sum(p.numel() for p in vae.encoder.parameters())
+
+
 def test_the_text_path_is_the_pipelines(exported):
     # Tokenizer (as the runtime tokenizes) + text_encoder.pt against LTX2Pipeline's encode_prompt
     # and connectors on a batch with guidance rows.
@@ -81,6 +94,56 @@ def test_the_text_path_is_the_pipelines(exported):
     assert (got[..., :d] - video).abs().max() <= 1e-4
     assert (got[..., d:2 * d] - audio).abs().max() <= 1e-4
     assert torch.equal(got[..., -1], cmask.float())
+
+
+@pytest.mark.parametrize("split_above", [0, None])
+def test_the_transformer_export_frees_the_eager_model_before_the_reload(tmp_path, monkeypatch, split_above):
+    """The exporter held the eager transformer and the reloaded copy at once: twice LTX-2's 19 B
+    weights (found by the real-size check, bench/real_size.py --family ltx2). With a Handoff the
+    eager model is gone when the saved file is loaded for the checks, and the checks still pass."""
+    torch.manual_seed(0)
+    transformer = tiny_transformer(16, 8, 16).eval()
+    rope = el.rope_of(transformer)
+    handoff = ec.Handoff(transformer)
+    del transformer  # the Handoff holds the only reference
+    alive = weakref.ref(handoff.module)
+    seen = []
+    real_load = el.load_saved
+
+    def load_and_look(path, map_location=None):
+        seen.append(alive() is None)
+        return real_load(path, map_location)
+
+    monkeypatch.setattr(el, "load_saved", load_and_look)
+    if split_above is not None:
+        monkeypatch.setattr(ec, "SPLIT_ABOVE", split_above)
+    with torch.no_grad():
+        result = el.export_transformer(handoff, tmp_path / "transformer.pt", 8, torch.float32,
+                                       torch.Generator().manual_seed(0), rope, cross_timestep=True)
+    assert seen == [True]
+    assert len(result["checks"]) == 4 and not ec.failed_checks(result), result["checks"]
+    assert ("weights_file" in result) == (split_above == 0)
+
+
+def test_the_vae_export_frees_the_eager_vae_before_the_reloads(tmp_path, monkeypatch):
+    """The eager VAE stayed alive beside each reloaded file (LTX-2's export peaked at 8.7 GB for
+    a 4.9 GB VAE at real size): with a Handoff both files are written, then the VAE is gone
+    before either is loaded for its checks, which still pass."""
+    handoff = ec.Handoff(tiny_vae(seed=0))
+    alive = weakref.ref(handoff.module)
+    seen = []
+    real_load = el.load_saved
+
+    def load_and_look(path, map_location=None):
+        seen.append(alive() is None)
+        return real_load(path, map_location)
+
+    monkeypatch.setattr(el, "load_saved", load_and_look)
+    with torch.no_grad():
+        checks = el.export_vae(handoff, tmp_path, torch.Generator().manual_seed(0))
+    assert seen == [True, True]
+    for name in ("vae_decoder", "vae_encoder"):
+        assert len(checks[name]["checks"]) == 3 and not ec.failed_checks(checks[name]), checks[name]
 
 
 def _refused(tmp_path, src, edit):

@@ -41,6 +41,7 @@ modulation (per-modality projections).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import shutil
 import sys
@@ -52,7 +53,8 @@ from typing import Any
 import torch
 
 from . import manifest as mf
-from .common import DTYPES, assert_checks, dtype_tolerance, load_saved, max_diff, save_module, trace_quietly
+from .common import (DTYPES, Handoff, assert_checks, dtype_tolerance, load_saved, max_diff, save_module,
+                     trace_quietly)
 from .ltx2_audio import audio_geometry, export_ltx2_audio
 
 ACCEPTED_PIPELINES = ("LTX2Pipeline", "LTX2ImageToVideoPipeline")
@@ -131,14 +133,18 @@ class TransformerExport(torch.nn.Module):
 
 
 class VaeEncoderExport(torch.nn.Module):
-    """video [B,3,F,H,W] in [-1,1] -> the posterior's mode (LTX2ImageToVideoPipeline's "argmax")."""
+    """video [B,3,F,H,W] in [-1,1] -> the posterior's mode (LTX2ImageToVideoPipeline's "argmax"):
+    vae.encode without tiling or slicing, holding the encoder only (holding the whole VAE put its
+    2.1 GB decoder into vae_encoder.pt as well, found at real size)."""
 
     def __init__(self, vae: torch.nn.Module):
         super().__init__()
-        self.vae = vae
+        self.encoder = vae.encoder
 
     def forward(self, video: torch.Tensor) -> torch.Tensor:
-        return self.vae.encode(video).latent_dist.mode()
+        from diffusers.models.autoencoders.vae import DiagonalGaussianDistribution
+
+        return DiagonalGaussianDistribution(self.encoder(video)).mode()
 
 
 class VaeDecoderExport(torch.nn.Module):
@@ -232,8 +238,24 @@ def export_text_encoder(encoder, connectors, path: Path, spm_file: Path, max_len
     return {"trace_shape": [2, max_length], **saved, "checks": checks}
 
 
+def rope_of(transformer) -> dict[str, Any]:
+    """The rope constants the runtime rebuilds the coordinates from (manifest transformer.rope)."""
+    return {"scale_factors": [int(v) for v in transformer.rope.scale_factors],
+            "causal_offset": int(transformer.rope.causal_offset),
+            "audio_scale": int(transformer.audio_rope.scale_factors[0]),
+            "audio_causal_offset": int(transformer.audio_rope.causal_offset),
+            "hop_length": int(transformer.audio_rope.hop_length),
+            "sampling_rate": int(transformer.audio_rope.sampling_rate)}
+
+
 def export_transformer(transformer, path: Path, max_length: int, dtype, gen, rope: dict[str, Any],
                        cross_timestep: bool) -> dict[str, Any]:
+    """A Handoff as `transformer` gives this function the only reference: the eager model is
+    freed once every reference is computed and the file written, before the saved copy is loaded
+    for the checks, so the export never holds two copies of the weights (LTX-2's 19 B would
+    otherwise need twice their size)."""
+    owned = isinstance(transformer, Handoff)
+    transformer = transformer.take() if owned else transformer
     cfg = transformer.config
     wrapper = TransformerExport(transformer, cross_timestep).eval()
 
@@ -256,9 +278,7 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, rop
 
     trace = inputs(2, 2, 2, 3, 5, 25.0, [3, max_length], image=True)
     traced = trace_quietly(wrapper, trace)
-    saved = save_module(traced, path)
-    loaded = load_saved(path)
-    checks = []
+    refs = []  # eager references first (the same draws of `gen`, in the same order, as before)
     for b, f, h, w, la, fps, lengths, image in ((1, 3, 2, 2, 7, 24.0, [5], False),
                                                 (3, 1, 1, 1, 1, 25.0, [1, 7, max_length], False),
                                                 (2, 2, 2, 3, 9, 30.0, [3, 4], False), (3, 3, 2, 2, 4, 24.0, [5, 2, 9], True)):
@@ -275,41 +295,54 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, rop
                             audio_num_frames=la, video_coords=ref_vc, audio_coords=ref_ac,
                             use_cross_timestep=cross_timestep, return_dict=False)
         ref = torch.cat([v.flatten(1), au.flatten(1)], 1)
-        checks.append({"shape": list(x.shape), "audio_shape": list(a.shape), "fps": fps, "per_token": image,
-                       "coords_diff": max(max_diff(vc, ref_vc), max_diff(ac, ref_ac)),
-                       "max_abs_diff": max_diff(loaded(x, a, vt, t, vctx, actx, mask, vc, ac), ref),
-                       "tolerance": dtype_tolerance(dtype, ref)})
-        if checks[-1]["coords_diff"] != 0:
-            raise RuntimeError(f"transformer: vgen's rope coordinates differ from diffusers' ({checks[-1]})")
+        check = {"shape": list(x.shape), "audio_shape": list(a.shape), "fps": fps, "per_token": image,
+                 "coords_diff": max(max_diff(vc, ref_vc), max_diff(ac, ref_ac)), "tolerance": dtype_tolerance(dtype, ref)}
+        if check["coords_diff"] != 0:
+            raise RuntimeError(f"transformer: vgen's rope coordinates differ from diffusers' ({check})")
+        refs.append(((x, a, vt, t, vctx, actx, mask, vc, ac), ref, check))
+    saved = save_module(traced, path)
+    del traced, wrapper, transformer  # with a Handoff the last references: the weights go before the reload
+    gc.collect()
+    loaded = load_saved(path)
+    checks = [{**check, "max_abs_diff": max_diff(loaded(*args), ref)} for args, ref, check in refs]
     return {"trace_shape": list(trace[0].shape), **saved, "checks": checks}
 
 
-def export_vae_encoder(vae, path: Path, gen) -> dict[str, Any]:
-    wrapper = VaeEncoderExport(vae).eval()
-    t, s = int(vae.temporal_compression_ratio), int(vae.spatial_compression_ratio)
-    traced = trace_quietly(wrapper, (torch.rand(1, 3, 1, 2 * s, 2 * s, generator=gen) * 2 - 1,))
-    saved = save_module(traced, path)
-    loaded = load_saved(path)
-    checks = []
-    for b, f, h, w in ((1, 1, 2, 3), (2, 1, 2, 2), (1, t + 1, 2, 2)):
-        x = torch.rand(b, 3, f, h * s, w * s, generator=gen) * 2 - 1
-        ref = vae.encode(x).latent_dist.mode()
-        checks.append({"shape": list(x.shape), "max_abs_diff": max_diff(loaded(x), ref), "tolerance": 1e-5})
-    return {"trace_shape": [1, 3, 1, 2 * s, 2 * s], **saved, "checks": checks}
-
-
-def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
-    wrapper = VaeDecoderExport(vae).eval()
+def export_vae(vae, out_dir: Path, gen) -> dict[str, dict[str, Any]]:
+    """vae_decoder.pt and vae_encoder.pt. Every eager reference is computed and both files written
+    before the VAE is dropped, and only then are the saved copies loaded for the checks: with a
+    Handoff as `vae` the export holds one copy of the VAE's weights at a time (holding the eager
+    VAE beside the reloaded encoder took LTX-2's export to 8.7 GB, found at real size)."""
+    vae = vae.take() if isinstance(vae, Handoff) else vae
     c = vae.config.latent_channels
-    traced = trace_quietly(wrapper, (torch.randn(1, c, 2, 2, 2, generator=gen),))
-    saved = save_module(traced, path)
-    loaded = load_saved(path)
-    checks = []
+    t, s = int(vae.temporal_compression_ratio), int(vae.spatial_compression_ratio)
+    parts = {}
+    decoder = VaeDecoderExport(vae).eval()
+    trace = (torch.randn(1, c, 2, 2, 2, generator=gen),)
+    traced = trace_quietly(decoder, trace)
+    refs = []
     for b, f, h, w in ((1, 1, 2, 2), (2, 3, 2, 3), (1, 2, 3, 2)):  # >= 2: the decoder pads by reflection
         z = torch.randn(b, c, f, h, w, generator=gen)
-        ref = vae.decode(z, None, return_dict=False)[0]
-        checks.append({"shape": list(z.shape), "max_abs_diff": max_diff(loaded(z), ref), "tolerance": 1e-5})
-    return {"trace_shape": [1, c, 2, 2, 2], **saved, "checks": checks}
+        refs.append(((z,), vae.decode(z, None, return_dict=False)[0]))
+    parts["vae_decoder"] = (save_module(traced, out_dir / "vae_decoder.pt"), refs, list(trace[0].shape))
+    encoder = VaeEncoderExport(vae).eval()
+    trace = (torch.rand(1, 3, 1, 2 * s, 2 * s, generator=gen) * 2 - 1,)
+    traced = trace_quietly(encoder, trace)
+    refs = []
+    for b, f, h, w in ((1, 1, 2, 3), (2, 1, 2, 2), (1, t + 1, 2, 2)):
+        x = torch.rand(b, 3, f, h * s, w * s, generator=gen) * 2 - 1
+        refs.append(((x,), vae.encode(x).latent_dist.mode()))
+    parts["vae_encoder"] = (save_module(traced, out_dir / "vae_encoder.pt"), refs, list(trace[0].shape))
+    del vae, decoder, encoder, traced  # with a Handoff the last references
+    gc.collect()
+    checks = {}
+    for name, (saved, refs, trace_shape) in parts.items():
+        loaded = load_saved(out_dir / f"{name}.pt")
+        checks[name] = {"trace_shape": trace_shape, **saved,
+                        "checks": [{"shape": list(args[0].shape), "max_abs_diff": max_diff(loaded(*args), ref),
+                                    "tolerance": 1e-5} for args, ref in refs]}
+        del loaded
+    return checks
 
 
 def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "float32", tiny: bool = False,
@@ -350,9 +383,9 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
         spatial, temporal = int(vae.spatial_compression_ratio), int(vae.temporal_compression_ratio)
         latents_mean = [float(v) for v in vae.latents_mean]
         latents_std = [float(v) for v in vae.latents_std]
-        checks["vae_decoder"] = export_vae_decoder(vae, out_dir / "vae_decoder.pt", gen)
-        checks["vae_encoder"] = export_vae_encoder(vae, out_dir / "vae_encoder.pt", gen)
-        del vae
+        handoff = Handoff(vae)
+        del vae  # the Handoff holds the only reference
+        checks.update(export_vae(handoff, out_dir, gen))
         audio_vae = AutoencoderKLLTX2Audio.from_pretrained(diffusers_dir, subfolder="audio_vae",
                                                            dtype=torch.float32).eval()
         vocoder = LTX2Vocoder.from_pretrained(diffusers_dir, subfolder="vocoder", dtype=torch.float32).eval()
@@ -367,16 +400,11 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
         del encoder, connectors
         transformer = LTX2VideoTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer",
                                                                   dtype=tdtype).eval()
-        tcfg = dict(transformer.config)
-        rope = {"scale_factors": [int(v) for v in transformer.rope.scale_factors],
-                "causal_offset": int(transformer.rope.causal_offset),
-                "audio_scale": int(transformer.audio_rope.scale_factors[0]),
-                "audio_causal_offset": int(transformer.audio_rope.causal_offset),
-                "hop_length": int(transformer.audio_rope.hop_length),
-                "sampling_rate": int(transformer.audio_rope.sampling_rate)}
-        checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", max_length, tdtype, gen,
+        tcfg, rope = dict(transformer.config), rope_of(transformer)
+        handoff = Handoff(transformer)
+        del transformer  # the Handoff holds the only reference
+        checks["transformer"] = export_transformer(handoff, out_dir / "transformer.pt", max_length, tdtype, gen,
                                                    rope, cross_timestep)
-        del transformer
     for name in ("text_encoder", "transformer", "vae_decoder", "vae_encoder"):  # the audio ones checked themselves
         assert_checks(name, checks[name])
     if audio["latent_channels"] * audio["latent_mel_bins"] != int(tcfg["audio_in_channels"]):
