@@ -35,6 +35,16 @@ struct ModelSet::State {
   std::shared_ptr<const PostProcessor> interpolator, upscaler;
   std::unique_ptr<BaseFrames> base_frames;  // never null; off unless options.base_frames say so
 
+  // The identity a job's content key names: its package's, plus the post-stage variants that
+  // make its frames (a model's weights included), so configuring another interpolator or
+  // upscaler never serves a clip the previous one made.
+  std::string content_model_id(const JobSpec& spec) const {
+    auto id = family(spec.model)->package().id();
+    if (spec.interpolate > 1) id += "|interpolate:" + interpolator->identity();
+    if (spec.upscale > 1) id += "|upscale:" + upscaler->identity();
+    return id;
+  }
+
   const std::shared_ptr<Family>& family(const std::string& name) const {
     if (name.empty()) return models.front().second;
     for (const auto& [n, f] : models)
@@ -210,10 +220,9 @@ asio::awaitable<void> upscale(State& st, Job& job) { co_await post_process(st, j
 
 asio::awaitable<void> encode(State& st, Job& job) {
   auto w = family_job(job);
-  const auto& family = st.family(w->spec.model);
   auto options = st.options.encode;
   options.format = w->spec.format;
-  options.comment = "vgen:" + job_content_key(family->package().id(), w->spec).hex();
+  options.comment = "vgen:" + job_content_key(st.content_model_id(w->spec), w->spec).hex();
   const std::string stem = w->spec.name.empty() ? job.id() : w->spec.name;
   w->output = st.options.out_dir / (stem + extension_for(options.format));
   auto write = [w, options] {
@@ -327,7 +336,7 @@ void ModelSet::drop_checkpoint(const std::string& key_hex) const {
 
 std::uint64_t ModelSet::checkpoint_bytes() const { return state_->checkpoints ? state_->checkpoints->disk_bytes() : 0; }
 
-std::string ModelSet::model_id(const JobSpec& spec) const { return state_->family(spec.model)->package().id(); }
+std::string ModelSet::model_id(const JobSpec& spec) const { return state_->content_model_id(spec); }
 
 std::vector<StageSpec> ModelSet::stages() const {
   auto st = state_;

@@ -136,7 +136,8 @@ class ModelSet {
   // job, so a bad image is refused (invalid_argument naming the field) before anything is
   // queued or written. Blocks on the files' reads and decodes.
   JobSpec admit(boost::json::value& spec) const;
-  // The identity of the model a parsed spec runs on (ModelPackage::id), for content keys.
+  // The identity of what makes a parsed spec's video, for content keys: the model it runs on
+  // (ModelPackage::id) and, when it asks for them, the post-stage variants (PostProcessor::identity).
   std::string model_id(const JobSpec& spec) const;
 
   // preprocess, denoise, decode, interpolate, upscale, encode; a job skips the post-stages it

@@ -59,6 +59,10 @@ class PostProcessor {
   virtual ~PostProcessor() = default;
   virtual PostKind kind() const = 0;
   virtual std::string name() const = 0;
+  // What decides the frames this variant makes, for the job's content key (result cache,
+  // rerun rule): its name, and for a model its weights' hash and the settings that change
+  // pixels. Two processors with the same identity make the same frames from the same clip.
+  virtual std::string identity() const { return name(); }
   // Whether run() needs a compute device (a model) and so a device lease; otherwise it runs on
   // the host's "post" worker pool.
   virtual bool uses_device() const { return false; }

@@ -1,6 +1,7 @@
 #include "stages/post/rife_interpolator.hpp"
 
 #include "runtime/errors.hpp"
+#include "stages/model/model_package.hpp"  // sha256_file
 #include "stages/model/model_backend.hpp"
 
 #include <ATen/ATen.h>
@@ -74,6 +75,7 @@ RifePackage read_rife_package(const std::filesystem::path& dir) {
 
 RifeInterpolator::RifeInterpolator(const PostOptions& options) : package_(read_rife_package(options.interpolate_model)), options_(options) {
   if (options.interpolate_batch < 1) throw_error(ErrorKind::invalid_argument, "post.interpolate_batch must be >= 1");
+  identity_ = name() + "@" + sha256_file(package_.module);
 }
 
 at::Tensor RifeInterpolator::between(const at::Tensor& img0, const at::Tensor& img1, const at::Tensor& times,

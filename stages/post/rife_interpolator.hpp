@@ -38,6 +38,7 @@ class RifeInterpolator final : public PostProcessor {
   explicit RifeInterpolator(const PostOptions& options);  // reads the package (loads lazily, per device)
   PostKind kind() const override { return PostKind::interpolate; }
   std::string name() const override { return "rife"; }
+  std::string identity() const override { return identity_; }  // rife@<module sha256>
   bool uses_device() const override { return true; }
   VideoFrames run(const VideoFrames& in, int factor, const std::string& device) const override;
 
@@ -50,6 +51,7 @@ class RifeInterpolator final : public PostProcessor {
 
  private:
   RifePackage package_;
+  std::string identity_;
   PostOptions options_;
 };
 

@@ -1,6 +1,7 @@
 #include "stages/post/rrdb_upscaler.hpp"
 
 #include "runtime/errors.hpp"
+#include "stages/model/model_package.hpp"  // sha256_file
 #include "stages/model/model_backend.hpp"
 
 #include <ATen/ATen.h>
@@ -53,6 +54,9 @@ RrdbPackage read_rrdb_package(const std::filesystem::path& dir) {
 
 RrdbUpscaler::RrdbUpscaler(const PostOptions& options) : package_(read_rrdb_package(options.upscale_model)), options_(options) {
   if (options.tile < 0 || options.tile_overlap < 0) throw_error(ErrorKind::invalid_argument, "post.tile and post.tile_overlap must be >= 0");
+  // Tiles change the seams' pixels a little, so the tiling is part of what made the frames.
+  identity_ = name() + "@" + sha256_file(package_.module) + "/tile=" + std::to_string(options.tile) + "+" +
+              std::to_string(options.tile_overlap);
 }
 
 // Tiles cover the frame without overlapping; each runs with up to `overlap` more input pixels on

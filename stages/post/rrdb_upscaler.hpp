@@ -40,6 +40,7 @@ class RrdbUpscaler final : public PostProcessor {
   explicit RrdbUpscaler(const PostOptions& options);  // reads the package (loads lazily, per device)
   PostKind kind() const override { return PostKind::upscale; }
   std::string name() const override { return "realesrgan"; }
+  std::string identity() const override { return identity_; }  // realesrgan@<module sha256>/tile=T+O
   bool uses_device() const override { return true; }
   VideoFrames run(const VideoFrames& in, int factor, const std::string& device) const override;
 
@@ -51,6 +52,7 @@ class RrdbUpscaler final : public PostProcessor {
  private:
   at::Tensor one_pass(const at::Tensor& x, const std::string& device, int tile, int overlap) const;
   RrdbPackage package_;
+  std::string identity_;
   PostOptions options_;
 };
 

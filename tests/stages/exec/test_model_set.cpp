@@ -4,6 +4,7 @@
 #include "runtime/executor.hpp"
 #include "runtime/errors.hpp"
 #include "stages/model/torch_devices.hpp"
+#include "stages/post/post_process.hpp"
 
 #include <doctest/doctest.h>
 
@@ -48,6 +49,38 @@ TEST_CASE("the model stages have a worker for every job of a group on every leas
   w = workers(1, 1, 3);  // configured workers are a floor, never lowered
   CHECK(w["denoise"] == 3);
   CHECK(w["encode"] == 3);
+}
+
+namespace {
+
+// An interpolator that only names itself: what the content key should see.
+struct NamedInterpolator final : PostProcessor {
+  PostKind kind() const override { return PostKind::interpolate; }
+  std::string name() const override { return "test-named"; }
+  std::string identity() const override { return "test-named@weights-2"; }
+  VideoFrames run(const VideoFrames& in, int, const std::string&) const override { return in; }
+};
+
+}  // namespace
+
+TEST_CASE("a job's model id names the post-stage variants it asks for, so another one never shares its result") {
+  post_processors().add("test-named", [](const PostOptions&) { return std::make_shared<NamedInterpolator>(); });
+  const auto devs = parse_device_list("cpu");
+  Executor executor({.io_threads = 1});
+  add_device_pools(executor, devs);
+  DevicePool pool(devs);
+  ModelSetOptions fallback, named;
+  named.post.interpolator = "test-named";
+  ModelSet a({{"shapes", bundled()}}, executor, pool, fallback), b({{"shapes", bundled()}}, executor, pool, named);
+  JobSpec plain, interpolated, upscaled;
+  interpolated.interpolate = 2;
+  upscaled.upscale = 2;
+  CHECK(a.model_id(plain) == b.model_id(plain));  // no post-stage: the package alone
+  CHECK(a.model_id(plain).find('|') == std::string::npos);
+  CHECK(a.model_id(interpolated) == a.model_id(plain) + "|interpolate:minterpolate");
+  CHECK(b.model_id(interpolated) == b.model_id(plain) + "|interpolate:test-named@weights-2");
+  CHECK(a.model_id(upscaled) == b.model_id(upscaled));  // the same upscaler (lanczos) on both
+  CHECK(a.model_id(upscaled) == a.model_id(plain) + "|upscale:lanczos");
 }
 
 TEST_CASE("an unknown package directory is an error naming it") {

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "runtime/errors.hpp"
+#include "stages/model/model_package.hpp"  // sha256_file
 #include "tests/support/python_reference.hpp"
 
 #include <cstring>
@@ -51,6 +52,7 @@ TEST_CASE("RIFE: the interpolated clip matches ccvfi's IFNet in float and in 8-b
     o.interpolate_batch = batch;
     const RifeInterpolator rife(o);
     CHECK(rife.uses_device());
+    CHECK(rife.identity() == "rife@" + sha256_file(o.interpolate_model / "interpolator.pt"));  // the content key's part
     for (const auto& c : (*ref)["cases"]) {
       const int factor = c["factor"];
       CAPTURE(batch);

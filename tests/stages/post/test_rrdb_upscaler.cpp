@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "runtime/errors.hpp"
+#include "stages/model/model_package.hpp"  // sha256_file
 #include "tests/support/python_reference.hpp"
 
 #include <fstream>
@@ -43,6 +44,11 @@ TEST_CASE("the exported RRDBNet matches spandrel; tiles with full context match 
     o.upscale_model = std::string(c["package"]);
     const RrdbUpscaler up(o);
     CHECK(up.scale() == scale);
+    // The content key's part: the weights' hash and the tiling (tiles move seam pixels).
+    CHECK(up.identity() == "realesrgan@" + sha256_file(o.upscale_model / "upscaler.pt") + "/tile=256+16");
+    auto retiled = o;
+    retiled.tile = 128;
+    CHECK(RrdbUpscaler(retiled).identity() != up.identity());
     CHECK(up.uses_device());
     const auto want = read_f32(c["expected"], c["shape"]);
     const auto whole = up.upscale(x, scale, "cpu:0", 0, 0);
