@@ -224,9 +224,16 @@ http::Response OpenAiVideos::create(const http::Request& request) {
   const auto models = served();
   const auto* name = fields.if_contains("model");
   const auto& model = model_named(models, name && name->is_string() ? std::string_view(name->get_string()) : std::string_view());
-  auto spec = openai::job_spec_from(fields, model, multipart);
-  const auto job = hooks_.submit(json::value(std::move(spec)), std::move(images));
-  return json_body(200, openai::video_json(facts_of(job)));
+  const json::value spec = openai::job_spec_from(fields, model, multipart);
+  const auto job = hooks_.submit(spec, std::move(images));
+  // A fleet front end's job carries no admitted spec, and the record facts_of would read
+  // instead may not be written yet: the answer describes the spec sent.
+  std::optional<JobSpec> submitted;
+  if (job.result().spec.prompt.empty()) try {
+      submitted = jobs_.validate(spec);
+    } catch (const Error&) {  // (nothing better than the record then)
+    }
+  return json_body(200, openai::video_json(facts_of(job, submitted ? &*submitted : nullptr)));
 }
 
 http::Response OpenAiVideos::list(const http::Request& request) {
@@ -315,17 +322,22 @@ std::optional<JobRecord> OpenAiVideos::find_record(const std::string& id) const 
   }
 }
 
-openai::VideoFacts OpenAiVideos::facts_of(const JobHandle& job) const {
+openai::VideoFacts OpenAiVideos::facts_of(const JobHandle& job, const JobSpec* submitted) const {
+  // Read once, before the result: a job that ends meanwhile must not read completed in one
+  // field and unfinished in another.
+  const bool finished = job.finished();
   const auto r = job.result();
   const auto s = job.snapshot();
   auto spec = r.spec;
+  if (spec.prompt.empty() && submitted) spec = *submitted;
   if (spec.prompt.empty())  // a fleet front end's job carries no admitted spec: the record's, parsed
     if (const auto record = find_record(r.id)) spec = spec_of(*record);
   openai::VideoFacts v;
   v.id = r.id;
   v.model = spec.model.empty() ? served().front().name : spec.model;
   v.prompt = spec.prompt;
-  v.status = std::string(openai::status_of(job.finished() ? to_string(r.state) : to_string(s.state)));
+  v.status = std::string(openai::status_of(finished ? to_string(r.state) : to_string(s.state)));
+  if (!finished && (v.status == "completed" || v.status == "failed")) v.status = "in_progress";  // ended since: not yet published
   v.width = spec.width;
   v.height = spec.height;
   v.frames = spec.frames;
@@ -333,7 +345,7 @@ openai::VideoFacts OpenAiVideos::facts_of(const JobHandle& job) const {
   v.created_at = created_at(v.id, s.total_seconds);
   if (v.status == "completed") v.progress = 100;
   else if (v.status == "in_progress" && s.total > 0) v.progress = std::clamp(s.step * 100 / s.total, 0, 99);
-  if (job.finished()) {
+  if (finished) {
     v.completed_at = v.created_at + static_cast<std::int64_t>(std::lround(s.total_seconds));
     v.expires_at = *v.completed_at + jobs_.config().job_ttl.count();  // then only the store's record is left
     if (r.state != JobState::done) {

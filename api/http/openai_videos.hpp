@@ -91,7 +91,8 @@ class OpenAiVideos {
   std::optional<JobRecord> find_record(const std::string& id) const;  // a job no longer in memory
   JobSpec spec_of(const JobRecord& record) const;  // validated, or what the record says
   openai::VideoFacts facts_of(const JobRecord& record) const;
-  openai::VideoFacts facts_of(const JobHandle& job) const;
+  // `submitted`: the spec the job was submitted with, where the job carries none (a fleet front end's).
+  openai::VideoFacts facts_of(const JobHandle& job, const JobSpec* submitted = nullptr) const;
 
   JobService& jobs_;
   Hooks hooks_;
