@@ -70,7 +70,8 @@ class RuntimeImpl {
                        .metrics = &metrics_, .tracer = &tracer_, .preview_every = config_.preview_every.value_or(0),
                        .images = config_.images, .videos = config_.videos, .checkpoints = checkpoint_options(), .on_checkpoint = checkpoint_hook(),
                        .post = config_.post, .post_threads = config_.post_threads,
-                       .base_frames = config_.result_cache_entries > 0 ? config_.base_frames : BaseFramesOptions{}};
+                       .base_frames = config_.result_cache_entries > 0 ? config_.base_frames : BaseFramesOptions{},
+                       .live = &live_};
     // The models load before the device threads exist: "auto" settings are measured on them
     // (api/runtime_tuning.hpp), and the threads follow what was chosen.
     auto loaded = load_models(model_list(), wo);
@@ -108,7 +109,7 @@ class RuntimeImpl {
     webhooks_ = start_webhooks();  // before any job can end (resumed ones included)
     po.before_first_stage = lookup_hook();
     results_ = std::make_unique<JobResults>(JobResults::Parts{*models_, entries_, outputs_, *recovery_, *store_pool_, lookup_.get(),
-                                                              stopping_, webhooks_.get(), faults_.get()});
+                                                              stopping_, webhooks_.get(), faults_.get(), &live_});
     pipeline_ = std::make_unique<Pipeline>(executor_.get_executor(), make_stages(), po);
     models_->preempt_for(*pipeline_);  // running groups see who waits for them: higher priority preempts
     pipeline_->start();
@@ -223,6 +224,20 @@ class RuntimeImpl {
     std::error_code ec;
     if (fs::is_directory(path, ec)) return true;
     return fs::is_regular_file(path, ec) && fs::file_size(path, ec) == rec->output_bytes;
+  }
+
+  // The job's live stream, opened for a reader; nullptr once the job has ended. The end is
+  // checked after opening: JobResults closes a job's stream after the job is finished, so a
+  // stream opened before that is closed by it and one opened after it is dropped here.
+  std::shared_ptr<LiveBroadcast> live_stream(const std::string& id) {
+    const auto entry = lookup(id);
+    if (!entry || JobHandle(entry).finished()) return nullptr;
+    auto stream = live_.open(id);
+    if (JobHandle(entry).finished()) {
+      live_.close(id);
+      return nullptr;
+    }
+    return stream;
   }
 
   std::optional<JobHandle> find(const std::string& id) {
@@ -440,6 +455,7 @@ class RuntimeImpl {
   std::optional<Tracer::clock::time_point> trace_start_;  // config.trace_file's capture
   Executor executor_;
   std::unique_ptr<FaultInjector> faults_;  // before devices_/models_: stages refer to it
+  LiveStreams live_;                       // before models_: the encode stage writes to it
   std::unique_ptr<RuntimeTuning> tuning_;  // before models_: its Batcher reports caps to it
   std::unique_ptr<ComputeDevices> devices_;
   std::unique_ptr<ModelSet> models_;
@@ -485,6 +501,7 @@ const ModelPackage& Runtime::package() const { return impl_->package(); }
 RuntimeStats Runtime::stats() const { return impl_->stats(); }
 JobPage Runtime::list_jobs(const JobListQuery& query) const { return impl_->list_jobs(query); }
 bool Runtime::previews(const std::string& model) const { return impl_->previews(model); }
+std::shared_ptr<LiveBroadcast> Runtime::live_stream(const std::string& id) const { return impl_->live_stream(id); }
 std::vector<ServedModel> Runtime::served_models() const { return impl_->served_models(); }
 std::string Runtime::metrics_text() const { return impl_->metrics_text(); }
 asio::any_io_executor Runtime::executor() const { return impl_->executor(); }

@@ -143,6 +143,10 @@ class Runtime : public JobService {  // JobService: the interface the fleet clie
   bool previews(const std::string& model = {}) const override;
   std::vector<ServedModel> served_models() const override;  // every loaded package, the default first
   bool cancel(const std::string& id, std::string reason = "cancelled by request") override;
+  // The job's video as it is encoded (mp4 jobs), opened for one more reader; nullptr for a job
+  // that is unknown or has ended. Opening it before the job's encode starts is what makes the
+  // encode write it (ModelSetOptions::live); opened later, it ends without bytes when the job does.
+  std::shared_ptr<LiveBroadcast> live_stream(const std::string& id) const override;
 
   void drain();     // stops intake, waits for every accepted job to end
   void shutdown();  // cancels unfinished jobs, then drains; idempotent

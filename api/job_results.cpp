@@ -31,6 +31,7 @@ void JobResults::watch(const std::shared_ptr<JobEntry>& entry, std::shared_ptr<J
 asio::awaitable<void> JobResults::watch_one(std::shared_ptr<JobEntry> entry, std::shared_ptr<Job> job) {
   co_await job->finished_event().wait(asio::use_awaitable);
   co_await publish(*entry, *job);
+  if (parts_.live) parts_.live->close(entry->id);  // after the end is visible: see Runtime::live_stream
   job->payload.reset();  // the result is copied out: free the job's tensors (frames, latents) now
   if (watchers_.fetch_sub(1) == 1 && waiting_.load()) none_left_.set();
 }

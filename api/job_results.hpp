@@ -40,6 +40,7 @@ class JobResults {
     const std::atomic<bool>& stopping;  // a graceful stop: cancelled jobs stay unfinished in the store
     Webhooks* webhooks = nullptr;       // nullptr: no webhook endpoints
     const FaultInjector* faults = nullptr;  // the "webhook" crash drill: after the end is recorded, before any send
+    LiveStreams* live = nullptr;            // a job's live stream is ended and forgotten once its end is published
   };
   explicit JobResults(Parts parts) : parts_(parts) {}
 

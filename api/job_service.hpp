@@ -22,6 +22,7 @@
 namespace vgen {
 
 class JobHandle;
+class LiveBroadcast;  // stages/media/live_broadcast.hpp
 class Tracer;
 struct SubmitOptions;
 struct RuntimeConfig;
@@ -57,7 +58,10 @@ class JobService {
   virtual Tracer& tracer() const = 0;
   // The models jobs may name, the default first. Empty where this process holds no package (the
   // fleet's front end: its workers have them); a front end then falls back to the config's names.
-  virtual std::vector<ServedModel> served_models() const { return {}; }  // its timeline recorder (runtime/trace.hpp; GET /v1/trace)
+  virtual std::vector<ServedModel> served_models() const { return {}; }
+  // A running job's video as it is written (fragmented MP4; GET ...?live=1), or nullptr: a job
+  // that is unknown or has ended, or a service whose jobs encode elsewhere (the fleet).
+  virtual std::shared_ptr<LiveBroadcast> live_stream(const std::string& /*id*/) const { return nullptr; }  // its timeline recorder (runtime/trace.hpp; GET /v1/trace)
 };
 
 }  // namespace vgen

@@ -3,6 +3,7 @@
 #include "runtime/content_key.hpp"
 #include "runtime/errors.hpp"
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -65,14 +66,39 @@ asio::awaitable<void> inject(const FaultInjector* injector, StageFaults faults, 
   if (u < faults.permanent_rate + faults.transient_rate)
     throw_error(ErrorKind::transient, "injected transient fault in " + stage + " (attempt " + std::to_string(attempt + 1) + ")");
   co_await (*inner)(job);
+  if (injector->holds(stage, job.spec())) {
+    // A cancel sets the event, or aborts the wait through the stage's cancellation: either way, ends here.
+    co_await job.cancel_event().wait(asio::as_tuple(asio::use_awaitable));
+    job.throw_if_cancelled();
+  }
+}
+
+bool prompt_has(const boost::json::value& spec, const std::string& text) {
+  const auto* prompt = spec.is_object() ? spec.get_object().if_contains("prompt") : nullptr;
+  return prompt && prompt->is_string() && std::string_view(prompt->get_string()).find(text) != std::string_view::npos;
+}
+
+std::pair<std::string, std::string> stage_and_prompt(const json::value& v, const std::string& path) {
+  const auto* c = v.if_object();
+  const auto* st = c ? c->if_contains("stage") : nullptr;
+  const auto* pr = c ? c->if_contains("prompt") : nullptr;
+  if (!st || !st->is_string() || !pr || !pr->is_string() || pr->get_string().empty() || c->size() != 2)
+    throw_error(ErrorKind::invalid_argument, path + ": must be {\"stage\": name, \"prompt\": non-empty text}");
+  return {std::string(st->get_string()), std::string(pr->get_string())};
 }
 
 }  // namespace
 
+bool FaultInjector::holds(std::string_view stage, const boost::json::value& spec) const {
+  for (const auto& [s, prompt] : plan_.holds)
+    if (s == stage && prompt_has(spec, prompt)) return true;
+  return false;
+}
+
 bool FaultPlan::enabled() const {
   for (const auto& [_, f] : stages)
     if (f.transient_rate > 0 || f.permanent_rate > 0 || f.latency.count() > 0) return true;
-  return oom_rate > 0 || oom_above_batch > 0 || !crash_stage.empty();
+  return oom_rate > 0 || oom_above_batch > 0 || !crash_stage.empty() || !holds.empty();
 }
 
 FaultPlan parse_fault_plan(const json::object& o, const std::string& origin) {
@@ -92,6 +118,14 @@ FaultPlan parse_fault_plan(const json::object& o, const std::string& origin) {
       plan.crash_stage = std::string(st->get_string());
       plan.crash_prompt = std::string(pr->get_string());
     }
+    else if (key == "hold") {
+      if (const auto* list = kv.value().if_array()) {
+        for (std::size_t i = 0; i < list->size(); ++i)
+          plan.holds.push_back(stage_and_prompt((*list)[i], path + "[" + std::to_string(i) + "]"));
+      } else {
+        plan.holds.push_back(stage_and_prompt(kv.value(), path));
+      }
+    }
     else if (key == "stages") {
       if (!kv.value().is_object()) throw_error(ErrorKind::invalid_argument, path + ": must be an object of stage names");
       for (const auto& st : kv.value().get_object()) {
@@ -109,7 +143,7 @@ FaultPlan parse_fault_plan(const json::object& o, const std::string& origin) {
         plan.stages[std::string(st.key())] = f;
       }
     } else {
-      throw_error(ErrorKind::invalid_argument, path + ": unknown key (known: crash, oom_above_batch, oom_rate, seed, stages)");
+      throw_error(ErrorKind::invalid_argument, path + ": unknown key (known: crash, hold, oom_above_batch, oom_rate, seed, stages)");
     }
   }
   return plan;
@@ -125,7 +159,9 @@ double FaultInjector::draw(const std::string& job, const std::string& what, int 
 StageSpec FaultInjector::wrap(StageSpec stage) const {
   const auto* f = faults_for(plan_, stage.name);
   const bool crash = !plan_.crash_stage.empty() && plan_.crash_stage == stage.name;
-  if (!crash && (!f || (f->transient_rate == 0 && f->permanent_rate == 0 && f->latency.count() == 0))) return stage;
+  bool hold = false;
+  for (const auto& [s, _] : plan_.holds) hold = hold || s == stage.name;
+  if (!crash && !hold && (!f || (f->transient_rate == 0 && f->permanent_rate == 0 && f->latency.count() == 0))) return stage;
   auto inner = std::make_shared<StageFn>(std::move(stage.fn));
   stage.fn = [this, faults = f ? *f : StageFaults{}, name = stage.name, inner](Job& job) {
     return inject(this, faults, name, inner, job);

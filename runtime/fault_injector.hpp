@@ -11,6 +11,9 @@
 // contains `prompt` kills the whole process (SIGKILL, no cleanup) when it enters `stage`
 // (or, for the stage name "checkpoint", right after its first durable step checkpoint; for
 // "webhook", right after its end and its webhook events are durable, before any is sent).
+// "hold": {"stage", "prompt"} (or a list of them) keeps a job whose prompt contains `prompt`
+// in `stage` after the stage's work is done, until the job is cancelled: a job that is
+// deterministically still running at a known point, for tests of what a client sees meanwhile.
 // Thread-safety: immutable after construction; wrap() and check_oom() may run on any thread.
 #pragma once
 
@@ -21,6 +24,8 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace vgen {
 
@@ -35,6 +40,7 @@ struct FaultPlan {
   double oom_rate = 0;                        // batched model calls reporting out-of-memory
   std::size_t oom_above_batch = 0;            // calls with more jobs than this run out of memory (0: never)
   std::string crash_stage, crash_prompt;      // kill the process when a matching job enters the stage
+  std::vector<std::pair<std::string, std::string>> holds;  // (stage, prompt): held there until cancelled
   bool enabled() const;
 };
 
@@ -55,6 +61,8 @@ class FaultInjector {
   // "checkpoint": right after a job's step checkpoint is durable) and the spec's prompt
   // contains the plan's text.
   void crash_if(std::string_view point, const boost::json::value& spec) const;
+  // Whether the plan holds a job with this spec at the end of `stage` (until it is cancelled).
+  bool holds(std::string_view stage, const boost::json::value& spec) const;
   // The uniform draw in [0, 1) for (job, what, attempt).
   double draw(const std::string& job, const std::string& what, int attempt) const;
 

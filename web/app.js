@@ -13,7 +13,10 @@
 // the news came from (the stream's event name: progress, preview, done, failed, cancelled; or
 // submitted, list, status, cancel for an API answer), the news as received, then the badge, the
 // progress bar's value and the detail line as shown. After each preview fetch it dispatches
-// "job-preview" with {id, step, shown, reason, width}. Nothing is kept when nobody listens.
+// "job-preview" with {id, step, shown, reason, width}. The live player (playLive) dispatches
+// "job-live" with {id, bytes, buffered} after each piece of the stream it has appended (buffered:
+// seconds of video the element holds, first frame to last) and {id, ended: true, bytes, buffered} at the stream's end.
+// Nothing is kept when nobody listens.
 // Tests (and embedders) listen on the document instead of sampling the DOM, so they see every
 // change however busy the machine is.
 "use strict";
@@ -87,6 +90,7 @@ class Job {
     this.q("cancel").addEventListener("click", () => this.cancel());
     this.previewUrl = null;
     this.videoUrl = null;
+    this.live = false;  // playLive started
     this.previewStep = -1;  // the step of the preview image shown
     this.watching = false;
     const list = $("jobs");
@@ -192,6 +196,9 @@ class Job {
     }
     const blob = await res.blob();
     this.videoUrl = URL.createObjectURL(blob);
+    const live = this.q("live");  // the file takes over from the live stream
+    live.pause();
+    live.hidden = true;
     const video = this.q("video");
     video.src = this.videoUrl;
     video.hidden = false;
@@ -207,6 +214,64 @@ class Job {
       video.muted = true;
       video.play().catch(() => { /* autoplay refused: the controls remain */ });
     });
+  }
+
+  // Plays the job's video while it is encoded (GET /v1/jobs/{id}/video?live=1: fragmented MP4)
+  // in the "live" <video> through Media Source Extensions, until the finished file replaces it.
+  // Does nothing where MSE is missing, or when the answer is the finished file (not fragmented).
+  async playLive() {
+    if (this.live || !window.MediaSource) return;
+    this.live = true;
+    const res = await api(jobPath(this.id) + "/video?live=1");
+    if (!res.ok || !res.body) return;
+    const reader = res.body.getReader();
+    let head = new Uint8Array(0);
+    let boxes = [];
+    while (!boxes.some((b) => b.type === "moov" && b.complete)) {  // the init segment names the codec
+      const { value, done } = await reader.read();
+      if (done) return;
+      head = concatBytes(head, value);
+      boxes = boxHeaders(head);
+    }
+    const codec = avcCodec(head);
+    const after = boxes[boxes.findIndex((b) => b.type === "moov") + 1];
+    const type = `video/mp4; codecs="${codec}"`;
+    if (!codec || (after && after.type === "mdat") || !MediaSource.isTypeSupported(type)) {
+      reader.cancel().catch(() => {});
+      return;
+    }
+    const source = new MediaSource();
+    const video = this.q("live");
+    video.src = URL.createObjectURL(source);
+    await new Promise((resolve) => source.addEventListener("sourceopen", resolve, { once: true }));
+    const buffer = source.addSourceBuffer(type);
+    const append = (bytes) => new Promise((resolve, reject) => {
+      buffer.addEventListener("updateend", resolve, { once: true });
+      buffer.addEventListener("error", reject, { once: true });
+      buffer.appendBuffer(bytes);
+    });
+    if (this.videoUrl) return reader.cancel().catch(() => {});
+    video.hidden = false;
+    let bytes = 0;
+    // Seconds held, from the first frame to the last (the stream's first frame may not be at 0).
+    const buffered = () => (buffer.buffered.length ? buffer.buffered.end(buffer.buffered.length - 1) - buffer.buffered.start(0) : 0);
+    try {
+      await append(head);
+      bytes += head.length;
+      video.play().catch(() => { /* autoplay refused: it is muted, so this is rare */ });
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;  // to its end even once the file is shown: the stream is finite
+        await append(value);
+        bytes += value.length;
+        this.report("job-live", { bytes, buffered: buffered() });
+      }
+      this.report("job-live", { ended: true, bytes, buffered: buffered() });
+      if (source.readyState === "open") source.endOfStream();
+    } catch (_) {
+      video.hidden = true;  // the finished file still comes when the job is done
+    }
+    reader.cancel().catch(() => {});
   }
 
   // Reads GET /v1/jobs/{id}/events until the job ends; reconnects if the stream drops first.
@@ -255,6 +320,40 @@ class Job {
       this.update(info, name);  // progress, or done | failed | cancelled: the job's final status
     }
   }
+}
+
+// ---- fragmented MP4, as far as playLive needs it -------------------------------------------
+
+function concatBytes(a, b) {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}
+
+// The top-level boxes whose headers `bytes` holds: [{type, complete}].
+function boxHeaders(bytes) {
+  const out = [];
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  for (let at = 0; at + 8 <= bytes.length;) {
+    const size = view.getUint32(at);
+    const type = String.fromCharCode(...bytes.subarray(at + 4, at + 8));
+    out.push({ type, complete: size >= 8 && at + size <= bytes.length });
+    if (size < 8) break;
+    at += size;
+  }
+  return out;
+}
+
+// "avc1.PPCCLL" from the avcC box of an init segment (profile, constraints, level); "" if none.
+function avcCodec(bytes) {
+  for (let i = 0; i + 8 <= bytes.length; i++) {
+    if (bytes[i] === 0x61 && bytes[i + 1] === 0x76 && bytes[i + 2] === 0x63 && bytes[i + 3] === 0x43) {
+      const hex = (n) => n.toString(16).padStart(2, "0");
+      return "avc1." + hex(bytes[i + 5]) + hex(bytes[i + 6]) + hex(bytes[i + 7]);
+    }
+  }
+  return "";
 }
 
 // One Server-Sent Event block: its event name and its data lines joined.
@@ -390,7 +489,8 @@ async function submitJob(event) {
       return;
     }
     const accepted = await res.json();
-    track({ id: accepted.id, status: accepted.status, spec }, true, "submitted");
+    const job = track({ id: accepted.id, status: accepted.status, spec }, true, "submitted");
+    if (!TERMINAL.has(job.state)) job.playLive().catch(() => {});  // the video while it is made
   } catch (err) {
     problem.textContent = String(err);
     problem.hidden = false;

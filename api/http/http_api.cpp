@@ -1,6 +1,7 @@
 #include "api/http/http_api.hpp"
 
 #include "api/http/http_auth.hpp"
+#include "api/http/live_video.hpp"
 #include "api/http/multipart.hpp"
 #include "api/http/web_page.hpp"
 #include "runtime/channel.hpp"
@@ -531,6 +532,8 @@ http::Response HttpApi::job_events(const http::Request&, const std::string& id) 
 
 http::Response HttpApi::job_video(const http::Request& request, const std::string& id) {
   const auto job = find_job(id);
+  if (http::wants_live(std::string_view(request.target())))
+    if (auto live = http::live_video_response(runtime_, job)) return std::move(*live);
   const auto r = job.result();
   if (!job.finished())
     return http::error_response(409, "not_ready", "job '" + id + "' has not finished (status: " +

@@ -12,7 +12,9 @@
 //                                preview image, then one final `done` | `failed` | `cancelled`
 //                                event, then the stream ends
 //   GET    /v1/jobs/{id}/preview the latest preview while it denoises (image/png; 409 if none yet)
-//   GET    /v1/jobs/{id}/video   the output file (Range requests: 206 / 416; 409 until done)
+//   GET    /v1/jobs/{id}/video   the output file (Range requests: 206 / 416; 409 until done);
+//                                ?live=1 streams a running job's video as it is encoded
+//                                (fragmented MP4, chunked: api/http/live_video.hpp)
 //   DELETE /v1/jobs/{id}         cancel
 //   GET    /metrics              Prometheus text (Runtime::metrics_text)
 //   GET    /healthz              {"status": "ok"}

@@ -2,6 +2,7 @@
 
 #include "api/config.hpp"
 #include "api/http/http_auth.hpp"
+#include "api/http/live_video.hpp"
 #include "api/http/multipart.hpp"
 #include "api/http/uploads.hpp"
 #include "runtime/atomic_file.hpp"
@@ -426,13 +427,18 @@ http::Response OpenAiVideos::remove(const std::string& id) {
 http::Response OpenAiVideos::content(const http::Request& request, const std::string& id) {
   std::string variant = "video";
   for (const auto& [key, value] : http::parse_query(std::string_view(request.target()))) {
-    if (key != "variant") throw_error(ErrorKind::invalid_argument, truncate_utf8(key, 40) + ": unknown query parameter (known: variant)");
+    if (key == "live") continue;  // read below
+    if (key != "variant") throw_error(ErrorKind::invalid_argument, truncate_utf8(key, 40) + ": unknown query parameter (known: variant, live)");
     if (value != "video" && value != "thumbnail" && value != "spritesheet")
       throw_error(ErrorKind::invalid_argument, "variant: must be video, thumbnail or spritesheet (got '" + truncate_utf8(value, 40) + "')");
     variant = value;
   }
+  const bool live = http::wants_live(std::string_view(request.target()));
+  if (live && variant != "video") throw_error(ErrorKind::invalid_argument, "live: only the video variant streams");
   const auto v = facts(id);
   if (!v) throw_error(ErrorKind::not_found, "video '" + truncate_utf8(id, 60) + "' not found");
+  if (const auto job = live ? jobs_.find(id) : std::nullopt)  // a running job: its video as it is encoded
+    if (auto stream = http::live_video_response(jobs_, *job)) return std::move(*stream);
   if (v->status != "completed")
     return openai::error_response({409, "invalid_request_error", "video_not_ready",
                                    "video '" + id + "' is " + v->status + (v->status == "failed" ? ": it has no content" : "; its content comes once it is completed"), ""});

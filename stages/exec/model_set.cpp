@@ -225,12 +225,22 @@ asio::awaitable<void> encode(State& st, Job& job) {
   options.comment = "vgen:" + job_content_key(st.content_model_id(w->spec), w->spec).hex();
   const std::string stem = w->spec.name.empty() ? job.id() : w->spec.name;
   w->output = st.options.out_dir / (stem + extension_for(options.format));
-  auto write = [w, options] {
+  // Only a job someone watches gets a broadcast (LiveStreams::start); ended here, once the file
+  // is in place (complete) or the encode failed; the job's end ends it too (a cancel, a crash).
+  std::shared_ptr<LiveBroadcast> live;
+  if (st.options.live && streams_live(options.format)) live = st.options.live->start(job.id());
+  auto write = [w, options, live] {
     // The sound (a family with sound; null otherwise) spans the clip: post-stages keep its length.
-    if (w->post_frames) encode_to_file(*w->post_frames, w->audio.get(), w->output, options);
-    else encode_to_file(to_video_frames(w->frames, w->spec.fps), w->audio.get(), w->output, options);
+    if (w->post_frames) encode_to_file(*w->post_frames, w->audio.get(), w->output, options, live.get());
+    else encode_to_file(to_video_frames(w->frames, w->spec.fps), w->audio.get(), w->output, options, live.get());
+    if (live) live->finish(LiveBroadcast::End::complete);
   };
-  co_await st.executor->pool("codec").run(write);
+  try {
+    co_await st.executor->pool("codec").run(write);
+  } catch (...) {
+    if (live) live->finish(LiveBroadcast::End::failed);
+    throw;
+  }
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "stages/families/family_options.hpp"
 #include "stages/media/encode.hpp"
 #include "stages/media/image_input.hpp"
+#include "stages/media/live_broadcast.hpp"
 #include "stages/media/video_input.hpp"
 #include "stages/job_spec.hpp"
 #include "stages/model/model_package.hpp"
@@ -88,6 +89,11 @@ struct ModelSetOptions {
   // Finished base renders' decoded clips (stages/exec/base_frames.hpp): a job that differs from
   // one only in interpolate/upscale skips preprocess, denoise and decode. Off by default.
   BaseFramesOptions base_frames;
+  // Live streams (stages/media/live_broadcast.hpp; optional, outlives the set): a job whose
+  // stream a client opened before its encode started also writes its mp4 as fragmented MP4 to
+  // it (stages/media/fragment_tap.hpp), completed once the file is in place, failed if the encode
+  // fails. Jobs nobody watches are encoded exactly as without.
+  LiveStreams* live = nullptr;
 };
 
 // What a finished job produced (valid once the job is done).

@@ -1,6 +1,7 @@
 #include "stages/media/encode.hpp"
 
 #include "stages/media/audio_mux.hpp"
+#include "stages/media/fragment_tap.hpp"
 #include "stages/media/libav.hpp"
 #include "stages/media/x264_cpu.hpp"
 
@@ -219,6 +220,10 @@ class LibavEncoder : public FormatEncoder {
                              const EncodeOptions& options) const override {
     mux_to_file(frames, &audio, path.string(), options);
   }
+  void write_file_live(const VideoFrames& frames, const AudioTrack* audio, const fs::path& path,
+                       const EncodeOptions& options, LiveBroadcast& live) const override {
+    mux_to_file(frames, audio, path.string(), options, &live);
+  }
   std::vector<std::uint8_t> write_memory_with_audio(const VideoFrames& frames, const AudioTrack& audio,
                                                     const EncodeOptions& options) const override {
     return mux_to_memory(frames, &audio, options);
@@ -244,7 +249,7 @@ class LibavEncoder : public FormatEncoder {
   }
 
   void mux_to_file(const VideoFrames& frames, const AudioTrack* audio, const std::string& url,
-                   const EncodeOptions& options) const {
+                   const EncodeOptions& options, LiveBroadcast* live = nullptr) const {
     av::FileIoPtr io;                                     // declared first: outlives fmt
     av::OutputFormatPtr fmt = alloc_muxer(url.c_str());  // url is kept: faststart reopens it
     if (!(fmt->oformat->flags & AVFMT_NOFILE)) {  // image2 opens one file per frame itself
@@ -253,7 +258,7 @@ class LibavEncoder : public FormatEncoder {
       io.reset(pb);
       fmt->pb = io.get();
     }
-    mux(frames, audio, fmt.get(), options, false);
+    mux(frames, audio, fmt.get(), options, false, live);
     fmt.reset();
     if (AVIOContext* pb = io.release()) av::check(avio_closep(&pb), "closing " + url);
   }
@@ -295,7 +300,7 @@ class LibavEncoder : public FormatEncoder {
   }
 
   void mux(const VideoFrames& frames, const AudioTrack* audio, AVFormatContext* fmt,
-           const EncodeOptions& options, bool in_memory) const {
+           const EncodeOptions& options, bool in_memory, LiveBroadcast* live = nullptr) const {
     std::unique_ptr<FrameFiller> filler = make_filler(frames);
     AVStream* stream = av::check_alloc(avformat_new_stream(fmt, nullptr), "creating the video stream");
     av::CodecContextPtr ctx = open_encoder(frames, options, fmt->oformat->flags & AVFMT_GLOBALHEADER);
@@ -315,8 +320,13 @@ class LibavEncoder : public FormatEncoder {
 
     av::FramePtr frame = make_frame(ctx.get());
     av::PacketPtr packet(av::check_alloc(av_packet_alloc(), "allocating a packet"));
+    // The same packets, muxed again for watchers; made after the file's header so that a header
+    // failure leaves no stream behind.
+    std::optional<FragmentTap> tap;
+    if (live != nullptr) tap.emplace(ctx.get(), *live);
     auto write_packet = [&](AVPacket* p) {
       if (p->duration == 0) p->duration = 1;  // constant frame rate: one tick of 1/fps
+      if (tap) tap->write(p);  // a copy, before the file's muxer takes the packet
       av_packet_rescale_ts(p, ctx->time_base, stream->time_base);
       p->stream_index = stream->index;
       av::check(av_interleaved_write_frame(fmt, p), "writing a packet");
@@ -330,6 +340,7 @@ class LibavEncoder : public FormatEncoder {
     }
     encode_frame(ctx.get(), nullptr, packet.get(), write_packet);
     if (sound) sound->finish();
+    if (tap) tap->finish();
     av::check(av_write_trailer(fmt), std::string("finishing the ") + spec_.muxer + " output");
   }
 };
@@ -386,6 +397,7 @@ struct Mp4Encoder final : LibavEncoder {
     // The same frames, the same bytes: without x264's AVX-512 kernels (stages/media/x264_cpu.hpp).
     if (const auto& cpu = x264_asm_option(); !cpu.empty()) set_private(c, "x264-params", cpu);
   }
+  bool streams_live() const override { return true; }
   void muxer_options(av::Dictionary& options, bool in_memory) const override {
     options.set("movflags",
                 in_memory ? "frag_keyframe+empty_moov+default_base_moof" : "+faststart");
@@ -509,15 +521,31 @@ fs::path audio_sidecar_path(const fs::path& out, std::string_view format) {
   return fs::path(out).replace_extension(".wav");
 }
 
+bool streams_live(std::string_view format) { return find_encoder(format)->streams_live(); }
+
+void FormatEncoder::write_file_live(const VideoFrames&, const AudioTrack*, const fs::path&, const EncodeOptions&,
+                                    LiveBroadcast&) const {
+  throw Error(ErrorKind::internal, "output format " + info_.name + " has no live stream");
+}
+
 void encode_to_file(const VideoFrames& frames, const AudioTrack* audio, const std::filesystem::path& out,
                     const EncodeOptions& options) {
+  encode_to_file(frames, audio, out, options, nullptr);
+}
+
+void encode_to_file(const VideoFrames& frames, const AudioTrack* audio, const std::filesystem::path& out,
+                    const EncodeOptions& options, LiveBroadcast* live) {
   const auto encoder = checked_encoder(frames, options);
   if (audio != nullptr) validate_audio_track(*audio);
   if (out.filename().empty()) reject("output path names no file: '" + out.string() + "'");
   const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) reject("output directory does not exist: " + dir.string());
-  if (audio == nullptr) {
+  if (live != nullptr && encoder->streams_live() && (audio == nullptr || encoder->muxes_audio())) {
+    write_atomically(out, [&](const fs::path& temporary) {
+      encoder->write_file_live(frames, audio, temporary, options, *live);
+    });
+  } else if (audio == nullptr) {
     write_atomically(out, [&](const fs::path& temporary) { encoder->write_file(frames, temporary, options); });
   } else if (encoder->muxes_audio()) {
     write_atomically(out, [&](const fs::path& temporary) {

@@ -52,6 +52,8 @@
 
 namespace vgen {
 
+class LiveBroadcast;  // stages/media/live_broadcast.hpp
+
 struct EncodeOptions {
   std::string format = "mp4";       // one of encoder_formats()
   int crf = 23;                     // mp4: 0..51, webm: 0..63 (lower is better); gif/png ignore it
@@ -99,6 +101,14 @@ class FormatEncoder {
   virtual std::vector<std::uint8_t> write_memory_with_audio(const VideoFrames& frames, const AudioTrack& audio,
                                                             const EncodeOptions& options) const;
 
+  // Formats a client can watch while they are written (mp4) override these two: write_file (or
+  // write_file_with_audio when `audio` is set) that also writes the video to `live` as
+  // fragmented MP4 as the encoder makes it (stages/media/fragment_tap.hpp). The default throws
+  // Error(internal).
+  virtual bool streams_live() const { return false; }
+  virtual void write_file_live(const VideoFrames& frames, const AudioTrack* audio, const std::filesystem::path& path,
+                               const EncodeOptions& options, LiveBroadcast& live) const;
+
  private:
   Info info_;
 };
@@ -134,6 +144,18 @@ void encode_to_file(const VideoFrames& frames, const std::filesystem::path& out,
 // before the output itself. The track is validated before anything is written.
 void encode_to_file(const VideoFrames& frames, const AudioTrack* audio, const std::filesystem::path& out,
                     const EncodeOptions& options);
+
+// The same, and for a format that streams_live (mp4) the video also goes to `live` as
+// fragmented MP4 while it is encoded: the init segment first, then a fragment about every half
+// second of video. The file is the same bytes as without `live` (the packets are copied, the
+// encode is the same). `live` is not ended here: the caller ends it once the file is in place
+// (a failure of the live muxer alone ends it failed and leaves the file alone). Other formats,
+// or `live` null: exactly the call above.
+void encode_to_file(const VideoFrames& frames, const AudioTrack* audio, const std::filesystem::path& out,
+                    const EncodeOptions& options, LiveBroadcast* live);
+
+// Whether `format` can be written to a LiveBroadcast (mp4). Throws like content_type_for.
+bool streams_live(std::string_view format);
 
 // Where encode_to_file puts the sound of a format without an audio stream: gif "a/clip.gif"
 // -> "a/clip.wav", png "a/frames" -> "a/frames/audio.wav"; empty for mp4 and webm (and any

@@ -68,7 +68,7 @@ def browser():
 # Records what the page reports (see web/app.js): every "job-event" and "job-preview", in order.
 RECORDER = """
 window.__vgen = [];
-for (const type of ["job-event", "job-preview"])
+for (const type of ["job-event", "job-preview", "job-live"])
   document.addEventListener(type, (e) => window.__vgen.push({ type, ...e.detail }));
 """
 
@@ -216,6 +216,10 @@ def test_the_page_runs_a_job_end_to_end(tmp_path, browser, artifacts):
         WebDriverWait(browser, 120).until(lambda d: d.execute_script("return arguments[0].readyState", video) >= 2)
         duration = browser.execute_script("return arguments[0].duration", video)
         assert duration > 0 and round(duration * fps) == frames, duration
+        # The page played the live stream (GET .../video?live=1) through Media Source Extensions:
+        # every frame of the clip was buffered in its "live" element from the fragments.
+        live = wait_logged(browser, job_id, lambda e: e.get("ended"), type="job-live")
+        assert live["bytes"] > 0 and round(live["buffered"] * fps) == frames, live
         browser.execute_script("arguments[0].play()", video)
         WebDriverWait(browser, 60).until(lambda d: d.execute_script("return arguments[0].currentTime", video) > 0)
         download = job.find_element(By.CLASS_NAME, "download")

@@ -117,3 +117,34 @@ TEST_CASE("latency is added; out of memory is reported above the batch limit") {
     CHECK(e.kind() == ErrorKind::out_of_memory);
   }
 }
+
+TEST_CASE("a held job stays in its stage until it is cancelled; other jobs pass" * doctest::timeout(60)) {
+  const FaultInjector hold(plan(R"({"hold": [{"stage": "denoise", "prompt": "held"}]})"));
+  CHECK(hold.plan().enabled());
+  CHECK(hold.holds("denoise", json::parse(R"({"prompt": "a held cat"})")));
+  CHECK_FALSE(hold.holds("preprocess", json::parse(R"({"prompt": "a held cat"})")));
+  CHECK_FALSE(hold.holds("denoise", json::parse(R"({"prompt": "a free cat"})")));
+  CHECK(plan(R"({"hold": {"stage": "encode", "prompt": "x"}})").holds.size() == 1);
+  CHECK_THROWS_AS(plan(R"({"hold": {"stage": "encode"}})"), Error);
+  CHECK_THROWS_AS(plan(R"({"hold": [{"stage": "encode", "prompt": ""}]})"), Error);
+  JobState held_after_free = JobState::queued, held_end = JobState::queued, free_end = JobState::queued;
+  run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+    Pipeline p(io.get_executor(), stages(hold, 1));
+    p.start();
+    json::object a, b;  // (GCC 12: no braced init lists of string literals inside coroutines)
+    a["prompt"] = "a held cat";
+    b["prompt"] = "a free cat";
+    auto held = co_await p.submit(std::move(a));
+    auto free = co_await p.submit(std::move(b));
+    co_await free->finished_event().wait(asio::use_awaitable);
+    free_end = free->state();
+    held_after_free = held->state();  // it cannot end without the cancel below
+    held->request_cancel();
+    co_await held->finished_event().wait(asio::use_awaitable);
+    held_end = held->state();
+    co_await p.drain();
+  });
+  CHECK(free_end == JobState::done);
+  CHECK_FALSE(is_terminal(held_after_free));
+  CHECK(held_end == JobState::cancelled);
+}
