@@ -372,9 +372,12 @@ TuneChoice TuneSearch::current() const {
 }
 
 std::optional<TuneSetting> TuneSearch::best_with_split(std::size_t leases, std::size_t intra_op) const {
-  std::lock_guard lock(mutex_);
+  return AutoTuner::best_with_split(current(), leases, intra_op);
+}
+
+std::optional<TuneSetting> AutoTuner::best_with_split(const TuneChoice& choice, std::size_t leases, std::size_t intra_op) {
   std::vector<TuneSample> same;
-  for (const auto& s : choice_.samples)
+  for (const auto& s : choice.samples)
     if (s.setting.leases == leases && s.setting.intra_op == intra_op) same.push_back(s);
   const auto* best = pick(same);
   return best ? std::optional<TuneSetting>(best->setting) : std::nullopt;

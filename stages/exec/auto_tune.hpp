@@ -166,6 +166,9 @@ class AutoTuner {
   };
   Start start(const std::string& key, const TuneSpace& space, TuneMeasure measure, std::chrono::duration<double> first_wait);
 
+  // The best setting of `choice`'s samples with this split (leases, intra_op); nullopt if none.
+  static std::optional<TuneSetting> best_with_split(const TuneChoice& choice, std::size_t leases, std::size_t intra_op);
+
   // The safe default of a space: batch 1 (or the fixed batch), one lease (or the fixed count),
   // every core of the lease (or the fixed count).
   static TuneSetting safe_default(const TuneSpace& space);
