@@ -187,10 +187,19 @@ void AutoTuner::save(const std::string& key, const TuneSpace& space, const TuneC
   write(key, space, choice, complete);
 }
 
+// Two leases of half the cores each when the space allows it (else the first split): no OpenMP
+// team spans every core, so a core another process takes stalls one lease, not the whole
+// device (measured: one lease of two threads ran 2-7x slower than two leases of one on the
+// shared 2-vCPU machine, docs/PERFORMANCE.md), while memory stays at two groups' worth.
+// `vgen render` (one job) keeps one lease. Batch 1 (or the fixed batch).
 TuneSetting AutoTuner::safe_default(const TuneSpace& space) {
-  const auto leases = space.leases.value_or(1);
-  return {space.one_job ? 1 : space.batch.value_or(1), leases,
-          space.intra_op.value_or(std::max<std::size_t>(1, std::max<std::size_t>(space.cores, 1) / leases))};
+  const auto candidates = splits(space);
+  TuneSetting out = candidates.front();
+  if (!space.one_job)
+    for (const auto& c : candidates)
+      if (c.leases == 2) out = c;
+  out.batch = space.one_job ? 1 : space.batch.value_or(1);
+  return out;
 }
 
 AutoTuner::Start AutoTuner::start(const std::string& key, const TuneSpace& space, TuneMeasure measure,
@@ -245,6 +254,11 @@ TuneSearch::TuneSearch(AutoTuner& tuner, std::string key, TuneSpace space, TuneM
     : tuner_(tuner), key_(std::move(key)), space_(std::move(space)), measure_(std::move(measure)), prior_(std::move(prior)) {
   choice_.probe_s = prior_s;  // the budget bounds the whole search, over every start that took part
   candidates_ = AutoTuner::splits(space_);
+  // The safe default's split first: it is what runs until the search knows better, and the
+  // first measurement is the one a start always makes.
+  const auto safe = AutoTuner::safe_default(space_);
+  std::stable_partition(candidates_.begin(), candidates_.end(),
+                        [&](const TuneSetting& c) { return c.leases == safe.leases && c.intra_op == safe.intra_op; });
   if (space_.one_job) batches_ = {1};
   else if (space_.batch) batches_ = {*space_.batch};
   else
