@@ -21,7 +21,7 @@
 // always allowed unless first_wait is 0: most of it is the model's first-call warm-up, which the
 // first job would pay itself). The caller then runs at the best setting measured so far
 // (source "partial"), or at the safe default when nothing was measured ("default": batch 1,
-// one lease, every core, or what the config fixed), and steps the rest of the search
+// two leases of half the cores, probed first), and steps the rest of the search
 // (TuneSearch::step) when it can spare the device; finish() caches the result. Every step
 // caches the samples so far (the file marked incomplete): a process that ends first leaves them
 // to the next start, whose search replays them at no cost and measures only what is left.
@@ -169,8 +169,8 @@ class AutoTuner {
   // The best setting of `choice`'s samples with this split (leases, intra_op); nullopt if none.
   static std::optional<TuneSetting> best_with_split(const TuneChoice& choice, std::size_t leases, std::size_t intra_op);
 
-  // The safe default of a space: batch 1 (or the fixed batch), one lease (or the fixed count),
-  // every core of the lease (or the fixed count).
+  // The safe default of a space: batch 1 (or the fixed batch), the split of two leases when
+  // splits() has it (else its first; `vgen render`: one lease), what the config fixed kept.
   static TuneSetting safe_default(const TuneSpace& space);
 
   // Out of memory halved a batch of `key` to `cap` at run time: cached choices for that key
