@@ -180,6 +180,7 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
        }},
       {"tune", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {{"budget_s", [&](const json::value& b, const std::string& bp) { c.tune.budget_s = r.number(b, bp, 0.0, 86400.0); }},
+                         {"first_wait_s", [&](const json::value& b, const std::string& bp) { c.tune.first_wait_s = r.number(b, bp, 0.0, 86400.0); }},
                          {"dir", [&](const json::value& d, const std::string& dp) { c.tune.dir = d.is_null() ? fs::path() : r.path(d, dp); }},
                          {"max_batch", count(r, c.tune.max_batch, 1, 256)}});
        }},
@@ -332,7 +333,7 @@ json::object to_json(const RuntimeConfig& c) {
       {"stages", std::move(stages)},
       {"batching", {{"max_batch", count_or_auto(c.batching.max_batch)}, {"wait_ms", c.batching.wait.count()},
                     {"join_running", c.batching.join_running}}},
-      {"tune", {{"budget_s", c.tune.budget_s}, {"dir", c.tune.dir.empty() ? json::value(nullptr) : json::value(c.tune.dir.string())},
+      {"tune", {{"budget_s", c.tune.budget_s}, {"first_wait_s", c.tune.first_wait_s}, {"dir", c.tune.dir.empty() ? json::value(nullptr) : json::value(c.tune.dir.string())},
                 {"max_batch", c.tune.max_batch}}},
       {"warmup", c.warmup},
       {"cache", {{"text", {{"entries", c.text_cache.entries}, {"ttl_s", c.text_cache.ttl.count()}}},

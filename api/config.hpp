@@ -75,8 +75,12 @@ struct RuntimeConfig {
   // `spec` (a job spec; empty: the package's defaults) on the first device, at most about
   // budget_s seconds, and caches the choice in `dir` (empty: $XDG_CACHE_HOME/vgen/tune).
   // `one_job` (`vgen render`): the fastest split for a single job, batch 1.
+  // `first_wait_s`: the most the first job waits for the probe on a fresh cache (seconds; 0:
+  // not at all). The search goes on between jobs and the runtime switches its batch when it
+  // knows better (api/runtime_tuning.hpp).
   struct Tune {
     double budget_s = 30;
+    double first_wait_s = 2;
     std::filesystem::path dir;
     std::size_t max_batch = 8;  // the largest batch probed
     boost::json::object spec;   // set by apps (not a config key): the shape to tune for

@@ -78,6 +78,7 @@ class RuntimeImpl {
     tuning_ = std::make_unique<RuntimeTuning>(config_, loaded, parse_device_list(config_.devices, discover_cuda_devices, 0.9, 1), metrics_);
     wo.on_batch_capped = [t = tuning_.get()](const std::string& key, std::size_t cap) { t->on_capped(key, cap); };
     wo.batching = config_.batching;  // max_batch as tuned
+    wo.max_batch_limit = tuning_->batch_limit();  // what the search going on between jobs may switch to
     devices_ = std::make_unique<ComputeDevices>(config_, executor_, metrics_);  // the threads as tuned
     wo.leases = devices_->leases();
     // One thread for job-store writes (each may fsync), off the io threads.
@@ -97,6 +98,7 @@ class RuntimeImpl {
     po.on_event = [this](const JobEvent& e) {
       if (!e.message.empty() && !is_terminal(e.state)) spdlog::info("job {}: {}", e.job_id, e.message);  // e.g. a resume
       if (auto entry = lookup(e.job_id)) entry->emit(e);
+      if (is_terminal(e.state)) tuning_->jobs_changed();  // the tuner's search may find the device free
     };
     // The lock and the job store come before any worker starts: a store that cannot be opened
     // fails the constructor with nothing running (it used to open after the workers had
@@ -114,6 +116,10 @@ class RuntimeImpl {
     models_->preempt_for(*pipeline_);  // running groups see who waits for them: higher priority preempts
     pipeline_->start();
     recovery_->resume_unfinished(executor_.get_executor());
+    // The self-tuner's search, when start-up left some, goes on while no job runs
+    // (api/runtime_tuning.hpp); the batch it finds applies to groups formed after it ends.
+    tuning_->continue_between_jobs(devices_->pool(), [this] { return pipeline_->counts().in_flight == 0; },
+                                   [this](std::size_t batch) { models_->set_max_batch(batch); });
   }
 
   // config.faults (read_environment puts $VGEN_FAULTS there): the injector, and its simulated
@@ -266,6 +272,7 @@ class RuntimeImpl {
   }
 
   void shutdown() {
+    tuning_->stop();   // no measurement starts now; one under way is waited for
     stopping_ = true;  // jobs cancelled from here on stay unfinished in the store: they resume
     if (!drained_.exchange(true)) {
       executor_.run_sync(pipeline_->shutdown());

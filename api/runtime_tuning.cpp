@@ -60,9 +60,12 @@ RuntimeTuning::RuntimeTuning(RuntimeConfig& c, const LoadedModels& models, const
       tuner_ = std::make_unique<AutoTuner>(AutoTuner::Options{
           .cache_dir = c.tune.dir.empty() ? default_tune_cache_dir() : c.tune.dir,
           .budget = std::chrono::duration<double>(c.tune.budget_s)});
-      choice_ = tuner_->choose(tuner_key_, space, [this](const TuneSetting& s) { return probe_->measure(s); });
+      auto started = tuner_->start(tuner_key_, space, [this](const TuneSetting& s) { return probe_->measure(s); },
+                                   std::chrono::duration<double>(c.tune.first_wait_s));
+      choice_ = std::move(started.choice);
+      search_ = std::move(started.search);
       if (choice_.source == "probe") probe_->key();  // prepared already: the Batcher's key for on_capped
-      probe_->release();  // the measured groups' tensors are not kept for the runtime's life
+      if (!search_) probe_->release();  // the measured groups' tensors are not kept for the runtime's life
     } catch (const std::exception& e) {
       // A shape the model refuses fails its jobs anyway (with a clear error): no warning twice.
       const auto level = classify(std::current_exception()) == ErrorKind::invalid_argument ? spdlog::level::debug : spdlog::level::warn;
@@ -78,7 +81,14 @@ RuntimeTuning::RuntimeTuning(RuntimeConfig& c, const LoadedModels& models, const
   c.batching.max_batch = choice_.setting.batch;
   c.threads_per_device = choice_.setting.leases;
   c.intra_op_threads = choice_.setting.intra_op;
-  if (choice_.source == "probe")
+  batch_limit_ = search_ ? std::max(choice_.setting.batch, space.one_job ? std::size_t(1) : space.batch.value_or(space.max_batch))
+                         : choice_.setting.batch;
+  device_id_ = device.id;
+  if (search_)
+    spdlog::info("auto-tune: starting with {} for model '{}' on {} ({}: {} settings measured in {:.1f} s, first wait {} s); "
+                 "the search goes on between jobs",
+                 to_string(choice_.setting), model_, device_, choice_.source, choice_.samples.size(), choice_.probe_s, c.tune.first_wait_s);
+  else if (choice_.source == "probe")
     spdlog::info("auto-tune: {} for model '{}' on {} (probed {} settings in {:.1f} s; cached in {})", to_string(choice_.setting),
                  model_, device_, choice_.samples.size(), choice_.probe_s,
                  choice_.file.empty() ? std::string("nowhere") : choice_.file.string());
@@ -100,6 +110,87 @@ void RuntimeTuning::export_choice(const std::string& model, const std::string& d
   metrics_.gauge("vgen_tune_probe_seconds", "Time the auto-tuner spent measuring at start (0: from its cache or configured)",
                  {{"model", model}, {"device", device}})
       .set(choice_.probe_s);
+  metrics_.gauge("vgen_tune_searching", "1 while the auto-tuner's search goes on between jobs", {{"model", model}, {"device", device}})
+      .set(search_ ? 1.0 : 0.0);
+  metrics_.counter("vgen_tune_switches_total", "Times the runtime switched its batch size to what the auto-tuner found",
+                   {{"model", model}, {"device", device}});
+}
+
+RuntimeTuning::~RuntimeTuning() { stop(); }
+
+void RuntimeTuning::stop() {
+  search_thread_.reset();  // waits for a measurement under way
+}
+
+void RuntimeTuning::jobs_changed() {
+  if (auto* t = search_thread_.get()) t->poke();
+}
+
+std::shared_ptr<void> RuntimeTuning::hold_device(DevicePool& pool, const std::function<bool()>& idle) const {
+  if (!idle() || pool.waiting() > 0) return nullptr;
+  PlacementRequest request;
+  std::size_t slots = 0;
+  for (const auto& d : pool.status()) {
+    if (d.id != device_id_) request.avoid.push_back(d.id);
+    else if (d.active > 0) return nullptr;
+    else slots = d.max_concurrency;
+  }
+  auto leases = std::make_shared<std::vector<DeviceLease>>();
+  for (std::size_t i = 0; i < slots; ++i) {
+    auto lease = pool.try_acquire(request);
+    if (!lease) return nullptr;  // the leases taken so far go back
+    leases->push_back(std::move(*lease));
+  }
+  if (slots == 0 || !idle()) return nullptr;  // a job came in meanwhile: it goes first
+  return leases;
+}
+
+void RuntimeTuning::continue_between_jobs(DevicePool& pool, std::function<bool()> idle, std::function<void(std::size_t)> switch_batch) {
+  if (!search_) return;
+  search_thread_ = std::make_unique<TuneSearchThread>(
+      std::move(search_),
+      TuneSearchThread::Hooks{
+          .hold_device = [this, &pool, idle = std::move(idle)] { return hold_device(pool, idle); },
+          .on_done = [this, switch_batch = std::move(switch_batch)](const TuneChoice& done) { search_done(done, switch_batch); },
+          .on_error =
+              [this](std::exception_ptr e) {
+                try {
+                  std::rethrow_exception(e);
+                } catch (const std::exception& x) {
+                  spdlog::warn("auto-tune: the search between jobs failed ({}); staying at {}", x.what(), to_string(choice_.setting));
+                }
+                metrics_.gauge("vgen_tune_searching", "1 while the auto-tuner's search goes on between jobs", {{"model", model_}, {"device", device_}})
+                    .set(0);
+              },
+          .idle_grace = std::chrono::duration<double>(1.0)});
+}
+
+// On the search thread, once the search is over (its choice cached).
+void RuntimeTuning::search_done(const TuneChoice& done, const std::function<void(std::size_t)>& switch_batch) {
+  const Labels ids{{"model", model_}, {"device", device_}};
+  metrics_.gauge("vgen_tune_searching", "1 while the auto-tuner's search goes on between jobs", ids).set(0);
+  metrics_.gauge("vgen_tune_probe_seconds", "Time the auto-tuner spent measuring at start (0: from its cache or configured)", ids)
+      .set(done.probe_s);
+  {
+    std::lock_guard lock(mutex_);
+    probe_->release();
+  }
+  // The device threads are made: only the batch can change now, to the best with this split.
+  const auto here = AutoTuner::best_with_split(done, choice_.setting.leases, choice_.setting.intra_op);
+  const auto batch = here ? std::min(here->batch, batch_limit_) : choice_.setting.batch;
+  const bool split_differs = !(done.setting.leases == choice_.setting.leases && done.setting.intra_op == choice_.setting.intra_op);
+  spdlog::info("auto-tune: search done for model '{}' on {}: {} ({} settings, {:.1f} s measuring; cached in {}); {}{}", model_,
+               device_, to_string(done.setting), done.samples.size(), done.probe_s,
+               done.file.empty() ? std::string("nowhere") : done.file.string(),
+               batch != choice_.setting.batch ? "switching to batch " + std::to_string(batch) + " from the next group"
+                                               : "batch " + std::to_string(batch) + " stays",
+               split_differs ? "; its split applies from the next start" : "");
+  if (batch == choice_.setting.batch) return;
+  switch_batch(batch);
+  metrics_.gauge("vgen_tune_max_batch", "Jobs per model call the runtime runs with (auto-tuned or configured)",
+                 {{"model", model_}, {"device", device_}, {"source", choice_.source}})
+      .set(static_cast<double>(batch));
+  metrics_.counter("vgen_tune_switches_total", "Times the runtime switched its batch size to what the auto-tuner found", ids).inc();
 }
 
 std::string RuntimeTuning::key() {

@@ -7,6 +7,7 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -132,7 +133,10 @@ std::optional<TuneChoice> AutoTuner::read(const fs::path& file, const std::strin
       return std::nullopt;
     TuneChoice c;
     c.setting = setting_from(o.at("choice").as_object());
-    c.source = "cache";
+    // Files written before searches could stop half way have no "complete": they were complete.
+    const bool complete = !o.if_contains("complete") || o.at("complete") != json::value(false);
+    c.source = complete ? "cache" : "partial";
+    if (!complete) c.probe_s = number_or_zero(o, "probe_s");  // a complete file's choice costs nothing now
     c.file = file;
     if (const auto* samples = o.if_contains("samples"); samples && samples->is_array())
       for (const auto& s : samples->get_array()) {
@@ -149,7 +153,7 @@ std::optional<TuneChoice> AutoTuner::read(const fs::path& file, const std::strin
   }
 }
 
-void AutoTuner::write(const std::string& key, const TuneSpace& space, const TuneChoice& choice) const {
+void AutoTuner::write(const std::string& key, const TuneSpace& space, const TuneChoice& choice, bool complete) const {
   if (choice.file.empty()) return;
   json::array samples;
   for (const auto& s : choice.samples) {
@@ -162,99 +166,317 @@ void AutoTuner::write(const std::string& key, const TuneSpace& space, const Tune
     samples.push_back(std::move(o));
   }
   const json::object doc{{"format", kFormat}, {"key", key}, {"space", space_json(space)},
-                         {"choice", setting_json(choice.setting)}, {"probe_s", choice.probe_s}, {"samples", std::move(samples)}};
+                         {"choice", setting_json(choice.setting)}, {"probe_s", choice.probe_s}, {"complete", complete},
+                         {"samples", std::move(samples)}};
   std::error_code ec;
   fs::create_directories(choice.file.parent_path(), ec);
   write_file_atomically(choice.file, json::serialize(doc) + "\n");
 }
 
-TuneChoice AutoTuner::choose(const std::string& key, const TuneSpace& space, const TuneMeasure& measure) {
+void AutoTuner::remember(const std::string& key, const TuneSpace& space, const fs::path& file) {
+  if (file.empty()) return;
+  std::lock_guard lock(mutex_);
+  auto& list = chosen_[key];
+  for (const auto& [s, f] : list)
+    if (f == file) return;
+  list.emplace_back(space, file);
+}
+
+void AutoTuner::save(const std::string& key, const TuneSpace& space, const TuneChoice& choice, bool complete) {
+  std::lock_guard lock(mutex_);
+  write(key, space, choice, complete);
+}
+
+// Two leases of half the cores each when the space allows it (else the first split): no OpenMP
+// team spans every core, so a core another process takes stalls one lease, not the whole
+// device (measured: one lease of two threads ran 2-7x slower than two leases of one on the
+// shared 2-vCPU machine, docs/PERFORMANCE.md), while memory stays at two groups' worth.
+// `vgen render` (one job) keeps one lease. Batch 1 (or the fixed batch).
+TuneSetting AutoTuner::safe_default(const TuneSpace& space) {
+  const auto candidates = splits(space);
+  TuneSetting out = candidates.front();
+  if (!space.one_job)
+    for (const auto& c : candidates)
+      if (c.leases == 2) out = c;
+  out.batch = space.one_job ? 1 : space.batch.value_or(1);
+  return out;
+}
+
+AutoTuner::Start AutoTuner::start(const std::string& key, const TuneSpace& space, TuneMeasure measure,
+                                  std::chrono::duration<double> first_wait) {
   const auto file = file_for(key, space);
-  auto remember = [&] {
-    if (file.empty()) return;
-    std::lock_guard lock(mutex_);
-    auto& list = chosen_[key];
-    for (const auto& [s, f] : list)
-      if (f == file) return;
-    list.emplace_back(space, file);
-  };
+  std::vector<TuneSample> prior;
+  double prior_s = 0;
   if (!file.empty()) {
     std::optional<TuneChoice> cached;
     {
       std::lock_guard lock(mutex_);
       cached = read(file, key, space);
     }
-    if (cached) {
-      remember();
-      return *cached;
+    if (cached && cached->source == "cache") {
+      remember(key, space, file);
+      return {*cached, nullptr};
+    }
+    if (cached) {  // an earlier start's partial search
+      prior = std::move(cached->samples);
+      prior_s = cached->probe_s;
     }
   }
-  auto candidates = splits(space);
-  std::vector<std::size_t> batches;
-  if (space.one_job) batches = {1};
-  else if (space.batch) batches = {*space.batch};
-  else
-    for (std::size_t b = 1; b <= std::max<std::size_t>(space.max_batch, 1); b *= 2) batches.push_back(b);
+  auto search = std::make_unique<TuneSearch>(*this, key, space, std::move(measure), std::move(prior), prior_s);
+  if (search->done()) {  // nothing to choose: no probe, no file
+    auto fixed = search->current();
+    fixed.source = "fixed";
+    fixed.file.clear();
+    return {fixed, nullptr};
+  }
+  double waited = 0;
+  while (const auto next = search->next()) {
+    const double cost = next->second;  // 0: a replay; infinite: nothing measured yet (allowed once, see the header)
+    if (cost > 0 && (first_wait.count() <= 0 || (std::isfinite(cost) && waited + cost > first_wait.count()))) break;
+    const auto before = search->current().probe_s;
+    if (!search->step()) break;
+    waited += search->current().probe_s - before;
+  }
+  if (search->done() || !search->next()) return {search->finish(), nullptr};
+  return {search->current(), std::move(search)};
+}
 
-  TuneChoice choice;
-  choice.source = "probe";
-  choice.file = file;
-  if (candidates.size() == 1 && batches.size() == 1) {  // nothing to choose: no probe, no file
-    choice.setting = candidates.front();
-    choice.setting.batch = batches.front();
-    choice.source = "fixed";
-    choice.file.clear();
-    return choice;
+TuneChoice AutoTuner::choose(const std::string& key, const TuneSpace& space, const TuneMeasure& measure) {
+  auto started = start(key, space, measure, std::chrono::duration<double>(std::numeric_limits<double>::infinity()));
+  if (!started.search) return started.choice;
+  while (started.search->step()) {
   }
-  // Breadth first (every split at batch 1, then at 2, ...), so that a budget that runs out
-  // leaves every split measured at the small batches rather than one split at every batch.
-  std::vector<bool> active(candidates.size(), true);
-  std::vector<double> split_best(candidates.size(), std::numeric_limits<double>::infinity());
-  bool over_budget = false;
-  for (std::size_t round = 0; round < batches.size() && !over_budget; ++round) {
-    for (std::size_t c = 0; c < candidates.size(); ++c) {
-      if (!active[c]) continue;
-      const bool have_one = std::any_of(choice.samples.begin(), choice.samples.end(), [](const auto& s) { return !s.out_of_memory; });
-      if (have_one && choice.probe_s >= options_.budget.count()) {
-        over_budget = true;
-        break;
-      }
-      auto setting = candidates[c];
-      setting.batch = batches[round];
-      TuneSample sample;
-      try {
-        sample = measure(setting);
-      } catch (...) {  // a LibTorch allocation failure classifies as out of memory too
-        if (classify(std::current_exception()) != ErrorKind::out_of_memory) throw;
-        sample.out_of_memory = true;
-      }
-      sample.setting = setting;
-      choice.probe_s += sample.spent_s;
-      if (!sample.out_of_memory) sample.job_s = job_seconds(sample, space);
-      choice.samples.push_back(sample);
-      if (sample.out_of_memory || sample.job_s > split_best[c] * kSlower) active[c] = false;  // it only gets worse
-      else split_best[c] = std::min(split_best[c], sample.job_s);
-    }
-    // A split twice as slow as another at the same batch will not catch up at larger ones (the
-    // batch helps both); probing it further would spend the budget where it cannot win
-    // (e.g. OpenMP threads on a core another process takes: 100x slower per step).
-    double round_best = std::numeric_limits<double>::infinity();
-    for (const auto& s : choice.samples)
-      if (!s.out_of_memory && s.setting.batch == batches[round]) round_best = std::min(round_best, s.job_s);
-    for (const auto& s : choice.samples)
-      if (!s.out_of_memory && s.setting.batch == batches[round] && s.job_s > round_best * kDominated)
-        for (std::size_t c = 0; c < candidates.size(); ++c)
-          if (candidates[c].leases == s.setting.leases && candidates[c].intra_op == s.setting.intra_op) active[c] = false;
+  return started.search->finish();
+}
+
+TuneSearch::TuneSearch(AutoTuner& tuner, std::string key, TuneSpace space, TuneMeasure measure, std::vector<TuneSample> prior,
+                       double prior_s)
+    : tuner_(tuner), key_(std::move(key)), space_(std::move(space)), measure_(std::move(measure)), prior_(std::move(prior)) {
+  choice_.probe_s = prior_s;  // the budget bounds the whole search, over every start that took part
+  candidates_ = AutoTuner::splits(space_);
+  // The safe default's split first: it is what runs until the search knows better, and the
+  // first measurement is the one a start always makes.
+  const auto safe = AutoTuner::safe_default(space_);
+  std::stable_partition(candidates_.begin(), candidates_.end(),
+                        [&](const TuneSetting& c) { return c.leases == safe.leases && c.intra_op == safe.intra_op; });
+  if (space_.one_job) batches_ = {1};
+  else if (space_.batch) batches_ = {*space_.batch};
+  else
+    for (std::size_t b = 1; b <= std::max<std::size_t>(space_.max_batch, 1); b *= 2) batches_.push_back(b);
+  active_.assign(candidates_.size(), true);
+  split_best_.assign(candidates_.size(), std::numeric_limits<double>::infinity());
+  choice_.source = "default";
+  choice_.setting = AutoTuner::safe_default(space_);
+  choice_.file = tuner_.file_for(key_, space_);
+  if (candidates_.size() == 1 && batches_.size() == 1) {  // nothing to choose
+    choice_.setting = candidates_.front();
+    choice_.setting.batch = batches_.front();
+    over_budget_ = true;
+    round_ = batches_.size();
   }
-  const auto* best = pick(choice.samples);
-  if (!best) throw_error(ErrorKind::internal, "auto-tune: every setting ran out of memory at batch " + std::to_string(batches.front()));
-  choice.setting = best->setting;
+}
+
+// Breadth first (every split at batch 1, then at 2, ...), so that a budget that runs out
+// leaves every split measured at the small batches rather than one split at every batch.
+std::optional<TuneSetting> TuneSearch::next_locked() const {
+  if (over_budget_ || round_ >= batches_.size() || candidate_ >= candidates_.size()) return std::nullopt;
+  auto setting = candidates_[candidate_];
+  setting.batch = batches_[round_];
+  return setting;
+}
+
+// Moves past inactive splits and finished rounds, and stops at the budget.
+void TuneSearch::skip_finished_locked() {
+  while (round_ < batches_.size()) {
+    while (candidate_ < candidates_.size() && !active_[candidate_]) ++candidate_;
+    if (candidate_ < candidates_.size()) break;
+    end_round_locked();
+    ++round_;
+    candidate_ = 0;
+  }
+  const bool have_one = std::any_of(choice_.samples.begin(), choice_.samples.end(), [](const auto& s) { return !s.out_of_memory; });
+  if (have_one && choice_.probe_s >= tuner_.options_.budget.count()) over_budget_ = true;
+}
+
+void TuneSearch::record_locked(TuneSample sample, bool replayed) {
+  const auto c = candidate_;
+  if (!replayed) choice_.probe_s += sample.spent_s;  // a replay's cost is in the prior probe_s
+  if (!sample.out_of_memory) sample.job_s = AutoTuner::job_seconds(sample, space_);
+  choice_.samples.push_back(sample);
+  if (sample.out_of_memory || sample.job_s > split_best_[c] * kSlower) active_[c] = false;  // it only gets worse
+  else split_best_[c] = std::min(split_best_[c], sample.job_s);
+  ++candidate_;
+  if (const auto* best = pick(choice_.samples)) {
+    choice_.setting = best->setting;
+    choice_.source = "partial";
+  }
+  skip_finished_locked();
+}
+
+// A split twice as slow as another at the same batch will not catch up at larger ones (the
+// batch helps both); probing it further would spend the budget where it cannot win
+// (e.g. OpenMP threads on a core another process takes: 100x slower per step).
+void TuneSearch::end_round_locked() {
+  const auto batch = batches_[round_];
+  double round_best = std::numeric_limits<double>::infinity();
+  for (const auto& s : choice_.samples)
+    if (!s.out_of_memory && s.setting.batch == batch) round_best = std::min(round_best, s.job_s);
+  for (const auto& s : choice_.samples)
+    if (!s.out_of_memory && s.setting.batch == batch && s.job_s > round_best * kDominated)
+      for (std::size_t c = 0; c < candidates_.size(); ++c)
+        if (candidates_[c].leases == s.setting.leases && candidates_[c].intra_op == s.setting.intra_op) active_[c] = false;
+}
+
+std::optional<std::pair<TuneSetting, double>> TuneSearch::next() const {
+  std::lock_guard lock(mutex_);
+  const auto setting = next_locked();
+  if (!setting) return std::nullopt;
+  for (const auto& p : prior_)
+    if (p.setting == *setting) return std::pair(*setting, 0.0);
+  // The last measurement's cost, scaled by the batch (a call's cost grows about with its rows).
+  for (auto it = choice_.samples.rbegin(); it != choice_.samples.rend(); ++it)
+    if (!it->out_of_memory && it->spent_s > 0)
+      return std::pair(*setting, it->spent_s * static_cast<double>(setting->batch) / static_cast<double>(std::max<std::size_t>(it->setting.batch, 1)));
+  return std::pair(*setting, std::numeric_limits<double>::infinity());  // unknown until one is measured
+}
+
+bool TuneSearch::done() const {
+  std::lock_guard lock(mutex_);
+  return !next_locked();
+}
+
+bool TuneSearch::step() {
+  std::optional<TuneSetting> setting;
   {
     std::lock_guard lock(mutex_);
-    write(key, space, choice);
+    skip_finished_locked();
+    setting = next_locked();
   }
-  remember();
-  return choice;
+  if (!setting) return false;
+  TuneSample sample;
+  bool replayed = false;
+  for (const auto& p : prior_)
+    if (p.setting == *setting) {
+      sample = p;  // its spent_s stays: the cost estimate of the next measurement uses it
+      replayed = true;
+    }
+  if (!replayed) {
+    try {
+      sample = measure_(*setting);
+    } catch (...) {  // a LibTorch allocation failure classifies as out of memory too
+      if (classify(std::current_exception()) != ErrorKind::out_of_memory) throw;
+      sample = TuneSample{};
+      sample.out_of_memory = true;
+    }
+  }
+  sample.setting = *setting;
+  TuneChoice snapshot;
+  {
+    std::lock_guard lock(mutex_);
+    record_locked(sample, replayed);
+    snapshot = choice_;
+  }
+  if (!replayed && !snapshot.file.empty()) tuner_.save(key_, space_, snapshot, false);
+  return true;
+}
+
+TuneChoice TuneSearch::current() const {
+  std::lock_guard lock(mutex_);
+  return choice_;
+}
+
+std::optional<TuneSetting> TuneSearch::best_with_split(std::size_t leases, std::size_t intra_op) const {
+  return AutoTuner::best_with_split(current(), leases, intra_op);
+}
+
+std::optional<TuneSetting> AutoTuner::best_with_split(const TuneChoice& choice, std::size_t leases, std::size_t intra_op) {
+  std::vector<TuneSample> same;
+  for (const auto& s : choice.samples)
+    if (s.setting.leases == leases && s.setting.intra_op == intra_op) same.push_back(s);
+  const auto* best = pick(same);
+  return best ? std::optional<TuneSetting>(best->setting) : std::nullopt;
+}
+
+TuneChoice TuneSearch::finish() {
+  TuneChoice out;
+  {
+    std::lock_guard lock(mutex_);
+    const auto* best = pick(choice_.samples);
+    if (!best)
+      throw_error(ErrorKind::internal, "auto-tune: every setting ran out of memory at batch " + std::to_string(batches_.front()));
+    choice_.setting = best->setting;
+    choice_.source = "probe";
+    out = choice_;
+  }
+  if (!out.file.empty()) tuner_.save(key_, space_, out, true);
+  tuner_.remember(key_, space_, out.file);
+  return out;
+}
+
+TuneSearchThread::TuneSearchThread(std::unique_ptr<TuneSearch> search, Hooks hooks)
+    : search_(std::move(search)), hooks_(std::move(hooks)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+TuneSearchThread::~TuneSearchThread() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void TuneSearchThread::poke() {
+  {
+    std::lock_guard lock(mutex_);
+    poked_ = true;
+  }
+  wake_.notify_all();
+}
+
+bool TuneSearchThread::finished() const {
+  std::lock_guard lock(mutex_);
+  return finished_;
+}
+
+TuneChoice TuneSearchThread::current() const { return search_->current(); }
+
+void TuneSearchThread::run() {
+  try {
+    while (!search_->done()) {
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return poked_ || stop_; });
+        // Quiet for idle_grace (no poke): `vgen batch` shuts down right after its last job, and
+        // must not wait for a measurement that starts in between.
+        while (!stop_ && poked_) {
+          poked_ = false;
+          if (wake_.wait_for(lock, hooks_.idle_grace, [&] { return poked_ || stop_; }) && !stop_) continue;
+        }
+        if (stop_) break;
+      }
+      const auto held = hooks_.hold_device();
+      if (!held) continue;  // work runs or waits: try again when it ends
+      search_->step();
+      std::lock_guard lock(mutex_);
+      poked_ = true;  // the device may still be free: go on after the grace
+    }
+    std::unique_lock lock(mutex_);
+    if (!stop_ && search_->done()) {
+      lock.unlock();
+      const auto choice = search_->finish();
+      if (hooks_.on_done) hooks_.on_done(choice);
+      lock.lock();
+    }
+    finished_ = true;
+  } catch (...) {
+    {
+      std::lock_guard lock(mutex_);
+      finished_ = true;
+    }
+    if (hooks_.on_error) hooks_.on_error(std::current_exception());
+  }
 }
 
 std::size_t AutoTuner::cap_batch(const std::string& key, std::size_t cap) {

@@ -15,6 +15,17 @@
 // The probe is bounded: once the measured time spent passes `budget`, it stops and chooses
 // among what it has.
 //
+// A start that does not wait for the search (start()): the search runs on the caller only while
+// it has cost less than `first_wait` and the next measurement is expected to end within it (its
+// cost estimated from the last one's, scaled by the batch; the first measurement of a search is
+// always allowed unless first_wait is 0: most of it is the model's first-call warm-up, which the
+// first job would pay itself). The caller then runs at the best setting measured so far
+// (source "partial"), or at the safe default when nothing was measured ("default": batch 1,
+// two leases of half the cores, probed first), and steps the rest of the search
+// (TuneSearch::step) when it can spare the device; finish() caches the result. Every step
+// caches the samples so far (the file marked incomplete): a process that ends first leaves them
+// to the next start, whose search replays them at no cost and measures only what is left.
+//
 // Cache: one JSON file per (key, space) in the cache folder ($XDG_CACHE_HOME/vgen/tune, else
 // ~/.cache/vgen/tune), written atomically (runtime/atomic_file.hpp); the next start reads it
 // instead of probing. The key names the package (its content hash), the shape and the device;
@@ -22,18 +33,24 @@
 // key is ignored (probed again and rewritten). When out of memory halves a batch at run time,
 // cap_batch() lowers the cached batch for that key, so later starts begin there.
 //
-// Thread-safety: choose() and cap_batch() may be called from any thread (a mutex guards the
-// cache); choose() blocks for the probe (measure runs on the calling thread). Not cancellable.
+// Thread-safety: choose(), start() and cap_batch() may be called from any thread (a mutex guards
+// the cache); they block for what they measure (measure runs on the calling thread). A
+// TuneSearch is stepped by one thread at a time; current() may be read from any thread. Not
+// cancellable: a measurement under way is waited for.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace vgen {
@@ -72,10 +89,60 @@ struct TuneSpace {
 
 struct TuneChoice {
   TuneSetting setting;
-  std::string source;  // "probe", "cache" or "fixed" (nothing left to tune)
-  double probe_s = 0;  // time spent measuring (0 from the cache)
+  // "probe", "cache" or "fixed" (nothing left to tune); while a search goes on (start()):
+  // "partial" (the best measured so far) or "default" (nothing measured yet).
+  std::string source;
+  double probe_s = 0;  // time spent measuring (0 from the cache; a search resumed from an earlier start's counts that one's)
   std::vector<TuneSample> samples;  // what was measured (also from the cache)
   std::filesystem::path file;       // the cache file (empty when not cached)
+};
+
+class AutoTuner;
+
+// One search for a (key, space), one measurement per step (see above). Made by AutoTuner::start;
+// holds the measure and refers to its AutoTuner (both must outlive it).
+class TuneSearch {
+ public:
+  // `prior`: the samples an earlier start cached (replayed), which cost it `prior_s`.
+  TuneSearch(AutoTuner& tuner, std::string key, TuneSpace space, TuneMeasure measure, std::vector<TuneSample> prior = {},
+             double prior_s = 0);
+
+  // Measures the next setting (or replays it from the samples an earlier start cached, at no
+  // cost) and caches the samples so far; false once the search is over (every split swept, or
+  // the budget spent). Blocks for the measurement. Rethrows what measure throws (not out of memory).
+  bool step();
+  bool done() const;
+  // The next setting and its expected cost in seconds (0 for a replayed one, infinity before any
+  // measurement; nullopt when over).
+  std::optional<std::pair<TuneSetting, double>> next() const;
+  // What to run with now: the best measured so far ("partial"), else the safe default ("default").
+  TuneChoice current() const;
+  // The best measured setting with this split (leases, intra_op): what a runtime that cannot
+  // change its split while it runs may switch to. nullopt when none was measured.
+  std::optional<TuneSetting> best_with_split(std::size_t leases, std::size_t intra_op) const;
+  // The search is over: its choice (source "probe"), cached. Error(internal) if every setting
+  // ran out of memory.
+  TuneChoice finish();
+
+ private:
+  std::optional<TuneSetting> next_locked() const;
+  void record_locked(TuneSample sample, bool replayed);
+  void end_round_locked();
+  void skip_finished_locked();
+
+  AutoTuner& tuner_;
+  const std::string key_;
+  const TuneSpace space_;
+  const TuneMeasure measure_;
+  const std::vector<TuneSample> prior_;  // cached by an earlier start: replayed, not measured
+  std::vector<TuneSetting> candidates_;
+  std::vector<std::size_t> batches_;
+  mutable std::mutex mutex_;  // the fields below (step() measures outside it)
+  std::size_t round_ = 0, candidate_ = 0;
+  std::vector<bool> active_;
+  std::vector<double> split_best_;
+  bool over_budget_ = false;
+  TuneChoice choice_;
 };
 
 class AutoTuner {
@@ -90,6 +157,22 @@ class AutoTuner {
   // Error(internal) if every candidate ran out of memory at batch 1 (nothing runs).
   TuneChoice choose(const std::string& key, const TuneSpace& space, const TuneMeasure& measure);
 
+  // The setting to start with, without waiting for a whole search (see above): the cached
+  // choice, the fixed one, or the best of what the search measured within `first_wait` (then
+  // `search` holds the rest; null when there is nothing left to measure).
+  struct Start {
+    TuneChoice choice;
+    std::unique_ptr<TuneSearch> search;
+  };
+  Start start(const std::string& key, const TuneSpace& space, TuneMeasure measure, std::chrono::duration<double> first_wait);
+
+  // The best setting of `choice`'s samples with this split (leases, intra_op); nullopt if none.
+  static std::optional<TuneSetting> best_with_split(const TuneChoice& choice, std::size_t leases, std::size_t intra_op);
+
+  // The safe default of a space: batch 1 (or the fixed batch), the split of two leases when
+  // splits() has it (else its first; `vgen render`: one lease), what the config fixed kept.
+  static TuneSetting safe_default(const TuneSpace& space);
+
   // Out of memory halved a batch of `key` to `cap` at run time: cached choices for that key
   // with a larger batch are lowered to it (the files rewritten). Returns how many changed.
   std::size_t cap_batch(const std::string& key, std::size_t cap);
@@ -100,13 +183,53 @@ class AutoTuner {
   static double job_seconds(const TuneSample& sample, const TuneSpace& space);
 
  private:
+  friend class TuneSearch;
   std::filesystem::path file_for(const std::string& key, const TuneSpace& space) const;
+  // A cached choice; a file whose search is not complete is returned with source "partial".
   std::optional<TuneChoice> read(const std::filesystem::path& file, const std::string& key, const TuneSpace& space) const;
-  void write(const std::string& key, const TuneSpace& space, const TuneChoice& choice) const;
+  void write(const std::string& key, const TuneSpace& space, const TuneChoice& choice, bool complete = true) const;
+  void remember(const std::string& key, const TuneSpace& space, const std::filesystem::path& file);
+  void save(const std::string& key, const TuneSpace& space, const TuneChoice& choice, bool complete);
 
   Options options_;
   std::mutex mutex_;
   std::map<std::string, std::vector<std::pair<TuneSpace, std::filesystem::path>>> chosen_;  // key -> spaces chosen here
+};
+
+// Steps a search on its own thread ("vgen-tune") whenever the device is free, so that jobs never
+// wait for the tuner: after each poke() (e.g. a job ended) and `idle_grace` of quiet, it asks
+// `hold_device` for the device (a guard that keeps new work off it until released, or null when
+// work is running or waiting) and measures one setting while holding it; it goes on while the
+// device stays free. Work that arrives meanwhile waits at most for that one measurement. When
+// the search is over it calls on_done (on this thread) with the finished choice (cached).
+// Ownership: owns the search and the thread. Thread-safety: poke() from any thread. The
+// destructor stops it: no new measurement starts; one under way is waited for. An error from
+// the search (not out of memory) ends it: on_error gets it, nothing is switched.
+class TuneSearchThread {
+ public:
+  struct Hooks {
+    std::function<std::shared_ptr<void>()> hold_device;  // null: busy, try again at the next poke
+    std::function<void(const TuneChoice&)> on_done;
+    std::function<void(std::exception_ptr)> on_error;
+    std::chrono::duration<double> idle_grace{1.0};
+  };
+  TuneSearchThread(std::unique_ptr<TuneSearch> search, Hooks hooks);
+  ~TuneSearchThread();
+  TuneSearchThread(const TuneSearchThread&) = delete;
+  TuneSearchThread& operator=(const TuneSearchThread&) = delete;
+
+  void poke();
+  bool finished() const;  // the search ended (done, failed or stopped)
+  TuneChoice current() const;  // the search's best so far
+
+ private:
+  void run();
+  std::unique_ptr<TuneSearch> search_;
+  Hooks hooks_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool poked_ = true, stop_ = false, finished_ = false;
+  std::thread thread_;
 };
 
 // $VGEN_TUNE_DIR, else $XDG_CACHE_HOME/vgen/tune, else $HOME/.cache/vgen/tune (absolute paths

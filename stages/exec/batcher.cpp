@@ -27,7 +27,7 @@ BatcherOptions at_least_one(BatcherOptions o) {
 }
 }  // namespace
 
-Batcher::Batcher(BatcherOptions options) : options_(at_least_one(std::move(options))) {
+Batcher::Batcher(BatcherOptions options) : options_(at_least_one(std::move(options))), max_batch_(options_.batching.max_batch) {
   if (!options_.executor || !options_.devices) throw_error(ErrorKind::internal, "Batcher needs an executor and a device pool");
 }
 
@@ -68,7 +68,7 @@ asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, Ba
   {
     std::lock_guard lock(mutex_);
     // After an out-of-memory error this key's groups are capped (halved each time, down to 1).
-    const auto cap = caps_.count(key) ? caps_[key] : options_.batching.max_batch;
+    const auto cap = caps_.count(key) ? std::min(caps_[key], max_batch()) : max_batch();
     auto& slot = open_[key];
     if (!slot) {
       slot = std::make_shared<Group>();

@@ -57,6 +57,8 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -107,7 +109,12 @@ class Batcher {
   // the job's part is done. Throws the group's error, or Error(cancelled) for a cancelled job.
   boost::asio::awaitable<void> join(std::shared_ptr<Family> family, Job& job, BatchKind kind);
 
-  std::size_t max_batch() const noexcept { return options_.batching.max_batch; }
+  std::size_t max_batch() const noexcept { return max_batch_.load(); }
+  // The auto-tuner switches the batch size (api/runtime_tuning.hpp): groups formed after this
+  // call take the new cap; collecting and running groups keep theirs, so a switch happens only
+  // at a group boundary (never inside a running group). Out-of-memory caps still bound it.
+  // Any thread.
+  void set_max_batch(std::size_t max_batch) noexcept { max_batch_.store(std::max<std::size_t>(max_batch, 1)); }
   // How many groups ran with each size (observability and tests).
   std::map<std::size_t, std::uint64_t> group_sizes(BatchKind kind) const;
   // The keys of the groups run so far, with their sizes, in order (tests).
@@ -178,6 +185,7 @@ class Batcher {
   std::optional<Placement> borrow(const Group& group);
   void stop_running(Group& group);
   const BatcherOptions options_;
+  std::atomic<std::size_t> max_batch_;  // options_.batching.max_batch until set_max_batch
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Group>> open_;  // collecting groups by key
   std::map<std::string, std::shared_ptr<Group>> running_;  // running denoise groups by base_key

@@ -355,7 +355,7 @@ std::vector<StageSpec> ModelSet::stages() const {
   // Each job in a forming or running group holds a worker, and every lease may run a group:
   // at least max_batch x leases workers, or a second lease idles while the first group's jobs
   // hold all the workers.
-  const auto slots = std::max<std::size_t>(o.batching.max_batch, 1) * std::max<std::size_t>(o.leases, 1);
+  const auto slots = std::max<std::size_t>({o.batching.max_batch, o.max_batch_limit, 1}) * std::max<std::size_t>(o.leases, 1);
   const auto defaults = default_stage_options();
   auto stage = [&](std::string name, std::size_t min_workers, auto fn) {
     const auto it = o.stages.find(name);
@@ -393,6 +393,11 @@ void ModelSet::set_waiting_probe(std::function<std::size_t(int)> probe) const {
 
 void ModelSet::preempt_for(const Pipeline& pipeline) const {
   set_waiting_probe([p = &pipeline](int priority) { return p->waiting_above(kDenoise, priority); });
+}
+
+void ModelSet::set_max_batch(std::size_t max_batch) const {
+  const auto limit = std::max(state_->options.batching.max_batch, state_->options.max_batch_limit);
+  state_->batcher->set_max_batch(std::min(max_batch, std::max<std::size_t>(limit, 1)));
 }
 
 void ModelSet::warm_up(const std::string& device) const {

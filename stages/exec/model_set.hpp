@@ -62,6 +62,9 @@ struct ModelSetOptions {
   // Workers and queue per stage, by the names stages() gives (a name missing: its default).
   StageOptionsMap stages = default_stage_options();
   BatchingOptions batching;  // the Batcher's (max_batch 0 counts as 1)
+  // The largest max_batch set_max_batch may switch to (the auto-tuner's search still running):
+  // the model stages' workers are sized for it. 0: batching.max_batch.
+  std::size_t max_batch_limit = 0;
   // Compute leases of all devices together (threads.per_device x devices): as many groups can
   // run at once, so the model stages get at least max_batch x leases workers.
   std::size_t leases = 1;
@@ -155,6 +158,9 @@ class ModelSet {
   void set_waiting_probe(std::function<std::size_t(int priority)> probe) const;
   // The probe over `pipeline`'s denoise queue, built from stages(); `pipeline` outlives the set's jobs.
   void preempt_for(const Pipeline& pipeline) const;
+  // The batch size of groups formed from now on (Batcher::set_max_batch: running groups keep
+  // theirs); at most options.max_batch_limit. Thread-safe.
+  void set_max_batch(std::size_t max_batch) const;
   // Calls every model's modules on `device` twice before jobs arrive (Family::warm_up).
   void warm_up(const std::string& device) const;
 

@@ -3,6 +3,7 @@
 #include "runtime/errors.hpp"
 #include "stages/families/family.hpp"
 #include "stages/media/image_input.hpp"
+#include "stages/model/component_backends.hpp"
 #include "stages/model/torch_devices.hpp"
 
 #include <ATen/ATen.h>
@@ -39,6 +40,21 @@ std::string model_field(const json::value& spec) {
 
 }  // namespace
 
+std::string backends_key(const ModelPackage& package, std::string_view device, std::string_view preference) {
+  std::string out;
+  for (const auto& [name, component] : package.components) {
+    if (component.format != "torchscript" && component.format != "aoti") continue;  // a tokenizer runs no model
+    std::string backend;
+    try {
+      backend = plan_component_backend(package, name, device, preference).backend;
+    } catch (const std::exception&) {
+      backend = "refused";  // loading it fails the jobs with the reason; the key only has to differ
+    }
+    out += (out.empty() ? "" : ",") + name + "=" + backend;
+  }
+  return out;
+}
+
 struct TuneProbe::State {
   std::shared_ptr<Family> family;
   std::string model;
@@ -74,7 +90,8 @@ struct TuneProbe::State {
   void decode(Prepared& p) { family->decode(device, p.work); }
 };
 
-TuneProbe::TuneProbe(const LoadedModels& models, const json::value& spec, std::string device) : state_(std::make_unique<State>()) {
+TuneProbe::TuneProbe(const LoadedModels& models, const json::value& spec, std::string device, std::string_view backend)
+    : state_(std::make_unique<State>()) {
   if (models.models.empty()) throw_error(ErrorKind::invalid_argument, "auto-tune: no model loaded");
   const auto name = model_field(spec);
   for (const auto& [n, f] : models.models)
@@ -93,6 +110,8 @@ TuneProbe::TuneProbe(const LoadedModels& models, const json::value& spec, std::s
     for (const char* field : {"video", "video_sha256", "extend"}) shape.erase(field);
   shape["image"] = has_first_frame(state_->spec);
   shape["last_image"] = !state_->spec.last_image.empty();
+  shape["device_type"] = device_type_of(state_->device);
+  shape["backends"] = backends_key(state_->family->package(), state_->device, backend);
   state_->shape_key = state_->family->key_prefix() + "|" + json::serialize(shape);
 }
 

@@ -12,8 +12,11 @@
 // The shape is the job spec's (validated by its model; unset fields take the package defaults).
 // shape_key() names the package and what of the spec decides the model calls' cost (size,
 // frames, steps, guidance on/off, shift, LoRAs, step cache, an image or not; not the prompt,
-// seed, name, format or priority): the AutoTuner's cache key, computed without running any
-// model (a start that finds its choice cached costs nothing). key() is the denoise group key
+// seed, name, format or priority), the device type and the backend that serves each model
+// component there (backends_key: a compiled .pt2 and its TorchScript twin run at different
+// speeds, so a choice measured on one is not reused for the other): the AutoTuner's cache key,
+// computed without running any model (a start that finds its choice cached costs nothing;
+// planning the backends reads a .pt2's metadata, not its code). key() is the denoise group key
 // jobs of that shape get ("denoise|" + Family::denoise_key), what the Batcher reports to
 // on_capped; computing it prepares one job (text encoding), so it is done on first use.
 // This header does not include LibTorch (api/ uses it). Thread-safety: one measure() at a time;
@@ -28,15 +31,25 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace vgen {
+
+struct ModelPackage;  // stages/model/model_package.hpp
+
+// "text_encoder=torchscript,transformer=aoti,vae_decoder=torchscript": the backend that would
+// serve each model component (TorchScript or compiled; not the tokenizer) of `package` on
+// `device`'s type with the family's backend `preference` (plan_component_backend: no module
+// is loaded). A component nothing can serve is named "refused". Thread-safe.
+std::string backends_key(const ModelPackage& package, std::string_view device, std::string_view preference = "auto");
 
 class TuneProbe {
  public:
   static constexpr int kCalls = 2;  // timed denoiser calls per sample
 
-  // Error(invalid_argument) if the spec is not valid for its model.
-  TuneProbe(const LoadedModels& models, const boost::json::value& spec, std::string device);
+  // Error(invalid_argument) if the spec is not valid for its model. `backend`: the families'
+  // backend preference (ModelSetOptions::backend), for the key's backends.
+  TuneProbe(const LoadedModels& models, const boost::json::value& spec, std::string device, std::string_view backend = "auto");
   ~TuneProbe();
   TuneProbe(const TuneProbe&) = delete;
   TuneProbe& operator=(const TuneProbe&) = delete;

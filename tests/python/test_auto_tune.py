@@ -1,12 +1,16 @@
 """The self-tuned defaults end to end (issue 24 item 1): `vgen batch` with no batching flags
 measures the package at the jobs' shape once, logs what it chose and caches it; the next start
 reads the cache; numbers given on the command line are kept and nothing is measured; `vgen serve`
-exports the choice in /metrics."""
+exports the choice in /metrics. Issue 31 item 5: the first job waits at most tune.first_wait_s for
+the probe; the rest of the search runs between jobs (`vgen serve`), is cached, and switches the
+batch."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import time
 
 import pytest
 
@@ -26,11 +30,18 @@ def tune_lines(stderr):
     return [line for line in stderr.splitlines() if "auto-tune:" in line]
 
 
+def config(tmp_path, **tune):
+    path = tmp_path / "tune-config.json"
+    path.write_text(json.dumps({"tune": tune}))
+    return str(path)
+
+
 def test_batch_probes_once_then_reads_its_cache(package, tmp_path):
     prompts = tmp_path / "p.txt"
     prompts.write_text("a red ball\na blue cube\na green cone\n")
     tune = tmp_path / "tune"
-    first = batch(package, prompts, tmp_path / "out1", tune)
+    whole = config(tmp_path, first_wait_s=86400)  # the whole search before the first job, as before issue 31
+    first = batch(package, prompts, tmp_path / "out1", tune, "--config", whole)
     assert first.returncode == 0, first.stderr
     lines = tune_lines(first.stderr)
     assert len(lines) == 1 and "probed" in lines[0], first.stderr
@@ -51,7 +62,7 @@ def test_batch_probes_once_then_reads_its_cache(package, tmp_path):
     assert len(list(tune.glob("*.json"))) == 1
 
     # Another shape is another probe (and file).
-    third = batch(package, prompts, tmp_path / "out3", tune, shape=[a if a != "2" else "3" for a in SMALL])  # 3 steps
+    third = batch(package, prompts, tmp_path / "out3", tune, "--config", whole, shape=[a if a != "2" else "3" for a in SMALL])  # 3 steps
     assert third.returncode == 0, third.stderr
     assert "probed" in tune_lines(third.stderr)[0]
     assert len(list(tune.glob("*.json"))) == 2
@@ -87,6 +98,65 @@ def test_serve_exports_the_choice_in_metrics(package, tmp_path):
         text = body.decode()
     gauges = [line for line in text.splitlines() if line.startswith("vgen_tune_max_batch{")]
     assert len(gauges) == 1, text
-    assert 'source="probe"' in gauges[0] or 'source="cache"' in gauges[0]
+    assert re.search(r'source="(probe|cache|partial|default)"', gauges[0]), gauges[0]
     assert float(gauges[0].rsplit(" ", 1)[1]) >= 1
     assert any(line.startswith("vgen_tune_probe_seconds{") for line in text.splitlines())
+
+
+def test_the_first_batch_does_not_wait_for_the_search(package, tmp_path):
+    """No wait at all: the jobs run at the safe default; nothing is cached as a choice yet."""
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a red ball\na blue cube\n")
+    tune = tmp_path / "tune"
+    r = batch(package, prompts, tmp_path / "out", tune, "--config", config(tmp_path, first_wait_s=0))
+    assert r.returncode == 0, r.stderr
+    lines = tune_lines(r.stderr)
+    assert lines and "starting with batch 1, " in lines[0] and "(default: 0 settings measured" in lines[0], r.stderr
+    assert "the search goes on between jobs" in lines[0]
+    assert len(list((tmp_path / "out").glob("*.mp4"))) == 2
+    assert not tune.exists() or not any(json.loads(f.read_text()).get("complete", True) for f in tune.glob("*.json"))
+
+
+def metric(text, name):
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")]
+    return values[0] if values else None
+
+
+def test_serve_goes_on_with_the_search_between_jobs_switches_and_caches_it(package, tmp_path):
+    tune = tmp_path / "tune"
+    args = ["--config", config(tmp_path, first_wait_s=0, max_batch=4)]
+    env = {"VGEN_TUNE_DIR": str(tune)}
+    with Server(package, tmp_path / "out", *args, env=env) as server:
+        # Idle from the start: the search measures between (before) jobs, then reports it is over.
+        deadline = time.monotonic() + 300
+        while True:
+            status, _, body = server.request("GET", "/metrics")
+            assert status == 200
+            text = body.decode()
+            if metric(text, "vgen_tune_searching") == 0:
+                break
+            assert time.monotonic() < deadline, server.logs()
+            time.sleep(0.2)
+        logs = server.logs()
+    assert "auto-tune: search done for model" in logs, logs
+    assert metric(text, "vgen_tune_probe_seconds") > 0
+    files = list(tune.glob("*.json"))
+    assert len(files) == 1
+    doc = json.loads(files[0].read_text())
+    assert doc["complete"] is True and doc["samples"]
+    # The runtime started at batch 1 (the safe default): it switched exactly when the search
+    # found a larger batch for the split it runs, and says so.
+    switched = metric(text, "vgen_tune_switches_total")
+    batch_now = metric(text, "vgen_tune_max_batch")
+    if switched == 1:
+        assert batch_now > 1 and f"switching to batch {batch_now:.0f} from the next group" in logs, logs
+    else:
+        assert switched == 0 and batch_now == 1 and "batch 1 stays" in logs, logs
+    # The next start takes the cached result and measures nothing.
+    with Server(package, tmp_path / "out2", *args, env=env) as server:
+        status, _, body = server.request("GET", "/metrics")
+        text = body.decode()
+    gauges = [line for line in text.splitlines() if line.startswith("vgen_tune_max_batch{")]
+    assert len(gauges) == 1 and 'source="cache"' in gauges[0], text
+    assert float(gauges[0].rsplit(" ", 1)[1]) == doc["choice"]["batch"]
+    assert metric(text, "vgen_tune_searching") == 0

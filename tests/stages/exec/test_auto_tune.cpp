@@ -11,6 +11,9 @@
 #include <fstream>
 #include <map>
 #include <tuple>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
 
 using namespace vgen;
 
@@ -278,3 +281,168 @@ TEST_CASE("default_tune_cache_dir follows VGEN_TUNE_DIR, then XDG_CACHE_HOME, th
 }
 
 TEST_CASE("to_string names the setting") { CHECK(to_string(TuneSetting{4, 2, 1}) == "batch 4, 2 leases x 1 thread"); }
+
+TEST_CASE("start: measures only within first_wait, runs at the best so far, and the rest of the search ends where choose() does") {
+  test::TempDir dir;
+  FakeDevice dev{.overhead = 4.0};  // each measurement "costs" 1 s
+  AutoTuner tuner({.cache_dir = dir.path() / "start"});
+  const auto space = two_cores();
+  auto started = tuner.start("k", space, dev.measure(), std::chrono::duration<double>(2.5));
+  // The first measurement (cost unknown), then one whose expected 1 s fits; batch 2 would end past 2.5 s.
+  CHECK(dev.calls.size() == 2);
+  REQUIRE(started.search);
+  CHECK(started.choice.source == "partial");
+  CHECK(started.choice.samples.size() == 2);
+  CHECK(started.choice.setting.batch == 1);
+  CHECK_FALSE(started.search->done());
+  // The samples so far are cached, marked incomplete: another tuner does not take them as a choice.
+  while (started.search->step()) {
+  }
+  const auto finished = started.search->finish();
+  CHECK(finished.source == "probe");
+  FakeDevice fresh{.overhead = 4.0};
+  const auto whole = AutoTuner({}).choose("k", space, fresh.measure());
+  CHECK(finished.setting == whole.setting);
+  CHECK(dev.calls.size() == fresh.calls.size());  // stepping measured what one search measures, no more
+  // The next start reuses the finished search from the cache, measuring nothing.
+  dev.calls.clear();
+  auto next = AutoTuner({.cache_dir = dir.path() / "start"}).start("k", space, dev.measure(), std::chrono::duration<double>(2.5));
+  CHECK(dev.calls.empty());
+  CHECK(next.choice.source == "cache");
+  CHECK(next.choice.setting == whole.setting);
+  CHECK_FALSE(next.search);
+}
+
+TEST_CASE("start: no wait at all runs at the safe default; a fixed space needs no search") {
+  FakeDevice dev{.overhead = 4.0};
+  AutoTuner tuner({});
+  auto started = tuner.start("k", two_cores(), dev.measure(), std::chrono::duration<double>(0));
+  CHECK(dev.calls.empty());
+  CHECK(started.choice.source == "default");
+  CHECK(started.choice.setting == TuneSetting{1, 2, 1});  // two leases of one core each (robust to a busy core)
+  CHECK(started.search);
+  auto fixed = two_cores();
+  fixed.batch = 2;
+  fixed.leases = 2;
+  auto f = tuner.start("k", fixed, dev.measure(), std::chrono::duration<double>(0));
+  CHECK(f.choice.source == "fixed");
+  CHECK(f.choice.setting == TuneSetting{2, 2, 1});
+  CHECK_FALSE(f.search);
+}
+
+TEST_CASE("start: a search a process left half way is resumed by the next start, its samples replayed, not measured") {
+  test::TempDir dir;
+  const auto space = two_cores();
+  FakeDevice first{.overhead = 4.0};
+  {
+    AutoTuner tuner({.cache_dir = dir.path()});
+    auto s = tuner.start("k", space, first.measure(), std::chrono::duration<double>(2.5));
+    REQUIRE(s.search);
+    s.search->step();  // one more, then the process "ends"
+  }
+  CHECK(first.calls.size() == 3);
+  FakeDevice second{.overhead = 4.0};
+  AutoTuner tuner({.cache_dir = dir.path()});
+  auto s = tuner.start("k", space, second.measure(), std::chrono::duration<double>(2.5));
+  // The three replayed cost nothing; what is new is measured.
+  for (const auto& c : second.calls)
+    CHECK(std::find(first.calls.begin(), first.calls.end(), c) == first.calls.end());
+  if (s.search)
+    while (s.search->step()) {
+    }
+  const auto done = s.search ? s.search->finish() : s.choice;
+  FakeDevice whole{.overhead = 4.0};
+  CHECK(done.setting == AutoTuner({}).choose("k", space, whole.measure()).setting);
+  CHECK(first.calls.size() + second.calls.size() == whole.calls.size());
+  CHECK(done.probe_s == doctest::Approx(static_cast<double>(whole.calls.size())));  // both starts' measuring
+}
+
+TEST_CASE("TuneSearchThread: jobs run while a measurement blocks; it measures only on a free device and reports the end" *
+          doctest::timeout(60)) {
+  test::TempDir dir;
+  const auto space = two_cores();
+  std::mutex m;
+  std::condition_variable cv;
+  bool measuring = false, release = false;
+  std::atomic<int> calls{0};
+  FakeDevice dev{.overhead = 4.0};
+  // Blocks in its first call until the test releases it.
+  const TuneMeasure blocking = [&](const TuneSetting& s) {
+    if (++calls == 1) {
+      std::unique_lock lock(m);
+      measuring = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return release; });
+    }
+    return dev(s);
+  };
+  AutoTuner tuner({.cache_dir = dir.path()});
+  auto started = tuner.start("k", space, blocking, std::chrono::duration<double>(0));
+  REQUIRE(started.search);
+  CHECK(calls == 0);  // the first job starts now, at the default: nothing was measured
+  std::atomic<bool> busy{true};  // a "job" holds the device
+  std::atomic<int> held{0};
+  std::optional<TuneChoice> ended;
+  std::mutex end_mutex;
+  {
+    TuneSearchThread thread(std::move(started.search),
+                            {.hold_device = [&]() -> std::shared_ptr<void> {
+                               if (busy) return nullptr;
+                               ++held;
+                               return std::make_shared<int>(0);
+                             },
+                             .on_done = [&](const TuneChoice& c) {
+                               std::lock_guard lock(end_mutex);
+                               ended = c;
+                               cv.notify_all();
+                             },
+                             .on_error = {},
+                             .idle_grace = std::chrono::duration<double>(0)});
+    thread.poke();
+    // While the job runs nothing is measured, however often it is poked.
+    thread.poke();
+    CHECK(calls == 0);
+    busy = false;  // the job ended
+    thread.poke();
+    {
+      std::unique_lock lock(m);
+      cv.wait(lock, [&] { return measuring; });
+    }
+    CHECK(calls == 1);
+    CHECK_FALSE(thread.finished());  // the search is not over while a job could run
+    {
+      std::lock_guard lock(m);
+      release = true;
+    }
+    cv.notify_all();
+    {
+      std::unique_lock lock(end_mutex);
+      cv.wait(lock, [&] { return ended.has_value(); });
+    }
+    CHECK(thread.finished());
+  }
+  CHECK(ended->source == "probe");
+  CHECK(held == calls);  // every measurement held the device
+  FakeDevice whole{.overhead = 4.0};
+  CHECK(ended->setting == AutoTuner({}).choose("k", space, whole.measure()).setting);
+  // The cached result is what the next start uses.
+  auto next = AutoTuner({.cache_dir = dir.path()}).start("k", space, blocking, std::chrono::duration<double>(0));
+  CHECK(next.choice.source == "cache");
+  CHECK(next.choice.setting == ended->setting);
+}
+
+TEST_CASE("TuneSearchThread: stopped before the device is free, it measures nothing and reports no end") {
+  FakeDevice dev{.overhead = 4.0};
+  AutoTuner tuner({});
+  auto started = tuner.start("k", two_cores(), dev.measure(), std::chrono::duration<double>(0));
+  bool done = false;
+  {
+    TuneSearchThread thread(std::move(started.search), {.hold_device = [] { return std::shared_ptr<void>(); },
+                                                        .on_done = [&](const TuneChoice&) { done = true; },
+                                                        .on_error = {},
+                                                        .idle_grace = std::chrono::duration<double>(0)});
+    thread.poke();
+  }
+  CHECK(dev.calls.empty());
+  CHECK_FALSE(done);
+}

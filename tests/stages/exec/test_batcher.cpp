@@ -559,3 +559,26 @@ TEST_CASE("equal priorities never preempt; a step-cached job is never preempted"
   CHECK(svc.at("cached done") < svc.at("urgent entered"));
   CHECK(at::equal(family_job(*cached)->state.latents, solo_latents(flow, 1, steps, 0.5)));
 }
+
+TEST_CASE("set_max_batch (the auto-tuner's switch) applies to groups formed after it, never to a running or waiting one" *
+          doctest::timeout(120)) {
+  Bench b(1, std::chrono::seconds(30));  // a long wait: a group of 3 can only start early by filling up
+  auto family = test::make_fake_family("fake-a");
+  std::vector<std::shared_ptr<Job>> first;
+  for (std::uint64_t s : {41, 42}) first.push_back(make_job(family, s));
+  // During the first group's first denoiser call (the second job waits in a group of its own).
+  test::fake(*family).on_predict = [&](std::size_t call, std::size_t) {
+    if (call == 1) b.batcher->set_max_batch(3);
+  };
+  for (auto& e : render_all(b, of(family, first))) CHECK(e == nullptr);
+  CHECK(b.batcher->max_batch() == 3);
+  CHECK(test::fake(*family).max_rows_after(0) == 1);  // nothing joined a group formed before the switch
+  CHECK(b.batcher->group_sizes(BatchKind::denoise) == std::map<std::size_t, std::uint64_t>{{1, 2}});
+  test::fake(*family).on_predict = nullptr;
+  std::vector<std::shared_ptr<Job>> later;
+  for (std::uint64_t s : {43, 44, 45}) later.push_back(make_job(family, s));
+  for (auto& e : render_all(b, of(family, later))) CHECK(e == nullptr);
+  CHECK(b.batcher->group_sizes(BatchKind::denoise) == std::map<std::size_t, std::uint64_t>{{1, 2}, {3, 1}});
+  for (std::uint64_t s : {41, 42}) CHECK(at::equal(family_job(*first[s - 41])->state.latents, alone(s)));
+  for (std::uint64_t s : {43, 44, 45}) CHECK(at::equal(family_job(*later[s - 43])->state.latents, alone(s)));
+}

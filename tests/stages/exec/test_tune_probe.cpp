@@ -7,12 +7,32 @@
 
 #include <boost/json.hpp>
 
+#include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include <unistd.h>
 
 using namespace vgen;
 namespace json = boost::json;
 
 namespace {
+
+// wan_aoti_parity's package (tools/reference/wan_aoti_parity.py): a tiny Wan whose transformer
+// is also compiled for the CPU (.pt2); nullopt (skipped) without the fixture.
+std::optional<std::filesystem::path> aoti_package_or_skip() {
+  const char* dir = std::getenv("VGEN_WAN_AOTI_PARITY_DIR");
+  if (!dir || !*dir || !std::filesystem::is_regular_file(std::filesystem::path(dir) / "parity.json")) {
+    WARN_MESSAGE(false, "VGEN_WAN_AOTI_PARITY_DIR not set (no tooling Python): skipped");
+    return std::nullopt;
+  }
+  std::ifstream in(std::filesystem::path(dir) / "parity.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  return std::filesystem::path(std::string(json::parse(text.str()).at("package").as_string()));
+}
 
 // The bundled model (models/vgen-shapes, Wan 2.1 family) at a small shape.
 const LoadedModels& bundled() {
@@ -96,4 +116,41 @@ TEST_CASE("a spec its model refuses, or an unknown model, is invalid_argument") 
     CHECK(e.kind() == ErrorKind::invalid_argument);
     CHECK(std::string(e.what()).find("nope") != std::string::npos);
   }
+}
+
+TEST_CASE("the tuner's key names each component's backend and the device type: a TorchScript choice is not reused for a compiled package") {
+  const auto pkg = aoti_package_or_skip();
+  if (!pkg) return;
+  const auto models = load_models({{"tiny", *pkg}}, ModelSetOptions{});
+  const auto& package = models.models.front().second->package();
+  CHECK(backends_key(package, "cpu", "auto").find("transformer=aoti") != std::string::npos);
+  CHECK(backends_key(package, "cpu", "torchscript").find("transformer=torchscript") != std::string::npos);
+  CHECK(backends_key(package, "cpu:1", "auto") == backends_key(package, "cpu", "auto"));  // a CPU replica is the same hardware
+  CHECK(backends_key(package, "cpu", "auto").find("tokenizer") == std::string::npos);      // no model behind it
+  // The package has no .pt2 for CUDA: there its transformer is TorchScript.
+  CHECK(backends_key(package, "cuda:0", "auto").find("transformer=torchscript") != std::string::npos);
+
+  const auto spec = json::parse(R"({"prompt": "p", "width": 32, "height": 32, "frames": 5, "steps": 2})");
+  const TuneProbe compiled(models, spec, "cpu", "auto"), scripted(models, spec, "cpu", "torchscript");
+  CHECK(compiled.shape_key() != scripted.shape_key());
+  CHECK(TuneProbe(models, spec, "cuda:0", "auto").shape_key() != compiled.shape_key());  // the device type too
+
+  // Through the tuner: a choice cached for the TorchScript backend is not what the compiled one reads.
+  const auto dir = std::filesystem::temp_directory_path() / ("vgen-tune-backend-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  AutoTuner tuner({.cache_dir = dir});
+  std::atomic<int> calls{0};
+  const TuneMeasure fake = [&](const TuneSetting& s) {
+    ++calls;
+    return TuneSample{.setting = s, .step_s = 1.0, .decode_s = 0.0, .spent_s = 0.001};
+  };
+  const TuneSpace space{.cores = 2, .max_batch = 2};
+  CHECK(tuner.choose(scripted.shape_key(), space, fake).source == "probe");
+  const int after_scripted = calls;
+  CHECK(after_scripted > 0);
+  CHECK(tuner.choose(scripted.shape_key(), space, fake).source == "cache");  // the same backend: cached
+  CHECK(calls == after_scripted);
+  CHECK(tuner.choose(compiled.shape_key(), space, fake).source == "probe");  // the other: measured anew
+  CHECK(calls > after_scripted);
+  std::filesystem::remove_all(dir);
 }
