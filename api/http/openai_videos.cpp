@@ -40,6 +40,9 @@ constexpr RouteEntry kRoutes[] = {
     {bhttp::verb::post, "/v1/videos"},          {bhttp::verb::get, "/v1/videos"},
     {bhttp::verb::get, "/v1/videos/{id}"},      {bhttp::verb::delete_, "/v1/videos/{id}"},
     {bhttp::verb::get, "/v1/videos/{id}/content"}, {bhttp::verb::get, "/v1/models"},
+    // A video in (api/http/openai_video_edits). GET /v1/videos/edits reads "edits" as an id: 404.
+    {bhttp::verb::post, "/v1/videos/edits"},    {bhttp::verb::post, "/v1/videos/{id}/remix"},
+    {bhttp::verb::post, "/v1/videos/extensions"},
 };
 
 // `path` against a template with "{id}" for one non-empty segment.
@@ -105,6 +108,20 @@ OpenAiVideos::OpenAiVideos(JobService& jobs, Hooks hooks, asio::any_io_executor 
   std::ifstream in(deleted_->file);
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) deleted_->ids.insert(line);
+  OpenAiVideoEdits::Context edits{
+      [this] { return served(); }, [this](const std::string& id) { return facts(id); },
+      [this](const std::string& id) -> std::optional<OpenAiVideoEdits::Finished> {
+        if (const auto job = jobs_.find(id)) {
+          auto r = job->result();
+          if (r.spec.prompt.empty())  // a fleet front end's job: the record's spec
+            if (const auto record = find_record(id)) r.spec = spec_of(*record);
+          return OpenAiVideoEdits::Finished{std::move(r.spec), std::move(r.output)};
+        }
+        if (const auto record = find_record(id)) return OpenAiVideoEdits::Finished{spec_of(*record), record->output};
+        return std::nullopt;
+      },
+      hooks_.submit, [this](const JobHandle& job) { return facts_of(job); }};
+  edits_ = std::make_unique<OpenAiVideoEdits>(jobs_.config().output_dir, jobs_.config().videos.max_bytes, std::move(edits));
 }
 
 OpenAiVideos::~OpenAiVideos() { stills_.join(); }
@@ -150,6 +167,9 @@ http::Response OpenAiVideos::dispatch(const http::Request& request, std::string_
         continue;
       }
       if (r.path == "/v1/models") return models();
+      if (r.path == "/v1/videos/edits") return edits_->edit(request);
+      if (r.path == "/v1/videos/extensions") return edits_->extend(request);
+      if (r.path == "/v1/videos/{id}/remix") return edits_->remix(request, id);
       if (r.path == "/v1/videos") return r.method == bhttp::verb::post ? create(request) : list(request);
       if (r.path == "/v1/videos/{id}/content") return content(request, id);
       return r.method == bhttp::verb::get ? retrieve(id) : remove(id);
@@ -331,6 +351,7 @@ openai::VideoFacts OpenAiVideos::facts_of(const JobHandle& job) const {
   v.frames = spec.frames;
   v.fps = spec.fps;
   v.created_at = created_at(v.id, s.total_seconds);
+  v.remixed_from = edits_->remixed_from(v.id);
   if (v.status == "completed") v.progress = 100;
   else if (v.status == "in_progress" && s.total > 0) v.progress = std::clamp(s.step * 100 / s.total, 0, 99);
   if (job.finished()) {
@@ -372,6 +393,7 @@ openai::VideoFacts OpenAiVideos::facts_of(const JobRecord& r) const {
   v.frames = spec.frames;
   v.fps = spec.fps;
   v.created_at = created_at(r.id, 0);
+  v.remixed_from = edits_->remixed_from(v.id);
   if (v.status == "completed") v.progress = 100;
   else if (r.total > 0) v.progress = std::clamp(r.step * 100 / r.total, 0, 99);
   if (r.finished_unix > 0) {
