@@ -254,10 +254,11 @@ http::Response OpenAiVideoEdits::edit(const http::Request& request) {
     const auto strength = take(req.fields, "strength");
     auto spec = openai::job_spec_from(req.fields, model, req.text_fields);
     spec["model"] = model.name;
-    if (source) {  // the source's size and length unless asked otherwise
-      if (!spec.contains("width")) spec["width"] = source->spec.width, spec["height"] = source->spec.height;
-      if (!spec.contains("frames")) spec["frames"] = source->spec.frames;
+    if (source && !spec.contains("width")) {  // the source's size and length unless asked otherwise
+      spec["width"] = source->spec.width;
+      spec["height"] = source->spec.height;
     }
+    if (source && !spec.contains("frames")) spec["frames"] = source->spec.frames;
     if (strength) spec["strength"] = number_field(*strength, "strength");
     auto bytes = source ? read_output(*source) : std::move(req.video_bytes);
     return answer(context_.submit(json::value(std::move(spec)), {{"video", std::move(bytes)}}));
@@ -284,7 +285,10 @@ http::Response OpenAiVideoEdits::extend(const http::Request& request) {
     if (const auto* f = spec.if_contains("fps"); f && f->is_number()) fps = f->to_number<double>();
     if (!(fps > 0)) throw_error(ErrorKind::invalid_argument, "fps: must be positive");
     spec["frames"] = openai::frames_for(text_of(*seconds, "seconds"), fps, model.limits);
-    if (source && !spec.contains("width")) spec["width"] = source->spec.width, spec["height"] = source->spec.height;
+    if (source && !spec.contains("width")) {
+      spec["width"] = source->spec.width;
+      spec["height"] = source->spec.height;
+    }
     if (strength) spec["strength"] = number_field(*strength, "strength");  // refused by the job spec, by name
     auto bytes = source ? read_output(*source) : std::move(req.video_bytes);
     return answer(context_.submit(json::value(std::move(spec)), {{"video", std::move(bytes)}}));
