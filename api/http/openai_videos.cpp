@@ -345,7 +345,10 @@ openai::VideoFacts OpenAiVideos::facts_of(const JobHandle& job) const {
   v.id = r.id;
   v.model = spec.model.empty() ? served().front().name : spec.model;
   v.prompt = spec.prompt;
-  v.status = std::string(openai::status_of(job.finished() ? to_string(r.state) : to_string(s.state)));
+  // From the result alone: it reads a job as finished only once its result (output) is
+  // published, where the snapshot says done a moment before; completed then means downloadable.
+  const bool finished = is_terminal(r.state);
+  v.status = std::string(openai::status_of(to_string(r.state)));
   v.width = spec.width;
   v.height = spec.height;
   v.frames = spec.frames;
@@ -354,7 +357,7 @@ openai::VideoFacts OpenAiVideos::facts_of(const JobHandle& job) const {
   v.remixed_from = edits_->remixed_from(v.id);
   if (v.status == "completed") v.progress = 100;
   else if (v.status == "in_progress" && s.total > 0) v.progress = std::clamp(s.step * 100 / s.total, 0, 99);
-  if (job.finished()) {
+  if (finished) {
     v.completed_at = v.created_at + static_cast<std::int64_t>(std::lround(s.total_seconds));
     v.expires_at = *v.completed_at + jobs_.config().job_ttl.count();  // then only the store's record is left
     if (r.state != JobState::done) {
