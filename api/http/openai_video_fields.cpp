@@ -198,7 +198,7 @@ json::object video_json(const VideoFacts& v) {
                  {"size", std::to_string(v.width) + "x" + std::to_string(v.height)},
                  {"seconds", seconds_text(v.frames, v.fps)},
                  {"prompt", v.prompt},
-                 {"remixed_from_video_id", nullptr}};
+                 {"remixed_from_video_id", v.remixed_from.empty() ? json::value(nullptr) : json::value(v.remixed_from)}};
   o["completed_at"] = v.completed_at ? json::value(*v.completed_at) : json::value(nullptr);
   o["expires_at"] = v.expires_at ? json::value(*v.expires_at) : json::value(nullptr);
   o["error"] = v.status == "failed" ? json::value(json::object{{"code", v.error_code}, {"message", v.error_message}})

@@ -51,6 +51,7 @@ struct VideoFacts {
   int width = 0, height = 0, frames = 0;
   double fps = 16.0;
   std::string error_code, error_message;  // failed only
+  std::string remixed_from;               // the source of a remix (POST /v1/videos/{id}/remix); empty: none
 };
 boost::json::object video_json(const VideoFacts& video);
 // The OpenAI status of a vgen state name (queued, running, done, failed, cancelled, interrupted).

@@ -41,6 +41,9 @@ constexpr RouteEntry kRoutes[] = {
     {bhttp::verb::post, "/v1/videos"},          {bhttp::verb::get, "/v1/videos"},
     {bhttp::verb::get, "/v1/videos/{id}"},      {bhttp::verb::delete_, "/v1/videos/{id}"},
     {bhttp::verb::get, "/v1/videos/{id}/content"}, {bhttp::verb::get, "/v1/models"},
+    // A video in (api/http/openai_video_edits). GET /v1/videos/edits reads "edits" as an id: 404.
+    {bhttp::verb::post, "/v1/videos/edits"},    {bhttp::verb::post, "/v1/videos/{id}/remix"},
+    {bhttp::verb::post, "/v1/videos/extensions"},
 };
 
 // `path` against a template with "{id}" for one non-empty segment.
@@ -106,6 +109,20 @@ OpenAiVideos::OpenAiVideos(JobService& jobs, Hooks hooks, asio::any_io_executor 
   std::ifstream in(deleted_->file);
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) deleted_->ids.insert(line);
+  OpenAiVideoEdits::Context edits{
+      [this] { return served(); }, [this](const std::string& id) { return facts(id); },
+      [this](const std::string& id) -> std::optional<OpenAiVideoEdits::Finished> {
+        if (const auto job = jobs_.find(id)) {
+          auto r = job->result();
+          if (r.spec.prompt.empty())  // a fleet front end's job: the record's spec
+            if (const auto record = find_record(id)) r.spec = spec_of(*record);
+          return OpenAiVideoEdits::Finished{std::move(r.spec), std::move(r.output)};
+        }
+        if (const auto record = find_record(id)) return OpenAiVideoEdits::Finished{spec_of(*record), record->output};
+        return std::nullopt;
+      },
+      hooks_.submit, [this](const JobHandle& job) { return facts_of(job); }};
+  edits_ = std::make_unique<OpenAiVideoEdits>(jobs_.config().output_dir, jobs_.config().videos.max_bytes, std::move(edits));
 }
 
 OpenAiVideos::~OpenAiVideos() { stills_.join(); }
@@ -151,6 +168,9 @@ http::Response OpenAiVideos::dispatch(const http::Request& request, std::string_
         continue;
       }
       if (r.path == "/v1/models") return models();
+      if (r.path == "/v1/videos/edits") return edits_->edit(request);
+      if (r.path == "/v1/videos/extensions") return edits_->extend(request);
+      if (r.path == "/v1/videos/{id}/remix") return edits_->remix(request, id);
       if (r.path == "/v1/videos") return r.method == bhttp::verb::post ? create(request) : list(request);
       if (r.path == "/v1/videos/{id}/content") return content(request, id);
       return r.method == bhttp::verb::get ? retrieve(id) : remove(id);
@@ -324,9 +344,6 @@ std::optional<JobRecord> OpenAiVideos::find_record(const std::string& id) const 
 }
 
 openai::VideoFacts OpenAiVideos::facts_of(const JobHandle& job, const JobSpec* submitted) const {
-  // Read once, before the result: a job that ends meanwhile must not read completed in one
-  // field and unfinished in another.
-  const bool finished = job.finished();
   const auto r = job.result();
   const auto s = job.snapshot();
   auto spec = r.spec;
@@ -337,13 +354,16 @@ openai::VideoFacts OpenAiVideos::facts_of(const JobHandle& job, const JobSpec* s
   v.id = r.id;
   v.model = spec.model.empty() ? served().front().name : spec.model;
   v.prompt = spec.prompt;
-  v.status = std::string(openai::status_of(finished ? to_string(r.state) : to_string(s.state)));
-  if (!finished && (v.status == "completed" || v.status == "failed")) v.status = "in_progress";  // ended since: not yet published
+  // From the result alone: it reads a job as finished only once its result (output) is
+  // published, where the snapshot says done a moment before; completed then means downloadable.
+  const bool finished = is_terminal(r.state);
+  v.status = std::string(openai::status_of(to_string(r.state)));
   v.width = spec.width;
   v.height = spec.height;
   v.frames = spec.frames;
   v.fps = spec.fps;
   v.created_at = created_at(v.id, s.total_seconds);
+  v.remixed_from = edits_->remixed_from(v.id);
   if (v.status == "completed") v.progress = 100;
   else if (v.status == "in_progress" && s.total > 0) v.progress = std::clamp(s.step * 100 / s.total, 0, 99);
   if (finished) {
@@ -385,6 +405,7 @@ openai::VideoFacts OpenAiVideos::facts_of(const JobRecord& r) const {
   v.frames = spec.frames;
   v.fps = spec.fps;
   v.created_at = created_at(r.id, 0);
+  v.remixed_from = edits_->remixed_from(v.id);
   if (v.status == "completed") v.progress = 100;
   else if (r.total > 0) v.progress = std::clamp(r.step * 100 / r.total, 0, 99);
   if (r.finished_unix > 0) {

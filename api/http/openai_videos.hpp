@@ -11,6 +11,8 @@
 //   GET    /v1/videos/{id}/content  ?variant=video (default) | thumbnail (PNG) | spritesheet (JPEG);
 //                                   409 until the job is completed
 //   GET    /v1/models               the served packages
+//   POST   /v1/videos/edits, /v1/videos/{id}/remix, /v1/videos/extensions: a video in
+//                                   (api/http/openai_video_edits.hpp)
 //
 // Mapping (api/http/openai_video_fields.hpp): "size" "WxH" -> width, height; "seconds" -> frames through
 // the package's fps: frames = frames_step * round(seconds * fps / frames_step) + 1 (81 frames at
@@ -34,6 +36,7 @@
 #include "api/job_service.hpp"
 #include "api/engine.hpp"
 #include "api/http/http_response.hpp"
+#include "api/http/openai_video_edits.hpp"
 #include "api/http/openai_video_fields.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
@@ -98,6 +101,7 @@ class OpenAiVideos {
   Hooks hooks_;
   boost::asio::any_io_executor blocking_;
   std::shared_ptr<Deleted> deleted_;
+  std::unique_ptr<OpenAiVideoEdits> edits_;
   boost::asio::thread_pool stills_{1};
 };
 

@@ -14,6 +14,6 @@ TEST_CASE("the routes: under /v1/videos and /v1/models only") {
   CHECK_FALSE(OpenAiVideos::serves("/v1/videosx"));
   CHECK_FALSE(OpenAiVideos::serves("/v1/jobs"));
   const auto routes = OpenAiVideos::routes();
-  CHECK(routes.size() == 6);
+  CHECK(routes.size() == 9);
   for (const auto& [method, path] : routes) CHECK(OpenAiVideos::serves(path));
 }
