@@ -75,8 +75,9 @@ struct RuntimeConfig {
   // `spec` (a job spec; empty: the package's defaults) on the first device, at most about
   // budget_s seconds, and caches the choice in `dir` (empty: $XDG_CACHE_HOME/vgen/tune).
   // `one_job` (`vgen render`): the fastest split for a single job, batch 1.
-  // `first_wait_s`: the most the first job waits for the probe on a fresh cache (seconds; 0:
-  // not at all). The search goes on between jobs and the runtime switches its batch when it
+  // `first_wait_s`: how long the first job waits for the probe on a fresh cache (seconds; 0:
+  // not at all): no measurement starts once it is spent, but the first one is always made
+  // (it includes the model's first calls) whatever it costs. The search goes on between jobs and the runtime switches its batch when it
   // knows better (api/runtime_tuning.hpp).
   struct Tune {
     double budget_s = 30;

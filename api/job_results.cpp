@@ -30,10 +30,16 @@ void JobResults::watch(const std::shared_ptr<JobEntry>& entry, std::shared_ptr<J
 
 asio::awaitable<void> JobResults::watch_one(std::shared_ptr<JobEntry> entry, std::shared_ptr<Job> job) {
   co_await job->finished_event().wait(asio::use_awaitable);
-  co_await publish(*entry, *job);
+  std::exception_ptr failed;  // a store that cannot record the end: the stream still ends, the count still drops
+  try {
+    co_await publish(*entry, *job);
+  } catch (...) {
+    failed = std::current_exception();
+  }
   if (parts_.live) parts_.live->close(entry->id);  // after the end is visible: see Runtime::live_stream
   job->payload.reset();  // the result is copied out: free the job's tensors (frames, latents) now
   if (watchers_.fetch_sub(1) == 1 && waiting_.load()) none_left_.set();
+  if (failed) std::rethrow_exception(failed);
 }
 
 // Called once intake has stopped, so no new watch starts.
@@ -73,6 +79,7 @@ void JobResults::end_unrun(JobEntry& entry, const JobResult& r) {
   }
   parts_.outputs.release(entry.output, entry.id);
   parts_.entries.publish(entry, r);
+  if (parts_.live) parts_.live->close(entry.id);  // a client may have opened its stream while it waited
 }
 
 void JobResults::record_webhook(const JobResult& r) const {

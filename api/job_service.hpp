@@ -55,13 +55,13 @@ class JobService {
   // Whether try_submit waits on another machine (a broker round trip): a front end then calls it
   // on executor(), never on its own io threads. (wt-nats, issue 19)
   virtual bool submit_is_remote() const { return false; }
-  virtual Tracer& tracer() const = 0;
+  virtual Tracer& tracer() const = 0;  // its timeline recorder (runtime/trace.hpp; GET /v1/trace)
   // The models jobs may name, the default first. Empty where this process holds no package (the
   // fleet's front end: its workers have them); a front end then falls back to the config's names.
   virtual std::vector<ServedModel> served_models() const { return {}; }
   // A running job's video as it is written (fragmented MP4; GET ...?live=1), or nullptr: a job
   // that is unknown or has ended, or a service whose jobs encode elsewhere (the fleet).
-  virtual std::shared_ptr<LiveBroadcast> live_stream(const std::string& /*id*/) const { return nullptr; }  // its timeline recorder (runtime/trace.hpp; GET /v1/trace)
+  virtual std::shared_ptr<LiveBroadcast> live_stream(const std::string& /*id*/) const { return nullptr; }
 };
 
 }  // namespace vgen

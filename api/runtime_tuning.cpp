@@ -60,12 +60,20 @@ RuntimeTuning::RuntimeTuning(RuntimeConfig& c, const LoadedModels& models, const
       tuner_ = std::make_unique<AutoTuner>(AutoTuner::Options{
           .cache_dir = c.tune.dir.empty() ? default_tune_cache_dir() : c.tune.dir,
           .budget = std::chrono::duration<double>(c.tune.budget_s)});
-      auto started = tuner_->start(tuner_key_, space, [this](const TuneSetting& s) { return probe_->measure(s); },
+      // Under mutex_: between jobs this runs on the search thread while on_capped may ask key()
+      // (TuneProbe: never both at once). The measured groups are freed after each sample, so a
+      // search that goes on for the runtime's life keeps no decoded clips beside the real jobs'.
+      auto measure = [this](const TuneSetting& s) {
+        std::lock_guard lock(mutex_);
+        auto sample = probe_->measure(s);
+        probe_->release();
+        return sample;
+      };
+      auto started = tuner_->start(tuner_key_, space, measure,
                                    std::chrono::duration<double>(c.tune.first_wait_s));
       choice_ = std::move(started.choice);
       search_ = std::move(started.search);
-      if (choice_.source == "probe") probe_->key();  // prepared already: the Batcher's key for on_capped
-      if (!search_) probe_->release();  // the measured groups' tensors are not kept for the runtime's life
+      if (choice_.source == "probe") probe_->key();  // the Batcher's key for on_capped (prepares one job)
     } catch (const std::exception& e) {
       // A shape the model refuses fails its jobs anyway (with a clear error): no warning twice.
       const auto level = classify(std::current_exception()) == ErrorKind::invalid_argument ? spdlog::level::debug : spdlog::level::warn;
@@ -119,11 +127,17 @@ void RuntimeTuning::export_choice(const std::string& model, const std::string& d
 RuntimeTuning::~RuntimeTuning() { stop(); }
 
 void RuntimeTuning::stop() {
-  search_thread_.reset();  // waits for a measurement under way
+  std::unique_ptr<TuneSearchThread> thread;
+  {
+    std::lock_guard lock(thread_mutex_);  // no poke reaches it once it is out
+    thread = std::move(search_thread_);
+  }
+  thread.reset();  // waits for a measurement under way
 }
 
 void RuntimeTuning::jobs_changed() {
-  if (auto* t = search_thread_.get()) t->poke();
+  std::lock_guard lock(thread_mutex_);  // jobs end on pipeline threads while stop() may run
+  if (search_thread_) search_thread_->poke();
 }
 
 std::shared_ptr<void> RuntimeTuning::hold_device(DevicePool& pool, const std::function<bool()>& idle) const {
@@ -147,7 +161,7 @@ std::shared_ptr<void> RuntimeTuning::hold_device(DevicePool& pool, const std::fu
 
 void RuntimeTuning::continue_between_jobs(DevicePool& pool, std::function<bool()> idle, std::function<void(std::size_t)> switch_batch) {
   if (!search_) return;
-  search_thread_ = std::make_unique<TuneSearchThread>(
+  auto thread = std::make_unique<TuneSearchThread>(
       std::move(search_),
       TuneSearchThread::Hooks{
           .hold_device = [this, &pool, idle = std::move(idle)] { return hold_device(pool, idle); },
@@ -163,18 +177,22 @@ void RuntimeTuning::continue_between_jobs(DevicePool& pool, std::function<bool()
                     .set(0);
               },
           .idle_grace = std::chrono::duration<double>(1.0)});
+  std::lock_guard lock(thread_mutex_);  // resumed jobs may be ending already
+  search_thread_ = std::move(thread);
 }
 
 // On the search thread, once the search is over (its choice cached).
 void RuntimeTuning::search_done(const TuneChoice& done, const std::function<void(std::size_t)>& switch_batch) {
   const Labels ids{{"model", model_}, {"device", device_}};
-  metrics_.gauge("vgen_tune_searching", "1 while the auto-tuner's search goes on between jobs", ids).set(0);
+  // Last of all, when everything below is visible (its log line, the switch and its counter): a
+  // reader that sees the search over sees what it did.
+  struct SearchingOff {
+    MetricsRegistry& metrics;
+    const Labels& ids;
+    ~SearchingOff() { metrics.gauge("vgen_tune_searching", "1 while the auto-tuner's search goes on between jobs", ids).set(0); }
+  } searching_off{metrics_, ids};
   metrics_.gauge("vgen_tune_probe_seconds", "Time the auto-tuner spent measuring at start (0: from its cache or configured)", ids)
       .set(done.probe_s);
-  {
-    std::lock_guard lock(mutex_);
-    probe_->release();
-  }
   // The device threads are made: only the batch can change now, to the best with this split.
   const auto here = AutoTuner::best_with_split(done, choice_.setting.leases, choice_.setting.intra_op);
   const auto batch = here ? std::min(here->batch, batch_limit_) : choice_.setting.batch;

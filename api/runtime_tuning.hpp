@@ -9,8 +9,9 @@
 // When the probe cannot run (e.g. an image-to-video model without an image in tune.spec), a
 // warning says why and the fallback is batch 1, one lease, every core.
 //
-// A fresh cache does not hold up the first job: the constructor measures at most about
-// config.tune.first_wait_s (AutoTuner::start) and the runtime starts at the best setting
+// A fresh cache holds up the first job little: the constructor makes the first measurement
+// (whatever it costs: it includes the model's first calls) and starts no other once
+// config.tune.first_wait_s is spent (AutoTuner::start) and the runtime starts at the best setting
 // measured so far ("partial") or the safe default ("default"). continue_between_jobs() then
 // goes on with the search on its own thread ("vgen-tune", TuneSearchThread), one measurement at
 // a time, only while no job is in flight, holding every lease of the tuned device so that a job
@@ -25,11 +26,11 @@
 //
 // Out of memory at run time: on_capped (the Batcher's, stages/exec/batcher.hpp) lowers the cached
 // batch of the tuned shape (the next start begins there) and the max_batch gauge.
-// Thread-safety: the constructor blocks for the probe (at most about first_wait_s; before the
+// Thread-safety: the constructor blocks for the probe (the first measurement, then up to about first_wait_s; before the
 // Runtime starts its device threads); on_capped may be called from any thread and never throws
 // (after a cache hit, its first call prepares one probe job on the calling thread to learn the
 // Batcher's group key). jobs_changed() from any thread. The search thread owns the probe while
-// it runs (the probe's models are the runtime's, shared and re-entrant); stop() (or the
+// it runs, each measurement under the mutex key() takes, its groups freed after each (the probe's models are the runtime's, shared and re-entrant); stop() (or the
 // destructor) ends it, waiting for a measurement under way, and must come before the pool, the
 // models or the callbacks given to continue_between_jobs go. The probe's measured groups are
 // freed once the choice is made.
@@ -88,7 +89,8 @@ class RuntimeTuning {
   std::unique_ptr<AutoTuner> tuner_;
   std::unique_ptr<TuneProbe> probe_;  // the tuned shape (its key is computed on first need)
   std::unique_ptr<TuneSearch> search_;            // what start() left, until continue_between_jobs
-  std::unique_ptr<TuneSearchThread> search_thread_;  // steps it between jobs
+  std::unique_ptr<TuneSearchThread> search_thread_;  // steps it between jobs; guarded by thread_mutex_
+  std::mutex thread_mutex_;
   std::size_t batch_limit_ = 1;
   std::string device_id_;  // the tuned device ("cpu:0")
   std::mutex mutex_;                  // guards probe_->key()

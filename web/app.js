@@ -199,6 +199,10 @@ class Job {
     const live = this.q("live");  // the file takes over from the live stream
     live.pause();
     live.hidden = true;
+    if (live.src.startsWith("blob:")) {
+      URL.revokeObjectURL(live.src);  // the MediaSource's URL: not kept for the page's life
+      live.removeAttribute("src");
+    }
     const video = this.q("video");
     video.src = this.videoUrl;
     video.hidden = false;

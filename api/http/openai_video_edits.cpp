@@ -21,6 +21,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The upload as submit's parts, moved (an initializer list would copy up to videos.max_bytes).
+std::vector<std::pair<std::string, std::string>> video_part(std::string bytes) {
+  std::vector<std::pair<std::string, std::string>> parts;
+  parts.emplace_back("video", std::move(bytes));
+  return parts;
+}
+
 // A refusal that is not a vgen error kind's status (409 with its own code, 404 naming a field):
 // answered as it is.
 struct Refusal {
@@ -261,7 +268,7 @@ http::Response OpenAiVideoEdits::edit(const http::Request& request) {
     if (source && !spec.contains("frames")) spec["frames"] = source->spec.frames;
     if (strength) spec["strength"] = number_field(*strength, "strength");
     auto bytes = source ? read_output(*source) : std::move(req.video_bytes);
-    return answer(context_.submit(json::value(std::move(spec)), {{"video", std::move(bytes)}}));
+    return answer(context_.submit(json::value(std::move(spec)), video_part(std::move(bytes))));
   });
 }
 
@@ -291,7 +298,7 @@ http::Response OpenAiVideoEdits::extend(const http::Request& request) {
     }
     if (strength) spec["strength"] = number_field(*strength, "strength");  // refused by the job spec, by name
     auto bytes = source ? read_output(*source) : std::move(req.video_bytes);
-    return answer(context_.submit(json::value(std::move(spec)), {{"video", std::move(bytes)}}));
+    return answer(context_.submit(json::value(std::move(spec)), video_part(std::move(bytes))));
   }, {{"extend", "model"}});
 }
 

@@ -463,13 +463,14 @@ void TuneSearchThread::run() {
       poked_ = true;  // the device may still be free: go on after the grace
     }
     std::unique_lock lock(mutex_);
-    if (!stop_ && search_->done()) {
-      lock.unlock();
-      const auto choice = search_->finish();
-      if (hooks_.on_done) hooks_.on_done(choice);
-      lock.lock();
-    }
-    finished_ = true;
+    const bool completed = !stop_ && search_->done();
+    lock.unlock();
+    std::optional<TuneChoice> choice;
+    if (completed) choice = search_->finish();
+    lock.lock();
+    finished_ = true;  // before on_done: whoever it wakes sees the thread finished
+    lock.unlock();
+    if (choice && hooks_.on_done) hooks_.on_done(*choice);
   } catch (...) {
     {
       std::lock_guard lock(mutex_);

@@ -133,7 +133,7 @@ asio::awaitable<void> denoise(State& st, Job& job) {
     co_await st.batcher->join(family, job, BatchKind::denoise);
     co_return;
   }
-  const auto key = job_content_key(family->package().id(), work->spec).hex();
+  const auto key = job_content_key(st.content_model_id(work->spec), work->spec).hex();  // the key the Runtime drops it by
   co_await resume_from_checkpoint(st, job, *work, key);
   st.checkpoints->begin(job, key, work->state.step);
   struct End {

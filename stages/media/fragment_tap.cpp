@@ -48,7 +48,7 @@ struct FragmentTap::State {
   void flush() {
     avio_flush(io.get());
     if (pending.empty()) return;
-    out.append(std::exchange(pending, std::string()));
+    if (!out.append(std::exchange(pending, std::string()))) ok = false;  // ended (cap, close): stop muxing for nobody
   }
 
   void fail(const std::exception& e) {

@@ -3,6 +3,8 @@
 // `openai` SDK against `vgen serve`: tests/python/test_openai_video_edits.py.
 #include "api/http/openai_video_edits.hpp"
 
+#include "tests/support/temp_dir.hpp"
+
 #include <doctest/doctest.h>
 
 #include <boost/json/parse.hpp>
@@ -120,8 +122,8 @@ TEST_CASE("remix_spec: the original less its inputs and name, the new prompt, vg
 }
 
 TEST_CASE("refusals before a job: unknown and unfinished sources, no video, another content type") {
-  const auto dir = std::filesystem::temp_directory_path() / "vgen_test_openai_video_edits";
-  std::filesystem::create_directories(dir);
+  const test::TempDir tmp("vgen-openai-edits-");  // its own per run: ctest -j and repeated runs never share it
+  const auto& dir = tmp.path();
   bool submitted = false;
   OpenAiVideoEdits edits(dir, 1 << 20, context(submitted));
   unsigned status = 0;
@@ -156,5 +158,4 @@ TEST_CASE("refusals before a job: unknown and unfinished sources, no video, anot
   CHECK(status == 415);
   CHECK_FALSE(submitted);
   CHECK(edits.remixed_from("done").empty());
-  std::filesystem::remove_all(dir);
 }

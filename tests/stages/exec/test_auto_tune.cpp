@@ -431,7 +431,7 @@ TEST_CASE("TuneSearchThread: jobs run while a measurement blocks; it measures on
   CHECK(next.choice.setting == ended->setting);
 }
 
-TEST_CASE("TuneSearchThread: stopped before the device is free, it measures nothing and reports no end") {
+TEST_CASE("TuneSearchThread: stopped before the device is free, it measures nothing and reports no end" * doctest::timeout(120)) {
   FakeDevice dev{.overhead = 4.0};
   AutoTuner tuner({});
   auto started = tuner.start("k", two_cores(), dev.measure(), std::chrono::duration<double>(0));
