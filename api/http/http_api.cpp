@@ -167,9 +167,7 @@ json::object event_json(const JobEvent& e) {
   return o;
 }
 
-http::StringResponse json_body(unsigned status, const json::object& o) {
-  return http::json_response(status, json::serialize(o));
-}
+using http::json_body;
 
 json::value parse_body(const std::string& body) {
   json::stream_parser parser;

@@ -53,6 +53,8 @@ StringResponse json_response(unsigned status, std::string body) {
   return res;
 }
 
+StringResponse json_body(unsigned status, const boost::json::object& body) { return json_response(status, boost::json::serialize(body)); }
+
 StringResponse error_response(unsigned status, std::string_view kind, std::string_view message) {
   boost::json::object error{{"kind", kind}, {"message", message}};
   auto res = json_response(status, boost::json::serialize(boost::json::object{{"error", std::move(error)}}));

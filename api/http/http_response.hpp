@@ -21,6 +21,7 @@
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <boost/json/object.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -109,6 +110,7 @@ StringResponse error_response(unsigned status, std::string_view kind, std::strin
 StringResponse error_response(ErrorKind kind, std::string_view message);  // status: http_status_for
 StringResponse error_response(const std::exception_ptr& error);         // classify + describe
 StringResponse json_response(unsigned status, std::string body);
+StringResponse json_body(unsigned status, const boost::json::object& body);  // json_response of its text
 
 // The file at `path` as a response to `request`: 200 with the whole file, or for one
 // "Range: bytes=..." range 206 with Content-Range, 416 when unsatisfiable. A malformed or

@@ -41,7 +41,7 @@ bool is_vgen_field(std::string_view key) {
   return std::find(std::begin(kVgenFields), std::end(kVgenFields), key) != std::end(kVgenFields);
 }
 
-http::StringResponse json_body(unsigned status, const json::object& o) { return http::json_response(status, json::serialize(o)); }
+using http::json_body;
 
 std::optional<http::Response> unsupported_media(const http::Request& request) {
   if (http::has_content_type(request, "multipart/form-data") || http::has_content_type(request, "application/json"))

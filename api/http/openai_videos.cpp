@@ -72,7 +72,7 @@ fs::path still_path(const fs::path& video, std::string_view variant) {
   return video.parent_path() / (video.stem().string() + (variant == "thumbnail" ? ".thumbnail.png" : ".spritesheet.jpg"));
 }
 
-http::StringResponse json_body(unsigned status, const json::object& o) { return http::json_response(status, json::serialize(o)); }
+using http::json_body;
 
 // Removes a deleted job's files once it has ended (a running job is cancelled first, and its
 // encode may still finish: the watch waits for it).

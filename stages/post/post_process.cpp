@@ -2,6 +2,11 @@
 
 #include "runtime/errors.hpp"
 
+#include <boost/json/parse.hpp>
+
+#include <fstream>
+#include <sstream>
+
 namespace vgen {
 
 std::string_view to_string(PostKind kind) { return kind == PostKind::interpolate ? "interpolate" : "upscale"; }
@@ -42,6 +47,38 @@ void check_post_output(const PostProcessor& p, const VideoFrames& in, int factor
     throw_error(ErrorKind::internal, p.name() + " made " + std::to_string(out.width) + "x" + std::to_string(out.height) + ", " +
                                          std::to_string(out.count) + " frames; expected " + std::to_string(w) + "x" +
                                          std::to_string(h) + ", " + std::to_string(count) + " frames");
+}
+
+std::string PostManifest::text(const char* key) const {
+  const auto* v = fields.if_contains(key);
+  if (!v || !v->is_string()) bad(std::string(key) + ": missing or not a string");
+  return std::string(v->get_string());
+}
+
+void PostManifest::bad(const std::string& what) const {
+  throw_error(ErrorKind::invalid_argument, "post package " + file.string() + ": " + what);
+}
+
+PostManifest read_post_manifest(const std::filesystem::path& dir, const std::string& variant, const std::string& architecture,
+                                const std::string& export_flag) {
+  PostManifest m;
+  m.file = dir / "manifest.json";
+  std::ifstream in(m.file);
+  if (!in) throw_error(ErrorKind::not_found, "post package: no " + m.file.string() + " (export one with python -m vgen_export.post " + export_flag + ")");
+  std::stringstream text;
+  text << in.rdbuf();
+  boost::system::error_code ec;
+  auto doc = boost::json::parse(text.str(), ec);
+  if (ec || !doc.is_object()) m.bad("not a JSON object");
+  m.fields = std::move(doc.as_object());
+  if (m.text("kind") != "post") m.bad("kind: must be \"post\"");
+  if (const auto got = m.text("variant"); got != variant) m.bad("variant: must be \"" + variant + "\" (got \"" + got + "\")");
+  if (m.text("architecture") != architecture) m.bad("architecture: must be \"" + architecture + "\"");
+  const auto module = m.text("module");
+  if (module.empty() || module.find('/') != std::string::npos || module.front() == '.') m.bad("module: must be a file name");
+  m.module = dir / module;
+  if (!std::filesystem::is_regular_file(m.module)) throw_error(ErrorKind::not_found, "post package: no " + m.module.string());
+  return m;
 }
 
 }  // namespace vgen

@@ -23,6 +23,8 @@
 #include "stages/job_spec.hpp"
 #include "stages/media/frames.hpp"
 
+#include <boost/json/object.hpp>
+
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -91,5 +93,22 @@ void check_post_job(const JobSpec& spec, const PostOptions& options);
 // What `out` must be after processing `in` by `factor` (the contract above); Error(internal)
 // naming the variant when it is not.
 void check_post_output(const PostProcessor& p, const VideoFrames& in, int factor, const VideoFrames& out);
+
+// A model-backed variant's package, written by `python -m vgen_export.post`: DIR/manifest.json
+// with "kind": "post", the variant's "variant" and "architecture", and "module" (a file name in
+// DIR that exists). The variant reads its own further fields from `fields`.
+struct PostManifest {
+  std::filesystem::path file;    // DIR/manifest.json, for messages
+  boost::json::object fields;    // the whole manifest
+  std::filesystem::path module;  // DIR/<module>
+  // The string field `key`; Error(invalid_argument) naming the file and key when missing or not a string.
+  std::string text(const char* key) const;
+  // Error(invalid_argument) "post package <file>: <what>".
+  [[noreturn]] void bad(const std::string& what) const;
+};
+// Error(not_found) naming the file and `export_flag` (e.g. "--rife") when DIR has no manifest or
+// the module is missing; Error(invalid_argument) naming the field for any other mismatch.
+PostManifest read_post_manifest(const std::filesystem::path& dir, const std::string& variant, const std::string& architecture,
+                                const std::string& export_flag);
 
 }  // namespace vgen

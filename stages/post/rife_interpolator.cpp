@@ -8,6 +8,7 @@
 #include <boost/json.hpp>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -17,10 +18,6 @@
 namespace vgen {
 
 namespace {
-
-[[noreturn]] void bad_package(const std::filesystem::path& file, const std::string& what) {
-  throw_error(ErrorKind::invalid_argument, "post package " + file.string() + ": " + what);
-}
 
 void check_factor(int factor) {
   if (factor != 2 && factor != 4) throw_error(ErrorKind::invalid_argument, "interpolate: must be 2 or 4 (got " + std::to_string(factor) + ")");
@@ -39,37 +36,42 @@ std::vector<Item> items_of(int64_t count, int factor) {
   return items;
 }
 
+// One call of the model: the first and second frame of each item, its time and its output position.
+struct Batch {
+  std::vector<int64_t> first, second, position;
+  std::vector<float> time;
+};
+
+// The items of a clip of `count` frames, `size` at a time (the last batch may be shorter).
+template <class F>
+void for_each_batch(int64_t count, int factor, std::size_t size, F&& call) {
+  const auto items = items_of(count, factor);
+  for (std::size_t i = 0; i < items.size(); i += size) {
+    Batch b;
+    for (std::size_t j = i; j < std::min(i + size, items.size()); ++j) {
+      b.first.push_back(items[j].gap);
+      b.second.push_back(items[j].gap + 1);
+      b.time.push_back(static_cast<float>(items[j].k) / static_cast<float>(factor));
+      b.position.push_back(items[j].gap * factor + items[j].k);
+    }
+    call(b);
+  }
+}
+
+at::Tensor long_tensor(const std::vector<int64_t>& v) { return at::tensor(at::ArrayRef<int64_t>(v), at::kLong); }
+
 }  // namespace
 
 RifePackage read_rife_package(const std::filesystem::path& dir) {
-  const auto file = dir / "manifest.json";
-  std::ifstream in(file);
-  if (!in) throw_error(ErrorKind::not_found, "post package: no " + file.string() + " (export one with python -m vgen_export.post --rife)");
-  std::stringstream text;
-  text << in.rdbuf();
-  boost::system::error_code ec;
-  const auto doc = boost::json::parse(text.str(), ec);
-  if (ec || !doc.is_object()) bad_package(file, "not a JSON object");
-  const auto& m = doc.get_object();
-  auto str = [&](const char* key) {
-    const auto* v = m.if_contains(key);
-    if (!v || !v->is_string()) bad_package(file, std::string(key) + ": missing or not a string");
-    return std::string(v->get_string());
-  };
-  if (str("kind") != "post") bad_package(file, "kind: must be \"post\"");
-  if (str("variant") != "rife") bad_package(file, "variant: must be \"rife\" (got \"" + str("variant") + "\")");
-  if (str("architecture") != "ifnet") bad_package(file, "architecture: must be \"ifnet\"");
+  const auto m = read_post_manifest(dir, "rife", "ifnet", "--rife");
   // 2x and 4x are made at t = 1/4, 1/2, 3/4 straight from the pair: the module must take any time.
-  if (str("timesteps") != "any") bad_package(file, "timesteps: must be \"any\" (a model fixed at t = 0.5 is not supported)");
+  if (m.text("timesteps") != "any") m.bad("timesteps: must be \"any\" (a model fixed at t = 0.5 is not supported)");
   RifePackage p;
-  if (const auto* mult = m.if_contains("multiple")) {
-    if (!mult->is_int64() || mult->get_int64() < 1) bad_package(file, "multiple: must be a positive integer");
+  if (const auto* mult = m.fields.if_contains("multiple")) {
+    if (!mult->is_int64() || mult->get_int64() < 1) m.bad("multiple: must be a positive integer");
     p.multiple = static_cast<int>(mult->get_int64());
   }
-  const auto module = str("module");
-  if (module.empty() || module.find('/') != std::string::npos || module.front() == '.') bad_package(file, "module: must be a file name");
-  p.module = dir / module;
-  if (!std::filesystem::is_regular_file(p.module)) throw_error(ErrorKind::not_found, "post package: no " + p.module.string());
+  p.module = m.module;
   return p;
 }
 
@@ -92,21 +94,11 @@ at::Tensor RifeInterpolator::interpolate(const at::Tensor& frames, int factor, c
   const int64_t count = frames.size(0);
   auto out = at::empty({(count - 1) * factor + 1, 3, frames.size(2), frames.size(3)}, frames.options().dtype(at::kFloat).device(at::kCPU));
   for (int64_t f = 0; f < count; ++f) out[f * factor].copy_(frames[f]);
-  const auto items = items_of(count, factor);
-  for (std::size_t i = 0; i < items.size(); i += options_.interpolate_batch) {
-    const auto n = std::min<std::size_t>(options_.interpolate_batch, items.size() - i);
-    std::vector<int64_t> a, b, at_index;
-    std::vector<float> t;
-    for (std::size_t j = i; j < i + n; ++j) {
-      a.push_back(items[j].gap);
-      b.push_back(items[j].gap + 1);
-      t.push_back(static_cast<float>(items[j].k) / static_cast<float>(factor));
-      at_index.push_back(items[j].gap * factor + items[j].k);
-    }
-    auto idx = [](const std::vector<int64_t>& v) { return at::tensor(at::ArrayRef<int64_t>(v), at::kLong); };
-    const auto y = between(frames.index_select(0, idx(a)), frames.index_select(0, idx(b)), at::tensor(at::ArrayRef<float>(t)), device);
-    out.index_copy_(0, idx(at_index), y.to(at::kCPU));
-  }
+  for_each_batch(count, factor, options_.interpolate_batch, [&](const Batch& b) {
+    const auto y = between(frames.index_select(0, long_tensor(b.first)), frames.index_select(0, long_tensor(b.second)),
+                           at::tensor(at::ArrayRef<float>(b.time)), device);
+    out.index_copy_(0, long_tensor(b.position), y.to(at::kCPU));
+  });
   return out;
 }
 
@@ -117,26 +109,16 @@ VideoFrames RifeInterpolator::run(const VideoFrames& in, int factor, const std::
   const auto bytes = at::from_blob(const_cast<std::uint8_t*>(in.rgb.data()), {in.count, in.height, in.width, 3}, at::kByte);
   VideoFrames out = VideoFrames::allocate(in.width, in.height, (in.count - 1) * factor + 1, in.fps * factor);
   for (int f = 0; f < in.count; ++f) std::memcpy(out.frame(f * factor), in.frame(f), out.frame_bytes());  // the inputs, byte for byte
-  const auto items = items_of(in.count, factor);
   // A batch converts only its own pairs to float: the memory is a batch's, not the clip's.
-  for (std::size_t i = 0; i < items.size(); i += options_.interpolate_batch) {
-    const auto n = std::min<std::size_t>(options_.interpolate_batch, items.size() - i);
-    std::vector<int64_t> a, b;
-    std::vector<float> t;
-    for (std::size_t j = i; j < i + n; ++j) {
-      a.push_back(items[j].gap);
-      b.push_back(items[j].gap + 1);
-      t.push_back(static_cast<float>(items[j].k) / static_cast<float>(factor));
-    }
-    auto frames = [&](const std::vector<int64_t>& v) {
-      return bytes.index_select(0, at::tensor(at::ArrayRef<int64_t>(v), at::kLong)).permute({0, 3, 1, 2}).to(at::kFloat).div(255.0);
-    };
-    const auto y = between(frames(a), frames(b), at::tensor(at::ArrayRef<float>(t)), device);
+  auto frames = [&](const std::vector<int64_t>& v) {
+    return bytes.index_select(0, long_tensor(v)).permute({0, 3, 1, 2}).to(at::kFloat).div(255.0);
+  };
+  for_each_batch(in.count, factor, options_.interpolate_batch, [&](const Batch& b) {
+    const auto y = between(frames(b.first), frames(b.second), at::tensor(at::ArrayRef<float>(b.time)), device);
     const auto rgb = y.permute({0, 2, 3, 1}).mul(255.0).round().clamp(0, 255).to(at::kCPU).to(at::kByte).contiguous();
-    for (std::size_t j = 0; j < n; ++j)
-      std::memcpy(out.frame(static_cast<int>(items[i + j].gap * factor + items[i + j].k)), rgb.data_ptr<std::uint8_t>() + j * out.frame_bytes(),
-                  out.frame_bytes());
-  }
+    for (std::size_t j = 0; j < b.position.size(); ++j)
+      std::memcpy(out.frame(static_cast<int>(b.position[j])), rgb.data_ptr<std::uint8_t>() + j * out.frame_bytes(), out.frame_bytes());
+  });
   check_post_output(*this, in, factor, out);
   return out;
 }

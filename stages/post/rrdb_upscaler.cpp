@@ -15,40 +15,13 @@
 
 namespace vgen {
 
-namespace {
-
-[[noreturn]] void bad_package(const std::filesystem::path& file, const std::string& what) {
-  throw_error(ErrorKind::invalid_argument, "post package " + file.string() + ": " + what);
-}
-
-}  // namespace
-
 RrdbPackage read_rrdb_package(const std::filesystem::path& dir) {
-  const auto file = dir / "manifest.json";
-  std::ifstream in(file);
-  if (!in) throw_error(ErrorKind::not_found, "post package: no " + file.string() + " (export one with python -m vgen_export.post)");
-  std::stringstream text;
-  text << in.rdbuf();
-  boost::system::error_code ec;
-  const auto doc = boost::json::parse(text.str(), ec);
-  if (ec || !doc.is_object()) bad_package(file, "not a JSON object");
-  const auto& m = doc.get_object();
-  auto str = [&](const char* key) {
-    const auto* v = m.if_contains(key);
-    if (!v || !v->is_string()) bad_package(file, std::string(key) + ": missing or not a string");
-    return std::string(v->get_string());
-  };
-  if (str("kind") != "post") bad_package(file, "kind: must be \"post\"");
-  if (str("variant") != "realesrgan") bad_package(file, "variant: must be \"realesrgan\" (got \"" + str("variant") + "\")");
-  if (str("architecture") != "rrdbnet") bad_package(file, "architecture: must be \"rrdbnet\"");
+  const auto m = read_post_manifest(dir, "realesrgan", "rrdbnet", "--realesrgan");
   RrdbPackage p;
-  const auto* scale = m.if_contains("scale");
-  if (!scale || !scale->is_int64() || (scale->get_int64() != 2 && scale->get_int64() != 4)) bad_package(file, "scale: must be 2 or 4");
+  const auto* scale = m.fields.if_contains("scale");
+  if (!scale || !scale->is_int64() || (scale->get_int64() != 2 && scale->get_int64() != 4)) m.bad("scale: must be 2 or 4");
   p.scale = static_cast<int>(scale->get_int64());
-  const auto module = str("module");
-  if (module.empty() || module.find('/') != std::string::npos || module.front() == '.') bad_package(file, "module: must be a file name");
-  p.module = dir / module;
-  if (!std::filesystem::is_regular_file(p.module)) throw_error(ErrorKind::not_found, "post package: no " + p.module.string());
+  p.module = m.module;
   return p;
 }
 
