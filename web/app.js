@@ -199,10 +199,6 @@ class Job {
     const live = this.q("live");  // the file takes over from the live stream
     live.pause();
     live.hidden = true;
-    if (live.src.startsWith("blob:")) {
-      URL.revokeObjectURL(live.src);  // the MediaSource's URL: not kept for the page's life
-      live.removeAttribute("src");
-    }
     const video = this.q("video");
     video.src = this.videoUrl;
     video.hidden = false;
@@ -246,8 +242,10 @@ class Job {
     }
     const source = new MediaSource();
     const video = this.q("live");
-    video.src = URL.createObjectURL(source);
+    const url = URL.createObjectURL(source);
+    video.src = url;
     await new Promise((resolve) => source.addEventListener("sourceopen", resolve, { once: true }));
+    URL.revokeObjectURL(url);  // attached: the URL is not needed any more (not kept for the page's life)
     const buffer = source.addSourceBuffer(type);
     const append = (bytes) => new Promise((resolve, reject) => {
       buffer.addEventListener("updateend", resolve, { once: true });
