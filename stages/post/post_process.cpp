@@ -77,8 +77,11 @@ PostManifest read_post_manifest(const std::filesystem::path& dir, const std::str
   const auto module = m.text("module");
   if (module.empty() || module.find('/') != std::string::npos || module.front() == '.') m.bad("module: must be a file name");
   m.module = dir / module;
-  if (!std::filesystem::is_regular_file(m.module)) throw_error(ErrorKind::not_found, "post package: no " + m.module.string());
   return m;
+}
+
+void PostManifest::require_module() const {
+  if (!std::filesystem::is_regular_file(module)) throw_error(ErrorKind::not_found, "post package: no " + module.string());
 }
 
 }  // namespace vgen

@@ -105,9 +105,12 @@ struct PostManifest {
   std::string text(const char* key) const;
   // Error(invalid_argument) "post package <file>: <what>".
   [[noreturn]] void bad(const std::string& what) const;
+  // Error(not_found) naming the module when it is missing: called after the variant's own
+  // fields are checked, so a wrong field is named before a missing file.
+  void require_module() const;
 };
-// Error(not_found) naming the file and `export_flag` (e.g. "--rife") when DIR has no manifest or
-// the module is missing; Error(invalid_argument) naming the field for any other mismatch.
+// Error(not_found) naming the file and `export_flag` (e.g. "--rife") when DIR has no manifest;
+// Error(invalid_argument) naming the field for any other mismatch.
 PostManifest read_post_manifest(const std::filesystem::path& dir, const std::string& variant, const std::string& architecture,
                                 const std::string& export_flag);
 

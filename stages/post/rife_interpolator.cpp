@@ -71,6 +71,7 @@ RifePackage read_rife_package(const std::filesystem::path& dir) {
     if (!mult->is_int64() || mult->get_int64() < 1) m.bad("multiple: must be a positive integer");
     p.multiple = static_cast<int>(mult->get_int64());
   }
+  m.require_module();
   p.module = m.module;
   return p;
 }

@@ -21,6 +21,7 @@ RrdbPackage read_rrdb_package(const std::filesystem::path& dir) {
   const auto* scale = m.fields.if_contains("scale");
   if (!scale || !scale->is_int64() || (scale->get_int64() != 2 && scale->get_int64() != 4)) m.bad("scale: must be 2 or 4");
   p.scale = static_cast<int>(scale->get_int64());
+  m.require_module();
   p.module = m.module;
   return p;
 }
