@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from test_cli_serve import Server, VGEN, probe
+from test_openai_videos import wait_done  # the SDK's retrieve until completed
 from vgen_export import wan as ew
 from vgen_export.tiny_wan import write_tiny_wan
 
@@ -80,17 +81,6 @@ def service(packages, tmp_path_factory):
 @pytest.fixture
 def client(service):
     return openai.OpenAI(base_url=f"http://127.0.0.1:{service.port}/v1", api_key=TOKEN, max_retries=0, timeout=120)
-
-
-def wait_done(client, video_id, timeout=300):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = client.videos.retrieve(video_id)
-        assert v.status in ("queued", "in_progress", "completed"), v
-        if v.status == "completed":
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"video {video_id} not completed within {timeout}s")
 
 
 def download(client, video_id, path: Path) -> Path:
