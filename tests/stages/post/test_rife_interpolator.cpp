@@ -6,6 +6,7 @@
 #include "runtime/errors.hpp"
 #include "stages/model/model_package.hpp"  // sha256_file
 #include "tests/support/python_reference.hpp"
+#include "tests/support/raw_tensor.hpp"
 
 #include <cstring>
 #include <fstream>
@@ -13,25 +14,9 @@
 
 using namespace vgen;
 
-namespace {
-
-std::vector<char> read_bytes(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-at::Tensor read_f32(const std::string& file, const nlohmann::json& shape) {
-  const auto bytes = read_bytes(file);
-  std::vector<int64_t> dims(shape.begin(), shape.end());
-  auto t = at::empty(dims, at::kFloat);
-  REQUIRE(bytes.size() == static_cast<std::size_t>(t.numel()) * sizeof(float));
-  std::memcpy(t.data_ptr<float>(), bytes.data(), bytes.size());
-  return t;
-}
-
-double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
-
-}  // namespace
+using vgen::test::max_diff;
+using vgen::test::read_bytes;
+using vgen::test::read_f32;
 
 TEST_CASE("RIFE: the interpolated clip matches ccvfi's IFNet in float and in 8-bit, for every batch size" * doctest::timeout(900)) {
   const auto dir = vgen::test::temp_dir("vgen-rife-");

@@ -6,27 +6,16 @@
 #include "runtime/errors.hpp"
 #include "stages/model/model_package.hpp"  // sha256_file
 #include "tests/support/python_reference.hpp"
+#include "tests/support/raw_tensor.hpp"
 
 #include <fstream>
 #include <iterator>
 
 using namespace vgen;
 
-namespace {
-
-at::Tensor read_f32(const std::string& file, const nlohmann::json& shape) {
-  std::ifstream in(file, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<int64_t> dims(shape.begin(), shape.end());
-  auto t = at::empty(dims, at::kFloat);
-  REQUIRE(bytes.size() == static_cast<std::size_t>(t.numel()) * sizeof(float));
-  std::memcpy(t.data_ptr<float>(), bytes.data(), bytes.size());
-  return t;
-}
-
-double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
-
-}  // namespace
+using vgen::test::max_diff;
+using vgen::test::read_bytes;
+using vgen::test::read_f32;
 
 TEST_CASE("the exported RRDBNet matches spandrel; tiles with full context match exactly, short overlaps show seams"
           * doctest::timeout(600)) {
