@@ -1,7 +1,6 @@
 #include "api/http/openai_video_edits.hpp"
 
 #include "api/http/multipart.hpp"
-#include "runtime/atomic_file.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -199,28 +198,15 @@ json::object remix_spec(const JobSpec& source, std::string_view prompt, const js
 }  // namespace openai
 
 OpenAiVideoEdits::OpenAiVideoEdits(const fs::path& output_dir, std::uint64_t max_video_bytes, Context context)
-    : remix_log_(output_dir / ".vgen-videos-remixed"), max_video_bytes_(max_video_bytes), context_(std::move(context)) {
-  std::ifstream in(remix_log_);
-  for (std::string id, source; in >> id >> source;) remixed_[id] = source;
-}
+    : max_video_bytes_(max_video_bytes), context_(std::move(context)), remixes_(output_dir / ".vgen-videos-remixed", context_.exists) {}
 
 std::vector<std::pair<std::string, std::string>> OpenAiVideoEdits::routes() {
   return {{"POST", "/v1/videos/edits"}, {"POST", "/v1/videos/{id}/remix"}, {"POST", "/v1/videos/extensions"}};
 }
 
-std::string OpenAiVideoEdits::remixed_from(std::string_view id) const {
-  std::lock_guard lock(mutex_);
-  const auto it = remixed_.find(id);
-  return it == remixed_.end() ? std::string() : it->second;
-}
+std::string OpenAiVideoEdits::remixed_from(std::string_view id) const { return remixes_.source_of(id); }
 
-void OpenAiVideoEdits::remember_remix(const std::string& id, const std::string& source) {
-  std::lock_guard lock(mutex_);
-  remixed_[id] = source;
-  std::string text;
-  for (const auto& [i, s] : remixed_) text += i + " " + s + "\n";
-  write_file_atomically(remix_log_, text);
-}
+void OpenAiVideoEdits::forget(std::string_view id) { remixes_.forget(id); }
 
 OpenAiVideoEdits::Finished OpenAiVideoEdits::completed(const std::string& id, std::string_view param) const {
   const auto facts = context_.facts(id);
@@ -344,7 +330,7 @@ http::Response OpenAiVideoEdits::remix(const http::Request& request, const std::
       if (source.spec.extend) spec["extend"] = true;
     }
     const auto job = context_.submit(json::value(std::move(spec)), std::move(files));
-    remember_remix(job.id(), id);
+    remixes_.add(job.id(), id);
     return answer(job);
   });
 }

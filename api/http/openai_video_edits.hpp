@@ -22,7 +22,8 @@
 //                                the same seed (the same prompt gives the same bytes), with the
 //                                original's uploaded image or clip if the uploads folder still
 //                                holds it (409 "input_gone" when not). The video object says
-//                                `remixed_from_video_id` (kept in <output_dir>/.vgen-videos-remixed).
+//                                `remixed_from_video_id` (kept in <output_dir>/.vgen-videos-remixed,
+//                                api/http/remix_log: one appended line a remix).
 //   POST /v1/videos/extensions   client.videos.extend(prompt=, seconds=, video=): an extend job
 //                                (JobSpec extend, stages/media/clip_extension) on an upload or a
 //                                finished video by id; `seconds` is the new segment's length:
@@ -38,14 +39,16 @@
 // break the job. Errors: OpenAI's envelope naming the request field.
 //
 // Threads: edit/remix/extend block (read files, decode the video to check it, fsync): call them
-// off the io threads (OpenAiVideos runs POSTs on its blocking executor). remixed_from() is safe
-// from any thread (a mutex). Cancellation: none; a request runs to its end.
+// off the io threads (OpenAiVideos runs POSTs on its blocking executor), and so are the
+// constructor and forget() (they may rewrite the remix log). remixed_from() is safe from any
+// thread (a mutex) and does no I/O. Cancellation: none; a request runs to its end.
 // Lifetime: the Context's functions must stay callable while this lives.
 #pragma once
 
 #include "api/engine.hpp"
 #include "api/http/http_response.hpp"
 #include "api/http/openai_video_fields.hpp"
+#include "api/http/remix_log.hpp"
 #include "api/job_service.hpp"
 
 #include <boost/json/object.hpp>
@@ -54,8 +57,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -102,9 +103,12 @@ class OpenAiVideoEdits {
     // Submits a spec with file bytes by field ("video", "image", "last_image"): stored as uploads.
     std::function<JobHandle(boost::json::value spec, std::vector<std::pair<std::string, std::string>> files)> submit;
     std::function<openai::VideoFacts(const JobHandle& job)> describe;
+    // Whether a video is still there (not deleted, not expired from the job store); the remix
+    // log drops the others when it is read. nullptr: all are.
+    std::function<bool(const std::string& id)> exists;
   };
 
-  // Reads the remix log from <output_dir>/.vgen-videos-remixed.
+  // Reads the remix log from <output_dir>/.vgen-videos-remixed (Context::exists on each entry).
   OpenAiVideoEdits(const std::filesystem::path& output_dir, std::uint64_t max_video_bytes, Context context);
 
   // {method, OpenAPI path template} of the three routes.
@@ -116,18 +120,17 @@ class OpenAiVideoEdits {
 
   // The video a remix was made from; empty for any other id.
   std::string remixed_from(std::string_view id) const;
+  // Video `id` was deleted: its remix entry, if any, is dead.
+  void forget(std::string_view id);
 
  private:
   Finished completed(const std::string& id, std::string_view param) const;
   std::string read_output(const Finished& source) const;
   http::Response answer(const JobHandle& job) const;
-  void remember_remix(const std::string& id, const std::string& source);
 
-  std::filesystem::path remix_log_;
   std::uint64_t max_video_bytes_;
   Context context_;
-  mutable std::mutex mutex_;
-  std::map<std::string, std::string, std::less<>> remixed_;  // remix id -> source id
+  RemixLog remixes_;
 };
 
 }  // namespace vgen

@@ -121,7 +121,9 @@ OpenAiVideos::OpenAiVideos(JobService& jobs, Hooks hooks, asio::any_io_executor 
         if (const auto record = find_record(id)) return OpenAiVideoEdits::Finished{spec_of(*record), record->output};
         return std::nullopt;
       },
-      hooks_.submit, [this](const JobHandle& job) { return facts_of(job); }};
+      hooks_.submit, [this](const JobHandle& job) { return facts_of(job); },
+      // Not facts(): that reads edits_, which is being built when the remix log asks.
+      [this](const std::string& id) { return !deleted(id) && (jobs_.find(id) || find_record(id)); }};
   edits_ = std::make_unique<OpenAiVideoEdits>(jobs_.config().output_dir, jobs_.config().videos.max_bytes, std::move(edits));
 }
 
@@ -442,6 +444,7 @@ http::Response OpenAiVideos::remove(const std::string& id) {
   } else {
     throw_error(ErrorKind::not_found, "video '" + truncate_utf8(id, 60) + "' not found");
   }
+  edits_->forget(id);
   return json_body(200, {{"id", id}, {"object", "video.deleted"}, {"deleted", true}});
 }
 
