@@ -233,6 +233,14 @@ bool may_carry_images(const http::Request& request) {
   return request.body().find("image\"") != std::string::npos || request.body().find("video\"") != std::string::npos;
 }
 
+// Whether the request touches the disk: an upload to decode and write, or GET /v1/loras's
+// directory scan (a slow or network lora_dir must not hold an io thread).
+bool touches_files(const http::Request& request) {
+  if (may_carry_images(request)) return true;
+  const auto target = std::string_view(request.target());
+  return request.method() == bhttp::verb::get && target.substr(0, target.find('?')) == "/v1/loras";
+}
+
 // A job spec and the image bytes that came with it, by field.
 struct Submission {
   json::value spec;
@@ -378,8 +386,9 @@ asio::awaitable<http::Response> HttpApi::handle(http::Request request) {
     co_return co_await asio::co_spawn(
         runtime_.executor(), [this, &request]() -> asio::awaitable<http::Response> { co_return dispatch(request); },
         asio::use_awaitable);
-  if (!may_carry_images(request)) co_return dispatch(request);
-  // Decoding and writing images blocks: on the uploads thread, resuming on this strand after.
+  if (!touches_files(request)) co_return dispatch(request);
+  // Decoding and writing images, and listing LoRA files, block: on the uploads thread, resuming
+  // on this strand after.
   co_return co_await asio::co_spawn(
       upload_thread_, [this, &request]() -> asio::awaitable<http::Response> { co_return dispatch(request); },
       asio::use_awaitable);

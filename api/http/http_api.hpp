@@ -35,8 +35,9 @@
 // "Authorization: Bearer <token>" (401 otherwise), checked before routing by
 // http::bearer_authorized (api/http/http_auth: the scheme in any letter case, constant-time compare).
 // Threads: handle() never blocks an io thread (submission uses Runtime::try_submit); a
-// submission that carries images (decode, fsync'd write, admission's decode) runs on the
-// HttpApi's own "uploads" thread and resumes on the connection's strand. Its mutable state (the
+// submission that carries images (decode, fsync'd write, admission's decode), and GET /v1/loras
+// (a directory scan with a stat per file), run on the HttpApi's own "uploads" thread and resume
+// on the connection's strand. Its mutable state (the
 // upload pins, the jobs cancelled by DELETE) is behind mutexes, so concurrent calls from
 // different connections are safe.
 // Uploads: kept in <output_dir>/uploads while an unfinished job uses them, removed when the
