@@ -78,7 +78,7 @@ RifePackage read_rife_package(const std::filesystem::path& dir) {
 
 RifeInterpolator::RifeInterpolator(const PostOptions& options) : package_(read_rife_package(options.interpolate_model)), options_(options) {
   if (options.interpolate_batch < 1) throw_error(ErrorKind::invalid_argument, "post.interpolate_batch must be >= 1");
-  identity_ = name() + "@" + sha256_file(package_.module);
+  identity_ = name() + "@" + sha256_file(package_.module) + "/batch=" + std::to_string(options.interpolate_batch);
 }
 
 at::Tensor RifeInterpolator::between(const at::Tensor& img0, const at::Tensor& img1, const at::Tensor& times,

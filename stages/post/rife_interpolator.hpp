@@ -8,7 +8,10 @@
 // Factor f: each gap between two frames gets the frames at t = 1/f .. (f-1)/f, each made from
 // the pair directly (IFNet v4 takes any timestep; no recursion, so 4x is not 2x of 2x). The
 // (pair, t) items of a clip run in batches of PostOptions::interpolate_batch, so a batch may
-// mix gaps and times. The inputs are kept at their positions byte for byte.
+// mix gaps and times. The batch size changes the frames slightly (the convolutions sum in
+// another order: 3e-6 in float, 2 of 60,480 bytes by one level at 4x between batches of 1 and
+// 4, measured in tests/stages/post/test_rife_interpolator.cpp), so it is part of identity() and
+// of the content key. The inputs are kept at their positions byte for byte.
 //
 // This header includes ATen (api/ never includes it; model_set.cpp does, privately).
 // Ownership: the interpolator shares its per-device modules through ModuleCache.
@@ -38,7 +41,7 @@ class RifeInterpolator final : public PostProcessor {
   explicit RifeInterpolator(const PostOptions& options);  // reads the package (loads lazily, per device)
   PostKind kind() const override { return PostKind::interpolate; }
   std::string name() const override { return "rife"; }
-  std::string identity() const override { return identity_; }  // rife@<module sha256>
+  std::string identity() const override { return identity_; }  // rife@<module sha256>/batch=N
   bool uses_device() const override { return true; }
   VideoFrames run(const VideoFrames& in, int factor, const std::string& device) const override;
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 using namespace vgen;
 
@@ -31,13 +32,16 @@ TEST_CASE("RIFE: the interpolated clip matches ccvfi's IFNet in float and in 8-b
   const auto u8 = read_bytes((*ref)["input_u8"]);
   REQUIRE(u8.size() == clip.rgb.size());
   std::memcpy(clip.rgb.data(), u8.data(), u8.size());
+  std::map<int, std::pair<at::Tensor, std::vector<std::uint8_t>>> solo;  // batch 1's output by factor
+  bool batch_changes_frames = false;
   for (const int batch : {1, 4}) {  // 1: a pair per call; 4: batches mixing gaps and times, a short last one
     PostOptions o;
     o.interpolate_model = std::string((*ref)["package"]);
     o.interpolate_batch = batch;
     const RifeInterpolator rife(o);
     CHECK(rife.uses_device());
-    CHECK(rife.identity() == "rife@" + sha256_file(o.interpolate_model / "interpolator.pt"));  // the content key's part
+    // The content key's part: the module and the batch size, which changes the frames (below).
+    CHECK(rife.identity() == "rife@" + sha256_file(o.interpolate_model / "interpolator.pt") + "/batch=" + std::to_string(batch));
     for (const auto& c : (*ref)["cases"]) {
       const int factor = c["factor"];
       CAPTURE(batch);
@@ -66,8 +70,21 @@ TEST_CASE("RIFE: the interpolated clip matches ccvfi's IFNet in float and in 8-b
                        << off << " of " << expected.size() << " values differ");
       CHECK(worst <= 1);
       for (int f = 0; f < clip.count; ++f) CHECK(std::memcmp(out.frame(f * factor), clip.frame(f), clip.frame_bytes()) == 0);
+      // Not bit-identical across batch sizes (the reason the batch is in the identity), though
+      // within the parity tolerance: a regression that made it drift further fails here.
+      if (batch == 1) {
+        solo[factor] = {got, out.rgb};
+      } else {
+        const double batch_diff = max_diff(got, solo[factor].first);
+        std::size_t bytes_differ = 0;
+        for (std::size_t i = 0; i < out.rgb.size(); ++i) bytes_differ += out.rgb[i] != solo[factor].second[i];
+        MESSAGE("x" << factor << ", batch 4 against batch 1: float max difference " << batch_diff << ", " << bytes_differ << " bytes differ");
+        CHECK(batch_diff <= 1e-4);
+        if (batch_diff > 0) batch_changes_frames = true;
+      }
     }
   }
+  MESSAGE("the batch size " << std::string(batch_changes_frames ? "changes" : "does not change") << " the interpolated frames here");
 }
 
 TEST_CASE("RIFE: factors other than 2 and 4, and folders that are not a rife post package, are refused naming why") {
@@ -86,5 +103,10 @@ TEST_CASE("RIFE: factors other than 2 and 4, and folders that are not a rife pos
   CHECK_THROWS_WITH_AS(RifeInterpolator{o}, doctest::Contains("interpolate_batch"), Error);
   o.interpolate_batch = 2;
   const RifeInterpolator rife(o);
+  // The batch size is part of the content key: two batch sizes never share a cached result.
+  PostOptions other = o;
+  other.interpolate_batch = 3;
+  CHECK(rife.identity() != RifeInterpolator(other).identity());
+  CHECK(rife.identity().ends_with("/batch=2"));
   CHECK_THROWS_WITH_AS(rife.run(make_test_pattern(16, 16, 2, 8.0, 1), 3, "cpu:0"), doctest::Contains("interpolate: must be 2 or 4"), Error);
 }
