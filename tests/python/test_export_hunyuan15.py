@@ -13,12 +13,14 @@ import os
 import shutil
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from vgen_export import common as ec
 from vgen_export import hunyuan15 as eh
 from vgen_export import manifest as mf
 from vgen_export.common import load_saved
@@ -70,6 +72,42 @@ def test_refuses_a_guider_it_cannot_reproduce(exported, tmp_path):
     run = subprocess.run([sys.executable, "-m", "vgen_export.hunyuan15", "--diffusers", str(copy), str(tmp_path / "o")],
                          capture_output=True, text=True)
     assert run.returncode == 2 and "refused" in run.stderr
+
+
+def test_the_exports_free_the_eager_transformer_and_vae_before_the_reloads(tmp_path, monkeypatch):
+    """The exporter held the eager transformer and VAE while it loaded their saved copies for the
+    checks (two copies of the weights at once: what LTX-2's and Wan's exporters stopped doing at
+    real size). With a Handoff each eager model is gone when its files are loaded, and the checks
+    still pass; image-to-video: both VAE files are written before either reload."""
+    from vgen_export.tiny_hunyuan15 import tiny_transformer, tiny_vae
+
+    torch.manual_seed(0)
+    seen = []
+    real_load = eh.load_saved
+    alive = None
+
+    def load_and_look(path, map_location=None):
+        seen.append((Path(path).name, alive() is None))
+        return real_load(path, map_location)
+
+    monkeypatch.setattr(eh, "load_saved", load_and_look)
+    consts = eh.pipeline_constants(eh.I2V_PIPELINE)
+    handoff = ec.Handoff(tiny_transformer(16, 8, task_type="i2v"))  # no local name keeps the model alive
+    alive = weakref.ref(handoff.module)
+    with torch.no_grad():
+        result = eh.export_transformer(handoff, tmp_path / "transformer.pt", consts, 16, 8, torch.float32,
+                                       torch.Generator().manual_seed(0), image_tokens=4)
+    assert seen == [("transformer.pt", True)]
+    assert len(result["checks"]) == 3 and not ec.failed_checks(result), result["checks"]
+
+    seen.clear()
+    handoff = ec.Handoff(tiny_vae())
+    alive = weakref.ref(handoff.module)
+    with torch.no_grad():
+        checks = eh.export_vae(handoff, tmp_path, torch.Generator().manual_seed(0), i2v=True)
+    assert seen == [("vae_decoder.pt", True), ("vae_encoder.pt", True)]
+    for name in ("vae_decoder", "vae_encoder"):
+        assert len(checks[name]["checks"]) == 3 and not ec.failed_checks(checks[name]), checks[name]
 
 
 def package_loop(pkg: Path, case: dict, seed: int):

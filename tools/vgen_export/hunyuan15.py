@@ -24,16 +24,8 @@ Qwen tokenizer's ``tokenizer.json`` and ``manifest.json``:
   [-1,1]-ish. The VAE's causal attention mask is built by a Python loop in diffusers, which a
   trace would freeze at one size: it is replaced, while tracing, by the same mask built with
   tensor ops (0 where the key's frame is not after the query's, -inf elsewhere);
-- image-to-video only (HunyuanVideo15ImageToVideoPipeline, detected from model_index.json: the
-  pipeline class is the checkpoint's own statement, and only it has image_encoder and
-  feature_extractor, so no flag is needed):
-  image_encoder.pt  (image float32 [B,3,H,W] in [0,1], the video's first frame at the job's size)
-  -> [B,N,Di]: SiglipImageProcessor's fixed-size bicubic resize (skipped when the picture is
-  already that size, then exact; PIL's uint8 resize otherwise differs slightly), its
-  normalisation, then SiglipVisionModel's last_hidden_state;
-  vae_encoder.pt    (image [B,3,H,W] in [-1,1]) -> [B,C,1,H/16,W/16]: the posterior's mode
-  (retrieve_latents(sample_mode="argmax")), not yet multiplied by the scaling factor.
-  The manifest says inputs.image "required": the pipeline cannot run without a picture.
+- image-to-video only (HunyuanVideo15ImageToVideoPipeline, detected from model_index.json):
+  image_encoder.pt and vae_encoder.pt, exported by vgen_export.hunyuan15_i2v (described there).
 
 Classifier-free guidance is the guider's (``ClassifierFreeGuidance``: uncond + g (cond - uncond),
 the diffusers-native form); a guider with another formulation, a guidance rescale or a start/stop
@@ -48,7 +40,7 @@ the bucket's size is the pipeline's video.
 from __future__ import annotations
 
 import argparse
-import contextlib
+import gc
 import json
 import re
 import shutil
@@ -60,8 +52,12 @@ from typing import Any
 
 import torch
 
+from . import hunyuan15_i2v as hy_i2v
 from . import manifest as mf
-from .common import DTYPES, assert_checks, dtype_tolerance, load_saved, max_diff, save_module, trace_quietly
+from .common import (DTYPES, Handoff, assert_checks, dtype_tolerance, load_saved, max_diff, save_module,
+                     trace_quietly)
+from .hunyuan15_modules import (ByT5Export, ExportRefused, I2VTransformerExport, TextEncoderExport, TransformerExport,
+                                VaeDecoderExport, traceable_vae_attention)
 
 T2V_PIPELINE, I2V_PIPELINE = "HunyuanVideo15Pipeline", "HunyuanVideo15ImageToVideoPipeline"
 ACCEPTED_PIPELINES = (T2V_PIPELINE, I2V_PIPELINE)
@@ -71,10 +67,6 @@ TINY_DEFAULTS = {"steps": 3, "guidance_scale": 6.0, "height": 32, "width": 48, "
                  "negative_prompt": ""}
 TINY_I2V_DEFAULTS = {**TINY_DEFAULTS, "width": 32}  # the tiny SigLIP's size: its resize is exact
 GLYPH_PATTERN = r"\"(.*?)\"|“(.*?)”"  # the pipeline's extract_glyph_texts
-
-
-class ExportRefused(ValueError):
-    """A checkpoint (or a part of it) that this exporter cannot reproduce; the message names it."""
 
 
 def pipeline_constants(pipeline: str = T2V_PIPELINE) -> dict[str, Any]:
@@ -142,156 +134,6 @@ def check_byt5(tokenizer_2, length: int) -> dict[str, Any]:
     return {"probes": len(BYT5_PROBES), "mismatches": mismatches}
 
 
-# ---- modules ----------------------------------------------------------------------------------
-
-class TextEncoderExport(torch.nn.Module):
-    def __init__(self, encoder, skip_layers: int, crop_start: int):
-        super().__init__()
-        self.encoder, self.skip, self.crop = encoder, skip_layers, crop_start
-
-    def forward(self, input_ids, attention_mask):
-        states = self.encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states
-        return states[-(self.skip + 1)][:, self.crop:]
-
-
-class ByT5Export(torch.nn.Module):
-    def __init__(self, encoder):
-        super().__init__()
-        self.encoder = encoder
-
-    def forward(self, input_ids, attention_mask):
-        return self.encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
-
-
-class TransformerExport(torch.nn.Module):
-    """Text-to-video: cat([latents, zeros (condition), zeros (mask)]) and zero image embeddings.
-
-    HunyuanVideo15Transformer3DModel.forward step for step, except the per-row Python loop that
-    moves each row's valid text tokens in front of the padding: a trace would unroll it at the
-    trace's batch size. Here it is a stable sort of the rows' tokens by validity, which puts the
-    same tokens in the same order (valid image, ByT5, Qwen tokens, then the invalid ones, padding
-    zeroed) for any batch; the export checks compare it with diffusers' forward."""
-
-    def __init__(self, transformer, image_tokens: int):
-        super().__init__()
-        self.transformer, self.image_tokens = transformer, image_tokens
-        self.image_dim = int(transformer.config.image_embed_dim)
-
-    def forward(self, latents, timestep, text, mask, text_2, mask_2):
-        b = latents.shape[0]
-        x = torch.cat([latents, torch.zeros_like(latents), torch.zeros_like(latents[:, :1])], 1)
-        image = torch.zeros(b, self.image_tokens, self.image_dim, dtype=latents.dtype, device=latents.device)
-        return self.denoise(x, timestep, text, mask, text_2, mask_2, image, False)
-
-    def denoise(self, x, timestep, text, mask, text_2, mask_2, image, with_image: bool):
-        """The transformer on the concatenated input x [B,2C+1,F,H,W]; ``with_image``: the image
-        tokens attend (I2V), else they are zeroed and masked out (T2V's is_t2v branch)."""
-        tr = self.transformer
-        b, _, f, h, w = x.shape
-        rope = tr.rope(x)
-        temb = tr.time_embed(timestep)
-        hidden = tr.x_embedder(x)
-        enc = tr.context_embedder(text, timestep, mask)
-        enc = enc + tr.cond_type_embed(torch.zeros_like(enc[:, :, 0], dtype=torch.long))
-        enc_2 = tr.context_embedder_2(text_2)
-        enc_2 = enc_2 + tr.cond_type_embed(torch.ones_like(enc_2[:, :, 0], dtype=torch.long))
-        enc_3 = tr.image_embedder(image)
-        if not with_image:
-            enc_3 = enc_3 * 0.0  # is_t2v
-        enc_3 = enc_3 + tr.cond_type_embed(2 * torch.ones_like(enc_3[:, :, 0], dtype=torch.long))
-        valid, valid_2 = mask.bool(), mask_2.bool()
-        valid_3 = (torch.ones_like if with_image else torch.zeros_like)(enc_3[:, :, 0], dtype=torch.bool)
-        zero = torch.zeros((), dtype=enc.dtype, device=enc.device)
-        states = torch.cat([enc_3, torch.where(valid_2[..., None], enc_2, zero), torch.where(valid[..., None], enc, zero)], 1)
-        masks = torch.cat([valid_3, valid_2, valid], 1)
-        order = torch.sort((~masks).to(torch.int32), dim=1, stable=True).indices
-        states = states.gather(1, order[..., None].expand(-1, -1, states.shape[2]))
-        masks = masks.gather(1, order)
-        for block in tr.transformer_blocks:
-            hidden, states = block(hidden, states, temb, masks, rope)
-        hidden = tr.proj_out(tr.norm_out(hidden, temb))
-        return hidden.reshape(b, f, h, w, -1).permute(0, 4, 1, 2, 3)
-
-
-class I2VTransformerExport(TransformerExport):
-    """Image-to-video: cat([latents, cond padded with zero frames, mask 1 on frame 0]) and the
-    image tokens, as HunyuanVideo15ImageToVideoPipeline builds them each step."""
-
-    def forward(self, latents, timestep, text, mask, text_2, mask_2, cond, image):
-        rest = torch.zeros_like(latents[:, :, 1:])
-        frame_mask = torch.cat([torch.ones_like(latents[:, :1, :1]), torch.zeros_like(rest[:, :1])], 2)
-        x = torch.cat([latents, torch.cat([cond, rest], 2), frame_mask], 1)
-        return self.denoise(x, timestep, text, mask, text_2, mask_2, image, True)
-
-
-class ImageEncoderExport(torch.nn.Module):
-    """Scripted: SiglipImageProcessor's fixed-size resize and normalisation on a [0,1] tensor,
-    then the traced vision model (last_hidden_state)."""
-
-    def __init__(self, vision: torch.nn.Module, size_h: int, size_w: int, mean, std, mode: str):
-        super().__init__()
-        self.vision, self.size_h, self.size_w, self.mode = vision, size_h, size_w, mode
-        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1))
-        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1))
-
-    def forward(self, image: torch.Tensor) -> torch.Tensor:
-        x = image.float()
-        if x.size(2) != self.size_h or x.size(3) != self.size_w:
-            x = torch.nn.functional.interpolate(x, size=[self.size_h, self.size_w], mode=self.mode, align_corners=False,
-                                                antialias=True).clamp(0.0, 1.0)
-        return self.vision((x - self.mean) / self.std)
-
-
-class SiglipHidden(torch.nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, pixel_values):
-        return self.model(pixel_values=pixel_values).last_hidden_state
-
-
-class VaeEncoderExport(torch.nn.Module):
-    """The first frame [B,3,H,W] in [-1,1] -> the posterior's mode [B,C,1,H/16,W/16]."""
-
-    def __init__(self, vae):
-        super().__init__()
-        self.encoder, self.channels = vae.encoder, int(vae.config.latent_channels)
-
-    def forward(self, image):
-        return self.encoder(image.unsqueeze(2))[:, :self.channels]
-
-
-class VaeDecoderExport(torch.nn.Module):
-    def __init__(self, vae):
-        super().__init__()
-        self.decoder = vae.decoder
-
-    def forward(self, z):
-        return self.decoder(z)
-
-
-def causal_frame_mask(n_frame: int, n_hw: int, dtype, device, batch_size: int | None = None):
-    """HunyuanVideo15AttnBlock.prepare_causal_attention_mask with tensor ops: the same values
-    (0 where key frame <= query frame, else -inf), traceable at any size; batch_size unused."""
-    frame = torch.arange(n_frame * n_hw, device=device) // n_hw
-    zero = torch.zeros((), dtype=dtype, device=device)
-    mask = torch.where(frame[None, :] <= frame[:, None], zero, torch.full((), float("-inf"), dtype=dtype, device=device))
-    return mask  # [S, S]: broadcast over the batch by SDPA (a traced expand would freeze the batch size)
-
-
-@contextlib.contextmanager
-def traceable_vae_attention():
-    from diffusers.models.autoencoders import autoencoder_kl_hunyuanvideo15 as m
-
-    saved = m.HunyuanVideo15AttnBlock.__dict__["prepare_causal_attention_mask"]  # the staticmethod itself
-    m.HunyuanVideo15AttnBlock.prepare_causal_attention_mask = staticmethod(causal_frame_mask)
-    try:
-        yield
-    finally:
-        m.HunyuanVideo15AttnBlock.prepare_causal_attention_mask = saved
-
-
 # ---- export steps -----------------------------------------------------------------------------
 
 def refuse_unsupported(src: Path) -> dict[str, Any]:
@@ -333,57 +175,51 @@ def refuse_unsupported(src: Path) -> dict[str, Any]:
     return {"index": index, "guider": guider, "i2v": index["_class_name"] == I2V_PIPELINE}
 
 
+def export_text_model(wrapper, path: Path, length: int, ids: tuple[int, int], mask_dtype, trace_lengths: list[int],
+                      check_lengths: list[list[int]], dtype, gen) -> dict[str, Any]:
+    """Traces an encoder wrapper (input_ids [B,length] drawn from range `ids`, a right-padded
+    mask) and checks the saved file against the wrapper on rows of `check_lengths`."""
+
+    def inputs(lengths):
+        rows = torch.randint(*ids, (len(lengths), length), generator=gen)
+        mask = torch.zeros(len(lengths), length, dtype=mask_dtype)
+        for row, n in enumerate(lengths):
+            mask[row, :n] = 1
+        return rows, mask
+
+    traced = trace_quietly(wrapper, inputs(trace_lengths))
+    saved = save_module(traced, path)
+    loaded = load_saved(path)
+    checks = []
+    for lengths in check_lengths:
+        rows, mask = inputs(lengths)
+        ref = wrapper(rows, mask)
+        checks.append({"shape": list(rows.shape), "max_abs_diff": max_diff(loaded(rows, mask), ref),
+                       "tolerance": dtype_tolerance(dtype, ref)})
+    return {"trace_shape": [2, length], **saved, "checks": checks}
+
+
 def export_text_encoder(encoder, path: Path, consts: dict[str, Any], dtype, gen) -> dict[str, Any]:
     wrapper = TextEncoderExport(encoder, consts["skip_layers"], consts["crop_start"]).eval()
     length = consts["max_length"] + consts["crop_start"]
-    vocab = encoder.config.vocab_size
-
-    def inputs(lengths):
-        ids = torch.randint(0, vocab, (len(lengths), length), generator=gen)
-        mask = torch.zeros(len(lengths), length, dtype=torch.long)
-        for row, n in enumerate(lengths):
-            mask[row, :n] = 1
-        return ids, mask
-
-    traced = trace_quietly(wrapper, inputs([length, 120]))
-    saved = save_module(traced, path)
-    loaded = load_saved(path)
-    checks = []
-    for lengths in ([130], [length, 109, 200]):
-        ids, mask = inputs(lengths)
-        ref = wrapper(ids, mask)
-        checks.append({"shape": list(ids.shape), "max_abs_diff": max_diff(loaded(ids, mask), ref),
-                       "tolerance": dtype_tolerance(dtype, ref)})
-    return {"trace_shape": [2, length], **saved, "checks": checks}
+    return export_text_model(wrapper, path, length, (0, encoder.config.vocab_size), torch.long, [length, 120],
+                             [[130], [length, 109, 200]], dtype, gen)
 
 
 def export_byt5(encoder, path: Path, length: int, dtype, gen) -> dict[str, Any]:
-    wrapper = ByT5Export(encoder).eval()
-
-    def inputs(lengths):
-        ids = torch.randint(3, 259, (len(lengths), length), generator=gen)
-        mask = torch.zeros(len(lengths), length)
-        for row, n in enumerate(lengths):
-            mask[row, :n] = 1
-        return ids, mask
-
-    traced = trace_quietly(wrapper, inputs([length, 12]))
-    saved = save_module(traced, path)
-    loaded = load_saved(path)
-    checks = []
-    for lengths in ([20], [5, 40, length]):
-        ids, mask = inputs(lengths)
-        ref = wrapper(ids, mask)
-        checks.append({"shape": list(ids.shape), "max_abs_diff": max_diff(loaded(ids, mask), ref),
-                       "tolerance": dtype_tolerance(dtype, ref)})
-    return {"trace_shape": [2, length], **saved, "checks": checks}
+    return export_text_model(ByT5Export(encoder).eval(), path, length, (3, 259), torch.float32, [length, 12],
+                             [[20], [5, 40, length]], dtype, gen)
 
 
 def export_transformer(transformer, path: Path, consts: dict[str, Any], text_dim: int, text_2_dim: int, dtype,
                        gen, image_tokens: int | None = None) -> dict[str, Any]:
     """Checked against diffusers called as the pipeline calls it: text-to-video with a zero
     condition and zero image; image-to-video (``image_tokens`` set) with random first-frame
-    latents, the frame-0 mask and random image tokens."""
+    latents, the frame-0 mask and random image tokens. A Handoff as `transformer` gives this
+    function the only reference: the eager model is freed once every reference is computed and
+    the file written, before the saved copy is loaded for the checks (one copy of the weights at
+    a time)."""
+    transformer = transformer.take() if isinstance(transformer, Handoff) else transformer
     i2v = image_tokens is not None
     wrapper = (I2VTransformerExport if i2v else TransformerExport)(transformer, consts["image_tokens"]).eval()
     c = int(transformer.config.out_channels)
@@ -406,9 +242,7 @@ def export_transformer(transformer, path: Path, consts: dict[str, Any], text_dim
 
     trace = inputs(2, 2, 2, 3, [7, length], [0, 9])
     traced = trace_quietly(wrapper, trace)
-    saved = save_module(traced, path)
-    loaded = load_saved(path)
-    checks = []
+    refs = []  # eager references first (the same draws of `gen`, in the same order, as before)
     for b, f, h, w, lengths, lengths_2 in ((1, 1, 2, 2, [5], [0]), (2, 3, 2, 3, [3, 40], [12, 0]),
                                            (3, 2, 1, 1, [length, 1, 9], [length_2, 3, 0])):
         args = inputs(b, f, h, w, lengths, lengths_2)
@@ -425,70 +259,52 @@ def export_transformer(transformer, path: Path, consts: dict[str, Any], text_dim
         ref = transformer(hidden_states=cond, timestep=t, encoder_hidden_states=text, encoder_attention_mask=mask,
                           encoder_hidden_states_2=text_2, encoder_attention_mask_2=mask_2, image_embeds=image,
                           return_dict=False)[0]
-        checks.append({"shape": list(x.shape), "text": lengths, "text_2": lengths_2,
-                       "max_abs_diff": max_diff(loaded(*args), ref), "tolerance": dtype_tolerance(dtype, ref)})
+        refs.append((args, ref, {"shape": list(x.shape), "text": lengths, "text_2": lengths_2}))
+    saved = save_module(traced, path)
+    del traced, wrapper, transformer  # with a Handoff the last references: the weights go before the reload
+    gc.collect()
+    loaded = load_saved(path)
+    checks = [{**check, "max_abs_diff": max_diff(loaded(*args), ref), "tolerance": dtype_tolerance(dtype, ref)}
+              for args, ref, check in refs]
     return {"trace_shape": list(trace[0].shape), **saved, "checks": checks}
 
 
-def export_image_encoder(model, processor, path: Path, gen) -> dict[str, Any]:
-    """SigLIP behind SiglipImageProcessor's fixed-size resize; checked against the processor and
-    the model on PIL images (exact at the processor's size, PIL vs torch resize otherwise)."""
-    import PIL.Image
-
-    size = processor.size
-    modes = {2: "bilinear", 3: "bicubic"}
-    if not processor.do_resize or "height" not in size or "width" not in size or int(processor.resample) not in modes \
-            or not processor.do_rescale or abs(processor.rescale_factor - 1 / 255) > 1e-12 or not processor.do_normalize:
-        raise ExportRefused(f"feature_extractor: only a fixed-size bilinear/bicubic resize, 1/255 rescale and a "
-                            f"normalisation are exported (size={size}, resample={processor.resample})")
-    sh, sw = int(size["height"]), int(size["width"])
-    vision = SiglipHidden(model).eval()
-    traced = trace_quietly(vision, (torch.randn(1, 3, sh, sw, generator=gen),))
-    driver = ImageEncoderExport(traced, sh, sw, processor.image_mean, processor.image_std, modes[int(processor.resample)])
-    saved = save_module(torch.jit.script(driver), path)
-    loaded = load_saved(path)
-    checks = []
-    # Random pixels are the resize's worst case: PIL (uint8) and torch (float) differ up to ~0.05 here.
-    for h, w, tol in ((sh, sw, 1e-5), (2 * sh, 3 * sw, 1e-1)):
-        pixels = (torch.rand(h, w, 3, generator=gen) * 255).to(torch.uint8)
-        ref_in = processor(images=PIL.Image.fromarray(pixels.numpy()), return_tensors="pt")["pixel_values"]
-        ref = vision(ref_in.to(next(model.parameters()).dtype))
-        got = loaded(pixels.permute(2, 0, 1).unsqueeze(0).float() / 255.0)
-        checks.append({"shape": [1, 3, h, w], "max_abs_diff": max_diff(got, ref), "tolerance": tol})
-    return {"trace_shape": [1, 3, sh, sw], **saved, "checks": checks, "size": [sh, sw], "tokens": int(ref.shape[1]),
-            "dim": int(ref.shape[2])}
-
-
-def export_vae_encoder(vae, path: Path, gen) -> dict[str, Any]:
-    """Checked against vae.encode(...).latent_dist.mode() on [B,3,1,H,W]."""
-    wrapper = VaeEncoderExport(vae).eval()
-    with traceable_vae_attention():
-        traced = trace_quietly(wrapper, (torch.rand(1, 3, 32, 48, generator=gen) * 2 - 1,))
-    saved = save_module(traced, path)
-    loaded = load_saved(path)
-    checks = []
-    for b, h, w in ((1, 16, 16), (2, 32, 48), (1, 48, 32)):
-        x = torch.rand(b, 3, h, w, generator=gen) * 2 - 1
-        ref = torch.cat([vae.encode(row.unsqueeze(2)).latent_dist.mode() for row in x.split(1)])
-        checks.append({"shape": [b, 3, h, w], "max_abs_diff": max_diff(loaded(x), ref), "tolerance": 1e-5})
-    return {"trace_shape": [1, 3, 32, 48], **saved, "checks": checks}
-
-
-def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
+def trace_vae_decoder(vae, path: Path, gen) -> tuple[dict[str, Any], list, list[int]]:
+    """Writes vae_decoder.pt; returns what export_vae checks it with once the eager VAE is gone:
+    (the saved file's entry, [(z, vae.decode(z))], the trace shape)."""
     wrapper = VaeDecoderExport(vae).eval()
     c = int(vae.config.latent_channels)
     with traceable_vae_attention():
         traced = trace_quietly(wrapper, (torch.randn(1, c, 2, 2, 2, generator=gen),))
-    saved = save_module(traced, path)
-    loaded = load_saved(path)
-    checks = []
+    refs = []
     for b, f, h, w in ((1, 1, 1, 1), (2, 3, 2, 3), (1, 2, 3, 2)):
         z = torch.randn(b, c, f, h, w, generator=gen)
         # diffusers' own loop-built mask, one row at a time: its [B,S,S] mask does not broadcast
         # against the [B,1,S,C] query for B > 1 (diffusers 0.42.1 decodes batches only sliced).
-        ref = torch.cat([vae.decode(row, return_dict=False)[0] for row in z.split(1)])
-        checks.append({"shape": list(z.shape), "max_abs_diff": max_diff(loaded(z), ref), "tolerance": 1e-5})
-    return {"trace_shape": [1, c, 2, 2, 2], **saved, "checks": checks}
+        refs.append((z, torch.cat([vae.decode(row, return_dict=False)[0] for row in z.split(1)])))
+    return save_module(traced, path), refs, [1, c, 2, 2, 2]
+
+
+def export_vae(vae, out_dir: Path, gen, i2v: bool) -> dict[str, dict[str, Any]]:
+    """vae_decoder.pt, and vae_encoder.pt for image-to-video. Every eager reference is computed
+    and the files written before the VAE is dropped, and only then are the saved copies loaded
+    for their checks: with a Handoff as `vae` the export holds one copy of the VAE's weights at a
+    time (as LTX-2's and Wan's exporters do; the eager VAE beside a reloaded copy is what took
+    those past their memory at real size)."""
+    vae = vae.take() if isinstance(vae, Handoff) else vae
+    parts = {"vae_decoder": trace_vae_decoder(vae, out_dir / "vae_decoder.pt", gen)}
+    if i2v:
+        parts["vae_encoder"] = hy_i2v.trace_vae_encoder(vae, out_dir / "vae_encoder.pt", gen)
+    del vae  # with a Handoff the last reference: the weights go before the reloads
+    gc.collect()
+    checks = {}
+    for name, (saved, refs, trace_shape) in parts.items():
+        loaded = load_saved(out_dir / f"{name}.pt")
+        checks[name] = {"trace_shape": trace_shape, **saved,
+                        "checks": [{"shape": list(x.shape), "max_abs_diff": max_diff(loaded(x), ref), "tolerance": 1e-5}
+                                   for x, ref in refs]}
+        del loaded
+    return checks
 
 
 TOKENIZER_PROBES = ["a dog barks at a passing car", "", " ", "Une fête à Paris, café crème", "東京の夜景 🐶🎉",
@@ -543,19 +359,13 @@ def export_hunyuan15(src: Path | str, out_dir: Path | str, dtype: str = "float32
         vae = AutoencoderKLHunyuanVideo15.from_pretrained(src, subfolder="vae", torch_dtype=torch.float32).eval()
         vcfg = dict(vae.config)
         spatial, temporal = int(vae.spatial_compression_ratio), int(vae.temporal_compression_ratio)
-        checks["vae_decoder"] = export_vae_decoder(vae, out_dir / "vae_decoder.pt", gen)
-        if i2v:
-            checks["vae_encoder"] = export_vae_encoder(vae, out_dir / "vae_encoder.pt", gen)
-        del vae
+        handoff = Handoff(vae)
+        del vae  # the Handoff holds the only reference
+        checks.update(export_vae(handoff, out_dir, gen, i2v))
         image_tokens = None
         if i2v:
-            from transformers import SiglipImageProcessor, SiglipVisionModel
-
-            processor = SiglipImageProcessor.from_pretrained(src / "feature_extractor")
-            vision = SiglipVisionModel.from_pretrained(src / "image_encoder", torch_dtype=tdtype).eval()
-            checks["image_encoder"] = export_image_encoder(vision, processor, out_dir / "image_encoder.pt", gen)
+            checks["image_encoder"] = hy_i2v.export_siglip(src, out_dir, tdtype, gen)
             image_tokens = checks["image_encoder"]["tokens"]
-            del vision
         encoder = Qwen2_5_VLTextModel.from_pretrained(src / "text_encoder", torch_dtype=tdtype).eval()
         checks["text_encoder"] = export_text_encoder(encoder, out_dir / "text_encoder.pt", consts, tdtype, gen)
         text_dim = int(encoder.config.hidden_size)
@@ -567,16 +377,16 @@ def export_hunyuan15(src: Path | str, out_dir: Path | str, dtype: str = "float32
         transformer = HunyuanVideo15Transformer3DModel.from_pretrained(src, subfolder="transformer",
                                                                        torch_dtype=tdtype).eval()
         tcfg = dict(transformer.config)
-        checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", consts, text_dim, text_2_dim,
+        handoff = Handoff(transformer)
+        del transformer  # the Handoff holds the only reference
+        checks["transformer"] = export_transformer(handoff, out_dir / "transformer.pt", consts, text_dim, text_2_dim,
                                                    tdtype, gen, image_tokens)
-        del transformer
     modules = ["text_encoder", "text_encoder_2", "transformer", "vae_decoder"] + (
         ["vae_encoder", "image_encoder"] if i2v else [])
     for name in modules:
         assert_checks(name, checks[name])
-    if i2v and checks["image_encoder"]["dim"] != int(tcfg["image_embed_dim"]):
-        raise ExportRefused(f"image_encoder width {checks['image_encoder']['dim']} != transformer image_embed_dim "
-                            f"{tcfg['image_embed_dim']}")
+    if i2v:
+        hy_i2v.check_image_width(checks, tcfg)
 
     scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(src, subfolder="scheduler")
     multiple = spatial * int(tcfg["patch_size"])
