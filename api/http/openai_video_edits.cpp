@@ -42,11 +42,10 @@ bool is_vgen_field(std::string_view key) {
 
 using http::json_body;
 
-std::optional<http::Response> unsupported_media(const http::Request& request) {
-  if (http::has_content_type(request, "multipart/form-data") || http::has_content_type(request, "application/json"))
-    return std::nullopt;
-  return openai::error_response({415, "invalid_request_error", "unsupported_media_type",
-                                 "Content-Type must be application/json or multipart/form-data", ""});
+void require_video_media(const http::Request& request) {
+  if (http::has_content_type(request, "multipart/form-data") || http::has_content_type(request, "application/json")) return;
+  throw Refusal{{415, "invalid_request_error", "unsupported_media_type",
+                 "Content-Type must be application/json or multipart/form-data", ""}};
 }
 
 // Runs a route, answering errors in OpenAI's envelope. `renames` maps a vgen field an error
@@ -231,19 +230,26 @@ std::string OpenAiVideoEdits::read_output(const Finished& source) const {
   return file_bytes(source.output);
 }
 
+OpenAiVideoEdits::VideoIn OpenAiVideoEdits::video_in(const http::Request& request, bool (*fits)(const ServedModel&)) const {
+  require_video_media(request);
+  VideoIn in;
+  in.request = openai::read_video_request(request, max_video_bytes_);
+  if (!in.request.video_id.empty()) in.source = completed(in.request.video_id, "video");
+  in.served = context_.served();
+  in.model = &pick_model(in.served, in.request.fields, in.source ? &in.source->spec : nullptr, fits);
+  return in;
+}
+
 http::Response OpenAiVideoEdits::answer(const JobHandle& job) const {
   return json_body(200, openai::video_json(context_.describe(job)));
 }
 
 http::Response OpenAiVideoEdits::edit(const http::Request& request) {
   return answered([&]() -> http::Response {
-    if (auto r = unsupported_media(request)) return std::move(*r);
-    auto req = openai::read_video_request(request, max_video_bytes_);
-    std::optional<Finished> source;
-    if (!req.video_id.empty()) source = completed(req.video_id, "video");
-    const auto served = context_.served();
-    const auto& model = pick_model(served, req.fields, source ? &source->spec : nullptr,
-                                   [](const ServedModel& m) { return m.limits.video != InputUse::none; });
+    auto in = video_in(request, [](const ServedModel& m) { return m.limits.video != InputUse::none; });
+    auto& req = in.request;
+    const auto& source = in.source;
+    const auto& model = *in.model;
     const auto strength = take(req.fields, "strength");
     auto spec = openai::job_spec_from(req.fields, model, req.text_fields);
     spec["model"] = model.name;
@@ -260,13 +266,10 @@ http::Response OpenAiVideoEdits::edit(const http::Request& request) {
 
 http::Response OpenAiVideoEdits::extend(const http::Request& request) {
   return answered([&]() -> http::Response {
-    if (auto r = unsupported_media(request)) return std::move(*r);
-    auto req = openai::read_video_request(request, max_video_bytes_);
-    std::optional<Finished> source;
-    if (!req.video_id.empty()) source = completed(req.video_id, "video");
-    const auto served = context_.served();
-    const auto& model = pick_model(served, req.fields, source ? &source->spec : nullptr,
-                                   [](const ServedModel& m) { return m.limits.image != InputUse::none; });
+    auto in = video_in(request, [](const ServedModel& m) { return m.limits.image != InputUse::none; });
+    auto& req = in.request;
+    const auto& source = in.source;
+    const auto& model = *in.model;
     const auto seconds = take(req.fields, "seconds");
     if (!seconds) throw_error(ErrorKind::invalid_argument, "seconds: required (the new segment's length)");
     const auto strength = take(req.fields, "strength");

@@ -124,6 +124,15 @@ class OpenAiVideoEdits {
   void forget(std::string_view id);
 
  private:
+  // What edit and extend start from: the request read (415 unless JSON or multipart), its
+  // source when it names a finished video, and the model (pick_model with `fits`, in `served`).
+  struct VideoIn {
+    openai::VideoRequest request;
+    std::optional<Finished> source;
+    std::vector<ServedModel> served;
+    const ServedModel* model = nullptr;
+  };
+  VideoIn video_in(const http::Request& request, bool (*fits)(const ServedModel&)) const;
   Finished completed(const std::string& id, std::string_view param) const;
   std::string read_output(const Finished& source) const;
   http::Response answer(const JobHandle& job) const;
