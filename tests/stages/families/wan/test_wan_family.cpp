@@ -26,6 +26,7 @@
 #include "stages/model/component_backends.hpp"
 #include "tests/support/family_group.hpp"
 #include "tests/support/python_reference.hpp"
+#include "tests/stages/families/wan/wan_stage_runs.hpp"
 
 // LibTorch's c10/util/Logging.h defines a glog-style CHECK that aborts; this file's CHECKs
 // are doctest's (counted and reported).
@@ -35,156 +36,7 @@
 using namespace vgen;
 namespace asio = boost::asio;
 namespace fs = std::filesystem;
-
-namespace {
-
-struct Reference {
-  nlohmann::json info;
-  std::optional<torch::jit::Module> tensors;  // loaded on first use
-  at::Tensor get(const std::string& name) {
-    if (!tensors) tensors = torch::jit::load(info["reference"].get<std::string>());
-    return tensors->attr(name).toTensor();
-  }
-};
-
-// Builds the tiny Wan pipeline, exports it and runs diffusers' WanPipeline on one case
-// (tools/reference/wan_parity.py). Once per test binary: it takes ~20 s.
-Reference* reference() {
-  static std::optional<Reference> ref;
-  static bool tried = false;
-  if (tried) return ref ? &*ref : nullptr;
-  tried = true;
-  // The reference is produced once by the CTest fixture `stages.wan_parity_reference`
-  // (tools/reference/wan_parity.py, ~20 s), which sets VGEN_WAN_PARITY_DIR for this test.
-  const char* dir = std::getenv("VGEN_WAN_PARITY_DIR");
-  if (!dir || !*dir || !fs::is_regular_file(fs::path(dir) / "parity.json")) return nullptr;
-  std::ifstream in(fs::path(dir) / "parity.json");
-  auto info = nlohmann::json::parse(in);
-  ref = Reference{info, std::nullopt};
-  return &*ref;
-}
-
-// The reference, or nullptr after warning that the case is skipped (no tooling Python).
-Reference* reference_or_skip() {
-  auto* ref = reference();
-  if (!ref) WARN_MESSAGE(false, "VGEN_WAN_PARITY_DIR not set (no tooling Python): skipped");
-  return ref;
-}
-
-// A fresh output directory, removed when the case ends.
-struct OutDir {
-  fs::path path = vgen::test::temp_dir("vgen-wan-out-");
-  ~OutDir() { fs::remove_all(path); }
-};
-
-// What the stages produced for one job, captured by wrapping the stage functions.
-struct Capture {
-  std::mutex m;
-  std::map<std::string, at::Tensor> embeds, frames;
-  std::map<std::string, std::vector<std::int64_t>> embed_lengths;
-  std::map<std::string, std::vector<at::Tensor>> steps;
-  std::map<std::string, std::set<std::string>> devices;  // job -> devices of its stages
-};
-
-std::vector<StageSpec> capturing(std::vector<StageSpec> stages, Capture& cap) {
-  for (auto& s : stages) {
-    auto inner = s.fn;
-    const auto name = s.name;
-    s.fn = [inner, name, &cap](Job& job) -> asio::awaitable<void> {
-      if (name == "denoise") {
-        auto& w = *family_job(job);
-        w.on_step = [&cap, id = job.id()](int, const at::Tensor& latents) {
-          std::lock_guard l(cap.m);
-          cap.steps[id].push_back(latents.clone());
-        };
-      }
-      co_await inner(job);
-      if (const auto* w = dynamic_cast<const WanJob*>(find_family_job(job))) {
-        std::lock_guard l(cap.m);
-        if (name == "preprocess") {
-          cap.embeds[job.id()] = w->embeds.clone();
-          cap.embed_lengths[job.id()] = w->embed_lengths;
-        }
-        if (name == "decode") cap.frames[job.id()] = w->frames.clone();
-        if (!w->device.empty()) cap.devices[job.id()].insert(w->device);
-      }
-    };
-  }
-  return stages;
-}
-
-double max_diff(const at::Tensor& a, const at::Tensor& b) {
-  REQUIRE(a.sizes() == b.sizes());
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
-// Runs `jobs` through the real stages on `devices`; returns the finished jobs.
-std::vector<std::shared_ptr<Job>> run_jobs(const fs::path& package, const std::string& devices,
-                                          const std::vector<boost::json::object>& jobs, Capture& cap,
-                                          const fs::path& out_dir, std::shared_ptr<ModelSet>* keep = nullptr,
-                                          std::size_t max_batch = 1, const std::string& cancel_id = {}) {
-  const auto specs = parse_device_list(devices);
-  Executor executor({.io_threads = 1});
-  add_device_pools(executor, specs);
-  DevicePool pool(specs);
-  ModelSetOptions options;
-  options.out_dir = out_dir;
-  options.stages["denoise"].workers = specs.size();
-  options.stages["preprocess"].workers = specs.size();
-  options.batching.max_batch = max_batch;
-  options.batching.wait = std::chrono::seconds(20);  // every job joins (they arrive well within it)
-  auto runtime = std::make_shared<ModelSet>(std::vector<std::pair<std::string, fs::path>>{{"m", package}}, executor, pool, options);
-  if (keep) *keep = runtime;
-  Pipeline pipeline(executor.get_executor(), capturing(runtime->stages(), cap));
-  pipeline.start();
-  auto submit_all = [&]() -> asio::awaitable<std::vector<std::shared_ptr<Job>>> {
-    std::vector<std::shared_ptr<Job>> out;
-    for (const auto& j : jobs) out.push_back(co_await pipeline.submit(j));
-    if (!cancel_id.empty()) {  // once it is denoising, so that it leaves a running batch
-      asio::steady_timer t(co_await asio::this_coro::executor);
-      while (out.front()->snapshot().status() != "denoise" || out.front()->snapshot().step < 1) {
-        t.expires_after(std::chrono::milliseconds(2));
-        co_await t.async_wait(asio::use_awaitable);
-      }
-      pipeline.cancel(cancel_id);
-    }
-    co_await pipeline.drain();
-    co_return out;
-  };
-  auto done = executor.run_sync(submit_all());
-  executor.stop();
-  return done;
-}
-
-boost::json::object case_json(const nlohmann::json& c, std::uint64_t seed, const std::string& scheduler) {
-  boost::json::object o{{"prompt", c["prompt"].get<std::string>()},
-                        {"negative_prompt", c["negative_prompt"].get<std::string>()},
-                        {"height", c["height"].get<int>()}, {"width", c["width"].get<int>()},
-                        {"frames", c["num_frames"].get<int>()}, {"steps", c["num_inference_steps"].get<int>()},
-                        {"guidance", c["guidance_scale"].get<double>()}, {"seed", seed}};
-  if (!scheduler.empty()) o["scheduler"] = scheduler;
-  return o;
-}
-
-// Every step's latents and the frames of `job` against the reference tensors named
-// latents_<name>_NNN and frames_<name> (diffusers' frames are [1, F, 3, H, W]; ours [F, H, W, 3]).
-void check_against_reference(Reference& ref, Capture& cap, const Job& job, const std::string& name) {
-  CAPTURE(name);
-  const auto& got = cap.steps[job.id()];
-  const int steps = ref.info["steps"].get<int>();
-  REQUIRE(static_cast<int>(got.size()) == steps);
-  for (int i = 0; i < steps; ++i) {
-    char key[64];
-    std::snprintf(key, sizeof key, "latents_%s_%03d", name.c_str(), i);
-    CAPTURE(i);
-    CHECK(max_diff(got[i], ref.get(key)) <= 1e-4);
-  }
-  const double d = max_diff(cap.frames[job.id()], ref.get("frames_" + name)[0].permute({0, 2, 3, 1}));
-  MESSAGE(name << ": max |vgen - diffusers| over frames = " << d);
-  CHECK(d <= 1e-3);
-}
-
-}  // namespace
+using namespace vgen::wan_test;  // the tiny package's runs and checks (wan_stage_runs.hpp)
 
 TEST_CASE("vgen's Wan stages reproduce diffusers' WanPipeline (UniPC and FlowMatchEuler)" * doctest::timeout(600)) {
   auto* ref = reference_or_skip();
@@ -483,12 +335,6 @@ TEST_CASE("two experts (Wan 2.2 A14B): diffusers' WanPipeline with transformer_2
 
 // Issue 20: a job joining a running group mid-denoise (the real Batcher and step loop) ends as
 // it would alone, and so does the job it joined.
-namespace {
-std::shared_ptr<FamilyJob> fresh_job(Family& family, const boost::json::object& spec) {
-  return family.create_job(family.validate(spec));
-}
-}  // namespace
-
 TEST_CASE("a T2V job joining a running group at step 2 (UniPC history per cohort) ends within 1e-4 of its solo run" *
           doctest::timeout(600)) {
   auto* ref = reference_or_skip();
@@ -520,82 +366,4 @@ TEST_CASE("two experts (Wan 2.2 A14B): a job joining across the expert switch en
   other["prompt"] = "a blue square spinning on a white background";
   const boost::json::object specs[] = {case_json(info["case"], info["seed"].get<std::uint64_t>(), ""), other};
   test::check_joined_equals_solo(family, [&](int i) { return fresh_job(*family, specs[i]); }, at, "wan2.2-a14b-t2v");
-}
-
-// wan_aoti_parity's package (tools/reference/wan_aoti_parity.py): wan_parity's tiny Wan, same
-// weights, with its transformer also compiled by AOTInductor for the CPU; nullopt (skipped) without it.
-std::optional<fs::path> aoti_package_or_skip() {
-  const char* dir = std::getenv("VGEN_WAN_AOTI_PARITY_DIR");
-  if (!dir || !*dir || !fs::is_regular_file(fs::path(dir) / "parity.json")) {
-    WARN_MESSAGE(false, "VGEN_WAN_AOTI_PARITY_DIR not set (no tooling Python): skipped");
-    return std::nullopt;
-  }
-  std::ifstream in(fs::path(dir) / "parity.json");
-  return fs::path(nlohmann::json::parse(in)["package"].get<std::string>());
-}
-
-TEST_CASE("an AOTInductor transformer reproduces diffusers' WanPipeline (float32, 1e-4), batched as TorchScript does" *
-          doctest::timeout(900)) {
-  auto* ref = reference_or_skip();
-  const auto pkg = aoti_package_or_skip();
-  if (!ref || !pkg) return;
-  const OutDir out;
-  const auto seed = ref->info["seed"].get<std::uint64_t>();
-  clear_component_backends();
-  Capture cap;
-  std::shared_ptr<ModelSet> runtime;
-  auto jobs = run_jobs(*pkg, "cpu", {case_json(ref->info["case"], seed, ""), case_json(ref->info["case"], seed, "FlowMatchEulerDiscreteScheduler")},
-                       cap, out.path, &runtime);
-  for (auto& j : jobs) REQUIRE_MESSAGE(j->state() == JobState::done, j->snapshot().error);
-  CHECK(read_wan_config(runtime->package()).transformer_compact_context);  // forward_compact, compiled too
-  bool compiled = false;
-  for (const auto& b : component_backends())
-    if (b.component == "transformer") {
-      CHECK(b.backend == "aoti");
-      CHECK(b.refused == "");
-      compiled = b.backend == "aoti";
-    }
-  REQUIRE(compiled);
-  check_against_reference(*ref, cap, *jobs[0], "unipc");
-  check_against_reference(*ref, cap, *jobs[1], "euler");
-
-  // Four jobs in one transformer batch, each with its own guidance: the same steps as the
-  // TorchScript twin's batch (wan_parity's package: the same weights, no .pt2).
-  std::vector<boost::json::object> specs;
-  const char* prompts[] = {"a red circle moving left", "a blue square moving up", "a green triangle", "a cat"};
-  for (int i = 0; i < 4; ++i) {
-    auto s = case_json(ref->info["case"], 200 + i, "");
-    s["prompt"] = prompts[i];
-    s["guidance"] = 2.0 + i;
-    specs.push_back(s);
-  }
-  Capture aoti, script;
-  std::shared_ptr<ModelSet> ra, rs;
-  auto a = run_jobs(*pkg, "cpu", specs, aoti, out.path, &ra, 4);
-  auto b = run_jobs(ref->info["package"].get<std::string>(), "cpu", specs, script, out.path, &rs, 4);
-  CHECK(ra->group_sizes("denoise").count(4) == 1);
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    REQUIRE_MESSAGE(a[i]->state() == JobState::done, a[i]->snapshot().error);
-    REQUIRE_MESSAGE(b[i]->state() == JobState::done, b[i]->snapshot().error);
-    const auto& x = aoti.steps[a[i]->id()];
-    const auto& y = script.steps[b[i]->id()];
-    REQUIRE(x.size() == y.size());
-    for (std::size_t k = 0; k < x.size(); ++k) CHECK(max_diff(x[k], y[k]) <= 1e-4);
-    const double d = max_diff(aoti.frames[a[i]->id()], script.frames[b[i]->id()]);
-    MESSAGE("batched job " << i << ": max |aoti - torchscript| over frames = " << d);
-    CHECK(d <= 1e-4);
-  }
-}
-
-TEST_CASE("an AOTInductor transformer: a job joining a running group at step 2 ends within 1e-4 of its solo run" *
-          doctest::timeout(600)) {
-  auto* ref = reference_or_skip();
-  const auto pkg = aoti_package_or_skip();
-  if (!ref || !pkg) return;
-  register_builtin_families();
-  auto family = load_family(*pkg);
-  auto other = case_json(ref->info["case"], 77, "");
-  other["prompt"] = "a blue square spinning on a white background";
-  const boost::json::object specs[] = {case_json(ref->info["case"], ref->info["seed"].get<std::uint64_t>(), ""), other};
-  test::check_joined_equals_solo(family, [&](int i) { return fresh_job(*family, specs[i]); }, 2, "wan2.1-t2v (aoti)");
 }
