@@ -46,6 +46,20 @@ def probe(path):
             "key": doc["format"]["tags"]["comment"]}
 
 
+def serve_post_clip(server) -> list:
+    """POST /v1/jobs a 48x32, 9-frame job at 12 fps with interpolate 2 and upscale 2 as "clip",
+    wait for it, and check the file: 96x64, 17 frames at 24 fps. Returns the job's events."""
+    status, _, body = server.json("POST", "/v1/jobs", {"prompt": "a red circle moving left", "name": "clip", "width": 48,
+                                                      "height": 32, "frames": 9, "steps": 2, "fps": 12,
+                                                      "interpolate": 2, "upscale": 2})
+    assert status == 202, body
+    events = server.events(body["id"], timeout=300)
+    assert events[-1][0] == "done", events
+    p = probe(server.out_dir / "clip.mp4")
+    assert (p["size"], p["fps"], p["frames"]) == ((96, 64), "24/1", 17)
+    return events
+
+
 def test_interpolate_and_upscale_double_frames_fps_and_size(package, tmp_path):
     base, post = tmp_path / "base.mp4", tmp_path / "post.mp4"
     assert render(package, base, *SMALL).returncode == 0
@@ -121,15 +135,8 @@ def test_serve_takes_the_http_fields_and_refuses_with_400(package, tmp_path):
     config.write_text(json.dumps({"post": {"max_side": 1024}}))
     server = Server(package, tmp_path / "out", "--config", str(config))
     try:
-        status, _, body = server.json("POST", "/v1/jobs", {"prompt": "a red circle moving left", "name": "clip", "width": 48,
-                                                          "height": 32, "frames": 9, "steps": 2, "fps": 12,
-                                                          "interpolate": 2, "upscale": 2})
-        assert status == 202, body
-        events = server.events(body["id"], timeout=300)
-        assert events[-1][0] == "done", events
+        events = serve_post_clip(server)
         assert set(events[-1][1]["stage_seconds"]) >= {"interpolate", "upscale"}
-        p = probe(server.out_dir / "clip.mp4")
-        assert (p["size"], p["fps"], p["frames"]) == ((96, 64), "24/1", 17)
         status, _, body = server.json("POST", "/v1/jobs", {"prompt": "too big", "width": 512, "height": 256, "frames": 5,
                                                           "upscale": 4})
         assert status == 400 and "upscale" in json.dumps(body), body
@@ -176,14 +183,7 @@ def test_both_post_models_render_batch_and_serve(package, post_models, tmp_path)
 
     server = Server(package, tmp_path / "served", "--config", str(post_models))
     try:
-        status, _, body = server.json("POST", "/v1/jobs", {"prompt": "a red circle moving left", "name": "clip", "width": 48,
-                                                          "height": 32, "frames": 9, "steps": 2, "fps": 12,
-                                                          "interpolate": 2, "upscale": 2})
-        assert status == 202, body
-        events = server.events(body["id"], timeout=300)
-        assert events[-1][0] == "done", events
-        p = probe(server.out_dir / "clip.mp4")
-        assert (p["size"], p["fps"], p["frames"]) == ((96, 64), "24/1", 17)
+        serve_post_clip(server)
         assert server.stop() == 0
     finally:
         server.kill()
