@@ -40,6 +40,19 @@ def probe(path):
     return json.loads(out)["streams"][0]
 
 
+def render_and_probe(package, prompt: str, out: Path, *args) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """`vgen render PROMPT -o OUT --model PACKAGE ARGS`, which must succeed, and the file's streams
+    as ffprobe reads them, every frame counted (codec_type, codec_name, width, height,
+    nb_read_frames). For the family exporters' tests, which render with the package they export."""
+    r = subprocess.run([str(VGEN), "render", prompt, "-o", str(out), "--model", str(package), *args],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    streams = json.loads(subprocess.run(
+        ["ffprobe", "-v", "error", "-count_frames", "-show_entries", "stream=codec_type,codec_name,width,height,nb_read_frames",
+         "-of", "json", str(out)], capture_output=True, text=True, check=True).stdout)["streams"]
+    return r, streams
+
+
 @pytest.mark.parametrize("ext,codec", [("mp4", "h264"), ("webm", "vp9"), ("gif", "gif")])
 def test_render_writes_probed_video(package, tmp_path, ext, codec):
     out = tmp_path / f"clip.{ext}"

@@ -25,6 +25,7 @@ from vgen_export import hunyuan15 as eh
 from vgen_export import manifest as mf
 from vgen_export.common import load_saved
 from vgen_export.tiny_hunyuan15 import write_tiny_hunyuan15
+from test_cli_render import render_and_probe  # the CLI tests' render + ffprobe (same folder)
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,14 +183,9 @@ def test_the_package_loop_matches_diffusers(exported, case):
 
 @pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
 def test_vgen_render_with_the_package(exported, tmp_path):
-    out = tmp_path / "clip.mp4"
-    r = subprocess.run([str(VGEN), "render", 'a neon sign that says "OPEN"', "-o", str(out), "--model", str(exported[1]),
-                        "--width", "48", "--height", "32", "--frames", "9", "--steps", "2", "--max-batch", "1"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    probe = json.loads(subprocess.run(
-        ["ffprobe", "-v", "error", "-count_frames", "-show_entries", "stream=codec_name,width,height,nb_read_frames",
-         "-of", "json", str(out)], capture_output=True, text=True, check=True).stdout)["streams"][0]
+    _, streams = render_and_probe(exported[1], 'a neon sign that says "OPEN"', tmp_path / "clip.mp4", "--width", "48",
+                                  "--height", "32", "--frames", "9", "--steps", "2", "--max-batch", "1")
+    probe = streams[0]
     assert (probe["codec_name"], probe["width"], probe["height"], int(probe["nb_read_frames"])) == ("h264", 48, 32, 9)
 
 

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 from vgen_export import ltx as el
 from vgen_export import manifest as mf
 from vgen_export.tiny_ltx import write_tiny_ltx
+from test_cli_render import render_and_probe  # the CLI tests' render + ffprobe (same folder)
 
 torch.set_num_threads(1)
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))
@@ -124,14 +125,10 @@ def test_refuses_what_it_cannot_export(exported, tmp_path, part, changes, needle
 @pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
 def test_vgen_render_with_the_ltx_package(exported, tmp_path):
     out = tmp_path / "clip.mp4"
-    r = subprocess.run([str(VGEN), "render", "a red circle moving left", "-o", str(out), "--model", str(exported[1]),
-                        "--width", "96", "--height", "64", "--frames", "17", "--steps", "2", "--fps", "24"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    r, streams = render_and_probe(exported[1], "a red circle moving left", out, "--width", "96", "--height", "64",
+                                  "--frames", "17", "--steps", "2", "--fps", "24")
     assert r.stdout.strip() == str(out)
-    probe = json.loads(subprocess.run(
-        ["ffprobe", "-v", "error", "-count_frames", "-show_entries", "stream=codec_name,width,height,nb_read_frames",
-         "-of", "json", str(out)], capture_output=True, text=True, check=True).stdout)["streams"][0]
+    probe = streams[0]
     assert (probe["codec_name"], probe["width"], probe["height"], int(probe["nb_read_frames"])) == ("h264", 96, 64, 17)
 
 

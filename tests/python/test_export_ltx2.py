@@ -23,6 +23,7 @@ from vgen_export import ltx2 as el
 from vgen_export import manifest as mf
 from vgen_export.common import load_saved
 from vgen_export.tiny_ltx2 import TINY_MAX_LENGTH, tiny_transformer, tiny_vae, write_tiny_ltx2
+from test_cli_render import render_and_probe  # the CLI tests' render + ffprobe (same folder)
 
 torch.set_num_threads(1)
 
@@ -179,14 +180,8 @@ VGEN = BUILD / "bin" / "vgen"
 
 @pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
 def test_vgen_render_with_the_ltx2_package(exported, tmp_path):
-    out = tmp_path / "clip.mp4"
-    r = subprocess.run([str(VGEN), "render", "a dog barks at a passing car", "-o", str(out), "--model", str(exported[1]),
-                        "--width", "96", "--height", "64", "--frames", "17", "--steps", "2", "--fps", "24"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    probe = json.loads(subprocess.run(
-        ["ffprobe", "-v", "error", "-count_frames", "-show_entries", "stream=codec_type,width,height,nb_read_frames",
-         "-of", "json", str(out)], capture_output=True, text=True, check=True).stdout)["streams"]
+    _, probe = render_and_probe(exported[1], "a dog barks at a passing car", tmp_path / "clip.mp4", "--width", "96",
+                                "--height", "64", "--frames", "17", "--steps", "2", "--fps", "24")
     video = [s for s in probe if s["codec_type"] == "video"][0]
     assert (video["width"], video["height"], int(video["nb_read_frames"])) == (96, 64, 17)
     assert [s for s in probe if s["codec_type"] == "audio"], probe  # the clip's sound, muxed beside it
