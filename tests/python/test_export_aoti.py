@@ -2,7 +2,7 @@
 
 The kernels of a compiled package must run with the thread count of the thread that calls them
 (vgen sets it per device thread, and the self-tuner changes it), not with the exporting
-process's torch.get_num_threads(): pinned at 2 they ran a 1-thread vgen 3.5x slower than serial
+process's torch.get_num_threads(): pinned at 2 they ran a 1-thread call about 4x slower than serial
 kernels on the shared 2-core machine (bench/results/aoti_2026-11-27_dynamic_threads.txt)."""
 
 from __future__ import annotations
