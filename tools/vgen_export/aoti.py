@@ -67,18 +67,21 @@ def _compile_threads(threads: int):
 
 def compiled_kernel_count(pt2: Path) -> dict[str, dict[str, Any]]:
     """What Inductor generated, per method, read from the package's sources: its fused C++
-    kernels (extern "C" cpp_fused_* in *.kernel.cpp) and the ATen / oneDNN ops the wrapper
-    still calls (aoti_torch_cpu_*, e.g. addmm_out, the attention)."""
+    kernels (extern "C" cpp_fused_* in *.kernel.cpp), their OpenMP regions with a thread count
+    fixed at compile time, and the ATen / oneDNN ops the wrapper still calls (aoti_torch_cpu_*,
+    e.g. addmm_out, the attention)."""
     out: dict[str, dict[str, Any]] = {}
     with zipfile.ZipFile(pt2) as z:
         for name in z.namelist():
             if "/data/aotinductor/" not in name:
                 continue
             method = name.split("/data/aotinductor/")[1].split("/")[0].removesuffix(MODEL_SUFFIX)
-            entry = out.setdefault(method, {"fused_kernels": 0, "extern_ops": []})
+            entry = out.setdefault(method, {"fused_kernels": 0, "extern_ops": [], "fixed_thread_regions": 0})
             if name.endswith(".kernel.cpp"):
                 text = z.read(name).decode(errors="replace")
                 entry["fused_kernels"] += len(set(re.findall(r'extern "C"[^\n]*?(cpp_fused_\w+)\(', text)))
+                # OpenMP regions pinned to the compiling machine's thread count (0 with dynamic threads)
+                entry["fixed_thread_regions"] += len(re.findall(r"#pragma omp parallel num_threads\(", text))
             elif name.endswith(".wrapper.cpp"):
                 text = z.read(name).decode(errors="replace")
                 entry["extern_ops"] = sorted(set(entry["extern_ops"]) | set(re.findall(r"aoti_torch_cpu_(\w+)", text)))
@@ -115,7 +118,14 @@ def compile_aoti(methods: dict[str, Method], path: Path, device: str = "cpu", th
                 # freezing: the weights become constants Inductor may fold and prepack for oneDNN
                 # (measured, medium bench transformer, CPU, 1 thread: 0.49 s per call without it,
                 # 0.12 s with it, against TorchScript's 0.14 s)
-                options = {"aot_inductor.package": True, "freezing": True,
+                # dynamic_threads: each fused kernel's OpenMP region takes the calling thread's
+                # thread count at run time (vgen's intra-op setting, at::set_num_threads) instead of
+                # `#pragma omp parallel num_threads(N)` with N = torch.get_num_threads() of the
+                # compiling process (2 here). Measured, medium bench transformer, forward_compact at
+                # 2x16x3x16x16, 1 intra-op thread, 2 shared cores at load 15: kernels fixed at 2
+                # threads 2.42 s per call, serial ones 0.50 s, TorchScript 0.68 s: the two-method
+                # package was slow for this, not for holding two models (bench/results/aoti_*).
+                options = {"aot_inductor.package": True, "freezing": True, "cpp.dynamic_threads": True,
                            "aot_inductor.output_path": str(work / name),
                            "aot_inductor.metadata": {TORCH_KEY: torch.__version__, DEVICE_KEY: device,
                                                      METHOD_KEY: name, METHODS_KEY: ",".join(methods)}}
