@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <random>
 #include <string>
@@ -282,5 +283,42 @@ std::size_t sweep_temporaries_of(const fs::path& target) {
 }
 
 bool is_temporary_name(std::string_view filename) noexcept { return parse_temporary(filename).has_value(); }
+
+void append_line_durably(const fs::path& file, std::string_view line) {
+  const auto fail = [&file](const char* step, int err) {
+    throw_error(io_error_kind(err), "append to " + file.string() + ": " + step + ": " + std::strerror(err));
+  };
+  std::error_code ec;
+  const bool created = !fs::exists(file, ec);
+  const int fd = ::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail("open", errno);
+  struct stat before {};
+  const bool sized = ::fstat(fd, &before) == 0;
+  std::size_t done = 0;
+  while (done < line.size()) {  // O_APPEND: each write lands at the end, a short one continues it
+    const auto n = ::write(fd, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      if (sized && done > 0) (void)::ftruncate(fd, before.st_size);  // no torn line for the next append to join
+      ::close(fd);
+      fail("write", err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail("fsync", err);
+  }
+  ::close(fd);
+  if (created) {
+    const int dir = ::open(file.parent_path().empty() ? "." : file.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir >= 0) {
+      ::fsync(dir);  // best effort: the line itself is already durable in the file
+      ::close(dir);
+    }
+  }
+}
 
 }  // namespace vgen

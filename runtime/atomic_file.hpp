@@ -55,6 +55,13 @@ void write_atomically(const std::filesystem::path& target, const AtomicWriter& w
 // thing onto itself (the same file or directory, by identity) does nothing.
 void copy_atomically(const std::filesystem::path& from, const std::filesystem::path& to);
 
+// Appends `line` (a whole line, '\n' included) to `file` (created if missing) with write(2) on
+// an O_APPEND descriptor and fsyncs it before returning; a new file's folder is synced too (best
+// effort). For append-only logs read line by line: a write that fails part-way is truncated back,
+// so the next append never joins a torn line; a crash mid-write can still leave one, which the
+// log's reader must skip. Errors: vgen::Error naming the file and the step (io_error_kind).
+void append_line_durably(const std::filesystem::path& file, std::string_view line);
+
 // Removes the temporaries (and set-aside ".old-" directories) that a crashed writer left in
 // `dir` (not recursing), skipping those whose writer process is still running (the pid in the
 // name is alive on this host, this process included). Temporaries of an older vgen without a

@@ -97,9 +97,7 @@ struct OpenAiVideos::Deleted {
   void add(const std::string& id) {
     std::lock_guard lock(mutex);
     if (!ids.insert(id).second) return;
-    std::string text;
-    for (const auto& i : ids) text += i + "\n";
-    write_file_atomically(file, text);
+    append_line_durably(file, id + "\n");  // one short write a DELETE, not the whole set again
   }
 };
 

@@ -9,6 +9,7 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,6 +91,23 @@ TEST_CASE("write_file_atomically writes and replaces a file, leaving nothing els
   CHECK(listing(dir.path()) == std::vector<std::string>{"a.json", "empty"});
   const auto nameless = failure_of([&] { vgen::write_file_atomically(dir.path() / "", std::string_view("x")); });
   CHECK(nameless.kind == ErrorKind::invalid_argument);
+}
+
+TEST_CASE("append_line_durably appends to the same file, creating it, and names it when it cannot") {
+  TempDir dir;
+  vgen::append_line_durably(dir / "log", "a 1\n");
+  struct stat first {}, second {};
+  REQUIRE(::stat((dir / "log").c_str(), &first) == 0);
+  vgen::append_line_durably(dir / "log", "b 2\n");
+  REQUIRE(::stat((dir / "log").c_str(), &second) == 0);
+  CHECK(read(dir / "log") == "a 1\nb 2\n");
+  CHECK(first.st_ino == second.st_ino);  // appended in place, not replaced by a rewrite
+  CHECK(listing(dir.path()) == std::vector<std::string>{"log"});  // no temporary beside it
+  touch(dir / "file");
+  const auto f = failure_of([&] { vgen::append_line_durably(dir / "file" / "log", "x\n"); });
+  CHECK(f.thrown);
+  CHECK(contains(f.message, (dir / "file" / "log").string()));
+  CHECK(f.kind == ErrorKind::internal);  // ENOTDIR: no retry fixes it
 }
 
 TEST_CASE("the writer gets a recognisable temporary in the target's folder") {
