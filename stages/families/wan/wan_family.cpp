@@ -542,6 +542,8 @@ void WanFamily::warm_up(const std::string& device) {
       predict(PredictCall{jobs, job.state.latents, t, device});
     }
     vae->forward({job.state.latents.to(vae->dtype())});
+    // The chunked decode's methods too (a watched job's decode): their first calls are as slow.
+    if (package_has_chunked_decode(p.manifest, "vae_decoder")) chunked_decode(*vae, job.state.latents.to(vae->dtype()));
   }
 }
 
