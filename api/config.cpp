@@ -164,6 +164,9 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
       {"output_dir", [&](const json::value& v, const std::string& p) { c.output_dir = r.path(v, p); }},
       {"lora_dir", [&](const json::value& v, const std::string& p) { c.loras.dir = v.is_null() ? fs::path() : r.path(v, p); }},
       {"warmup", [&](const json::value& v, const std::string& p) { c.warmup = r.boolean(v, p); }},
+      {"live", [&](const json::value& v, const std::string& p) {
+         r.object(v, p, {{"max_total_mb", mebibytes(r, c.live_max_total_bytes, 1, 1'000'000)}});
+       }},
       {"journal", [&](const json::value& v, const std::string& p) { c.journal = v.is_null() ? fs::path() : r.path(v, p); }},
       {"threads", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {{"io", count(r, c.io_threads, 1, 64)},
@@ -336,6 +339,7 @@ json::object to_json(const RuntimeConfig& c) {
       {"tune", {{"budget_s", c.tune.budget_s}, {"first_wait_s", c.tune.first_wait_s}, {"dir", c.tune.dir.empty() ? json::value(nullptr) : json::value(c.tune.dir.string())},
                 {"max_batch", c.tune.max_batch}}},
       {"warmup", c.warmup},
+      {"live", {{"max_total_mb", c.live_max_total_bytes >> 20}}},
       {"cache", {{"text", {{"entries", c.text_cache.entries}, {"ttl_s", c.text_cache.ttl.count()}}},
                  {"loras", {{"mb", c.loras.cache_bytes >> 20}}},
                  {"results", {{"entries", c.result_cache_entries}, {"ttl_s", c.result_cache_ttl.count()}}},

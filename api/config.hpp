@@ -94,6 +94,12 @@ struct RuntimeConfig {
   // Costs those calls at start-up. Config key "warmup".
   bool warmup = false;
 
+  // Live streams (GET /v1/jobs/{id}/video?live=1, stages/media/live_broadcast.hpp): the bytes all
+  // of them may hold together (each stream is also capped at 512 MiB). A stream that would pass
+  // it is cut: its clients' responses end without their last chunk (an error) and a warning is
+  // logged; the job's file is unaffected. Config key "live.max_total_mb" (default 2048).
+  std::size_t live_max_total_bytes = std::size_t{2048} << 20;
+
   TextCacheOptions text_cache;  // config keys "cache.text.entries", "cache.text.ttl_s"
   // LoRA (stages/model/lora.hpp): jobs' "loras" name files under loras.dir (empty: LoRAs
   // refused); merged variants are kept within loras.cache_bytes per model (0: merge for every

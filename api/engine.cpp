@@ -462,7 +462,7 @@ class RuntimeImpl {
   std::optional<Tracer::clock::time_point> trace_start_;  // config.trace_file's capture
   Executor executor_;
   std::unique_ptr<FaultInjector> faults_;  // before devices_/models_: stages refer to it
-  LiveStreams live_;                       // before models_: the encode stage writes to it
+  LiveStreams live_{LiveBroadcast::default_max_bytes, config_.live_max_total_bytes};  // before models_: the encode stage writes to it
   std::unique_ptr<RuntimeTuning> tuning_;  // before models_: its Batcher reports caps to it
   std::unique_ptr<ComputeDevices> devices_;
   std::unique_ptr<ModelSet> models_;

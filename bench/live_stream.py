@@ -41,10 +41,10 @@ def tiny_package(root: Path) -> Path:
     return root / "pkg"
 
 
-def serve(package: Path, out: Path) -> tuple[subprocess.Popen, int]:
+def serve(package: Path, out: Path, vgen: Path) -> tuple[subprocess.Popen, int]:
     config = out.parent / "serve.json"
     config.write_text(json.dumps({"cache": {"results": {"entries": 0}}}))
-    proc = subprocess.Popen([str(BIN / "vgen"), "--log-level", "warn", "serve", "--listen", "127.0.0.1:0", "--model",
+    proc = subprocess.Popen([str(vgen), "--log-level", "warn", "serve", "--listen", "127.0.0.1:0", "--model",
                              str(package), "--output-dir", str(out), "--config", str(config)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     ready, _, _ = select.select([proc.stdout], [], [], 300)
@@ -104,9 +104,11 @@ def one_run(port: int, spec: dict) -> dict:
     whole = c.getresponse().read()
     # The same job again with nobody watching (the result cache is off): its encode has no tap.
     c.request("POST", "/v1/jobs", json.dumps(spec), {"Content-Type": "application/json"})
+    alone_at = time.perf_counter()
     alone = json.loads(c.getresponse().read())["id"]
     c.request("GET", f"/v1/jobs/{alone}/events")
     c.getresponse().read()  # the stream ends with the job
+    unwatched_done = time.perf_counter() - alone_at
     c.request("GET", f"/v1/jobs/{alone}")
     unwatched = json.loads(c.getresponse().read())
     c.request("GET", f"/v1/jobs/{alone}/video")
@@ -115,7 +117,7 @@ def one_run(port: int, spec: dict) -> dict:
     return {"job": job, "live": first is not None, "first_fragment_s": first, "stream_end_s": stream_end,
             "done_s": done_at[0] if done_at else None, "stream_bytes": len(data), "file_bytes": len(whole),
             "stage_seconds": status.get("stage_seconds"), "unwatched_stage_seconds": unwatched.get("stage_seconds"),
-            "unwatched_file_identical": same}
+            "unwatched_file_identical": same, "unwatched_done_s": unwatched_done}
 
 
 def main() -> None:
@@ -124,18 +126,22 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=RUNS)
     ap.add_argument("--frames", type=int)
     ap.add_argument("--steps", type=int)
+    ap.add_argument("--vgen", type=Path, default=BIN / "vgen", help="the binary (e.g. another build's, for before/after)")
+    ap.add_argument("--package", type=Path, help="a package exported already (tiny: skips the export)")
+    ap.add_argument("--tag", default="", help="appended to the output's name")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if args.model == "tiny":
-            package, spec = tiny_package(tmp), {"width": 48, "height": 32, "frames": 33, "steps": 2}
+            package = args.package or tiny_package(tmp)
+            spec = {"width": 48, "height": 32, "frames": 33, "steps": 2}
         else:
             package, spec = ROOT / "models" / "vgen-shapes", {}
         if args.frames:
             spec["frames"] = args.frames
         if args.steps:
             spec["steps"] = args.steps
-        proc, port = serve(package, tmp / "out")
+        proc, port = serve(package, tmp / "out", args.vgen)
         try:
             runs = [one_run(port, {**spec, "prompt": f"a red circle moving left, take {i}", "seed": 100 + i})
                     for i in range(args.runs + 1)][1:]  # the first warms the model up
@@ -144,13 +150,16 @@ def main() -> None:
             proc.wait(60)
     counted = [r for r in runs if r["live"] and r["done_s"] is not None]
     rows = [[k, mmm(stats(r[k] for r in counted))] for k in ("first_fragment_s", "stream_end_s", "done_s")] if counted else []
+    if runs:
+        rows.append(["unwatched job: done_s", mmm(stats(r["unwatched_done_s"] for r in runs))])
     if counted:
         rows.append(["(encode stage, watched)", mmm(stats(r["stage_seconds"]["encode"] for r in counted))])
         rows.append(["(encode stage, unwatched)", mmm(stats(r["unwatched_stage_seconds"]["encode"] for r in counted))])
     print(f"watched file == unwatched file: {[r['unwatched_file_identical'] for r in runs]}")
     print(table(["from submission to", "seconds: median (min–max)"], rows))
     print(f"{len(counted)} of {len(runs)} runs streamed live; spec {spec}")
-    write(f"live_stream_{args.model}", {"model": args.model, "spec": spec, "machine": machine(), "runs": runs})
+    write(f"live_stream_{args.model}{args.tag}", {"model": args.model, "spec": spec, "vgen": str(args.vgen), "machine": machine(),
+                                                 "runs": runs})
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 #include "api/http/live_video.hpp"
 
+#include "runtime/errors.hpp"
 #include "stages/media/encode.hpp"
 #include "stages/media/live_broadcast.hpp"
 
@@ -46,6 +47,13 @@ asio::awaitable<void> stream_live(std::shared_ptr<LiveBroadcast> live, JobHandle
       ++sent;
     }
     end = read.end;  // read with the segments: none follows those just sent
+  }
+  if (end == End::truncated) {
+    // A cap cut it (live.max_total_bytes, or one stream's own): no last chunk, so that the
+    // client sees a broken response, never what looks like a whole video.
+    spdlog::warn("live stream of job {}: cut by the live-stream byte cap after {} segment(s); ended without its last chunk",
+                 job.id(), sent);
+    throw_error(ErrorKind::overloaded, "live stream of job " + job.id() + " cut by the byte cap");
   }
   if (sent > 0) co_return;  // the stream as written; a failed job's ends here, cleanly
   // Nothing was written to this stream: the job ended first, or was encoded without it.

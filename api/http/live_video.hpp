@@ -8,6 +8,9 @@
 //     result-cache hit, a client that came after the encode started): the file is sent instead.
 //   - The job fails or is cancelled: the stream ends cleanly (the terminating chunk) with what
 //     it had.
+//   - The stream was cut by a byte cap (stages/media/live_broadcast.hpp; live.max_total_bytes):
+//     the connection closes without the terminating chunk, so the client sees an error (curl:
+//     "transfer closed with outstanding read data"), and a warning is logged.
 //   - A client that disconnects or cannot take a chunk within the server's write timeout is
 //     dropped with a log line; the encoder never waits for any client.
 //

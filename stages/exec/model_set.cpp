@@ -2,9 +2,11 @@
 
 #include "runtime/errors.hpp"
 #include "stages/exec/batcher.hpp"
+#include "stages/exec/chunked_decode.hpp"
 #include "stages/families/family.hpp"
 #include "stages/media/clip_extension.hpp"
 #include "stages/media/image_admission.hpp"
+#include "stages/media/streamed_encode.hpp"
 #include "stages/exec/denoise_news.hpp"
 #include "stages/exec/preview.hpp"
 #include "stages/post/libav_post.hpp"
@@ -34,6 +36,23 @@ struct ModelSet::State {
   DevicePool* devices = nullptr;              // leases for model-backed post-stages
   std::shared_ptr<const PostProcessor> interpolator, upscaler;
   std::unique_ptr<BaseFrames> base_frames;  // never null; off unless options.base_frames say so
+  // Jobs encoded while they decode (start_streamed_encode), by job id, from their decode stage
+  // to their encode stage (which waits for the encode's end and removes the entry). A job that
+  // ends in between leaves its entry, which then holds no frames and no stream (StreamedEncode
+  // releases both when its encode ends): a few hundred bytes.
+  std::mutex streamed_mutex;
+  std::map<std::string, std::shared_ptr<StreamedEncode>> streamed;
+
+  void set_streamed(const std::string& id, std::shared_ptr<StreamedEncode> s) {
+    std::lock_guard lock(streamed_mutex);
+    if (s) streamed[id] = std::move(s);
+    else streamed.erase(id);
+  }
+  std::shared_ptr<StreamedEncode> find_streamed(const std::string& id) {
+    std::lock_guard lock(streamed_mutex);
+    const auto it = streamed.find(id);
+    return it == streamed.end() ? nullptr : it->second;
+  }
 
   // The identity a job's content key names: its package's, plus the post-stage variants that
   // make its frames (a model's weights included), so configuring another interpolator or
@@ -178,10 +197,90 @@ asio::awaitable<void> join_input_clip(State& st, std::shared_ptr<FamilyJob> w) {
   if (joined.audio) w->audio = std::move(joined.audio);
 }
 
+// What the encode stage writes for a job: the options with its format and content-key comment,
+// and its output path (set on the job).
+EncodeOptions encode_target(const State& st, const Job& job, FamilyJob& w) {
+  auto options = st.options.encode;
+  options.format = w.spec.format;
+  options.comment = "vgen:" + job_content_key(st.content_model_id(w.spec), w.spec).hex();
+  const std::string stem = w.spec.name.empty() ? job.id() : w.spec.name;
+  w.output = st.options.out_dir / (stem + extension_for(options.format));
+  return options;
+}
+
+// A watched job (a client opened its live stream) whose family decodes it in time chunks and
+// whose clip goes from decode straight to encode (no post-stage, not an extend job: those need
+// the whole clip) is encoded while it decodes: the frames go to the encoder chunk by chunk, so
+// the stream's first fragments leave during decode. Every other job (all unwatched ones) takes
+// the whole-clip path unchanged. Null when the job does not qualify.
+// A family decodes in chunks when its package's VAE has the packed streaming methods (Wan's,
+// exported since them); one that decodes whole anyway (a tiled decode) gets its clip handed
+// over after the decode (finish_streamed_clip): the same bytes, only later.
+std::shared_ptr<StreamedEncode> start_streamed_encode(const State& st, const Job& job, const Family& family, FamilyJob& w) {
+  const auto& s = w.spec;
+  if (!st.options.live || w.post_frames || s.extend || s.interpolate > 1 || s.upscale > 1) return nullptr;
+  if (!streams_live(s.format) || !package_has_chunked_decode(family.package().manifest, "vae_decoder")) return nullptr;
+  auto live = st.options.live->start(job.id());
+  if (!live) return nullptr;
+  auto options = encode_target(st, job, w);
+  auto clip = std::make_shared<GrowingClip>(s.width, s.height, s.frames, s.fps);
+  set_frame_sink(&w, [clip](const at::Tensor& frames) {
+    if (frames.size(1) != clip->frames().height || frames.size(2) != clip->frames().width)
+      throw_error(ErrorKind::internal, "streamed encode: decoded frames of another size than the job's");
+    const auto bytes = (frames * 255.0).round().clamp(0, 255).to(at::kByte).contiguous();  // as to_video_frames
+    clip->append(bytes.data_ptr<std::uint8_t>(), static_cast<int>(frames.size(0)));
+  });
+  return std::make_shared<StreamedEncode>(std::move(clip), w.audio, w.output, std::move(options), std::move(live));
+}
+
+// After the decode: the frames the family did not hand over (none, when it decoded whole after
+// all) go in now; a clip of another length than the encoder was told ends that encode, and the
+// job is encoded by the encode stage as any other. Returns whether the streamed encode goes on.
+bool finish_streamed_clip(StreamedEncode& streamed, const FamilyJob& w) {
+  auto& clip = streamed.clip();
+  const auto count = clip.frames().count;
+  if (!w.frames.defined() || w.frames.size(0) != count) {
+    clip.fail("the decoded clip has " + std::to_string(w.frames.defined() ? w.frames.size(0) : 0) + " frames, not " +
+              std::to_string(count));
+    return false;
+  }
+  if (const int ready = clip.ready(); ready < count) {
+    const auto rest = (w.frames.narrow(0, ready, count - ready) * 255.0).round().clamp(0, 255).to(at::kByte).contiguous();
+    clip.append(rest.data_ptr<std::uint8_t>(), count - ready);
+  }
+  return true;
+}
+
 asio::awaitable<void> decode(State& st, Job& job) {
   auto w = family_job(job);
   const auto& family = st.family(w->spec.model);
-  co_await st.batcher->join(family, job, BatchKind::decode);
+  // A retried decode starts over: the previous try's encode, if any, ended with it.
+  auto streamed = start_streamed_encode(st, job, *family, *w);
+  std::exception_ptr failed;
+  try {
+    co_await st.batcher->join(family, job, BatchKind::decode);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  set_frame_sink(w.get(), nullptr);
+  if (streamed) {
+    bool goes_on = false;
+    try {
+      goes_on = !failed && finish_streamed_clip(*streamed, *w);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    if (goes_on) {
+      st.set_streamed(job.id(), streamed);
+    } else {
+      // The encoder stops at the frame it waits for and its stream ends failed; the encode
+      // stage (after a successful retry) encodes the job as any other, to a fresh stream.
+      streamed->clip().fail("decode failed");
+      co_await streamed->done().wait();
+      if (auto live = streamed->live()) live->finish(LiveBroadcast::End::failed);
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
   if (w->spec.extend) co_await join_input_clip(st, w);
   if (st.base_frames->enabled()) co_await keep_base(st, *family, w);
 }
@@ -218,13 +317,25 @@ asio::awaitable<void> post_process(State& st, Job& job, PostKind kind) {
 asio::awaitable<void> interpolate(State& st, Job& job) { co_await post_process(st, job, PostKind::interpolate); }
 asio::awaitable<void> upscale(State& st, Job& job) { co_await post_process(st, job, PostKind::upscale); }
 
+// The encode the decode stage started (start_streamed_encode): its end, then the stream's.
+asio::awaitable<void> finish_streamed_encode(State& st, const Job& job, std::shared_ptr<StreamedEncode> streamed) {
+  co_await streamed->done().wait();
+  st.set_streamed(job.id(), nullptr);
+  const auto live = streamed->live();
+  if (auto error = streamed->error()) {
+    if (live) live->finish(LiveBroadcast::End::failed);
+    std::rethrow_exception(error);
+  }
+  if (live) live->finish(LiveBroadcast::End::complete);
+}
+
 asio::awaitable<void> encode(State& st, Job& job) {
   auto w = family_job(job);
-  auto options = st.options.encode;
-  options.format = w->spec.format;
-  options.comment = "vgen:" + job_content_key(st.content_model_id(w->spec), w->spec).hex();
-  const std::string stem = w->spec.name.empty() ? job.id() : w->spec.name;
-  w->output = st.options.out_dir / (stem + extension_for(options.format));
+  if (auto streamed = st.find_streamed(job.id())) {
+    co_await finish_streamed_encode(st, job, std::move(streamed));
+    co_return;
+  }
+  auto options = encode_target(st, job, *w);
   // Only a job someone watches gets a broadcast (LiveStreams::start); ended here, once the file
   // is in place (complete) or the encode failed; the job's end ends it too (a cancel, a crash).
   std::shared_ptr<LiveBroadcast> live;

@@ -1,4 +1,5 @@
 #include "stages/media/encode.hpp"
+#include "stages/media/streamed_encode.hpp"
 
 #include "stages/media/audio_mux.hpp"
 #include "stages/media/fragment_tap.hpp"
@@ -224,6 +225,11 @@ class LibavEncoder : public FormatEncoder {
                        const EncodeOptions& options, LiveBroadcast& live) const override {
     mux_to_file(frames, audio, path.string(), options, &live);
   }
+  // write_file_live over a clip still being written (stages/media/streamed_encode.hpp).
+  void write_file_live_as_frames_arrive(const VideoFrames& frames, const AudioTrack* audio, const fs::path& path,
+                                        const EncodeOptions& options, LiveBroadcast& live, const FrameWait& wait) const {
+    mux_to_file(frames, audio, path.string(), options, &live, wait);
+  }
   std::vector<std::uint8_t> write_memory_with_audio(const VideoFrames& frames, const AudioTrack& audio,
                                                     const EncodeOptions& options) const override {
     return mux_to_memory(frames, &audio, options);
@@ -249,7 +255,7 @@ class LibavEncoder : public FormatEncoder {
   }
 
   void mux_to_file(const VideoFrames& frames, const AudioTrack* audio, const std::string& url,
-                   const EncodeOptions& options, LiveBroadcast* live = nullptr) const {
+                   const EncodeOptions& options, LiveBroadcast* live = nullptr, const FrameWait& wait = {}) const {
     av::FileIoPtr io;                                     // declared first: outlives fmt
     av::OutputFormatPtr fmt = alloc_muxer(url.c_str());  // url is kept: faststart reopens it
     if (!(fmt->oformat->flags & AVFMT_NOFILE)) {  // image2 opens one file per frame itself
@@ -258,7 +264,7 @@ class LibavEncoder : public FormatEncoder {
       io.reset(pb);
       fmt->pb = io.get();
     }
-    mux(frames, audio, fmt.get(), options, false, live);
+    mux(frames, audio, fmt.get(), options, false, live, wait);
     fmt.reset();
     if (AVIOContext* pb = io.release()) av::check(avio_closep(&pb), "closing " + url);
   }
@@ -300,7 +306,7 @@ class LibavEncoder : public FormatEncoder {
   }
 
   void mux(const VideoFrames& frames, const AudioTrack* audio, AVFormatContext* fmt,
-           const EncodeOptions& options, bool in_memory, LiveBroadcast* live = nullptr) const {
+           const EncodeOptions& options, bool in_memory, LiveBroadcast* live = nullptr, const FrameWait& wait = {}) const {
     std::unique_ptr<FrameFiller> filler = make_filler(frames);
     AVStream* stream = av::check_alloc(avformat_new_stream(fmt, nullptr), "creating the video stream");
     av::CodecContextPtr ctx = open_encoder(frames, options, fmt->oformat->flags & AVFMT_GLOBALHEADER);
@@ -332,6 +338,7 @@ class LibavEncoder : public FormatEncoder {
       av::check(av_interleaved_write_frame(fmt, p), "writing a packet");
     };
     for (int i = 0; i < frames.count; ++i) {
+      if (wait) wait(i);
       av::check(av_frame_make_writable(frame.get()), "making the frame writable");
       filler->fill(frames.frame(i), frame.get());
       frame->pts = i;
@@ -535,6 +542,14 @@ void encode_to_file(const VideoFrames& frames, const AudioTrack* audio, const st
 
 void encode_to_file(const VideoFrames& frames, const AudioTrack* audio, const std::filesystem::path& out,
                     const EncodeOptions& options, LiveBroadcast* live) {
+  encode_to_file_as_frames_arrive(frames, audio, out, options, live, FrameWait());
+}
+
+// Declared in stages/media/streamed_encode.hpp (its only caller besides the overload above) and
+// defined here, beside the libav loop it drives: encode.hpp is included by most of api/ and
+// stays as it was.
+void encode_to_file_as_frames_arrive(const VideoFrames& frames, const AudioTrack* audio, const std::filesystem::path& out,
+                                     const EncodeOptions& options, LiveBroadcast* live, const FrameWait& wait) {
   const auto encoder = checked_encoder(frames, options);
   if (audio != nullptr) validate_audio_track(*audio);
   if (out.filename().empty()) reject("output path names no file: '" + out.string() + "'");
@@ -543,9 +558,19 @@ void encode_to_file(const VideoFrames& frames, const AudioTrack* audio, const st
   if (!fs::is_directory(dir, ec)) reject("output directory does not exist: " + dir.string());
   if (live != nullptr && encoder->streams_live() && (audio == nullptr || encoder->muxes_audio())) {
     write_atomically(out, [&](const fs::path& temporary) {
-      encoder->write_file_live(frames, audio, temporary, options, *live);
+      if (const auto* libav = dynamic_cast<const LibavEncoder*>(encoder.get()); libav && wait)
+        libav->write_file_live_as_frames_arrive(frames, audio, temporary, options, *live, wait);
+      else {
+        if (wait && frames.count > 0) wait(frames.count - 1);  // another encoder: the whole clip first
+        encoder->write_file_live(frames, audio, temporary, options, *live);
+      }
     });
-  } else if (audio == nullptr) {
+    spdlog::debug("encoded {} frames {}x{} as {} to {} (live)", frames.count, frames.width, frames.height, options.format, out.string());
+    return;
+  }
+  // Only the live encode takes frames as they come; every other output waits for the clip.
+  if (wait && frames.count > 0) wait(frames.count - 1);
+  if (audio == nullptr) {
     write_atomically(out, [&](const fs::path& temporary) { encoder->write_file(frames, temporary, options); });
   } else if (encoder->muxes_audio()) {
     write_atomically(out, [&](const fs::path& temporary) {

@@ -6,7 +6,22 @@
 
 namespace vgen {
 
-LiveBroadcast::LiveBroadcast(std::size_t max_bytes) : max_bytes_(max_bytes) {}
+bool LiveBudget::try_take(std::size_t n) {
+  auto used = used_.load();
+  do {
+    if (n > total_ - used) return false;
+  } while (!used_.compare_exchange_weak(used, used + n));
+  return true;
+}
+
+void LiveBudget::give_back(std::size_t n) { used_.fetch_sub(n); }
+
+LiveBroadcast::LiveBroadcast(std::size_t max_bytes, std::shared_ptr<LiveBudget> budget)
+    : max_bytes_(max_bytes), budget_(std::move(budget)) {}
+
+LiveBroadcast::~LiveBroadcast() {
+  if (budget_) budget_->give_back(bytes_);
+}
 
 bool LiveBroadcast::append(std::string segment) {
   if (segment.empty()) return end() == End::open;
@@ -14,8 +29,8 @@ bool LiveBroadcast::append(std::string segment) {
   {
     std::lock_guard lock(mutex_);
     if (end_ != End::open) return false;
-    if (segment.size() > max_bytes_ - bytes_) {
-      end_ = End::failed;  // bounded: the readers get what was written, then the end
+    if (segment.size() > max_bytes_ - bytes_ || (budget_ && !budget_->try_take(segment.size()))) {
+      end_ = End::truncated;  // bounded: the readers get what was written, then this end
     } else {
       bytes_ += segment.size();
       segments_.push_back(std::make_shared<const std::string>(std::move(segment)));
@@ -78,7 +93,7 @@ std::size_t LiveBroadcast::bytes() const {
 std::shared_ptr<LiveBroadcast> LiveStreams::open(const std::string& id) {
   std::lock_guard lock(mutex_);
   auto& b = streams_[id];
-  if (!b) b = std::make_shared<LiveBroadcast>(max_bytes_);
+  if (!b) b = std::make_shared<LiveBroadcast>(max_bytes_, budget_);
   return b;
 }
 
@@ -91,7 +106,7 @@ std::shared_ptr<LiveBroadcast> LiveStreams::start(const std::string& id) {
     if (it == streams_.end()) return nullptr;  // nobody watches
     auto& b = it->second;
     if (b->started() || b->end() != LiveBroadcast::End::open) {
-      stale = std::exchange(b, std::make_shared<LiveBroadcast>(max_bytes_));
+      stale = std::exchange(b, std::make_shared<LiveBroadcast>(max_bytes_, budget_));
     }
     fresh = b;
   }

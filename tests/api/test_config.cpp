@@ -230,6 +230,20 @@ TEST_CASE("encoder.keyframe_interval_s: the encoder's default, read, round-tripp
   fs::remove_all(dir);
 }
 
+TEST_CASE("live.max_total_mb: 2 GiB by default, read, round-tripped and bounded") {
+  CHECK(RuntimeConfig{}.live_max_total_bytes == std::size_t{2048} << 20);
+  CHECK(to_json(RuntimeConfig{}).at("live").at("max_total_mb") == boost::json::value(2048));
+  const auto dir = test::temp_dir("vgen-config-");
+  const auto c = load_config(write(dir, R"({"live": {"max_total_mb": 64}})"));
+  CHECK(c.live_max_total_bytes == std::size_t{64} << 20);
+  auto j = to_json(c);
+  j.erase("model");
+  CHECK(apply_config(RuntimeConfig{}, j, "again", "/").live_max_total_bytes == std::size_t{64} << 20);
+  CHECK(error_of(write(dir, R"({"live": {"max_total_mb": 0}})")).find("live.max_total_mb") != std::string::npos);
+  CHECK(error_of(write(dir, R"({"live": {"max_mb": 1}})")).find("live.max_mb") != std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("priority_aging_ms: the priority queues' default, read, round-tripped and bounded") {
   CHECK(RuntimeConfig{}.priority_aging == kDefaultAging);
   const auto dir = test::temp_dir("vgen-config-");

@@ -8,6 +8,9 @@ fragmented MP4 with chunked transfer.
 - The file of a watched job is the same bytes as the file of the same job nobody watched (the
   result cache is off, so both render), the live stream decodes to the same frames, and a finished
   job's live=1 serves the file itself.
+- The first fragment leaves while the job is still in its decode stage (held there by the fault
+  plan: an event, not timing), since a watched job's frames go to the encoder chunk by chunk as
+  the VAE decodes them (stages/exec/chunked_decode.hpp, stages/media/streamed_encode.hpp).
 - Two clients at once (both routes) get the same stream; a client that disconnects mid-stream
   costs the job nothing (it completes with the same bytes); a cancelled job ends the stream cleanly.
 Each watched job is released by cancelling a "holder" (Server.hold_denoiser) only after its
@@ -27,7 +30,8 @@ pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not bu
 # 33 frames at 8 fps: about four seconds of video, so several fragments (one about every half second).
 LONG = {"width": 48, "height": 32, "frames": 33, "fps": 8, "steps": 2, "seed": 7}
 FAULTS = {"hold": [{"stage": "encode", "prompt": "held-after-encode"},
-                   {"stage": "preprocess", "prompt": "held-before-encode"}]}
+                   {"stage": "preprocess", "prompt": "held-before-encode"},
+                   {"stage": "decode", "prompt": "held-in-decode"}]}
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +143,40 @@ def test_frames_are_probed_from_the_live_route_before_the_job_ends(server):
     # Ended: live=1 answers as the plain route does (a cancelled job has no video).
     status, _, body = server.json("GET", f"/v1/jobs/{job}/video?live=1")
     assert status == 409, body
+
+
+def test_the_first_fragment_leaves_while_the_job_is_still_in_its_decode_stage(server):
+    """A watched job is encoded while it decodes (its family decodes in time chunks: the tiny Wan
+    package has the VAE's packed streaming methods). The fault plan holds this job in its decode
+    stage until it is cancelled, so it never reaches the encode stage: every byte of the stream
+    comes from the encode that runs during decode, and the job's status, read after the first
+    fragment, says "decode". Before chunked decode this stream stayed empty until cancelled."""
+    holder = server.hold_denoiser({**HOLDER, "prompt": "a grey holder"})
+    job = submit(server, "a red circle, held-in-decode")
+    live = Live(server, f"/v1/jobs/{job}/video?live=1")
+    assert server.json("DELETE", f"/v1/jobs/{holder}")[0] == 202  # the job runs from now on
+
+    early = live.read_until(has_a_fragment)
+    kinds = [t for t, _ in boxes(early)]
+    assert kinds[:2] == ["ftyp", "moov"], kinds
+    status, _, body = server.json("GET", f"/v1/jobs/{job}")
+    assert status == 200 and body["status"] == "decode", body  # held there: the encode stage never ran
+    prefix = b"".join(b for _, b in boxes(early)[:kinds.index("mdat") + 1])
+    assert 0 < probed_frames(prefix) < LONG["frames"]
+    whole = live.read_until(lambda data: probed_frames_or_zero(data) == LONG["frames"])  # all of it, still in decode
+    assert server.json("GET", f"/v1/jobs/{job}")[2]["status"] == "decode"
+    assert server.json("DELETE", f"/v1/jobs/{job}")[0] == 202
+    assert server.wait_status(job, ("cancelled",))["status"] == "cancelled"
+    assert len(frame_hashes(whole)) == LONG["frames"]
+    # (That the stream and the file are the unwatched job's bytes and frames: the next test,
+    # whose watched job now takes this same path.)
+
+
+def probed_frames_or_zero(data):
+    try:
+        return probed_frames(data)
+    except subprocess.CalledProcessError:
+        return 0
 
 
 def test_the_watched_file_is_the_unwatched_bytes_and_two_clients_get_the_same_stream(server):

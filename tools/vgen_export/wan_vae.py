@@ -127,6 +127,59 @@ class VaeDecoderExport(torch.nn.Module):
         out, caches = self.step(z, caches)
         return out.clamp(-1.0, 1.0), caches
 
+    # The streaming methods for vgen's runtime, whose module interface passes tensors, not tuples
+    # or lists (stages/exec/chunked_decode.hpp): one float32 vector [5, B, C, T, H, W, video...,
+    # state...], where the state (the causal caches with their shapes: [n, (ndim, dims...) x n,
+    # data...]) is opaque to the caller, who passes it back to the next step. Each chunk is
+    # decode_first / decode_step's output, so the chunks are forward's frames exactly.
+    @torch.jit.export
+    def decode_first_packed(self, z: torch.Tensor) -> torch.Tensor:
+        out, caches = self.first(z)
+        return self._pack(out.clamp(-1.0, 1.0), caches)
+
+    @torch.jit.export
+    def decode_step_packed(self, z: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        n = int(state[0].item())
+        at = 1
+        shapes: List[List[int]] = []
+        for _ in range(n):
+            ndim = int(state[at].item())
+            shapes.append([int(state[at + 1 + k].item()) for k in range(ndim)])
+            at += 1 + ndim
+        caches: List[torch.Tensor] = []
+        for shape in shapes:
+            numel = 1
+            for d in shape:
+                numel *= d
+            caches.append(state[at:at + numel].view(shape).to(z.dtype))
+            at += numel
+        out, caches = self.step(z, caches)
+        return self._pack(out.clamp(-1.0, 1.0), caches)
+
+    def _pack(self, video: torch.Tensor, caches: List[torch.Tensor]) -> torch.Tensor:
+        head: List[float] = [float(video.dim())] + [float(d) for d in video.shape]
+        state_head: List[float] = [float(len(caches))]
+        for c in caches:
+            state_head.append(float(c.dim()))
+            state_head.extend([float(d) for d in c.shape])
+        parts = [torch.tensor(head, dtype=torch.float32, device=video.device), video.reshape(-1).float(),
+                 torch.tensor(state_head, dtype=torch.float32, device=video.device)]
+        parts.extend([c.reshape(-1).float() for c in caches])
+        return torch.cat(parts)
+
+
+def unpack_chunks(module, z: torch.Tensor) -> torch.Tensor:
+    """forward(z) as the runtime computes it: decode_first_packed, then decode_step_packed per
+    latent frame, each chunk's video read from its packed vector and the state passed on."""
+    outs, state = [], None
+    for i in range(z.size(2)):
+        packed = module.decode_first_packed(z[:, :, :1]) if i == 0 else module.decode_step_packed(z[:, :, i:i + 1], state)
+        shape = [int(v) for v in packed[1:6].tolist()]
+        numel = shape[0] * shape[1] * shape[2] * shape[3] * shape[4]
+        outs.append(packed[6:6 + numel].view(shape))
+        state = packed[6 + numel:]
+    return torch.cat(outs, 2)
+
 
 def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
     num_convs = vae._cached_conv_counts["decoder"]  # noqa: SLF001
@@ -149,8 +202,10 @@ def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
         loaded = load_saved(path)
         checks = [{"shape": list(z.shape), "max_abs_diff": max_diff(loaded(z), ref), "tolerance": 1e-5}
                   for z, ref in zip(zs, refs)]
+        if not all(torch.equal(unpack_chunks(loaded, z), loaded(z)) for z in zs):
+            raise RuntimeError("vae_decoder: the packed streaming chunks differ from forward")
         return {"trace_shape": [1, z_dim, 1, 4, 4], "cache_tensors": len(used), "rms_norms_rewritten": rewritten,
-                **saved, "checks": checks}
+                "packed_chunks_equal_forward": True, **saved, "checks": checks}
 
     report = export(rewrite=True)
     if failed_checks(report):

@@ -4,6 +4,7 @@
 
 #include "runtime/content_key.hpp"
 #include "runtime/errors.hpp"
+#include "stages/exec/chunked_decode.hpp"
 #include "stages/exec/tiled_decode.hpp"
 #include "stages/text/text_lookup.hpp"
 
@@ -434,6 +435,34 @@ at::Tensor WanFamily::predict(const PredictCall& call) {
   return at::cat(rows, 0);
 }
 
+namespace {
+
+// The clip decoded a latent frame at a time (stages/exec/chunked_decode.hpp) for a group with a
+// watched job: each chunk [N, 3, T, H, W] becomes each watching job's next frames exactly as
+// the whole clip becomes `frames` below (the same elementwise formula, so the same values). A
+// module that turns out to lack the packed methods (a compiled file served in the package's
+// place) decodes whole, before any frame is handed out.
+at::Tensor decode_in_chunks(const Module& vae, const at::Tensor& z, const std::vector<FamilyJob*>& jobs) {
+  std::vector<FrameSink> sinks;
+  for (auto* j : jobs) sinks.push_back(frame_sink(j));
+  ChunkedDecoder decoder(vae);
+  std::vector<at::Tensor> chunks;
+  for (std::int64_t i = 0; i < z.size(2); ++i) {
+    try {
+      chunks.push_back(decoder.next(z.narrow(2, i, 1)));
+    } catch (const Error& e) {
+      if (i > 0 || e.kind() != ErrorKind::invalid_argument) throw;
+      return vae.forward({z});
+    }
+    const auto chunk = chunks.back().to(at::kCPU).to(at::kFloat);
+    for (std::size_t j = 0; j < jobs.size(); ++j)
+      if (sinks[j]) sinks[j]((chunk[static_cast<std::int64_t>(j)] / 2 + 0.5).clamp(0, 1).permute({1, 2, 3, 0}).contiguous());
+  }
+  return at::cat(chunks, 2);
+}
+
+}  // namespace
+
 // One VAE call: un-normalise each job's latents, decode them as one batch, split the frames
 // back ([F, H, W, 3] in [0, 1] per job).
 void WanFamily::decode(const std::string& device, const std::vector<FamilyJob*>& jobs) {
@@ -452,6 +481,9 @@ void WanFamily::decode(const std::string& device, const std::vector<FamilyJob*>&
     // Wan VAEs downsample 8x in their convolutions; a larger scale is a patchifying VAE (Wan
     // 2.2's: 16 = 8 x a 2 x 2 patch, unpatchified inside the exported decoder).
     video = tiled_decode(z, tile, p.spatial_scale, tiling_, std::max<std::int64_t>(1, p.spatial_scale / 8));
+  } else if (std::any_of(jobs.begin(), jobs.end(), [](auto* j) { return bool(frame_sink(j)); }) &&
+             package_has_chunked_decode(p.manifest, "vae_decoder")) {
+    video = decode_in_chunks(*vae, z.to(vae->dtype()), jobs);
   } else {
     video = vae->forward({z.to(vae->dtype())});
   }
@@ -510,6 +542,8 @@ void WanFamily::warm_up(const std::string& device) {
       predict(PredictCall{jobs, job.state.latents, t, device});
     }
     vae->forward({job.state.latents.to(vae->dtype())});
+    // The chunked decode's methods too (a watched job's decode): their first calls are as slow.
+    if (package_has_chunked_decode(p.manifest, "vae_decoder")) chunked_decode(*vae, job.state.latents.to(vae->dtype()));
   }
 }
 

@@ -90,16 +90,39 @@ TEST_CASE("many readers on several threads each get every byte, in order, while 
   }
 }
 
-TEST_CASE("past max_bytes the broadcast ends failed and keeps what it had") {
+TEST_CASE("past max_bytes the broadcast ends truncated and keeps what it had") {
   LiveBroadcast b(10);
   CHECK(b.append("12345"));
   CHECK_FALSE(b.append("123456"));  // 11 > 10
-  CHECK(b.end() == End::failed);
+  CHECK(b.end() == End::truncated);
   CHECK(b.bytes() == 5);
   const auto r = b.read_from(0);
   REQUIRE(r.segments.size() == 1);
   CHECK(*r.segments[0] == "12345");
-  CHECK(r.end == End::failed);
+  CHECK(r.end == End::truncated);
+  b.finish(End::complete);  // the encoder's end afterwards does not hide the cut
+  CHECK(b.end() == End::truncated);
+}
+
+TEST_CASE("the streams share one budget: a broadcast past it ends truncated, and its bytes come back when it goes") {
+  LiveStreams streams(/*max_bytes=*/100, /*total_bytes=*/12);
+  auto a = streams.start("a");
+  CHECK(a == nullptr);  // nobody watches a: nothing written
+  a = streams.open("a");
+  auto b = streams.open("b");
+  CHECK(streams.start("a") == a);
+  CHECK(a->append("12345678"));  // 8 of 12
+  CHECK(streams.budget().used() == 8);
+  CHECK_FALSE(b->append("12345"));  // 13 > 12, although b alone is far below its own 100
+  CHECK(b->end() == End::truncated);
+  CHECK(b->bytes() == 0);
+  CHECK(streams.budget().used() == 8);  // the refused segment took nothing
+  streams.close("a");
+  a.reset();  // the last holder: its 8 bytes are free again
+  CHECK(streams.budget().used() == 0);
+  auto c = streams.open("c");
+  CHECK(c->append("123456789012"));  // exactly the budget
+  CHECK(c->end() == End::open);
 }
 
 TEST_CASE("a waiting reader is cancellable and leaves the broadcast as it was" * doctest::timeout(30)) {
