@@ -224,7 +224,7 @@ asio::awaitable<void> stream_events(JobHandle job, http::StreamWriter& out) {
 
 constexpr const char* kImageFields[] = {"image", "last_image"};
 constexpr const char* kVideoField = "video";  // video-to-video (issue 34): an upload like the images
-// Wan VACE (issue 34): the mask, an upload like the video, and reference images, uploads like
+// A control video's mask (issue 34), an upload like the video, and reference images, uploads like
 // the images, several of them (an array in JSON, repeated parts in multipart).
 constexpr const char* kMaskField = "mask_video";
 constexpr const char* kReferenceField = "reference_images";
