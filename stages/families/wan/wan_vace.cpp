@@ -78,7 +78,7 @@ at::Tensor wan_vace_reference_canvas(const at::Tensor& picture, int height, int 
 at::Tensor wan_vace_packed_mask(const at::Tensor& mask, std::int64_t latent_frames, std::int64_t references, int s) {
   const auto f = mask.size(2), h = mask.size(3) / s, w = mask.size(4) / s;
   auto m = mask[0][0].reshape({f, h, s, w, s}).permute({2, 4, 0, 1, 3}).reshape({s * s, f, h, w});
-  m = at::upsample_nearest_exact3d(m.unsqueeze(0), {latent_frames, h, w}, std::nullopt, std::nullopt, std::nullopt);
+  m = at::_upsample_nearest_exact3d(m.unsqueeze(0), {latent_frames, h, w}, std::nullopt, std::nullopt, std::nullopt);
   if (references > 0) m = at::cat({at::zeros({1, s * s, references, h, w}, m.options()), m}, 2);
   return m;
 }
