@@ -129,7 +129,7 @@ def test_batch_lines_take_the_fields_with_paths_beside_the_file(packages, inputs
     r = run("batch", prompts, "--out", out, "--model", packages["vace"], "--json")
     summary = {j["name"]: j for j in json.loads(r.stdout)["jobs"]}
     assert summary["ok"]["status"] == "done", r.stdout
-    assert summary["bad"]["status"] == "invalid" and summary["bad"]["error"].startswith("mask_video: "), summary["bad"]
+    assert summary["bad"]["status"] == "invalid" and "mask_video: 5 frames" in summary["bad"]["error"], summary["bad"]
     assert sorted(p.name for p in out.iterdir() if p.suffix == ".mp4") == ["ok.mp4"]
 
 
