@@ -117,6 +117,42 @@ void check_images(const JobSpec& s, const SpecLimits& l) {
     bad("strength", "must be above 0 and at most 1 (got " + number_text(s.strength) + ")");
 }
 
+// The Wan VACE fields (JobSpec's block): each refused by name for a package that does not take it.
+void check_vace(const JobSpec& s, const SpecLimits& l) {
+  check_image_path(s.mask_video, "mask_video");
+  check_sha256(s.mask_video_sha256, "mask_video_sha256");
+  if (s.mask_video.empty() && !s.mask_video_sha256.empty()) bad("mask_video_sha256", "given without mask_video");
+  if (!s.mask_video.empty() && l.mask_video == InputUse::none) bad("mask_video", model_named(l) + " does not take a mask video");
+  if (!s.mask_video.empty() && (s.video.empty() || s.extend)) bad("mask_video", "needs video (the control video it masks)");
+  if (s.mask_video.empty() && l.mask_video == InputUse::required) bad("mask_video", "required by " + model_named(l));
+  if (s.reference_images.size() > 4) bad("reference_images", "at most 4 (got " + std::to_string(s.reference_images.size()) + ")");
+  for (std::size_t i = 0; i < s.reference_images.size(); ++i) {
+    const auto field = "reference_images[" + std::to_string(i) + "]";
+    if (s.reference_images[i].empty()) bad(field, "must be a path");
+    check_image_path(s.reference_images[i], field);
+  }
+  if (!s.reference_images_sha256.empty() && s.reference_images_sha256.size() != s.reference_images.size())
+    bad("reference_images_sha256", "must have one hash per reference image");
+  for (const auto& h : s.reference_images_sha256) check_sha256(h, "reference_images_sha256");
+  if (!s.reference_images.empty() && l.reference_images == InputUse::none)
+    bad("reference_images", model_named(l) + " does not take reference images");
+  if (s.reference_images.empty() && l.reference_images == InputUse::required) bad("reference_images", "required by " + model_named(l));
+  if (!(s.conditioning_scale >= 0.0 && s.conditioning_scale <= 10.0))
+    bad("conditioning_scale", "must be between 0 and 10 (got " + number_text(s.conditioning_scale) + ")");
+  if (s.conditioning_scale != 1.0 && l.mask_video == InputUse::none && l.reference_images == InputUse::none)
+    bad("conditioning_scale", model_named(l) + " takes no control input (a Wan VACE package does)");
+}
+
+// "reference_images": ["/a.png", ...]; "reference_images_sha256" the same shape.
+std::vector<std::string> as_text_list(const json::value& v, std::string_view field) {
+  const auto* a = v.if_array();
+  if (!a) bad(field, "must be an array of strings (got " + shown(v) + ")");
+  if (a->size() > 64) bad(field, "at most 64 entries");
+  std::vector<std::string> out;
+  for (const auto& e : *a) out.push_back(as_text(e, field));
+  return out;
+}
+
 // "loras": [{"name": "x", "scale": 0.8}, ...]; scale defaults to 1.
 std::vector<LoraRef> parse_loras(const json::value& v) {
   const auto* a = v.if_array();
@@ -235,6 +271,7 @@ void validate_job_spec(const JobSpec& s, const SpecLimits& l) {
   if (!s.name.empty()) checked_output_name(s.name);
   if (!s.model.empty()) checked_output_name(s.model, "model");
   check_images(s, l);
+  check_vace(s, l);
   check_precision(s, l);
   check_post(s, l);
 }
@@ -247,7 +284,9 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
                                                           "model", "image", "last_image", "image_sha256",
                                                           "last_image_sha256", "loras", "step_cache", "priority", "shift",
                                                           "precision", "interpolate", "upscale", "video", "video_sha256",
-                                                          "strength", "extend"};
+                                                          "strength", "extend", "mask_video", "mask_video_sha256",
+                                                          "reference_images", "reference_images_sha256",
+                                                          "conditioning_scale"};
   for (const auto& kv : *obj)
     if (!known.count(kv.key())) bad(std::string(kv.key()), "unknown field");
   JobSpec s = defaults;
@@ -277,6 +316,11 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
       if (!v.is_bool()) bad("extend", "must be true or false (got " + shown(v) + ")");
       s.extend = v.get_bool();
     }
+    else if (k == "mask_video") s.mask_video = as_text(v, k);
+    else if (k == "mask_video_sha256") s.mask_video_sha256 = as_text(v, k);
+    else if (k == "reference_images") s.reference_images = as_text_list(v, k);
+    else if (k == "reference_images_sha256") s.reference_images_sha256 = as_text_list(v, k);
+    else if (k == "conditioning_scale") s.conditioning_scale = as_number(v, k);
     else if (k == "loras") s.loras = parse_loras(v);
     else if (k == "step_cache") s.step_cache = as_number(v, k);
     else if (k == "priority") {
@@ -325,6 +369,16 @@ json::object to_json(const JobSpec& s) {
     if (s.extend) o["extend"] = true;  // another video than video-to-video's, which has a strength
     else o["strength"] = s.strength;
   }
+  // Wan VACE: absent without them, so other jobs' keys stay as they were.
+  if (!s.mask_video.empty()) {
+    o["mask_video"] = s.mask_video;
+    if (!s.mask_video_sha256.empty()) o["mask_video_sha256"] = s.mask_video_sha256;
+  }
+  if (!s.reference_images.empty()) {
+    o["reference_images"] = json::value_from(s.reference_images);
+    if (!s.reference_images_sha256.empty()) o["reference_images_sha256"] = json::value_from(s.reference_images_sha256);
+  }
+  if (s.conditioning_scale != 1.0) o["conditioning_scale"] = s.conditioning_scale;
   if (!s.loras.empty()) {  // absent without LoRAs: keys stay as they were
     json::array a;
     for (const auto& l : s.loras) a.push_back(json::object{{"name", l.name}, {"scale", l.scale}});
@@ -346,6 +400,8 @@ ContentKey job_content_key(const std::string& model_id, const JobSpec& spec) {
   if (!spec.image_sha256.empty()) fields.erase("image");
   if (!spec.last_image_sha256.empty()) fields.erase("last_image");
   if (!spec.video_sha256.empty()) fields.erase("video");
+  if (!spec.mask_video_sha256.empty()) fields.erase("mask_video");
+  if (!spec.reference_images_sha256.empty()) fields.erase("reference_images");
   if (!spec.loras.empty()) {  // a LoRA by its content, not its file name
     json::array a;
     for (const auto& l : spec.loras) a.push_back(json::object{{"sha256", l.sha256}, {"scale", l.scale}});

@@ -60,6 +60,17 @@ struct JobSpec {
   // (stages/media/clip_extension.hpp). The video then is not the model's input: the package
   // needs to take an image, not a video; `image` and `strength` are refused with it.
   bool extend = false;
+  // Wan VACE inputs (issue 34 item 3; a package whose manifest "inputs" names them), beside the
+  // control video in `video` (then not a video-to-video start: no strength). mask_video: an
+  // absolute path of a video admitted as `video` is (mask_video_sha256 at admission), of the
+  // control video's frame count and size: white where the control video is to be regenerated
+  // (diffusers' `mask`); needs `video`. reference_images: absolute image paths (at most 4),
+  // admitted as `image` is (reference_images_sha256, one per path, at admission).
+  // conditioning_scale: diffusers' `conditioning_scale`, the weight of the control hints in
+  // every VACE layer, in [0, 10]; part of the content key only when not 1.
+  std::string mask_video, mask_video_sha256;
+  std::vector<std::string> reference_images, reference_images_sha256;
+  double conditioning_scale = 1.0;
   std::vector<LoraRef> loras;       // "loras": [{"name", "scale"}], in order; at most 8
   double step_cache = 0.0;          // step-cache threshold (stages/exec/step_cache.hpp); 0: off
   // Scheduling, not content: higher first in every queue, and it may preempt lower-priority
@@ -104,6 +115,10 @@ struct SpecLimits {
   InputUse image = InputUse::none;       // a text-to-video package takes no image
   InputUse last_image = InputUse::none;  // never required: it needs `image` as well
   InputUse video = InputUse::none;       // manifest "inputs": {"video": ...} (video-to-video)
+  // manifest "inputs": {"mask_video": ..., "reference_images": ...} (Wan VACE); a package that
+  // takes either also takes conditioning_scale.
+  InputUse mask_video = InputUse::none;
+  InputUse reference_images = InputUse::none;
   // The precisions the package carries (its base variant first); empty: only its own, and a job
   // may not name one. A job's "precision" outside the list is refused naming the field.
   std::vector<std::string> precisions;

@@ -43,16 +43,19 @@ std::string default_name(int line, const std::string& prompt) {
   return slug.empty() ? num : std::string(num) + "-" + slug;
 }
 
-// Relative "image"/"last_image"/"video" paths name files beside the prompt file; the job carries them
-// absolute (stages/job_spec.hpp), so that neither the Runtime's nor a resumed journal's
-// working directory matters.
+// Relative "image"/"last_image"/"video"/"mask_video"/"reference_images" paths name files beside
+// the prompt file; the job carries them absolute (stages/job_spec.hpp), so that neither the
+// Runtime's nor a resumed journal's working directory matters.
 void resolve_images(json::object& spec, const fs::path& base_dir) {
-  for (const char* field : {"image", "last_image", "video"}) {
-    auto* v = spec.if_contains(field);
-    if (v == nullptr || !v->is_string() || v->get_string().empty()) continue;  // wrong types: named at validation
-    const fs::path path(std::string(v->get_string()));
-    if (path.is_relative()) *v = (base_dir / path).lexically_normal().string();
-  }
+  auto resolve = [&](json::value& v) {
+    if (!v.is_string() || v.get_string().empty()) return;  // wrong types: named at validation
+    const fs::path path(std::string(v.get_string()));
+    if (path.is_relative()) v = (base_dir / path).lexically_normal().string();
+  };
+  for (const char* field : {"image", "last_image", "video", "mask_video"})
+    if (auto* v = spec.if_contains(field)) resolve(*v);
+  if (auto* refs = spec.if_contains("reference_images"); refs && refs->is_array())
+    for (auto& r : refs->get_array()) resolve(r);
 }
 
 BatchItem parse_line(int line, const std::string& text, bool jsonl, const json::object& defaults, const fs::path& base_dir) {

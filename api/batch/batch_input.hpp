@@ -6,7 +6,8 @@
 // skipped) or JSONL (`jsonl`, or a first non-blank character '{': one job object per line,
 // fields as in stages/job_spec.hpp). A UTF-8 byte order mark at the start is dropped (before
 // the JSONL detection). `defaults` apply under each line's own fields. A JSONL line's relative
-// "image"/"last_image" paths are made absolute against the prompt file's folder (open_file;
+// "image"/"last_image"/"video"/"mask_video"/"reference_images" paths are made absolute against
+// the prompt file's folder (open_file;
 // the working directory for other streams).
 // A bad line (bad JSON, invalid UTF-8, a line longer than max_line_bytes, a bad, reserved or
 // duplicate name, or a name whose output file another line already writes, e.g. "clip" as mp4

@@ -33,6 +33,10 @@ struct RenderFlags {
   std::string video;              // video-to-video input (a path, relative to the working directory)
   std::optional<double> strength;  // video-to-video: how far the result departs from the video
   bool extend = false;            // `vgen extend`: `video` goes on from its last frame
+  // Wan VACE: with `video` as the control video (paths relative to the working directory).
+  std::string mask_video;
+  std::vector<std::string> reference_images;
+  std::optional<double> conditioning_scale;
   bool json = false;
 };
 
@@ -80,6 +84,13 @@ int run_render(const RenderFlags& f) {
   if (!f.video.empty()) spec["video"] = fs::absolute(f.video).lexically_normal().string();
   if (f.strength) spec["strength"] = *f.strength;  // the job spec checks the range and that a video is given
   if (f.extend) spec["extend"] = true;
+  if (!f.mask_video.empty()) spec["mask_video"] = fs::absolute(f.mask_video).lexically_normal().string();
+  if (!f.reference_images.empty()) {
+    json::array refs;
+    for (const auto& r : f.reference_images) refs.push_back(json::value(fs::absolute(r).lexically_normal().string()));
+    spec["reference_images"] = std::move(refs);
+  }
+  if (f.conditioning_scale) spec["conditioning_scale"] = *f.conditioning_scale;  // range and package checked by the spec
 
   config.tune.one_job = true;  // "auto" threads: the fastest split for this one job
   config.tune.spec = spec;
@@ -112,6 +123,9 @@ Run add_render_command(CLI::App& app) {
   cmd->add_option("--last-image", f->last_image, "last frame, for models that take one (needs --image)");
   cmd->add_option("--video", f->video, "input video for a video-to-video model (MP4, WebM, MKV, AVI, ...)");
   cmd->add_option("--strength", f->strength, "with --video: (0, 1], the share of the denoising schedule run over the noised video (default 0.8)");
+  cmd->add_option("--mask-video", f->mask_video, "Wan VACE: mask over the control --video (white: regenerate), its length and size");
+  cmd->add_option("--reference-image", f->reference_images, "Wan VACE: a reference image (repeatable, at most 4)")->allow_extra_args(false);
+  cmd->add_option("--conditioning-scale", f->conditioning_scale, "Wan VACE: weight of the control input in [0, 10] (default 1)");
   cmd->add_flag("--json", f->json, "print the result as one JSON object on stdout");
   return [f] { return run_render(*f); };
 }

@@ -439,6 +439,7 @@ JobSpec ModelSet::admit(json::value& spec) const {
   auto parsed = validate(spec);
   admit_images(spec, parsed, state_->options.images);
   admit_video(spec, parsed, state_->options.videos);
+  admit_reference_images(spec, parsed, state_->options.images);
   // An extend job plays at its video's frame rate unless it names one: the joined clip is one
   // stream, and the video's frames would otherwise run faster or slower than they were made.
   if (auto* object = spec.if_object(); parsed.extend && object && !object->contains("fps")) {

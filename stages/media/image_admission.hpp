@@ -27,6 +27,12 @@ void admit_images(boost::json::value& json, JobSpec& spec, const ImageLimits& li
 // The same for a video-to-video job's "video": the file is checked against VideoLimits and
 // decoded in full (decode_video_file, no frame kept), and "video_sha256" is set to its bytes'
 // SHA-256. A 1,025-frame limit bounds the time; a spec without a video is left as it is.
+// With a Wan VACE "mask_video" as well: the mask is admitted the same way ("mask_video_sha256")
+// and must have the control video's frame count and size (refused naming "mask_video").
 void admit_video(boost::json::value& json, JobSpec& spec, const VideoLimits& limits = {});
+
+// Wan VACE's "reference_images": each admitted as an image ("reference_images[i]: ..." on a
+// refusal) and "reference_images_sha256" set to their hashes, in order.
+void admit_reference_images(boost::json::value& json, JobSpec& spec, const ImageLimits& limits = {});
 
 }  // namespace vgen

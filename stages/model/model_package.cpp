@@ -354,18 +354,26 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
     if (!in->is_object()) r.fail("manifest field 'inputs' must be an object");
     const auto& inputs = in->get_object();
     for (const auto& kv : inputs)
-      if (kv.key() != "image" && kv.key() != "last_image" && kv.key() != "video") r.fail("manifest field 'inputs." + truncate_utf8(std::string(kv.key()), 40) + "' is unknown");
+      if (kv.key() != "image" && kv.key() != "last_image" && kv.key() != "video" && kv.key() != "mask_video" &&
+          kv.key() != "reference_images")
+        r.fail("manifest field 'inputs." + truncate_utf8(std::string(kv.key()), 40) + "' is unknown");
     try {
       if (inputs.contains("image")) p.limits.image = parse_input_use(r.str(inputs, "image", "inputs."), "inputs.image");
       if (inputs.contains("last_image"))
         p.limits.last_image = parse_input_use(r.str(inputs, "last_image", "inputs."), "inputs.last_image");
       if (inputs.contains("video")) p.limits.video = parse_input_use(r.str(inputs, "video", "inputs."), "inputs.video");
+      if (inputs.contains("mask_video"))
+        p.limits.mask_video = parse_input_use(r.str(inputs, "mask_video", "inputs."), "inputs.mask_video");
+      if (inputs.contains("reference_images"))
+        p.limits.reference_images = parse_input_use(r.str(inputs, "reference_images", "inputs."), "inputs.reference_images");
     } catch (const Error& e) {
       r.fail(std::string("manifest field ") + e.what());
     }
     if (p.limits.last_image == InputUse::required) r.fail("manifest field inputs.last_image cannot be required (only none or optional)");
     if (p.limits.last_image != InputUse::none && p.limits.image == InputUse::none)
       r.fail("manifest field inputs.last_image needs inputs.image (the first frame) as well");
+    if (p.limits.mask_video != InputUse::none && p.limits.video == InputUse::none)
+      r.fail("manifest field inputs.mask_video needs inputs.video (the control video it masks) as well");
   }
   // The name the default model answers to; a runtime serving it under another name sets its own.
   p.limits.model_name = (r.dir.has_filename() ? r.dir : r.dir.parent_path()).filename().string();
@@ -389,6 +397,8 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
   probe.prompt = "x";
   if (p.limits.image == InputUse::required) probe.image = "/image.png";
   if (p.limits.video == InputUse::required) probe.video = "/video.mp4";
+  if (p.limits.mask_video == InputUse::required) probe.video = "/video.mp4", probe.mask_video = "/mask.mp4";
+  if (p.limits.reference_images == InputUse::required) probe.reference_images = {"/reference.png"};
   try {
     validate_job_spec(probe, p.limits);
   } catch (const Error& e) {

@@ -121,7 +121,7 @@ def test_refuses_inconsistent_ti2v_directories(changes, reason):
     (dict(pipeline="WanPipeline", in_channels=36), "in a WanPipeline directory"),
     (dict(pipeline="WanImageToVideoPipeline", in_channels=36, image_encoder=False), "needs an image_encoder"),
     (dict(pipeline="WanImageToVideoPipeline", in_channels=20, image_encoder=True, image_dim=8), "needs 36"),
-    (dict(pipeline="WanVACEPipeline"), "WanVACEPipeline is not one vgen exports"),
+    (dict(pipeline="WanAnimatePipeline"), "WanAnimatePipeline is not one vgen exports"),  # (VACE is: test_export_wan_vace.py)
 ])
 def test_refuses_inconsistent_or_other_pipelines(layout, reason, tmp_path):
     with pytest.raises(UnsupportedWanPipeline, match=reason):

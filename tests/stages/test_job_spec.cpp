@@ -464,3 +464,63 @@ TEST_CASE("extend: in the content key with the video's bytes, strength left out;
   CHECK_FALSE(to_json(plain).contains("extend"));
   CHECK_FALSE(has_first_frame(plain));
 }
+
+// Wan VACE (issue 34 item 3): the mask video, reference images and conditioning scale.
+TEST_CASE("VACE fields: taken only where the package says, each refusal naming its field") {
+  SpecLimits t2v;
+  t2v.model_name = "wan-t2v";
+  SpecLimits vace = t2v;
+  vace.model_name = "wan-vace";
+  vace.video = vace.mask_video = vace.reference_images = InputUse::optional;
+  CHECK(image_error_of(R"({"prompt":"p","video":"/c.mp4","mask_video":"/m.mp4"})", t2v).starts_with("video:"));
+  CHECK(image_error_of(R"({"prompt":"p","reference_images":["/r.png"]})", t2v) ==
+        "reference_images: model 'wan-t2v' does not take reference images");
+  CHECK(image_error_of(R"({"prompt":"p","conditioning_scale":0.5})", t2v).starts_with("conditioning_scale: model 'wan-t2v' takes no control input"));
+  CHECK(image_error_of(R"({"prompt":"p","video":"/c.mp4","mask_video":"/m.mp4","reference_images":["/r.png","/s.png"],"conditioning_scale":0.5})",
+                       vace).empty());
+  CHECK(image_error_of(R"({"prompt":"p","mask_video":"/m.mp4"})", vace).starts_with("mask_video: needs video"));
+  CHECK(image_error_of(R"({"prompt":"p","video":"/c.mp4","mask_video":"m.mp4"})", vace).starts_with("mask_video: must be an absolute path"));
+  CHECK(image_error_of(R"({"prompt":"p","reference_images":"/r.png"})", vace).starts_with("reference_images: must be an array"));
+  CHECK(image_error_of(R"({"prompt":"p","reference_images":["/r.png","r.png"]})", vace).starts_with("reference_images[1]: must be an absolute path"));
+  CHECK(image_error_of(R"({"prompt":"p","reference_images":["/a","/b","/c","/d","/e"]})", vace).starts_with("reference_images: at most 4"));
+  CHECK(image_error_of(R"({"prompt":"p","conditioning_scale":-1})", vace).starts_with("conditioning_scale: must be between 0 and 10"));
+  CHECK(image_error_of(R"({"prompt":"p","conditioning_scale":"x"})", vace).starts_with("conditioning_scale:"));
+  CHECK(image_error_of(R"({"prompt":"p","mask_video_sha256":")" + kHash + R"("})", vace).starts_with("mask_video_sha256: given without mask_video"));
+}
+
+TEST_CASE("VACE content key: the mask's and references' bytes and the scale, not their paths; absent without them") {
+  SpecLimits vace;
+  vace.video = vace.mask_video = vace.reference_images = InputUse::optional;
+  const auto s = parse_job_spec(json::parse(R"({"prompt":"p","video":"/c.mp4","video_sha256":")" + kHash +
+                                            R"(","mask_video":"/m.mp4","mask_video_sha256":")" + kHash +
+                                            R"(","reference_images":["/r.png"],"reference_images_sha256":[")" + kHash +
+                                            R"("],"conditioning_scale":0.5})"),
+                                JobSpec{}, vace);
+  const auto back = parse_job_spec(json::value(to_json(s)), JobSpec{}, vace);
+  CHECK(back.mask_video == "/m.mp4");
+  CHECK(back.reference_images == std::vector<std::string>{"/r.png"});
+  CHECK(back.reference_images_sha256 == std::vector<std::string>{kHash});
+  CHECK(back.conditioning_scale == 0.5);
+  auto moved = s;
+  moved.mask_video = "/elsewhere/m.mp4";
+  moved.reference_images = {"/elsewhere/r.png"};
+  CHECK(job_content_key("m", moved) == job_content_key("m", s));
+  auto other_mask = s;
+  other_mask.mask_video_sha256 = std::string(64, 'c');
+  CHECK(job_content_key("m", other_mask) != job_content_key("m", s));
+  auto other_ref = s;
+  other_ref.reference_images_sha256 = {std::string(64, 'c')};
+  CHECK(job_content_key("m", other_ref) != job_content_key("m", s));
+  auto no_ref = s;
+  no_ref.reference_images.clear();
+  no_ref.reference_images_sha256.clear();
+  CHECK(job_content_key("m", no_ref) != job_content_key("m", s));
+  auto full_scale = s;
+  full_scale.conditioning_scale = 1.0;
+  CHECK(job_content_key("m", full_scale) != job_content_key("m", s));
+  JobSpec t2v;  // a job without them keeps the key it had
+  t2v.prompt = "p";
+  CHECK_FALSE(to_json(t2v).contains("mask_video"));
+  CHECK_FALSE(to_json(t2v).contains("reference_images"));
+  CHECK_FALSE(to_json(t2v).contains("conditioning_scale"));
+}

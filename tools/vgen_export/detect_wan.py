@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-T2V, I2V = "WanPipeline", "WanImageToVideoPipeline"
+T2V, I2V, VACE = "WanPipeline", "WanImageToVideoPipeline", "WanVACEPipeline"
 # Variants the exporter writes (manifest ``family``).
-EXPORTABLE = ("wan2.1-t2v", "wan2.1-i2v", "wan2.1-flf2v", "wan2.2-a14b-t2v", "wan2.2-a14b-i2v", "wan2.2-ti2v")
+EXPORTABLE = ("wan2.1-t2v", "wan2.1-i2v", "wan2.1-flf2v", "wan2.2-a14b-t2v", "wan2.2-a14b-i2v", "wan2.2-ti2v",
+              "wan2.1-vace")
 
 
 class UnsupportedWanPipeline(ValueError):
@@ -56,10 +57,10 @@ def detect_wan(diffusers_dir: Path | str) -> WanVariant:
     root = Path(diffusers_dir)
     index = _read(root / "model_index.json")
     pipeline = str(index.get("_class_name", ""))
-    if pipeline not in (T2V, I2V):
+    if pipeline not in (T2V, I2V, VACE):
         raise UnsupportedWanPipeline(
             f"{root}: pipeline {pipeline or '(no _class_name)'} is not one vgen exports "
-            f"(it exports {T2V} and {I2V} directories)")
+            f"(it exports {T2V}, {I2V} and {VACE} directories)")
     tname = "transformer" if _present(index, "transformer") else "transformer_2"
     tcfg = _read(root / tname / "config.json")
     vcfg = _read(root / "vae" / "config.json")
@@ -70,6 +71,21 @@ def detect_wan(diffusers_dir: Path | str) -> WanVariant:
                    image_encoder=_present(index, "image_encoder"), two_experts=two,
                    boundary_ratio=index.get("boundary_ratio"), expand_timesteps=expand)
     image_model = in_ch != z_dim  # noise + mask + condition channels: needs an image
+    # VACE (WanVACEPipeline): the transformer's config lists vace_layers, whatever the pipeline
+    # class says; control = inactive + reactive latents + the 8x8-packed mask.
+    vace = pipeline == VACE or tcfg.get("vace_layers") is not None
+    if vace:
+        v.name = "wan2.2-vace" if two else "wan2.1-vace"
+        if pipeline != VACE:
+            v.problems.append(f"a transformer with vace_layers in a {pipeline} directory")
+        if tcfg.get("vace_layers") is None:
+            v.problems.append("WanVACEPipeline without transformer vace_layers")
+        elif int(tcfg.get("vace_in_channels", 96)) != 2 * z_dim + 64:
+            v.problems.append(f"vace_in_channels {tcfg.get('vace_in_channels')}: VACE needs {2 * z_dim + 64} "
+                              f"(inactive {z_dim} + reactive {z_dim} + mask 64)")
+        if in_ch != z_dim:
+            v.problems.append(f"transformer in_channels {in_ch} != vae z_dim {z_dim} (VACE denoises the latents alone)")
+        return v
     if two:
         v.name = "wan2.2-a14b-" + ("i2v" if image_model else "t2v")
         if not _present(index, "transformer_2") or v.boundary_ratio is None:
@@ -118,6 +134,6 @@ def check_exportable(v: WanVariant) -> None:
     if v.problems:
         raise UnsupportedWanPipeline(f"{v.pipeline} directory detected as {v.name}, but: " + "; ".join(v.problems))
     if v.name not in EXPORTABLE:
-        why = "not implemented"
+        why = "two VACE experts are not implemented" if v.name == "wan2.2-vace" else "not implemented"
         raise UnsupportedWanPipeline(f"{v.pipeline} directory detected as {v.name}: vgen cannot export it yet "
                                      f"({why}); it exports {', '.join(EXPORTABLE)}")

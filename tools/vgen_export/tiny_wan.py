@@ -169,6 +169,17 @@ def tiny_transformer(text_dim: int = 32, image_dim: int | None = None, latent_ch
     return model
 
 
+def tiny_vace_transformer(text_dim: int = 32):
+    """Wan 2.1 VACE's transformer shrunk: the tiny T2V one plus a VACE block per listed layer
+    (both of its two layers); control input = inactive 16 + reactive 16 + the 8x8 mask 64."""
+    from diffusers import WanVACETransformer3DModel
+
+    return WanVACETransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=16, out_channels=16,
+        text_dim=text_dim, freq_dim=256, ffn_dim=32, num_layers=2, cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads", rope_max_seq_len=32, vace_layers=[0, 1], vace_in_channels=96).eval()
+
+
 TINY_CLIP_SIZE = 32
 
 
@@ -243,7 +254,7 @@ def make_scheduler(kind: str = "unipc", flow_shift: float = 3.0):
     raise ValueError(f"unknown scheduler kind {kind!r} (unipc | flow_euler)")
 
 
-VARIANTS = ("t2v", "i2v", "a14b-t2v", "a14b-i2v", "ti2v", "flf2v")
+VARIANTS = ("t2v", "i2v", "a14b-t2v", "a14b-i2v", "ti2v", "flf2v", "vace")
 TINY_BOUNDARY_RATIO = 0.875  # Wan2.2-T2V-A14B's
 TINY_I2V_BOUNDARY_RATIO = 0.9  # Wan2.2-I2V-A14B's
 
@@ -256,7 +267,8 @@ def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, sc
     TI2V-5B's WanPipeline ("ti2v": z_dim-48 VAE, expand_timesteps; WanImageToVideoPipeline runs
     the same components for image-to-video) or Wan 2.1 FLF2V's WanImageToVideoPipeline ("flf2v":
     the I2V one with a first and a last frame) or Wan 2.2 I2V-A14B's WanImageToVideoPipeline
-    ("a14b-i2v": two 36-channel experts, no image encoder). ``workdir`` receives the trained
+    ("a14b-i2v": two 36-channel experts, no image encoder) or Wan 2.1 VACE's WanVACEPipeline
+    ("vace": the T2V transformer with VACE blocks; control video, mask, reference images). ``workdir`` receives the trained
     ``spiece.model`` (a temporary directory is used when None). Returns the pipeline (eval
     mode, float32)."""
     import tempfile
@@ -291,6 +303,12 @@ def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, sc
         pipe = WanImageToVideoPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=experts[0],
                                        transformer_2=experts[1], vae=tiny_vae(), scheduler=make_scheduler(scheduler),
                                        boundary_ratio=TINY_I2V_BOUNDARY_RATIO)
+    elif variant == "vace":
+        from diffusers import WanVACEPipeline
+
+        pipe = WanVACEPipeline(tokenizer=tokenizer, text_encoder=text_encoder,
+                               transformer=tiny_vace_transformer(text_encoder.config.d_model), vae=tiny_vae(),
+                               scheduler=make_scheduler(scheduler))
     elif variant == "ti2v":
         transformer = tiny_transformer(text_dim=text_encoder.config.d_model, latent_channels=48)
         vae = tiny_vae_22(seed)

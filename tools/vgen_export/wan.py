@@ -27,6 +27,7 @@ import torch
 from . import manifest as mf
 from .latent_preview import preview_section, torchscript_decoder
 from .detect_wan import UnsupportedWanPipeline, check_exportable, detect_wan
+from .wan_vace import add_vace_sections, export_transformer_vace
 from .wan_i2v import a14b_image_conditioning, add_i2v_sections, export_i2v_parts, export_vae_encoder
 from .wan_ti2v import add_ti2v_sections, export_ti2v_encoder
 from .wan_aoti import compile_transformer_aoti
@@ -350,11 +351,12 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     experts = variant.name in (mf.FAMILY_WAN22_A14B_T2V, mf.FAMILY_WAN22_A14B_I2V)
     a14b_i2v = variant.name == mf.FAMILY_WAN22_A14B_I2V
     ti2v = variant.name == mf.FAMILY_WAN22_TI2V  # z_dim-48 VAE, per-token timesteps, optional image
-    if quantize and (i2v or a14b_i2v):  # refused before anything is written
+    vace = variant.name == mf.FAMILY_WAN21_VACE  # control video, mask, reference images (wan_vace.py)
+    if quantize and (i2v or a14b_i2v or vace):  # refused before anything is written
         raise ValueError("quantize: not available for Wan I2V packages yet")
     if video_input and variant.name != mf.FAMILY_WAN21_T2V:  # WanVideoToVideoPipeline: one 16-channel transformer
         raise ValueError(f"video_input: only for Wan 2.1 text-to-video packages (not {variant.name})")
-    if compile and (quantize or i2v or a14b_i2v or ti2v):  # (int8 Linears, image inputs, per-token timesteps)
+    if compile and (quantize or i2v or a14b_i2v or ti2v or vace):  # (int8 Linears, image inputs, per-token timesteps)
         raise ValueError(f"compile {compile}: only for float Wan text-to-video packages yet (not {variant.name}"
                          f"{', quantize ' + quantize if quantize else ''})")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -379,6 +381,15 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
             parts = export_i2v_parts(diffusers_dir, out_dir, max_length, tdtype, gen)
             checks.update(parts["checks"])
             tcfg = parts["transformer_config"]
+        elif vace:  # the transformer with its control inputs (wan_vace.TransformerVaceExport)
+            from diffusers import WanVACETransformer3DModel
+
+            transformer = WanVACETransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer",
+                                                                    dtype=tdtype).eval()
+            tcfg = dict(transformer.config)
+            checks["transformer"] = export_transformer_vace(transformer, out_dir / "transformer.pt", max_length,
+                                                            tdtype, gen)
+            del transformer
         else:
             transformer = Handoff(WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer",
                                                                         dtype=tdtype).eval())
@@ -397,11 +408,11 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         checks["vae_decoder"] = export_vae_decoder(vae, out_dir / "vae_decoder.pt", gen)
         if ti2v:
             checks["vae_encoder"] = export_ti2v_encoder(vae, out_dir, gen)
-        elif a14b_i2v or video_input:
+        elif a14b_i2v or video_input or vace:
             checks["vae_encoder"] = export_vae_encoder(vae, out_dir / "vae_encoder.pt", gen)
         del vae
     denoisers = ["transformer"] + (["transformer_2"] if experts else [])  # ("transformers" is the library)
-    for name in ["text_encoder", "vae_decoder"] + denoisers + (["vae_encoder"] if ti2v or a14b_i2v or video_input else []) + \
+    for name in ["text_encoder", "vae_decoder"] + denoisers + (["vae_encoder"] if ti2v or a14b_i2v or video_input or vace else []) + \
             ([variant_name(t) for t in denoisers] if quantize == "int8" else []):
         assert_checks(name, checks[name])
 
@@ -429,7 +440,7 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
             "text_encoder": mf.component_entry(out_dir, "text_encoder.pt", format="torchscript",
                                                dtype=dtype, methods=["forward"]),
             "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript", dtype=dtype,
-                                              methods=["forward"] if i2v else ["forward", "forward_compact"],
+                                              methods=["forward"] if i2v or vace else ["forward", "forward_compact"],
                                               **({"quantization": QUANTIZATION} if quantize == "int8-only" else {})),
             "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript",
                                               dtype="float32",
@@ -474,6 +485,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                                "low_noise": "transformer_2", "guidance_scale_2": "the job's guidance"}
     if ti2v:
         add_ti2v_sections(manifest, out_dir)
+    if vace:
+        add_vace_sections(manifest, out_dir, tcfg)
     if video_input:  # video-to-video (WanVideoToVideoPipeline): the input video's posterior mean
         manifest["components"]["vae_encoder"] = mf.component_entry(
             out_dir, "vae_encoder.pt", format="torchscript", dtype="float32", methods=["forward", "encode_first"])
@@ -500,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--tiny", action="store_true", help="build the tiny random test model first")
     parser.add_argument("--seed", type=int, default=0, help="seed for --tiny")
-    parser.add_argument("--tiny-variant", choices=["t2v", "i2v", "a14b-t2v", "a14b-i2v", "ti2v", "flf2v"], default="t2v",
+    parser.add_argument("--tiny-variant", choices=["t2v", "i2v", "a14b-t2v", "a14b-i2v", "ti2v", "flf2v", "vace"], default="t2v",
                         help="which tiny pipeline")
     parser.add_argument("--flow-shift", type=float, default=None, help="override the scheduler shift")
     parser.add_argument("--max-side", type=int, default=1280)

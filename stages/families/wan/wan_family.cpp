@@ -165,7 +165,7 @@ JobSpec WanFamily::validate(const json::value& spec) const {
   auto s = parse_job_spec(spec, package_.defaults, limits);
   if (!s.loras.empty()) validate_loras(s, spec.as_object(), limits);
   if (s.shift > 0) make_wan_scheduler(package_, s.scheduler, s.shift);  // a scheduler without a flow shift: named here
-  if (!s.video.empty()) validate_video(s);
+  if (!s.video.empty() && video_starts_denoise()) validate_video(s);
   return s;
 }
 
@@ -294,10 +294,11 @@ void WanFamily::prepare(const std::string& device, const std::vector<FamilyJob*>
     // Initial noise from the job's own seed on a CPU generator: the same on every device.
     auto gen = at::make_generator<at::CPUGeneratorImpl>(w.spec.seed);
     w.state.step = 0;
-    w.state.latents = at::randn({1, p.latent_channels, (w.spec.frames - 1) / p.temporal_scale + 1,
+    w.state.latents = at::randn({1, p.latent_channels, (w.spec.frames - 1) / p.temporal_scale + 1 + extra_latent_frames(w),
                                  w.spec.height / p.spatial_scale, w.spec.width / p.spatial_scale},
                                 gen, at::TensorOptions().dtype(at::kFloat));
-    if (video.defined()) start_from_video(device, w, video, w.state.latents);
+    if (video.defined() && video_starts_denoise()) start_from_video(device, w, video, w.state.latents);
+    if (video.defined() && !video_starts_denoise()) w.video = video;  // the control video, decoded once
     condition(device, w);
   }
 }
@@ -315,6 +316,10 @@ at::Tensor WanFamily::denoiser_input(const std::vector<FamilyJob*>& jobs, const 
 }
 
 at::Tensor WanFamily::denoiser_timesteps(const std::vector<FamilyJob*>&, const at::Tensor&, const at::Tensor& t) const { return t; }
+
+std::vector<at::Tensor> WanFamily::extra_inputs(const std::vector<FamilyJob*>&) const { return {}; }
+
+std::int64_t WanFamily::extra_latent_frames(const WanJob&) const { return 0; }
 
 std::unique_ptr<Scheduler> WanFamily::make_scheduler(const FamilyJob& job) const {
   auto s = make_wan_scheduler(package_, job.spec.scheduler, job.spec.shift);
@@ -386,10 +391,15 @@ at::Tensor WanFamily::predict_by_expert(const PredictCall& call) {
 
 at::Tensor WanFamily::predict_flow(const std::string& device, const at::Tensor& x, const at::Tensor& t,
                                    const at::Tensor& context, const at::Tensor& bias, const at::Tensor& image,
-                                   std::shared_ptr<const Module> transformer) {
+                                   std::shared_ptr<const Module> transformer, const std::vector<at::Tensor>& extras) {
   if (!transformer) transformer = module("transformer", device);
   auto in = x.to(transformer->dtype());
   auto c = context.to(transformer->dtype());
+  if (!extras.empty()) {
+    std::vector<at::Tensor> args{in, t, c};
+    args.insert(args.end(), extras.begin(), extras.end());
+    return transformer->forward(args);
+  }
   if (image.defined()) return transformer->forward({in, t, c, image.to(transformer->dtype())});
   if (!bias.defined()) return transformer->forward({in, t, c});
   return transformer->call("forward_compact", {in, t, c, bias});  // float32 bias: the graph casts it
@@ -421,7 +431,9 @@ at::Tensor WanFamily::predict(const PredictCall& call) {
   // The job's precision picks the variant (all rows share it: the denoise key says so).
   auto transformer = expert == "transformer" ? group_transformer(live, call.device) : nullptr;
   if (!transformer) transformer = module(package_.component_for(expert, live.front()->spec.precision), call.device);
-  auto pred = predict_flow(call.device, input, t, cat(contexts), cat(biases), image, transformer).to(at::kCPU);
+  auto extras = extra_inputs(live);
+  for (auto& e : extras) e = cfg ? e.repeat_interleave(2, 0) : e;
+  auto pred = predict_flow(call.device, input, t, cat(contexts), cat(biases), image, transformer, extras).to(at::kCPU);
   if (!cfg) return pred;
   auto cond = pred.slice(0, 0, pred.size(0), 2), uncond = pred.slice(0, 1, pred.size(0), 2);
   const double g = live.front()->spec.guidance;

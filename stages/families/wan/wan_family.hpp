@@ -53,6 +53,13 @@ struct WanJob : FamilyJob {
   // Video-to-video only: the input frames [F, 3, H, W] float32 in [0, 1] at the job's size when
   // given directly (tests, tools); else prepare decodes the spec's video file.
   at::Tensor video;
+  // Wan VACE only (stages/families/wan/wan_vace.hpp): the mask frames and reference
+  // pictures when given directly (as `video`: tests, tools; mask [F, 3, H, W] in [0, 1], each
+  // reference [3, h, w] in [0, 1] at its own size), and the control input prepare builds,
+  // [1, 96, R + F', H', W'].
+  at::Tensor mask_video;
+  std::vector<at::Tensor> reference_images;
+  at::Tensor control;
 };
 
 // What a Wan package's manifest says beyond the generic package fields (stages/model/
@@ -102,8 +109,10 @@ class WanFamily : public Family {
   // (image-to-video) forward(x, t, context, image). x is cast to the transformer's dtype, t
   // is float32; returns the flow prediction on the device.
   // `transformer`: the module to call (a LoRA variant, the step's expert); null: the package's.
+  // `extras` (Wan VACE): further inputs after the context, passed as they are.
   at::Tensor predict_flow(const std::string& device, const at::Tensor& x, const at::Tensor& t, const at::Tensor& context,
-                          const at::Tensor& bias, const at::Tensor& image = {}, std::shared_ptr<const Module> transformer = nullptr);
+                          const at::Tensor& bias, const at::Tensor& image = {}, std::shared_ptr<const Module> transformer = nullptr,
+                          const std::vector<at::Tensor>& extras = {});
   // The transformer component that predicts at `timestep` ("transformer" without experts).
   const std::string& expert_for(double timestep) const;
   at::Tensor predict_by_expert(const PredictCall& call);
@@ -119,6 +128,15 @@ class WanFamily : public Family {
   // The transformer's timesteps for those rows, from the rows' own t (float32 [jobs]): by
   // default t itself (one per row). Rows are per job; predict repeats them for guidance.
   virtual at::Tensor denoiser_timesteps(const std::vector<FamilyJob*>& jobs, const at::Tensor& x, const at::Tensor& t) const;
+  // Inputs after the text context for a call's rows, one row per job (predict repeats them for
+  // guidance): by default none; Wan VACE's control latents and per-row scale.
+  virtual std::vector<at::Tensor> extra_inputs(const std::vector<FamilyJob*>& jobs) const;
+  // Latent frames the noise has beyond the video's (F - 1) / temporal_scale + 1: by default 0;
+  // Wan VACE's reference images, one each, in front.
+  virtual std::int64_t extra_latent_frames(const WanJob& job) const;
+  // Whether a job's video is where denoising starts (video-to-video: strength, t_start); false
+  // for Wan VACE, whose video is a control input (its frames still set the job's frame count).
+  virtual bool video_starts_denoise() const { return true; }
   std::shared_ptr<const Module> module(const std::string& component, const std::string& device) const;
 
  private:
@@ -157,6 +175,10 @@ std::shared_ptr<Family> make_wan_family(ModelPackage package, const FamilyOption
 // Error(invalid_argument) naming "video" when the job has none or it does not decode. Reads
 // and decodes the file: call it on the compute thread (prepare).
 at::Tensor wan_job_video(const WanJob& job, int temporal_scale);
+// The same for any video of the job: `given` when defined, else the file at `path`; errors name
+// `field` (Wan VACE's mask_video).
+at::Tensor wan_video_frames(const WanJob& job, const at::Tensor& given, const std::string& path, const std::string& field,
+                            int temporal_scale);
 
 // The VAE encoder's posterior mean [1, C, F', H', W'] normalised as the denoiser sees latents:
 // (mean - latents_mean) * (1 / latents_std), float32, in diffusers' order of operations

@@ -27,14 +27,19 @@ int wan_v2v_first_step(int steps, double strength) {
 }
 
 at::Tensor wan_job_video(const WanJob& job, int temporal_scale) {
+  return wan_video_frames(job, job.video, job.spec.video, "video", temporal_scale);
+}
+
+at::Tensor wan_video_frames(const WanJob& job, const at::Tensor& given, const std::string& path, const std::string& field,
+                            int temporal_scale) {
   at::Tensor frames;
-  if (job.video.defined()) {
-    frames = job.video.to(at::kFloat);
+  if (given.defined()) {
+    frames = given.to(at::kFloat);
     if (frames.dim() != 4 || frames.size(1) != 3 || frames.size(2) != job.spec.height || frames.size(3) != job.spec.width)
-      throw Error(ErrorKind::invalid_argument, "video: must be [F, 3, " + std::to_string(job.spec.height) + ", " +
+      throw Error(ErrorKind::invalid_argument, field + ": must be [F, 3, " + std::to_string(job.spec.height) + ", " +
                                                    std::to_string(job.spec.width) + "] frames at the job's size");
   } else {
-    if (job.spec.video.empty()) throw Error(ErrorKind::invalid_argument, "video: this job has no input video");
+    if (path.empty()) throw Error(ErrorKind::invalid_argument, field + ": this job has no input video");
     // Admission already held the file to the operator's limits (videos.*) and decoded all of
     // it; the defaults here could be stricter than the configured ones, so only the frames
     // kept are bounded (by the job's frames).
@@ -44,7 +49,7 @@ at::Tensor wan_job_video(const WanJob& job, int temporal_scale) {
     limits.max_seconds = std::numeric_limits<double>::max();
     limits.max_pixels = std::numeric_limits<std::int64_t>::max();
     limits.max_side = std::numeric_limits<int>::max();
-    auto clip = decode_video_file(job.spec.video, "video", limits, job.spec.frames);
+    auto clip = decode_video_file(path, field, limits, job.spec.frames);
     std::vector<at::Tensor> out;
     for (auto& img : clip.kept) {
       // As diffusers' video processor: each frame resized to the job's size (the aspect ratio not
@@ -53,7 +58,7 @@ at::Tensor wan_job_video(const WanJob& job, int temporal_scale) {
       auto rgb = at::from_blob(img.rgb.data(), {img.height, img.width, 3}, at::kByte);
       out.push_back(rgb.permute({2, 0, 1}).to(at::kFloat).div(255.0));  // copies out of img
     }
-    if (out.empty()) throw Error(ErrorKind::invalid_argument, "video: has no frames");
+    if (out.empty()) throw Error(ErrorKind::invalid_argument, field + ": has no frames");
     frames = at::stack(out);
   }
   // Wan's VAE encodes a first frame, then temporal_scale frames per latent frame: the largest

@@ -311,6 +311,17 @@ TEST_CASE("inputs: what images and video a package takes, none when absent; bad 
   CHECK(load_model_package(tmp.path() / "v2v-only").limits.video == InputUse::required);  // its defaults validate with a video
   CHECK(contains(error_with("inputs", json::object{{"image", "optional"}, {"last_image", "required"}}), "cannot be required"));
   CHECK(contains(error_with("inputs", json::object{{"last_image", "optional"}}), "needs inputs.image"));
+  // Wan VACE: the mask video and reference images.
+  write_package(tmp.path() / "vace", [](json::object& m) {
+    m["inputs"] = {{"video", "optional"}, {"mask_video", "optional"}, {"reference_images", "required"}};
+  });
+  const auto vace = load_model_package(tmp.path() / "vace");  // its defaults validate with a reference image
+  CHECK(vace.limits.mask_video == InputUse::optional);
+  CHECK(vace.limits.reference_images == InputUse::required);
+  CHECK(t2v.limits.mask_video == InputUse::none);
+  CHECK(t2v.limits.reference_images == InputUse::none);
+  CHECK(contains(error_with("inputs", json::object{{"mask_video", "optional"}}), "inputs.mask_video needs inputs.video"));
+  CHECK(contains(error_with("inputs", json::object{{"reference_images", "some"}}), "inputs.reference_images: must be none, optional or required"));
 }
 
 TEST_CASE("precisions: the base one from the transformer, variants mapped onto listed components, a checked default") {
