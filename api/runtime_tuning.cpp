@@ -170,6 +170,10 @@ std::shared_ptr<void> RuntimeTuning::hold_device(DevicePool& pool, const std::fu
 
 void RuntimeTuning::continue_between_jobs(DevicePool& pool, std::function<bool()> idle, std::function<void(std::size_t)> switch_batch) {
   if (!search_) return;
+  {
+    std::lock_guard lock(observe_mutex_);
+    switch_batch_ = switch_batch;  // observe() may switch from now on (a copy: the search thread's hook takes the original)
+  }
   auto thread = std::make_unique<TuneSearchThread>(
       std::move(search_),
       TuneSearchThread::Hooks{
@@ -188,10 +192,6 @@ void RuntimeTuning::continue_between_jobs(DevicePool& pool, std::function<bool()
           .idle_grace = std::chrono::duration<double>(1.0),
           // A job that arrives waits at most for one measurement: none estimated above the first wait.
           .max_step = std::chrono::duration<double>(std::max(first_wait_s_, 0.0))});
-  {
-    std::lock_guard lock(observe_mutex_);
-    switch_batch_ = switch_batch;
-  }
   std::lock_guard lock(thread_mutex_);  // resumed jobs may be ending already
   search_thread_ = std::move(thread);
 }
