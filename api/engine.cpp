@@ -79,6 +79,9 @@ class RuntimeImpl {
     wo.on_batch_capped = [t = tuning_.get()](const std::string& key, std::size_t cap) { t->on_capped(key, cap); };
     wo.batching = config_.batching;  // max_batch as tuned
     wo.max_batch_limit = tuning_->batch_limit();  // what the search going on between jobs may switch to
+    wo.on_model_call = [t = tuning_.get()](BatchKind kind, const std::string& key, std::size_t jobs, double seconds) {
+      t->observe(kind, key, jobs, seconds);  // the tuner learns from running jobs
+    };
     devices_ = std::make_unique<ComputeDevices>(config_, executor_, metrics_);  // the threads as tuned
     wo.leases = devices_->leases();
     // One thread for job-store writes (each may fsync), off the io threads.
@@ -95,10 +98,12 @@ class RuntimeImpl {
     po.metrics = &metrics_;
     po.tracer = &tracer_;
     po.aging = config_.priority_aging;
+    // Once the in-flight count has dropped (not at the terminal event, which comes first): the
+    // tuner's search may find the device free.
+    po.after_job_end = [this] { tuning_->jobs_changed(); };
     po.on_event = [this](const JobEvent& e) {
       if (!e.message.empty() && !is_terminal(e.state)) spdlog::info("job {}: {}", e.job_id, e.message);  // e.g. a resume
       if (auto entry = lookup(e.job_id)) entry->emit(e);
-      if (is_terminal(e.state)) tuning_->jobs_changed();  // the tuner's search may find the device free
     };
     // The lock and the job store come before any worker starts: a store that cannot be opened
     // fails the constructor with nothing running (it used to open after the workers had

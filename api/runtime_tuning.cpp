@@ -1,10 +1,12 @@
 #include "api/runtime_tuning.hpp"
 
+#include "stages/exec/batch_kind.hpp"
 #include "stages/exec/tune_probe.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 
 namespace vgen {
@@ -56,6 +58,7 @@ RuntimeTuning::RuntimeTuning(RuntimeConfig& c, const LoadedModels& models, const
       probe_ = std::make_unique<TuneProbe>(models, spec, device.id);
       model_ = probe_->model();
       space.steps = probe_->steps();
+      space.measure_calls = TuneProbe::kCalls + 2;  // a warm-up call, the timed calls, a decode
       tuner_key_ = probe_->shape_key() + "|" + device_;
       tuner_ = std::make_unique<AutoTuner>(AutoTuner::Options{
           .cache_dir = c.tune.dir.empty() ? default_tune_cache_dir() : c.tune.dir,
@@ -70,10 +73,14 @@ RuntimeTuning::RuntimeTuning(RuntimeConfig& c, const LoadedModels& models, const
         return sample;
       };
       auto started = tuner_->start(tuner_key_, space, measure,
-                                   std::chrono::duration<double>(c.tune.first_wait_s));
+                                   std::chrono::duration<double>(c.tune.first_wait_s), /*learns_from_jobs=*/true);
       choice_ = std::move(started.choice);
       search_ = std::move(started.search);
-      if (choice_.source == "probe") probe_->key();  // the Batcher's key for on_capped (prepares one job)
+      // The Batcher's key for on_capped, and for observe() while the search goes on (prepares one job).
+      if (choice_.source == "probe" || search_) {
+        const auto& key = probe_->key();
+        if (search_) denoise_key_ = key;
+      }
     } catch (const std::exception& e) {
       // A shape the model refuses fails its jobs anyway (with a clear error): no warning twice.
       const auto level = classify(std::current_exception()) == ErrorKind::invalid_argument ? spdlog::level::debug : spdlog::level::warn;
@@ -91,6 +98,8 @@ RuntimeTuning::RuntimeTuning(RuntimeConfig& c, const LoadedModels& models, const
   c.intra_op_threads = choice_.setting.intra_op;
   batch_limit_ = search_ ? std::max(choice_.setting.batch, space.one_job ? std::size_t(1) : space.batch.value_or(space.max_batch))
                          : choice_.setting.batch;
+  running_batch_ = choice_.setting.batch;
+  first_wait_s_ = c.tune.first_wait_s;
   device_id_ = device.id;
   if (search_)
     spdlog::info("auto-tune: starting with {} for model '{}' on {} ({}: {} settings measured in {:.1f} s, first wait {} s); "
@@ -161,6 +170,10 @@ std::shared_ptr<void> RuntimeTuning::hold_device(DevicePool& pool, const std::fu
 
 void RuntimeTuning::continue_between_jobs(DevicePool& pool, std::function<bool()> idle, std::function<void(std::size_t)> switch_batch) {
   if (!search_) return;
+  {
+    std::lock_guard lock(observe_mutex_);
+    switch_batch_ = switch_batch;  // observe() may switch from now on (a copy: the search thread's hook takes the original)
+  }
   auto thread = std::make_unique<TuneSearchThread>(
       std::move(search_),
       TuneSearchThread::Hooks{
@@ -176,7 +189,9 @@ void RuntimeTuning::continue_between_jobs(DevicePool& pool, std::function<bool()
                 metrics_.gauge("vgen_tune_searching", "1 while the auto-tuner's search goes on between jobs", {{"model", model_}, {"device", device_}})
                     .set(0);
               },
-          .idle_grace = std::chrono::duration<double>(1.0)});
+          .idle_grace = std::chrono::duration<double>(1.0),
+          // A job that arrives waits at most for one measurement: none estimated above the first wait.
+          .max_step = std::chrono::duration<double>(std::max(first_wait_s_, 0.0))});
   std::lock_guard lock(thread_mutex_);  // resumed jobs may be ending already
   search_thread_ = std::move(thread);
 }
@@ -200,15 +215,78 @@ void RuntimeTuning::search_done(const TuneChoice& done, const std::function<void
   spdlog::info("auto-tune: search done for model '{}' on {}: {} ({} settings, {:.1f} s measuring; cached in {}); {}{}", model_,
                device_, to_string(done.setting), done.samples.size(), done.probe_s,
                done.file.empty() ? std::string("nowhere") : done.file.string(),
-               batch != choice_.setting.batch ? "switching to batch " + std::to_string(batch) + " from the next group"
-                                               : "batch " + std::to_string(batch) + " stays",
+               batch != current_batch() ? "switching to batch " + std::to_string(batch) + " from the next group"
+                                         : "batch " + std::to_string(batch) + " stays",
                split_differs ? "; its split applies from the next start" : "");
-  if (batch == choice_.setting.batch) return;
+  {
+    std::lock_guard lock(observe_mutex_);
+    if (batch == running_batch_) return;
+    running_batch_ = batch;
+  }
   switch_batch(batch);
   metrics_.gauge("vgen_tune_max_batch", "Jobs per model call the runtime runs with (auto-tuned or configured)",
                  {{"model", model_}, {"device", device_}, {"source", choice_.source}})
       .set(static_cast<double>(batch));
   metrics_.counter("vgen_tune_switches_total", "Times the runtime switched its batch size to what the auto-tuner found", ids).inc();
+}
+
+void RuntimeTuning::observe(BatchKind kind, const std::string& key, std::size_t jobs, double seconds) noexcept {
+  if (kind != BatchKind::denoise || denoise_key_.empty() || key != denoise_key_ || jobs == 0) return;
+  try {
+    observe_denoise(jobs, seconds);
+  } catch (const std::exception& e) {  // on a compute thread, between a group's calls: never throw into it
+    spdlog::warn("auto-tune: could not learn from a running job ({})", e.what());
+  }
+}
+
+void RuntimeTuning::observe_denoise(std::size_t jobs, double seconds) {
+  std::unique_lock lock(observe_mutex_);
+  if (!switch_batch_) return;  // not between jobs yet (or stopped)
+  auto& calls = observed_[jobs];
+  // The first call at a size is left out: a new input shape may cost a TorchScript profiling run.
+  if (calls.size() > kObservedCalls) return;  // this size has its sample
+  calls.push_back(seconds);
+  if (calls.size() <= kObservedCalls) return;
+  std::vector<double> timed(calls.begin() + 1, calls.end());
+  std::sort(timed.begin(), timed.end());
+  const double step_s = timed.size() % 2 ? timed[timed.size() / 2] : (timed[timed.size() / 2 - 1] + timed[timed.size() / 2]) / 2;
+  lock.unlock();
+  std::lock_guard thread_lock(thread_mutex_);  // the search lives as long as its thread
+  if (!search_thread_) return;
+  auto& search = search_thread_->search();
+  const auto& run = choice_.setting;
+  if (!search.observe(TuneSample{.setting = {jobs, run.leases, run.intra_op}, .step_s = step_s})) return;
+  spdlog::info("auto-tune: observed {} on running jobs: {:.3f} s per denoiser call", to_string(TuneSetting{jobs, run.leases, run.intra_op}), step_s);
+  const auto next = search.next_batch_with_split(run.leases, run.intra_op);
+  if (next && *next <= batch_limit_) {
+    switch_to(*next, "trying it on running jobs");
+    return;
+  }
+  if (const auto best = search.best_with_split(run.leases, run.intra_op))
+    switch_to(std::min(best->batch, batch_limit_), "the best measured with " + std::to_string(run.leases) + " lease(s)");
+}
+
+// Any thread; the next groups take it (ModelSet::set_max_batch).
+void RuntimeTuning::switch_to(std::size_t batch, const std::string& why) {
+  std::function<void(std::size_t)> switch_batch;
+  {
+    std::lock_guard lock(observe_mutex_);
+    if (batch == running_batch_ || !switch_batch_) return;
+    running_batch_ = batch;
+    switch_batch = switch_batch_;
+  }
+  spdlog::info("auto-tune: batch {} for model '{}' on {} from the next group ({})", batch, model_, device_, why);
+  switch_batch(batch);
+  const Labels ids{{"model", model_}, {"device", device_}};
+  metrics_.gauge("vgen_tune_max_batch", "Jobs per model call the runtime runs with (auto-tuned or configured)",
+                 {{"model", model_}, {"device", device_}, {"source", choice_.source}})
+      .set(static_cast<double>(batch));
+  metrics_.counter("vgen_tune_switches_total", "Times the runtime switched its batch size to what the auto-tuner found", ids).inc();
+}
+
+std::size_t RuntimeTuning::current_batch() {
+  std::lock_guard lock(observe_mutex_);
+  return running_batch_;
 }
 
 std::string RuntimeTuning::key() {

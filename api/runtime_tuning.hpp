@@ -9,17 +9,25 @@
 // When the probe cannot run (e.g. an image-to-video model without an image in tune.spec), a
 // warning says why and the fallback is batch 1, one lease, every core.
 //
-// A fresh cache holds up the first job little: the constructor makes the first measurement
-// (whatever it costs: it includes the model's first calls) and starts no other once
-// config.tune.first_wait_s is spent (AutoTuner::start) and the runtime starts at the best setting
-// measured so far ("partial") or the safe default ("default"). continue_between_jobs() then
-// goes on with the search on its own thread ("vgen-tune", TuneSearchThread), one measurement at
-// a time, only while no job is in flight, holding every lease of the tuned device so that a job
-// that arrives meanwhile waits for at most that measurement. When the search is over, its
-// choice is cached (the next start uses it) and the runtime switches its batch size to the best
-// measured with the split it runs (ModelSet::set_max_batch: groups formed from then on; the
-// device threads, i.e. leases x intra-op threads, are made once at start, so a better split
-// applies from the next start). Logged (info); vgen_tune_max_batch follows, with
+// A fresh cache does not hold up the first job: the constructor measures only what its cost
+// estimate (from samples an earlier start cached) fits in config.tune.first_wait_s, and nothing
+// of unknown cost (AutoTuner::start with learns_from_jobs): on a fresh cache the runtime starts at
+// once at the safe default ("default"; else the best so far, "partial").
+// Learning from running jobs (observe(), the Batcher's on_model_call): the denoiser calls of jobs
+// of the tuned shape are samples at the setting in use, at no cost (per batch size: the first
+// call at a size is left out, the median of the next kObservedCalls is the step time). After
+// each, the runtime tries the next batch of its split's sweep on real work, else switches to the
+// best batch measured with its split (ModelSet::set_max_batch: at group boundaries; the results
+// are the same at any batch), without any idle time (`vgen batch`). The samples are cached as
+// they come (the next start reads them).
+// continue_between_jobs() goes on with the rest of the search (other splits) on its own thread
+// ("vgen-tune", TuneSearchThread), one measurement at a time, only while no job is in flight
+// (poked by the Pipeline once the in-flight count has dropped), holding every lease of the tuned
+// device so that a job that arrives meanwhile waits for at most that measurement, and never one
+// estimated above first_wait_s (skipped). When the search is over, its choice is cached (the
+// next start uses it) and the runtime switches its batch size to the best measured with the split
+// it runs (the device threads, i.e. leases x intra-op threads, are made once at start, so a
+// better split applies from the next start). Logged (info); vgen_tune_max_batch follows, with
 // vgen_tune_switches_total and vgen_tune_searching {model, device} (1 while the search goes on).
 // A search that a process leaves unfinished (`vgen batch` ends with its jobs) is cached as far
 // as it went: the next start replays it and measures only the rest, again within first_wait_s.
@@ -45,6 +53,7 @@
 #include "stages/exec/tune_probe.hpp"
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -77,7 +86,11 @@ class RuntimeTuning {
   // runtime's devices; `idle`: no job in flight; `switch_batch`: the batch size for groups formed
   // from now on (called on the search thread). Call once.
   void continue_between_jobs(DevicePool& pool, std::function<bool()> idle, std::function<void(std::size_t)> switch_batch);
-  void jobs_changed();  // a job ended: the search looks for a free device
+  void jobs_changed();  // a job ended (the in-flight count dropped): the search looks for a free device
+  // A model call of the runtime's (the Batcher's on_model_call; compute threads): see above.
+  // Never throws.
+  void observe(BatchKind kind, const std::string& key, std::size_t jobs, double seconds) noexcept;
+  static constexpr std::size_t kObservedCalls = 2;  // timed calls per batch size (after the first)
   void stop();          // ends the search thread (idempotent)
 
  private:
@@ -85,6 +98,9 @@ class RuntimeTuning {
   void search_done(const TuneChoice& done, const std::function<void(std::size_t)>& switch_batch);
   void export_choice(const std::string& model, const std::string& device);
   void cap_cached(const std::string& batcher_key, std::size_t cap);
+  void observe_denoise(std::size_t jobs, double seconds);
+  void switch_to(std::size_t batch, const std::string& why);
+  std::size_t current_batch();
 
   std::unique_ptr<AutoTuner> tuner_;
   std::unique_ptr<TuneProbe> probe_;  // the tuned shape (its key is computed on first need)
@@ -92,11 +108,17 @@ class RuntimeTuning {
   std::unique_ptr<TuneSearchThread> search_thread_;  // steps it between jobs; guarded by thread_mutex_
   std::mutex thread_mutex_;
   std::size_t batch_limit_ = 1;
+  double first_wait_s_ = 2;  // config.tune.first_wait_s: also the cap of one between-jobs measurement
   std::string device_id_;  // the tuned device ("cpu:0")
   std::mutex mutex_;                  // guards probe_->key()
   MetricsRegistry& metrics_;
   TuneChoice choice_;
   std::string tuner_key_, model_, device_;
+  std::string denoise_key_;  // the Batcher's group key of the tuned shape, while a search goes on
+  std::mutex observe_mutex_;  // the fields below
+  std::map<std::size_t, std::vector<double>> observed_;  // per batch size: call seconds, the first left out
+  std::size_t running_batch_ = 1;                        // the batch set last
+  std::function<void(std::size_t)> switch_batch_;
 };
 
 }  // namespace vgen

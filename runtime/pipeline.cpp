@@ -169,6 +169,7 @@ void Pipeline::reject(const JobPtr& job, std::string why) {
   }
   if (rejected_total_) rejected_total_->inc();
   if (in_flight_) in_flight_->dec();
+  if (options_.after_job_end) options_.after_job_end();
   throw Error(ErrorKind::overloaded, std::move(why));
 }
 
@@ -364,6 +365,7 @@ void Pipeline::end_job(const JobPtr& job, JobState state, std::exception_ptr err
   if (in_flight_) in_flight_->dec();
   if (auto* m = options_.metrics)
     m->counter("vgen_jobs_finished_total", "Jobs finished, by final state", {{"state", std::string(to_string(state))}}).inc();
+  if (options_.after_job_end) options_.after_job_end();
 }
 
 void Pipeline::on_worker_exit(std::size_t k) {

@@ -98,6 +98,10 @@ struct PipelineHook {
 struct PipelineOptions {
   MetricsRegistry* metrics = nullptr;
   JobEventHandler on_event;                          // every job's events (cheap, thread-safe)
+  // Called after a job's end is counted (counts().in_flight already lower; a terminal event
+  // reaches on_event before that), outside the pipeline's lock, on the thread that ended it.
+  // Cheap, thread-safe, must not throw.
+  std::function<void()> after_job_end;
   std::optional<std::chrono::milliseconds> default_deadline;  // per job, from submission
   std::uint64_t retry_seed = 0;                      // 0: random jitter
   // Optional (outlives the pipeline): spans for each job's queue waits and stages on its own

@@ -145,6 +145,7 @@ std::optional<TuneChoice> AutoTuner::read(const fs::path& file, const std::strin
                      .spent_s = number_or_zero(so, "spent_s")};
         t.out_of_memory = so.if_contains("out_of_memory") && so.at("out_of_memory") == json::value(true);
         t.job_s = number_or_zero(so, "job_s");
+        t.observed = so.if_contains("observed") && so.at("observed") == json::value(true);
         c.samples.push_back(t);
       }
     return c;
@@ -163,6 +164,7 @@ void AutoTuner::write(const std::string& key, const TuneSpace& space, const Tune
     o["spent_s"] = s.spent_s;
     o["out_of_memory"] = s.out_of_memory;
     o["job_s"] = s.job_s;
+    o["observed"] = s.observed;
     samples.push_back(std::move(o));
   }
   const json::object doc{{"format", kFormat}, {"key", key}, {"space", space_json(space)},
@@ -203,7 +205,7 @@ TuneSetting AutoTuner::safe_default(const TuneSpace& space) {
 }
 
 AutoTuner::Start AutoTuner::start(const std::string& key, const TuneSpace& space, TuneMeasure measure,
-                                  std::chrono::duration<double> first_wait) {
+                                  std::chrono::duration<double> first_wait, bool learns_from_jobs) {
   const auto file = file_for(key, space);
   std::vector<TuneSample> prior;
   double prior_s = 0;
@@ -223,7 +225,7 @@ AutoTuner::Start AutoTuner::start(const std::string& key, const TuneSpace& space
     }
   }
   auto search = std::make_unique<TuneSearch>(*this, key, space, std::move(measure), std::move(prior), prior_s);
-  if (search->done()) {  // nothing to choose: no probe, no file
+  if (search->done() && search->current().samples.empty()) {  // nothing to choose: no probe, no file
     auto fixed = search->current();
     fixed.source = "fixed";
     fixed.file.clear();
@@ -231,8 +233,11 @@ AutoTuner::Start AutoTuner::start(const std::string& key, const TuneSpace& space
   }
   double waited = 0;
   while (const auto next = search->next()) {
-    const double cost = next->second;  // 0: a replay; infinite: nothing measured yet (allowed once, see the header)
-    if (cost > 0 && (first_wait.count() <= 0 || (std::isfinite(cost) && waited + cost > first_wait.count()))) break;
+    const double cost = next->second;  // 0: a replay; infinite: nothing measured yet (see the header)
+    if (cost > 0 && first_wait.count() <= 0) break;
+    // The jobs measure it, unless the wait covers the whole budget (the whole probe up front was asked for).
+    if (!std::isfinite(cost) && learns_from_jobs && first_wait.count() < options_.budget.count()) break;
+    if (std::isfinite(cost) && waited + cost > first_wait.count()) break;
     const auto before = search->current().probe_s;
     if (!search->step()) break;
     waited += search->current().probe_s - before;
@@ -273,7 +278,14 @@ TuneSearch::TuneSearch(AutoTuner& tuner, std::string key, TuneSpace space, TuneM
     choice_.setting.batch = batches_.front();
     over_budget_ = true;
     round_ = batches_.size();
+    return;
   }
+  // An earlier start's samples count at once (at no cost), not in the order the search would
+  // reach them: a start runs at the best of them, even one of a batch the sweep has not reached
+  // (the jobs observed it out of order).
+  std::lock_guard lock(mutex_);
+  for (const auto& p : prior_)
+    if (!sampled_locked(p.setting) && split_index(p.setting)) record_locked(p, true);
 }
 
 // Breadth first (every split at batch 1, then at 2, ...), so that a budget that runs out
@@ -287,8 +299,13 @@ std::optional<TuneSetting> TuneSearch::next_locked() const {
 
 // Moves past inactive splits and finished rounds, and stops at the budget.
 void TuneSearch::skip_finished_locked() {
+  auto settled = [&](std::size_t c) {  // inactive, or observed on running jobs already
+    auto s = candidates_[c];
+    s.batch = batches_[round_];
+    return !active_[c] || sampled_locked(s);
+  };
   while (round_ < batches_.size()) {
-    while (candidate_ < candidates_.size() && !active_[candidate_]) ++candidate_;
+    while (candidate_ < candidates_.size() && settled(candidate_)) ++candidate_;
     if (candidate_ < candidates_.size()) break;
     end_round_locked();
     ++round_;
@@ -298,14 +315,26 @@ void TuneSearch::skip_finished_locked() {
   if (have_one && choice_.probe_s >= tuner_.options_.budget.count()) over_budget_ = true;
 }
 
+bool TuneSearch::sampled_locked(const TuneSetting& setting) const {
+  return std::any_of(choice_.samples.begin(), choice_.samples.end(), [&](const TuneSample& s) { return s.setting == setting; });
+}
+
+std::optional<std::size_t> TuneSearch::split_index(const TuneSetting& setting) const {
+  for (std::size_t c = 0; c < candidates_.size(); ++c)
+    if (candidates_[c].leases == setting.leases && candidates_[c].intra_op == setting.intra_op) return c;
+  return std::nullopt;
+}
+
+// `sample` is of the next setting (measured or replayed) or, observed, of any candidate split's.
 void TuneSearch::record_locked(TuneSample sample, bool replayed) {
-  const auto c = candidate_;
+  const auto c = split_index(sample.setting).value_or(candidate_);
+  const bool is_next = next_locked() == std::optional<TuneSetting>(sample.setting);
   if (!replayed) choice_.probe_s += sample.spent_s;  // a replay's cost is in the prior probe_s
   if (!sample.out_of_memory) sample.job_s = AutoTuner::job_seconds(sample, space_);
   choice_.samples.push_back(sample);
   if (sample.out_of_memory || sample.job_s > split_best_[c] * kSlower) active_[c] = false;  // it only gets worse
   else split_best_[c] = std::min(split_best_[c], sample.job_s);
-  ++candidate_;
+  if (is_next) ++candidate_;
   if (const auto* best = pick(choice_.samples)) {
     choice_.setting = best->setting;
     choice_.source = "partial";
@@ -333,10 +362,14 @@ std::optional<std::pair<TuneSetting, double>> TuneSearch::next() const {
   if (!setting) return std::nullopt;
   for (const auto& p : prior_)
     if (p.setting == *setting) return std::pair(*setting, 0.0);
-  // The last measurement's cost, scaled by the batch (a call's cost grows about with its rows).
-  for (auto it = choice_.samples.rbegin(); it != choice_.samples.rend(); ++it)
-    if (!it->out_of_memory && it->spent_s > 0)
-      return std::pair(*setting, it->spent_s * static_cast<double>(setting->batch) / static_cast<double>(std::max<std::size_t>(it->setting.batch, 1)));
+  // The last sample's cost, scaled by the batch (a call's cost grows about with its rows); an
+  // observed sample cost nothing: a measurement costs about measure_calls of its calls.
+  for (auto it = choice_.samples.rbegin(); it != choice_.samples.rend(); ++it) {
+    if (it->out_of_memory) continue;
+    const double cost = it->observed ? it->step_s * space_.measure_calls : it->spent_s;
+    if (cost > 0)
+      return std::pair(*setting, cost * static_cast<double>(setting->batch) / static_cast<double>(std::max<std::size_t>(it->setting.batch, 1)));
+  }
   return std::pair(*setting, std::numeric_limits<double>::infinity());  // unknown until one is measured
 }
 
@@ -378,6 +411,39 @@ bool TuneSearch::step() {
   }
   if (!replayed && !snapshot.file.empty()) tuner_.save(key_, space_, snapshot, false);
   return true;
+}
+
+bool TuneSearch::observe(TuneSample sample) {
+  sample.observed = true;
+  sample.spent_s = 0;
+  sample.out_of_memory = false;
+  TuneChoice snapshot;
+  {
+    std::lock_guard lock(mutex_);
+    if (sampled_locked(sample.setting) || !split_index(sample.setting)) return false;
+    if (std::find(batches_.begin(), batches_.end(), sample.setting.batch) == batches_.end()) return false;  // not a swept size
+    record_locked(sample, false);
+    snapshot = choice_;
+  }
+  if (!snapshot.file.empty()) tuner_.save(key_, space_, snapshot, false);
+  return true;
+}
+
+std::optional<std::size_t> TuneSearch::next_batch_with_split(std::size_t leases, std::size_t intra_op) const {
+  std::lock_guard lock(mutex_);
+  const auto c = split_index(TuneSetting{1, leases, intra_op});
+  if (!c || !active_[*c]) return std::nullopt;
+  for (const auto b : batches_)
+    if (!sampled_locked(TuneSetting{b, leases, intra_op})) return b;
+  return std::nullopt;
+}
+
+void TuneSearch::skip() {
+  std::lock_guard lock(mutex_);
+  skip_finished_locked();
+  if (!next_locked()) return;
+  active_[candidate_] = false;
+  skip_finished_locked();
 }
 
 TuneChoice TuneSearch::current() const {
@@ -455,6 +521,15 @@ void TuneSearchThread::run() {
           if (wake_.wait_for(lock, hooks_.idle_grace, [&] { return poked_ || stop_; }) && !stop_) continue;
         }
         if (stop_) break;
+      }
+      const auto next = search_->next();
+      const bool capped = std::isfinite(hooks_.max_step.count());
+      if (next && !std::isfinite(next->second) && capped) continue;  // its cost is unknown: wait for a sample (a job's) to tell
+      if (next && next->second > hooks_.max_step.count()) {  // a job arriving now would wait too long behind it
+        search_->skip();
+        std::lock_guard lock(mutex_);
+        poked_ = true;  // on to the next setting
+        continue;
       }
       const auto held = hooks_.hold_device();
       if (!held) continue;  // work runs or waits: try again when it ends

@@ -17,12 +17,18 @@
 //
 // A start that does not wait for the search (start()): the search runs on the caller only while
 // it has cost less than `first_wait` and the next measurement is expected to end within it (its
-// cost estimated from the last one's, scaled by the batch; the first measurement of a search is
-// always allowed unless first_wait is 0: most of it is the model's first-call warm-up, which the
-// first job would pay itself). The caller then runs at the best setting measured so far
+// cost estimated from the last sample's, scaled by the batch). A measurement whose cost is not
+// known yet (nothing measured or observed) is made only by a runtime that cannot learn from its
+// jobs (learns_from_jobs false, e.g. choose()) or when first_wait is at least the budget (the
+// whole probe up front was asked for); otherwise the start runs at the safe default at once:
+// that first measurement cost 3.2-9.5 s on the medium bench package (more than the default
+// first wait of 2 s), and the first jobs' own denoiser calls measure the same setting for free. The caller then runs at the best setting measured so far
 // (source "partial"), or at the safe default when nothing was measured ("default": batch 1,
 // two leases of half the cores, probed first), and steps the rest of the search
-// (TuneSearch::step) when it can spare the device; finish() caches the result. Every step
+// (TuneSearch::step) when it can spare the device; finish() caches the result. Meanwhile the
+// runtime's jobs are measurements too (TuneSearch::observe: their denoiser calls at the setting
+// in use, at no cost): the search marks a setting observed as done, and offers the next batch
+// of the split in use to try on real work (next_batch_with_split) until that split's sweep ends. Every step
 // caches the samples so far (the file marked incomplete): a process that ends first leaves them
 // to the next start, whose search replays them at no cost and measures only what is left.
 //
@@ -45,6 +51,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -71,6 +78,10 @@ struct TuneSample {
   double spent_s = 0;   // what taking the measurement cost (counts against the budget)
   bool out_of_memory = false;
   double job_s = 0;     // the score, filled in by the tuner
+  // Observed on running jobs (TuneSearch::observe), not measured: costs nothing; decode_s is 0
+  // (the decoder runs per job after its steps, about the same per job at any batch, so leaving
+  // it out keeps the order of batch sizes within a split).
+  bool observed = false;
 };
 // Measures one setting. Reports out of memory in the sample (or throws Error(out_of_memory));
 // any other exception ends the probe (choose() rethrows it).
@@ -85,6 +96,9 @@ struct TuneSpace {
   std::size_t max_batch = 8;              // the largest batch probed
   bool one_job = false;                   // `vgen render`: batch 1, one lease, fastest single job
   int steps = 1;                          // denoising steps of the shape (weighs step vs decode)
+  // What one measurement costs in denoiser calls (the measure's warm-up, timed calls and decode):
+  // a measurement's cost is estimated from an observed sample's step time with it.
+  double measure_calls = 4;
 };
 
 struct TuneChoice {
@@ -107,8 +121,8 @@ class TuneSearch {
   TuneSearch(AutoTuner& tuner, std::string key, TuneSpace space, TuneMeasure measure, std::vector<TuneSample> prior = {},
              double prior_s = 0);
 
-  // Measures the next setting (or replays it from the samples an earlier start cached, at no
-  // cost) and caches the samples so far; false once the search is over (every split swept, or
+  // Measures the next setting (the samples an earlier start cached count from construction, at no
+  // cost, and settings that have a sample are passed over) and caches the samples so far; false once the search is over (every split swept, or
   // the budget spent). Blocks for the measurement. Rethrows what measure throws (not out of memory).
   bool step();
   bool done() const;
@@ -124,11 +138,26 @@ class TuneSearch {
   // ran out of memory.
   TuneChoice finish();
 
+  // A sample of real work at the setting in use (sample.observed is set here; any thread): kept
+  // as if measured, at no cost (the search will not measure that setting), and cached with the
+  // samples so far. Ignored when that setting has a sample already or its split is not a
+  // candidate. Returns whether it was kept.
+  bool observe(TuneSample sample);
+  // The batch to try next on real work with this split: the smallest of the sweep's batches
+  // without a sample while that split's sweep goes on (not ended by a slower batch or a skip);
+  // nullopt when it is over.
+  std::optional<std::size_t> next_batch_with_split(std::size_t leases, std::size_t intra_op) const;
+  // Gives up the next setting without measuring it (e.g. too costly to measure between jobs):
+  // its split's sweep ends (larger batches cost more).
+  void skip();
+
  private:
   std::optional<TuneSetting> next_locked() const;
   void record_locked(TuneSample sample, bool replayed);
   void end_round_locked();
   void skip_finished_locked();
+  bool sampled_locked(const TuneSetting& setting) const;
+  std::optional<std::size_t> split_index(const TuneSetting& setting) const;
 
   AutoTuner& tuner_;
   const std::string key_;
@@ -164,7 +193,8 @@ class AutoTuner {
     TuneChoice choice;
     std::unique_ptr<TuneSearch> search;
   };
-  Start start(const std::string& key, const TuneSpace& space, TuneMeasure measure, std::chrono::duration<double> first_wait);
+  Start start(const std::string& key, const TuneSpace& space, TuneMeasure measure, std::chrono::duration<double> first_wait,
+              bool learns_from_jobs = false);
 
   // The best setting of `choice`'s samples with this split (leases, intra_op); nullopt if none.
   static std::optional<TuneSetting> best_with_split(const TuneChoice& choice, std::size_t leases, std::size_t intra_op);
@@ -200,7 +230,10 @@ class AutoTuner {
 // wait for the tuner: after each poke() (e.g. a job ended) and `idle_grace` of quiet, it asks
 // `hold_device` for the device (a guard that keeps new work off it until released, or null when
 // work is running or waiting) and measures one setting while holding it; it goes on while the
-// device stays free. Work that arrives meanwhile waits at most for that one measurement. When
+// device stays free. Work that arrives meanwhile waits at most for that one measurement, and
+// no measurement is started whose estimated cost (TuneSearch::next) passes `max_step`: one of
+// unknown cost waits until a sample gives an estimate (e.g. a running job's), one estimated
+// above it is skipped (TuneSearch::skip). When
 // the search is over it calls on_done (on this thread) with the finished choice (cached).
 // Ownership: owns the search and the thread. Thread-safety: poke() from any thread. The
 // destructor stops it: no new measurement starts; one under way is waited for. An error from
@@ -212,6 +245,7 @@ class TuneSearchThread {
     std::function<void(const TuneChoice&)> on_done;
     std::function<void(std::exception_ptr)> on_error;
     std::chrono::duration<double> idle_grace{1.0};
+    std::chrono::duration<double> max_step{std::numeric_limits<double>::infinity()};
   };
   TuneSearchThread(std::unique_ptr<TuneSearch> search, Hooks hooks);
   ~TuneSearchThread();
@@ -221,6 +255,7 @@ class TuneSearchThread {
   void poke();
   bool finished() const;  // the search ended (done, failed or stopped)
   TuneChoice current() const;  // the search's best so far
+  TuneSearch& search() noexcept { return *search_; }  // e.g. to observe() running jobs (thread-safe)
 
  private:
   void run();

@@ -81,9 +81,10 @@ asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, Ba
     }
     group = slot;
     group->members.push_back(std::move(self));
-    if (group->members.size() >= std::max<std::size_t>(cap, 1)) {
+    if (!group->closed && group->members.size() >= std::max<std::size_t>(cap, 1)) {
       group->closed = true;
       open_.erase(key);
+      waiting_[key].push_back(group);  // until placed: it may take in later groups' jobs then
       group->full.set();
     }
   }
@@ -162,9 +163,33 @@ void Batcher::stop_running(Group& group) {
 
 void Batcher::close(Group& group) {
   std::lock_guard lock(mutex_);
+  if (auto w = waiting_.find(group.key); w != waiting_.end()) {
+    std::erase_if(w->second, [&](const auto& g) { return g.get() == &group; });
+    if (w->second.empty()) waiting_.erase(w);
+  }
   if (group.closed) return;
   group.closed = true;
   if (auto it = open_.find(group.key); it != open_.end() && it->second.get() == &group) open_.erase(it);
+}
+
+// Placed: the group takes no more joiners, after taking in the members of later groups of its
+// key that still wait for a device, up to the cap now in force (set_max_batch may have raised
+// it since they formed). Those groups end empty when their turn comes.
+void Batcher::close_taking_waiting(Group& group) {
+  {
+    std::lock_guard lock(mutex_);
+    const auto cap = std::max<std::size_t>(1, caps_.count(group.key) ? std::min(caps_[group.key], max_batch()) : max_batch());
+    if (auto w = waiting_.find(group.key); w != waiting_.end())
+      for (auto& other : w->second) {
+        if (other.get() == &group) continue;
+        while (group.members.size() < cap && !other->members.empty()) {
+          group.members.push_back(std::move(other->members.front()));
+          other->members.erase(other->members.begin());
+        }
+      }
+    group.cap = std::max(group.cap, cap);  // running, it admits joiners up to the cap in force
+  }
+  close(group);
 }
 
 // Until the group is full (the joiner that fills it sets `full`) or `wait` has passed.
@@ -208,7 +233,11 @@ asio::awaitable<void> Batcher::run_group(std::shared_ptr<Group> group) {
     // is granted at once, so this adds no wait.
     std::optional<Placement> placement = group->kind == BatchKind::denoise ? std::nullopt : borrow(*group);
     if (!placement) placement = co_await place(*group);
-    close(*group);
+    close_taking_waiting(*group);
+    if (group->members.empty()) {  // an earlier group of its key took its jobs in
+      group->done.set();
+      co_return;
+    }
     record_size(*group);
     if (group->kind == BatchKind::denoise) {  // from now on compatible jobs join it running
       std::lock_guard lock(mutex_);
@@ -314,14 +343,16 @@ asio::awaitable<void> Batcher::run_once(Group& group, const Placement& placement
   std::vector<FamilyJob*> live;
   for (auto* m : live_members(group)) live.push_back(m->work.get());
   if (live.empty()) co_return;
-  auto run = [&group, &live, device = placement.device, tracer = options_.tracer] {
+  auto run = [&group, &live, device = placement.device, tracer = options_.tracer, &on_call = options_.on_model_call] {
     TraceSpan span(tracer, device, to_string(group.kind), {{"batch", live.size()}});
+    const auto start = std::chrono::steady_clock::now();
     if (group.kind == BatchKind::decode) {
       group.family->decode(device, live);
       trace_audio_decode(tracer, device, live);  // here: the span goes on this compute thread's track
     } else {
       group.family->prepare(device, live);
     }
+    if (on_call) on_call(group.kind, group.key, live.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     return 0;
   };
   co_await placement.pool->run(run);

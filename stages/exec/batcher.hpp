@@ -51,6 +51,7 @@
 #include "runtime/event.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/metrics.hpp"
+#include "stages/exec/batch_kind.hpp"
 #include "stages/exec/batching_options.hpp"
 #include "stages/families/family.hpp"
 #include "stages/exec/step_cache.hpp"
@@ -70,7 +71,6 @@ namespace vgen {
 
 class Tracer;  // runtime/trace.hpp
 
-enum class BatchKind { preprocess, denoise, decode };
 std::string_view to_string(BatchKind kind);
 
 // Where a group's compute runs: a lease from the DevicePool and that device's worker pool.
@@ -99,6 +99,11 @@ struct BatcherOptions {
   // the group key ("denoise|<Family::denoise_key>", ...) and its new cap. The auto-tuner's
   // cached batch for that shape follows it (stages/exec/auto_tune.hpp).
   std::function<void(const std::string& key, std::size_t cap)> on_capped;
+  // Called on the compute thread after every model call that succeeded: its kind, the group key
+  // (denoise: without the "from step k" part), the jobs (rows) in the call and its wall seconds.
+  // The auto-tuner learns from running jobs with it (api/runtime_tuning.hpp). Must not throw;
+  // keep it short (the group waits).
+  std::function<void(BatchKind kind, const std::string& key, std::size_t jobs, double seconds)> on_model_call;
 };
 
 class Batcher {
@@ -110,10 +115,12 @@ class Batcher {
   boost::asio::awaitable<void> join(std::shared_ptr<Family> family, Job& job, BatchKind kind);
 
   std::size_t max_batch() const noexcept { return max_batch_.load(); }
-  // The auto-tuner switches the batch size (api/runtime_tuning.hpp): groups formed after this
-  // call take the new cap; collecting and running groups keep theirs, so a switch happens only
-  // at a group boundary (never inside a running group). Out-of-memory caps still bound it.
-  // Any thread.
+  // The auto-tuner switches the batch size (api/runtime_tuning.hpp) at group boundaries, never
+  // inside a running group: groups formed after this call take the new cap, and a group that
+  // waits for a device, when it gets one, takes in the jobs of later groups of its key that
+  // wait too, up to the cap of that moment (so a raise reaches jobs already queued for the
+  // device, e.g. all of a `vgen batch`; those groups then end empty, giving their lease back).
+  // Out-of-memory caps still bound it. Any thread.
   void set_max_batch(std::size_t max_batch) noexcept { max_batch_.store(std::max<std::size_t>(max_batch, 1)); }
   // How many groups ran with each size (observability and tests).
   std::map<std::size_t, std::uint64_t> group_sizes(BatchKind kind) const;
@@ -180,6 +187,7 @@ class Batcher {
   std::optional<Placement> place_elsewhere(const Group& group, const std::vector<std::string>& avoid);
   void record_size(const Group& group);
   void close(Group& group);
+  void close_taking_waiting(Group& group);
   static boost::asio::awaitable<void> await_outcome(Job& job, std::shared_ptr<Outcome> outcome);
   bool join_running(const std::string& base_key, Member& self, std::shared_ptr<Outcome>& outcome);
   std::optional<Placement> borrow(const Group& group);
@@ -188,6 +196,7 @@ class Batcher {
   std::atomic<std::size_t> max_batch_;  // options_.batching.max_batch until set_max_batch
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Group>> open_;  // collecting groups by key
+  std::map<std::string, std::vector<std::shared_ptr<Group>>> waiting_;  // full, not yet placed, by key (oldest first)
   std::map<std::string, std::shared_ptr<Group>> running_;  // running denoise groups by base_key
   std::map<std::pair<BatchKind, std::size_t>, std::uint64_t> sizes_;
   std::vector<std::pair<std::string, std::size_t>> log_;

@@ -126,7 +126,11 @@ StepTally step_all(Batcher::Group& group, std::vector<Cohort>& cohorts, const st
       options.before_denoise(jobs.size(), device, first_job->id(), first_job->snapshot().attempts);
     auto cat = [](const std::vector<at::Tensor>& xs) { return xs.size() == 1 ? xs[0] : at::cat(xs, 0); };
     const auto x = cat(inputs), t = cat(timesteps).contiguous();
+    const auto start = std::chrono::steady_clock::now();
     pred = group.family->predict(PredictCall{jobs, x, t, device});
+    if (options.on_model_call)
+      options.on_model_call(BatchKind::denoise, group.base_key, jobs.size(),
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   std::int64_t offset = 0;  // into pred
   for (std::size_t c = 0; c < cohorts.size(); ++c) {

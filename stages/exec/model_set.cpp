@@ -389,7 +389,8 @@ ModelSet::ModelSet(LoadedModels models, Executor& executor, DevicePool& devices,
                     .metrics = options.metrics,
                     .tracer = options.tracer,
                     .before_denoise = options.before_denoise,
-                    .on_capped = options.on_batch_capped};
+                    .on_capped = options.on_batch_capped,
+                    .on_model_call = options.on_model_call};
   if (options.checkpoints.enabled()) {
     // One thread: checkpoint writes (and removals) of a key happen in the order they were made.
     if (!executor.has_pool("checkpoint"))

@@ -27,6 +27,7 @@
 #include "runtime/pipeline.hpp"
 #include "runtime/ttl_cache.hpp"
 #include "stages/exec/base_frames.hpp"
+#include "stages/exec/batch_kind.hpp"
 #include "stages/exec/batching_options.hpp"
 #include "stages/exec/checkpoint.hpp"
 #include "stages/exec/stage_options.hpp"
@@ -73,6 +74,9 @@ struct ModelSetOptions {
   std::function<void(std::size_t, const std::string&, const std::string&, int)> before_denoise;
   // Called when out of memory caps a group key's batch (stages/batcher.hpp on_capped).
   std::function<void(const std::string& key, std::size_t cap)> on_batch_capped;
+  // Called after every model call (stages/exec/batcher.hpp on_model_call): the auto-tuner
+  // learns the timings of running jobs.
+  std::function<void(BatchKind kind, const std::string& key, std::size_t jobs, double seconds)> on_model_call;
   MetricsRegistry* metrics = nullptr;  // optional (outlives the set): batch-size histograms
   Tracer* tracer = nullptr;            // optional (outlives the set): spans of model calls
   // Live previews (stages/preview.hpp): every this many denoising steps and at the last; 0: none.

@@ -25,6 +25,9 @@ RuntimeConfig auto_config(const fs::path& cache) {
   RuntimeConfig c;  // max_batch, threads.per_device and threads.intra_op are "auto" by default
   c.tune.dir = cache;
   c.tune.budget_s = 2;  // a bounded probe: what it has measured by then decides
+  // The whole (bounded) probe at start, whatever each measurement costs: with the default first
+  // wait (2 s, the budget here) a loaded machine stopped it early ("partial") now and then.
+  c.tune.first_wait_s = 86400;
   c.tune.max_batch = 2;
   c.tune.spec = json::object{{"width", 128}, {"height", 128}, {"frames", 9}, {"steps", 2}};
   return c;

@@ -114,7 +114,9 @@ def test_the_first_batch_does_not_wait_for_the_search(package, tmp_path):
     assert lines and "starting with batch 1, " in lines[0] and "(default: 0 settings measured" in lines[0], r.stderr
     assert "the search goes on between jobs" in lines[0]
     assert len(list((tmp_path / "out").glob("*.mp4"))) == 2
-    assert not tune.exists() or not any(json.loads(f.read_text()).get("complete", True) for f in tune.glob("*.json"))
+    # Nothing was measured (no job ever waited on tuning): what is cached, the jobs observed.
+    docs = [json.loads(f.read_text()) for f in tune.glob("*.json")] if tune.exists() else []
+    assert all(s["observed"] for d in docs for s in d["samples"]), docs
 
 
 def metric(text, name):
@@ -122,12 +124,21 @@ def metric(text, name):
     return values[0] if values else None
 
 
-def test_serve_goes_on_with_the_search_between_jobs_switches_and_caches_it(package, tmp_path):
+def test_serve_learns_from_its_jobs_goes_on_between_jobs_switches_and_caches_it(package, tmp_path):
     tune = tmp_path / "tune"
-    args = ["--config", config(tmp_path, first_wait_s=0, max_batch=4)]
+    # Jobs of the package's default shape (what serve tunes). first_wait_s 5: nothing of unknown cost is measured (the jobs measure it), and between jobs
+    # no measurement estimated above 5 s (the tiny package's take milliseconds).
+    args = ["--config", config(tmp_path, first_wait_s=5, max_batch=4)]
     env = {"VGEN_TUNE_DIR": str(tune)}
     with Server(package, tmp_path / "out", *args, env=env) as server:
-        # Idle from the start: the search measures between (before) jobs, then reports it is over.
+        ids = []
+        for prompt in ("a red ball", "a blue cube"):  # at least 3 denoiser calls at batch 1 on the two leases
+            status, _, body = server.json("POST", "/v1/jobs", {"prompt": prompt})
+            assert status == 202, body
+            ids.append(body["id"])
+        for job_id in ids:
+            assert server.wait_status(job_id, ("done", "failed", "cancelled"), timeout=300)["status"] == "done"
+        # Then idle: the search measures what the jobs did not show, then reports it is over.
         deadline = time.monotonic() + 300
         while True:
             status, _, body = server.request("GET", "/metrics")
@@ -144,14 +155,11 @@ def test_serve_goes_on_with_the_search_between_jobs_switches_and_caches_it(packa
     assert len(files) == 1
     doc = json.loads(files[0].read_text())
     assert doc["complete"] is True and doc["samples"]
-    # The runtime started at batch 1 (the safe default): it switched exactly when the search
-    # found a larger batch for the split it runs, and says so.
-    switched = metric(text, "vgen_tune_switches_total")
-    batch_now = metric(text, "vgen_tune_max_batch")
-    if switched == 1:
-        assert batch_now > 1 and f"switching to batch {batch_now:.0f} from the next group" in logs, logs
-    else:
-        assert switched == 0 and batch_now == 1 and "batch 1 stays" in logs, logs
+    assert any(s["observed"] for s in doc["samples"]) and any(not s["observed"] for s in doc["samples"])
+    # The jobs' own calls were the first sample (observed); the runtime tried a larger batch on
+    # them (a switch), and what it runs now is a batch the search allows.
+    assert metric(text, "vgen_tune_switches_total") >= 1, text
+    assert 1 <= metric(text, "vgen_tune_max_batch") <= 4, text
     # The next start takes the cached result and measures nothing.
     with Server(package, tmp_path / "out2", *args, env=env) as server:
         status, _, body = server.request("GET", "/metrics")

@@ -97,6 +97,43 @@ TEST_CASE("every submitted job flows through every stage exactly once" * doctest
   }
 }
 
+TEST_CASE("after_job_end runs once per ended job, after the in-flight count dropped (the terminal event comes before)" *
+          doctest::timeout(120)) {
+  Ledger ledger;
+  std::mutex m;
+  std::vector<std::size_t> at_terminal, at_end;  // in_flight seen by on_event's terminal event, by after_job_end
+  Pipeline* pipeline = nullptr;
+  run_async([&](asio::io_context& io) -> asio::awaitable<void> {
+    auto fail_one = [](Job& job) -> asio::awaitable<void> {
+      if (index_of(job) == 1) throw Error(ErrorKind::invalid_argument, "bad job");
+      co_return;
+    };
+    PipelineOptions opts;
+    opts.on_event = [&](const JobEvent& e) {
+      if (!is_terminal(e.state)) return;
+      std::lock_guard lock(m);
+      at_terminal.push_back(pipeline->counts().in_flight);
+    };
+    opts.after_job_end = [&] {
+      std::lock_guard lock(m);
+      at_end.push_back(pipeline->counts().in_flight);
+    };
+    Pipeline p(io.get_executor(), stub_stages(ledger, fail_one), opts);
+    pipeline = &p;
+    p.start();
+    for (int i = 0; i < 3; ++i) co_await p.submit(spec_for(i));
+    co_await p.drain();
+  }, vgen::test::default_timeout, 1);
+  REQUIRE(at_end.size() == 3);  // done, failed and done: each once
+  REQUIRE(at_terminal.size() == 3);
+  // One io thread: nothing runs between a job's terminal event and its after_job_end, so each
+  // sees one job fewer in flight there than at its terminal event (the ended one).
+  std::size_t total_end = 0, total_terminal = 0;
+  for (auto n : at_end) total_end += n;
+  for (auto n : at_terminal) total_terminal += n;
+  CHECK(total_terminal == total_end + 3);
+}
+
 TEST_CASE("a failing job fails alone; the others finish" * doctest::timeout(120)) {
   Ledger ledger;
   std::vector<std::shared_ptr<Job>> jobs;

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include <fstream>
+#include <future>
 #include <map>
 #include <tuple>
 #include <atomic>
@@ -445,4 +446,78 @@ TEST_CASE("TuneSearchThread: stopped before the device is free, it measures noth
   }
   CHECK(dev.calls.empty());
   CHECK_FALSE(done);
+}
+
+TEST_CASE("observe: running jobs sweep the split in use at no cost, the best is known without a measurement, the next start reads it") {
+  test::TempDir dir;
+  const auto space = two_cores();
+  // Per job (10 steps, 2 leases): batch 1 30 s, batch 2 25 s, batch 4 30 s (past 10 % worse: the sweep ends).
+  FakeDevice jobs{.overhead = 4.0, .quadratic = 1.0};
+  FakeDevice dev{.overhead = 4.0, .quadratic = 1.0};  // the probe: must not be called
+  AutoTuner tuner({.cache_dir = dir.path()});
+  auto started = tuner.start("k", space, dev.measure(), std::chrono::duration<double>(2.5), /*learns_from_jobs=*/true);
+  CHECK(dev.calls.empty());  // nothing measured before the first job: its cost was unknown
+  CHECK(started.choice.source == "default");
+  REQUIRE(started.choice.setting == TuneSetting{1, 2, 1});
+  REQUIRE(started.search);
+  auto& search = *started.search;
+  std::vector<std::size_t> tried;
+  while (const auto b = search.next_batch_with_split(2, 1)) {  // what the runtime sets for its next groups
+    tried.push_back(*b);
+    const auto timing = jobs(TuneSetting{*b, 2, 1});
+    CHECK(search.observe(TuneSample{.setting = {*b, 2, 1}, .step_s = timing.step_s}));
+    CHECK_FALSE(search.observe(TuneSample{.setting = {*b, 2, 1}, .step_s = 1.0}));  // one sample per setting
+  }
+  CHECK(tried == std::vector<std::size_t>{1, 2, 4});
+  CHECK(dev.calls.empty());
+  REQUIRE(search.best_with_split(2, 1));
+  CHECK(*search.best_with_split(2, 1) == TuneSetting{2, 2, 1});
+  CHECK(search.current().probe_s == 0.0);  // observing costs nothing
+  // The next start reads the samples (the search is not over: the other split was never run),
+  // starts at the best of them and measures nothing (the other split's cost, estimated from the
+  // observed calls, does not fit in the first wait).
+  FakeDevice again{.overhead = 4.0, .quadratic = 1.0};
+  auto next = AutoTuner({.cache_dir = dir.path()}).start("k", space, again.measure(), std::chrono::duration<double>(2.5), true);
+  CHECK(again.calls.empty());
+  CHECK(next.choice.source == "partial");
+  CHECK(next.choice.setting == TuneSetting{2, 2, 1});
+  REQUIRE(next.search);
+  // What is left to measure between jobs skips what the jobs observed.
+  while (next.search->step()) {
+  }
+  for (const auto& c : again.calls) CHECK(c.leases == 1);
+  CHECK_FALSE(again.calls.empty());
+}
+
+TEST_CASE("TuneSearchThread: a step estimated above max_step is skipped, never measured, so no job waits behind it" *
+          doctest::timeout(60)) {
+  const auto space = two_cores();
+  std::atomic<int> measured{0}, held{0};
+  const TuneMeasure measure = [&](const TuneSetting&) {
+    ++measured;
+    return TuneSample{.step_s = 1, .spent_s = 1};
+  };
+  AutoTuner tuner({});
+  auto started = tuner.start("k", space, measure, std::chrono::duration<double>(2), true);
+  REQUIRE(started.search);
+  // A running job's calls: 6 s each, so a measurement would take about 24 s (4 calls).
+  REQUIRE(started.search->observe(TuneSample{.setting = {1, 2, 1}, .step_s = 6.0}));
+  std::promise<TuneChoice> ended;
+  {
+    TuneSearchThread thread(std::move(started.search),
+                            {.hold_device = [&]() -> std::shared_ptr<void> {
+                               ++held;
+                               return std::make_shared<int>(0);
+                             },
+                             .on_done = [&](const TuneChoice& c) { ended.set_value(c); },
+                             .on_error = {},
+                             .idle_grace = std::chrono::duration<double>(0),
+                             .max_step = std::chrono::duration<double>(2)});
+    thread.poke();
+    const auto done = ended.get_future().get();  // every costly setting skipped: the search ends
+    CHECK(done.setting == TuneSetting{1, 2, 1});  // what the job showed
+    CHECK(done.samples.size() == 1);
+  }
+  CHECK(measured == 0);
+  CHECK(held == 0);  // the device was never taken from jobs
 }

@@ -560,25 +560,42 @@ TEST_CASE("equal priorities never preempt; a step-cached job is never preempted"
   CHECK(at::equal(family_job(*cached)->state.latents, solo_latents(flow, 1, steps, 0.5)));
 }
 
-TEST_CASE("set_max_batch (the auto-tuner's switch) applies to groups formed after it, never to a running or waiting one" *
+TEST_CASE("set_max_batch (the auto-tuner's switch) reaches jobs waiting for the device at the next group boundary, never a running group" *
           doctest::timeout(120)) {
-  Bench b(1, std::chrono::seconds(30));  // a long wait: a group of 3 can only start early by filling up
+  // One device; a long wait: a group can only start by filling up or taking the device.
+  Bench b(1, std::chrono::seconds(30));
   auto family = test::make_fake_family("fake-a");
-  std::vector<std::shared_ptr<Job>> first;
-  for (std::uint64_t s : {41, 42}) first.push_back(make_job(family, s));
-  // During the first group's first denoiser call (the second job waits in a group of its own).
-  test::fake(*family).on_predict = [&](std::size_t call, std::size_t) {
-    if (call == 1) b.batcher->set_max_batch(3);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (std::uint64_t s : {41, 42, 43, 44}) jobs.push_back(make_job(family, s));
+  auto prepare = [&]() -> asio::awaitable<void> {  // first, so that no preprocess group waits on the blocked device below
+    for (auto& j : jobs) co_await b.batcher->join(family, *j, BatchKind::preprocess);
   };
-  for (auto& e : render_all(b, of(family, first))) CHECK(e == nullptr);
+  b.executor.run_sync(prepare());
+  // The first job's group holds the device (blocked in its first
+  // call) while the three others each form a group of one (cap 1) waiting for it.
+  std::promise<void> running, go;
+  auto go_future = go.get_future().share();
+  test::fake(*family).on_predict = [&](std::size_t call, std::size_t) {
+    if (call == 1) {
+      running.set_value();
+      go_future.wait();
+    }
+  };
+  auto ex = b.executor.get_executor();
+  std::vector<std::future<std::exception_ptr>> done;
+  done.push_back(asio::co_spawn(ex, render(*b.batcher, family, jobs[0], false), asio::use_future));
+  running.get_future().wait();
+  for (std::size_t i = 1; i < 4; ++i) done.push_back(asio::co_spawn(ex, render(*b.batcher, family, jobs[i], false), asio::use_future));
+  // One io thread runs handlers in order: once this one ran, the three joins above have formed their groups.
+  asio::co_spawn(ex, []() -> asio::awaitable<void> { co_return; }, asio::use_future).get();
+  b.batcher->set_max_batch(3);
+  go.set_value();
+  for (auto& d : done) CHECK(d.get() == nullptr);
   CHECK(b.batcher->max_batch() == 3);
-  CHECK(test::fake(*family).max_rows_after(0) == 1);  // nothing joined a group formed before the switch
-  CHECK(b.batcher->group_sizes(BatchKind::denoise) == std::map<std::size_t, std::uint64_t>{{1, 2}});
-  test::fake(*family).on_predict = nullptr;
-  std::vector<std::shared_ptr<Job>> later;
-  for (std::uint64_t s : {43, 44, 45}) later.push_back(make_job(family, s));
-  for (auto& e : render_all(b, of(family, later))) CHECK(e == nullptr);
-  CHECK(b.batcher->group_sizes(BatchKind::denoise) == std::map<std::size_t, std::uint64_t>{{1, 2}, {3, 1}});
-  for (std::uint64_t s : {41, 42}) CHECK(at::equal(family_job(*first[s - 41])->state.latents, alone(s)));
-  for (std::uint64_t s : {43, 44, 45}) CHECK(at::equal(family_job(*later[s - 43])->state.latents, alone(s)));
+  // The running group kept its one row (nobody joined it late); the first waiting group took
+  // the other two waiting jobs in when it got the device (a wrong cap would give 1+1+1 or 2+1).
+  auto sizes = b.batcher->group_sizes(BatchKind::denoise);
+  CHECK(sizes == std::map<std::size_t, std::uint64_t>{{1, 1}, {3, 1}});
+  CHECK(test::fake(*family).max_rows_after(4) == 3);
+  for (std::uint64_t s : {41, 42, 43, 44}) CHECK(at::equal(family_job(*jobs[s - 41])->state.latents, alone(s)));
 }
