@@ -59,6 +59,8 @@ struct JobSpec {
   // image) and its output is the video's frames followed by the segment less its first frame
   // (stages/media/clip_extension.hpp). The video then is not the model's input: the package
   // needs to take an image, not a video; `image` and `strength` are refused with it.
+  // A package that extends by latents (SpecLimits::extend_overlap = N > 0) instead conditions the
+  // segment on the clip's last N frames, and the output drops the segment's first N frames.
   bool extend = false;
   std::vector<LoraRef> loras;       // "loras": [{"name", "scale"}], in order; at most 8
   double step_cache = 0.0;          // step-cache threshold (stages/exec/step_cache.hpp); 0: off
@@ -104,6 +106,10 @@ struct SpecLimits {
   InputUse image = InputUse::none;       // a text-to-video package takes no image
   InputUse last_image = InputUse::none;  // never required: it needs `image` as well
   InputUse video = InputUse::none;       // manifest "inputs": {"video": ...} (video-to-video)
+  // Extension by latents (issue 34 item 4; manifest "extension": {"overlap_frames": N}, a
+  // diffusion-forcing package): an extend job's segment starts with the clip's last N frames,
+  // whose latents condition it, instead of an image-to-video job on its last frame. 0: none.
+  int extend_overlap = 0;
   // The precisions the package carries (its base variant first); empty: only its own, and a job
   // may not name one. A job's "precision" outside the list is refused naming the field.
   std::vector<std::string> precisions;

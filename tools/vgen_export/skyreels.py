@@ -261,9 +261,11 @@ def export_skyreels(diffusers_dir: Path | str, out_dir: Path | str, dtype: str =
                         "timestep": "per_frame", "compact_context": False,
                         "fps_embedding": bool(tcfg.get("inject_sample_info", False))},
         # What the family runs (docs/MODEL_PACKAGE.md): synchronous diffusion forcing (ar_step 0),
-        # and extension conditioned on the input's last overlap_history frames' latents.
-        "diffusion_forcing": {"ar_step": 0, "causal_block_size": block, "overlap_history": overlap,
-                              "addnoise_condition": 0, "fps_flag": "0 when the job's fps is 16, else 1"},
+        # and extension conditioned on the input's last overlap frames' latents (diffusers'
+        # overlap_history = extension.overlap_frames).
+        "diffusion_forcing": {"ar_step": 0, "causal_block_size": block, "addnoise_condition": 0,
+                              "fps_flag": "0 when the job's fps is 16, else 1"},
+        "extension": {"overlap_frames": overlap},
         "video_conditioning": {"vae_encoder_input": "float32 [B,3,F,H,W] in [-1,1]; output: the posterior mean"},
         "inputs": {"video": "optional"},
         "resolution": {"height": side(patch[1]), "width": side(patch[2])},

@@ -164,7 +164,7 @@ JobSpec WanFamily::validate(const json::value& spec) const {
   auto s = parse_job_spec(spec, package_.defaults, limits);
   if (!s.loras.empty()) validate_loras(s, spec.as_object(), limits);
   if (s.shift > 0) make_wan_scheduler(package_, s.scheduler, s.shift);  // a scheduler without a flow shift: named here
-  if (!s.video.empty()) validate_video(s);
+  if (!s.video.empty() && video_is_start()) validate_video(s);
   return s;
 }
 
@@ -286,7 +286,7 @@ void WanFamily::prepare(const std::string& device, const std::vector<FamilyJob*>
     w.embed_lengths = std::move(stacked.lengths);
     // Video-to-video: the video's frames set the job's frame count before the noise is drawn.
     at::Tensor video;
-    if (!w.spec.video.empty() || w.video.defined()) {
+    if (video_is_start() && (!w.spec.video.empty() || w.video.defined())) {
       video = wan_job_video(w, p.temporal_scale);
       w.spec.frames = static_cast<int>(video.size(0));
     }

@@ -119,6 +119,10 @@ class WanFamily : public Family {
   // The transformer's timesteps for those rows, from the rows' own t (float32 [jobs]): by
   // default t itself (one per row). Rows are per job; predict repeats them for guidance.
   virtual at::Tensor denoiser_timesteps(const std::vector<FamilyJob*>& jobs, const at::Tensor& x, const at::Tensor& t) const;
+  // Whether a job's video is video-to-video's start (strength, the first frames: WanVideoToVideo);
+  // false for a family that conditions on the video in its own condition() (SkyReels-V2
+  // diffusion forcing extends it), which then does its own spec checks.
+  virtual bool video_is_start() const { return true; }
   std::shared_ptr<const Module> module(const std::string& component, const std::string& device) const;
 
  private:
