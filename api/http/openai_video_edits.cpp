@@ -280,7 +280,7 @@ http::Response OpenAiVideoEdits::extend(const http::Request& request) {
     if (!req.video_id.empty()) source = completed(req.video_id, "video");
     const auto served = context_.served();
     const auto& model = pick_model(served, req.fields, source ? &source->spec : nullptr,
-                                   [](const ServedModel& m) { return m.limits.image != InputUse::none; });
+                                   [](const ServedModel& m) { return m.limits.image != InputUse::none || m.limits.extend_overlap > 0; });
     const auto seconds = take(req.fields, "seconds");
     if (!seconds) throw_error(ErrorKind::invalid_argument, "seconds: required (the new segment's length)");
     const auto strength = take(req.fields, "strength");
@@ -291,7 +291,9 @@ http::Response OpenAiVideoEdits::extend(const http::Request& request) {
     double fps = source ? source->spec.fps : model.defaults.fps;
     if (const auto* f = spec.if_contains("fps"); f && f->is_number()) fps = f->to_number<double>();
     if (!(fps > 0)) throw_error(ErrorKind::invalid_argument, "fps: must be positive");
-    spec["frames"] = openai::frames_for(text_of(*seconds, "seconds"), fps, model.limits);
+    // Both paths add frames - 1 new frames after the clip: the image-to-video segment starts with
+    // the clip's last frame, a by-latents one with its last extend_overlap frames.
+    spec["frames"] = openai::frames_for(text_of(*seconds, "seconds"), fps, model.limits) + std::max(model.limits.extend_overlap - 1, 0);
     if (source && !spec.contains("width")) {
       spec["width"] = source->spec.width;
       spec["height"] = source->spec.height;
