@@ -88,8 +88,14 @@ std::string model_named(const SpecLimits& l) { return l.model_name.empty() ? "th
 void check_extend(const JobSpec& s, const SpecLimits& l) {
   if (!s.extend) return;
   if (s.video.empty()) bad("extend", "needs video (the clip to extend)");
-  if (l.image == InputUse::none)
+  if (l.image == InputUse::none && l.extend_overlap == 0)
     bad("extend", model_named(l) + " takes no image; extending conditions an image-to-video model on the clip's last frame");
+  // By latents: the segment starts with the clip's last extend_overlap frames; at least one more
+  // latent frame is new.
+  if (l.extend_overlap > 0 && s.frames < l.extend_overlap + l.frames_step)
+    bad("frames", "an extend job's segment starts with the clip's last " + std::to_string(l.extend_overlap) +
+                      " frames; needs at least " + std::to_string(l.extend_overlap + l.frames_step) + " (got " +
+                      std::to_string(s.frames) + ")");
   if (!s.image.empty()) bad("image", "an extend job's first frame is its video's last frame; give no image");
   if (s.frames < 2) bad("frames", "an extend job adds frames - 1 frames to its video; needs at least 2 (got " + std::to_string(s.frames) + ")");
 }

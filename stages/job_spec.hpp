@@ -59,6 +59,8 @@ struct JobSpec {
   // image) and its output is the video's frames followed by the segment less its first frame
   // (stages/media/clip_extension.hpp). The video then is not the model's input: the package
   // needs to take an image, not a video; `image` and `strength` are refused with it.
+  // A package that extends by latents (SpecLimits::extend_overlap = N > 0) instead conditions the
+  // segment on the clip's last N frames, and the output drops the segment's first N frames.
   bool extend = false;
   // Wan VACE inputs (issue 34 item 3; a package whose manifest "inputs" names them), beside the
   // control video in `video` (then not a video-to-video start: no strength). mask_video: an
@@ -119,6 +121,10 @@ struct SpecLimits {
   // takes either also takes conditioning_scale.
   InputUse mask_video = InputUse::none;
   InputUse reference_images = InputUse::none;
+  // Extension by latents (issue 34 item 4; manifest "extension": {"overlap_frames": N}, a
+  // diffusion-forcing package): an extend job's segment starts with the clip's last N frames,
+  // whose latents condition it, instead of an image-to-video job on its last frame. 0: none.
+  int extend_overlap = 0;
   // The precisions the package carries (its base variant first); empty: only its own, and a job
   // may not name one. A job's "precision" outside the list is refused naming the field.
   std::vector<std::string> precisions;

@@ -266,7 +266,7 @@ http::Response OpenAiVideoEdits::edit(const http::Request& request) {
 
 http::Response OpenAiVideoEdits::extend(const http::Request& request) {
   return answered([&]() -> http::Response {
-    auto in = video_in(request, [](const ServedModel& m) { return m.limits.image != InputUse::none; });
+    auto in = video_in(request, [](const ServedModel& m) { return m.limits.image != InputUse::none || m.limits.extend_overlap > 0; });
     auto& req = in.request;
     const auto& source = in.source;
     const auto& model = *in.model;
@@ -280,7 +280,9 @@ http::Response OpenAiVideoEdits::extend(const http::Request& request) {
     double fps = source ? source->spec.fps : model.defaults.fps;
     if (const auto* f = spec.if_contains("fps"); f && f->is_number()) fps = f->to_number<double>();
     if (!(fps > 0)) throw_error(ErrorKind::invalid_argument, "fps: must be positive");
-    spec["frames"] = openai::frames_for(text_of(*seconds, "seconds"), fps, model.limits);
+    // Both paths add frames - 1 new frames after the clip: the image-to-video segment starts with
+    // the clip's last frame, a by-latents one with its last extend_overlap frames.
+    spec["frames"] = openai::frames_for(text_of(*seconds, "seconds"), fps, model.limits) + std::max(model.limits.extend_overlap - 1, 0);
     if (source && !spec.contains("width")) {
       spec["width"] = source->spec.width;
       spec["height"] = source->spec.height;

@@ -9,6 +9,7 @@
 #include "stages/media/streamed_encode.hpp"
 #include "stages/exec/denoise_news.hpp"
 #include "stages/exec/preview.hpp"
+#include "stages/exec/result_latents.hpp"
 #include "stages/post/libav_post.hpp"
 #include "stages/post/rrdb_upscaler.hpp"
 #include "stages/post/rife_interpolator.hpp"
@@ -16,6 +17,7 @@
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 namespace vgen {
@@ -124,11 +126,26 @@ asio::awaitable<void> read_first_frame(State& st, FamilyJob& work) {
   work.first_frame = co_await st.executor->pool("codec").run(read);
 }
 
+// An extend job of a package that extends by latents: its video's own latents when the video is
+// a finished job's output of this package (stages/exec/result_latents.hpp), looked up beside
+// the video and in the output folder; counted, since the family then encodes nothing.
+asio::awaitable<void> find_video_latents(State& st, const Family& family, FamilyJob& work) {
+  auto find = [folders = std::vector<std::filesystem::path>{std::filesystem::path(work.spec.video).parent_path(), st.options.out_dir},
+               sha = work.spec.video_sha256, id = family.package().id()] { return find_result_latents(folders, sha, id); };
+  work.video_latents = co_await st.executor->pool("codec").run(find);
+  if (work.video_latents.defined() && st.options.metrics)
+    st.options.metrics->counter("vgen_extend_latents_reused_total",
+                                "Extend jobs whose overlap latents came from the finished job that made their video").inc();
+}
+
 asio::awaitable<void> preprocess(State& st, Job& job) {
   const auto& family = st.family(model_field(job.spec()));
   job.payload = family->create_job(family->validate(job.spec()));
   if (reuse_base(st, *family, *family_job(job))) co_return;  // a kept base: no first frame needed either
-  if (auto& work = *family_job(job); work.spec.extend) co_await read_first_frame(st, work);
+  if (auto& work = *family_job(job); work.spec.extend) {
+    if (family->package().limits.extend_overlap > 0) co_await find_video_latents(st, *family, work);
+    else co_await read_first_frame(st, work);
+  }
   if (auto it = st.previews.find(family.get()); it != st.previews.end()) {
     auto& work = *family_job(job);
     attach_previews(job, work, it->second, st.options.preview_every, work.spec.steps);
@@ -180,14 +197,14 @@ asio::awaitable<void> keep_base(State& st, const Family& family, std::shared_ptr
 // sound) moves behind the video's length. Done right after decode, so the post-stages and encode
 // see the whole clip, for every front end. The video is decoded again here rather than held
 // from preprocess: its frames would otherwise sit in memory through the whole denoise.
-asio::awaitable<void> join_input_clip(State& st, std::shared_ptr<FamilyJob> w) {
+asio::awaitable<void> join_input_clip(State& st, std::shared_ptr<FamilyJob> w, int overlap) {
   struct Joined {
     std::shared_ptr<const VideoFrames> frames;
     std::shared_ptr<const AudioTrack> audio;
   };
-  auto join = [w, source = clip_source(st, w->spec)] {
+  auto join = [w, source = clip_source(st, w->spec), overlap] {
     const auto clip = read_fitted_clip(source, "video");
-    Joined out{std::make_shared<const VideoFrames>(join_extension(clip, to_video_frames(w->frames, w->spec.fps))), nullptr};
+    Joined out{std::make_shared<const VideoFrames>(join_extension(clip, to_video_frames(w->frames, w->spec.fps), overlap)), nullptr};
     if (w->audio) out.audio = std::make_shared<const AudioTrack>(extension_audio(*w->audio, clip.count, w->spec.fps));
     return out;
   };
@@ -281,7 +298,8 @@ asio::awaitable<void> decode(State& st, Job& job) {
     }
   }
   if (failed) std::rethrow_exception(failed);
-  if (w->spec.extend) co_await join_input_clip(st, w);
+  // By latents, the segment starts with the clip's last extend_overlap frames; else with its last.
+  if (w->spec.extend) co_await join_input_clip(st, w, std::max(family->package().limits.extend_overlap, 1));
   if (st.base_frames->enabled()) co_await keep_base(st, *family, w);
 }
 
@@ -329,10 +347,30 @@ asio::awaitable<void> finish_streamed_encode(State& st, const Job& job, std::sha
   if (live) live->finish(LiveBroadcast::End::complete);
 }
 
+// A finished job of a package that extends by latents keeps its final latents beside its output,
+// for a later extension of that file (stages/exec/result_latents.hpp). Only when the file's
+// frames are the decoded ones (a post-stage changes them). The latents are an optimisation: a
+// failure to keep them is counted, not the job's.
+asio::awaitable<void> keep_latents(State& st, const FamilyJob& w) {
+  const auto& package = st.family(w.spec.model)->package();
+  if (package.limits.extend_overlap <= 0 || w.spec.interpolate > 1 || w.spec.upscale > 1 || !w.state.latents.defined()) co_return;
+  auto keep = [output = w.output, id = package.id(), latents = w.state.latents] {
+    try {
+      keep_result_latents(output, id, latents);
+      return true;
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
+  if (!co_await st.executor->pool("codec").run(keep) && st.options.metrics)
+    st.options.metrics->counter("vgen_result_latents_failed_total", "Finished jobs whose latents could not be kept for extension").inc();
+}
+
 asio::awaitable<void> encode(State& st, Job& job) {
   auto w = family_job(job);
   if (auto streamed = st.find_streamed(job.id())) {
     co_await finish_streamed_encode(st, job, std::move(streamed));
+    co_await keep_latents(st, *w);  // a watched job's file is the same decoded frames
     co_return;
   }
   auto options = encode_target(st, job, *w);
@@ -352,6 +390,7 @@ asio::awaitable<void> encode(State& st, Job& job) {
     if (live) live->finish(LiveBroadcast::End::failed);
     throw;
   }
+  co_await keep_latents(st, *w);
 }
 
 }  // namespace

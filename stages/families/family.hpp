@@ -80,6 +80,11 @@ struct FamilyJob {
   // set by the preprocess stage before prepare (stages/media/clip_extension.hpp). Families take
   // the picture through job_first_frame (family_kit.hpp), which prefers it to spec.image.
   std::shared_ptr<const RgbImage> first_frame;
+  // An extend job's video's own final latents [1, C, F', H', W'] when the video is a finished
+  // job's output of the same package (stages/exec/result_latents.hpp), set by the preprocess
+  // stage; undefined otherwise. A family that extends by latents (SpecLimits::extend_overlap)
+  // takes the overlap's latents from them instead of encoding the decoded frames again.
+  at::Tensor video_latents;
   // When decode made `audio` (a family with sound sets both; jobs decoded in one call may share
   // one interval). The batcher reports it as the stage "audio_decode", a part of "decode":
   // vgen_stage_duration_seconds{stage="audio_decode"}, a trace span on the device's track and

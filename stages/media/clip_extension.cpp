@@ -46,16 +46,18 @@ RgbImage read_fitted_last_frame(const ClipSource& source, std::string_view field
   return fitted(std::move(last), source.width, source.height);
 }
 
-VideoFrames join_extension(const VideoFrames& clip, const VideoFrames& segment) {
-  if (segment.count < 2) throw_error(ErrorKind::internal, "join_extension: the segment has fewer than 2 frames");
+VideoFrames join_extension(const VideoFrames& clip, const VideoFrames& segment, int overlap) {
+  if (overlap < 1 || segment.count <= overlap)
+    throw_error(ErrorKind::internal, "join_extension: the segment has " + std::to_string(segment.count) + " frames, overlap " +
+                                         std::to_string(overlap));
   if (clip.count < 1) throw_error(ErrorKind::internal, "join_extension: the clip has no frame");
   if (clip.width != segment.width || clip.height != segment.height)
     throw_error(ErrorKind::internal, "join_extension: the clip is " + std::to_string(clip.width) + "x" + std::to_string(clip.height) +
                                          ", the segment " + std::to_string(segment.width) + "x" + std::to_string(segment.height));
-  auto out = VideoFrames::allocate(segment.width, segment.height, clip.count + segment.count - 1, segment.fps);
+  auto out = VideoFrames::allocate(segment.width, segment.height, clip.count + segment.count - overlap, segment.fps);
   const std::size_t clip_bytes = clip.rgb.size();
   std::memcpy(out.rgb.data(), clip.rgb.data(), clip_bytes);
-  std::memcpy(out.rgb.data() + clip_bytes, segment.frame(1), segment.rgb.size() - segment.frame_bytes());
+  std::memcpy(out.rgb.data() + clip_bytes, segment.frame(overlap), segment.rgb.size() - overlap * segment.frame_bytes());
   return out;
 }
 

@@ -40,9 +40,11 @@ VideoFrames read_fitted_clip(const ClipSource& source, std::string_view field);
 // Only its last frame, fitted the same way (one full-size frame held at a time).
 RgbImage read_fitted_last_frame(const ClipSource& source, std::string_view field);
 
-// clip's frames, then segment's from its second on, at segment.fps. The segment needs at least
-// two frames and both the same size (Error(internal) otherwise).
-VideoFrames join_extension(const VideoFrames& clip, const VideoFrames& segment);
+// clip's frames, then segment's from frame `overlap` on (1: its first repeats the clip's last
+// frame, the image-to-video path; N: a package that extends by latents starts its segment with
+// the clip's last N frames), at segment.fps. The segment needs more than `overlap` frames and
+// both the same size (Error(internal) otherwise).
+VideoFrames join_extension(const VideoFrames& clip, const VideoFrames& segment, int overlap = 1);
 
 // The sound of a joined clip: the input's is not carried (the input is decoded without its
 // audio), so the segment's track starts after silence as long as the clip's frames before the

@@ -375,6 +375,14 @@ ModelPackage load_model_package(const fs::path& dir, const PackageLoadOptions& o
     if (p.limits.mask_video != InputUse::none && p.limits.video == InputUse::none)
       r.fail("manifest field inputs.mask_video needs inputs.video (the control video it masks) as well");
   }
+  // Extension by latents (a diffusion-forcing package; SpecLimits::extend_overlap).
+  if (const auto* ext = m.if_contains("extension")) {
+    if (!ext->is_object()) r.fail("manifest field 'extension' must be an object");
+    p.limits.extend_overlap = r.int_in(ext->get_object(), "overlap_frames", "extension.", 1, kMaxFrames);
+    if ((p.limits.extend_overlap - 1) % p.limits.frames_step != 0)
+      r.fail("manifest field extension.overlap_frames must be " + std::to_string(p.limits.frames_step) + "k+1");
+    if (p.limits.video == InputUse::none) r.fail("manifest field extension needs inputs.video (the clip's frames are its input)");
+  }
   // The name the default model answers to; a runtime serving it under another name sets its own.
   p.limits.model_name = (r.dir.has_filename() ? r.dir : r.dir.parent_path()).filename().string();
 

@@ -10,6 +10,11 @@ namespace {
 struct UniPCConfig : DdpmConfig {
   int order = 2;
   bool predict_x0 = true, bh1 = false, lower_order_final = true, flow = false;
+  // vgen's own key "vgen_corrector_sees_stepped_sample" (diffusion forcing, SkyReels-V2): the
+  // DF pipelines step each frame as `latents[:, :, f] = scheduler.step(..., latents[:, :, f])`,
+  // so after a step without the corrector diffusers' last_sample is a view that the assignment
+  // overwrites: the next corrector sees the stepped sample (this step's input) as last_sample.
+  bool corrector_sees_stepped_sample = false;
   double flow_shift = 1.0;
   std::optional<double> shift_terminal;
   std::set<int> disable_corrector;
@@ -32,6 +37,7 @@ class UniPCMultistep final : public Base<UniPCMultistep, UniPCConfig> {
     c.flow_shift = p.number("flow_shift", 1.0);
     c.final_sigmas = p.text("final_sigmas_type", "zero", {"zero", "sigma_min"});
     c.shift_terminal = p.optional_number("shift_terminal");
+    c.corrector_sees_stepped_sample = p.flag("vgen_corrector_sees_stepped_sample", false);
     for (auto k : {"thresholding", "solver_p", "use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas",
                    "use_dynamic_shifting"}) {
       p.off_only(k);
@@ -125,7 +131,10 @@ class UniPCMultistep final : public Base<UniPCMultistep, UniPCConfig> {
     }
     const bool use_corrector = i > 0 && !c_.disable_corrector.contains(i - 1) && last_sample_.defined();
     const Tensor converted = convert_model_output(model_output, sample, i);
-    const Tensor x = use_corrector ? corrector(converted, last_sample_, this_order_, i) : sample;
+    // The previous step ran no corrector (step 0, or a disabled one): its last_sample was its
+    // input, which the DF pipelines' in-place write turned into this step's input.
+    const bool aliased = c_.corrector_sees_stepped_sample && (i - 1 == 0 || c_.disable_corrector.contains(i - 2));
+    const Tensor x = use_corrector ? corrector(converted, aliased ? sample : last_sample_, this_order_, i) : sample;
     std::rotate(model_outputs_.begin(), model_outputs_.begin() + 1, model_outputs_.end());
     model_outputs_.back() = converted;
     const int order = c_.lower_order_final ? std::min(c_.order, num_inference_steps_ - i) : c_.order;

@@ -23,12 +23,14 @@ FAMILY_WAN21_VACE = "wan2.1-vace"
 FAMILY_LTX_VIDEO = "ltx-video"
 FAMILY_LTX2 = "ltx2"
 FAMILY_HUNYUAN15 = "hunyuan-video-1.5"
+FAMILY_SKYREELS_V2_DF = "skyreels-v2-df"
 FAMILIES = (FAMILY_WAN21_T2V, FAMILY_WAN21_I2V, FAMILY_WAN21_FLF2V, FAMILY_WAN22_A14B_T2V, FAMILY_WAN22_A14B_I2V,
-            FAMILY_WAN22_TI2V, FAMILY_WAN21_VACE, FAMILY_LTX_VIDEO, FAMILY_LTX2, FAMILY_HUNYUAN15)
+            FAMILY_WAN22_TI2V, FAMILY_WAN21_VACE, FAMILY_LTX_VIDEO, FAMILY_LTX2, FAMILY_HUNYUAN15, FAMILY_SKYREELS_V2_DF)
 # Components a family needs besides REQUIRED_COMPONENTS.
 FAMILY_COMPONENTS = {FAMILY_WAN21_I2V: ("image_encoder", "vae_encoder"), FAMILY_WAN21_FLF2V: ("image_encoder", "vae_encoder"),
                      FAMILY_WAN22_A14B_T2V: ("transformer_2",), FAMILY_WAN22_A14B_I2V: ("transformer_2", "vae_encoder"),
-                     FAMILY_WAN22_TI2V: ("vae_encoder",), FAMILY_WAN21_VACE: ("vae_encoder",), FAMILY_HUNYUAN15: ("text_encoder_2",)}
+                     FAMILY_WAN22_TI2V: ("vae_encoder",), FAMILY_WAN21_VACE: ("vae_encoder",), FAMILY_HUNYUAN15: ("text_encoder_2",),
+                     FAMILY_SKYREELS_V2_DF: ("vae_encoder",)}
 MANIFEST_NAME = "manifest.json"
 
 # Components whose file must exist and whose sha256 is checked by readers.

@@ -165,7 +165,7 @@ JobSpec WanFamily::validate(const json::value& spec) const {
   auto s = parse_job_spec(spec, package_.defaults, limits);
   if (!s.loras.empty()) validate_loras(s, spec.as_object(), limits);
   if (s.shift > 0) make_wan_scheduler(package_, s.scheduler, s.shift);  // a scheduler without a flow shift: named here
-  if (!s.video.empty() && video_starts_denoise()) validate_video(s);
+  if (!s.video.empty() && video_use() == VideoUse::start) validate_video(s);
   return s;
 }
 
@@ -287,7 +287,7 @@ void WanFamily::prepare(const std::string& device, const std::vector<FamilyJob*>
     w.embed_lengths = std::move(stacked.lengths);
     // Video-to-video: the video's frames set the job's frame count before the noise is drawn.
     at::Tensor video;
-    if (!w.spec.video.empty() || w.video.defined()) {
+    if (video_use() != VideoUse::own && (!w.spec.video.empty() || w.video.defined())) {
       video = wan_job_video(w, p.temporal_scale);
       w.spec.frames = static_cast<int>(video.size(0));
     }
@@ -297,8 +297,8 @@ void WanFamily::prepare(const std::string& device, const std::vector<FamilyJob*>
     w.state.latents = at::randn({1, p.latent_channels, (w.spec.frames - 1) / p.temporal_scale + 1 + extra_latent_frames(w),
                                  w.spec.height / p.spatial_scale, w.spec.width / p.spatial_scale},
                                 gen, at::TensorOptions().dtype(at::kFloat));
-    if (video.defined() && video_starts_denoise()) start_from_video(device, w, video, w.state.latents);
-    if (video.defined() && !video_starts_denoise()) w.video = video;  // the control video, decoded once
+    if (video.defined() && video_use() == VideoUse::start) start_from_video(device, w, video, w.state.latents);
+    if (video.defined() && video_use() == VideoUse::control) w.video = video;  // the control video, decoded once
     condition(device, w);
   }
 }

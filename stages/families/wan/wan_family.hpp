@@ -134,9 +134,12 @@ class WanFamily : public Family {
   // Latent frames the noise has beyond the video's (F - 1) / temporal_scale + 1: by default 0;
   // Wan VACE's reference images, one each, in front.
   virtual std::int64_t extra_latent_frames(const WanJob& job) const;
-  // Whether a job's video is where denoising starts (video-to-video: strength, t_start); false
-  // for Wan VACE, whose video is a control input (its frames still set the job's frame count).
-  virtual bool video_starts_denoise() const { return true; }
+  // What a job's video is to the family: where denoising starts (video-to-video: strength,
+  // t_start, the default); a control input decoded in prepare into WanJob::video, whose frames
+  // set the job's frame count (Wan VACE); or the family's own, read in its condition(), which
+  // then does its own spec checks (SkyReels-V2 diffusion forcing extends it).
+  enum class VideoUse { start, control, own };
+  virtual VideoUse video_use() const { return VideoUse::start; }
   std::shared_ptr<const Module> module(const std::string& component, const std::string& device) const;
 
  private:

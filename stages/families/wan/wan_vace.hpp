@@ -45,7 +45,7 @@ class WanVaceFamily final : public WanFamily {
   void condition(const std::string& device, WanJob& job) override;
   std::vector<at::Tensor> extra_inputs(const std::vector<FamilyJob*>& jobs) const override;
   std::int64_t extra_latent_frames(const WanJob& job) const override;
-  bool video_starts_denoise() const override { return false; }
+  VideoUse video_use() const override { return VideoUse::control; }
 
  private:
   std::int64_t layers_ = 0;  // manifest vace.layers: one conditioning scale each

@@ -61,6 +61,21 @@ TEST_CASE("the join is the clip, then the segment from its second frame, at the 
   }
 }
 
+TEST_CASE("by latents the segment starts with the clip's last N frames: the join drops N") {
+  const auto clip = flat_clip(8, 6, 3, 12.0, 10);      // frames 10, 11, 12
+  const auto segment = flat_clip(8, 6, 6, 16.0, 100);  // 100..104 repeat the clip's last 5; 105 is new
+  const auto joined = join_extension(clip, segment, 5);
+  REQUIRE(joined.count == 3 + 6 - 5);
+  joined.validate();
+  const int expected[] = {10, 11, 12, 105};
+  for (int f = 0; f < joined.count; ++f) {
+    CAPTURE(f);
+    CHECK(joined.frame(f)[joined.frame_bytes() - 1] == expected[f]);
+  }
+  CHECK_THROWS_AS(join_extension(clip, segment, 6), Error);  // nothing new after the overlap
+  CHECK_THROWS_AS(join_extension(clip, segment, 0), Error);
+}
+
 TEST_CASE("the join refuses a segment of one frame and sizes that differ") {
   const auto clip = flat_clip(8, 6, 3, 16.0, 0);
   CHECK_THROWS_AS(join_extension(clip, flat_clip(8, 6, 1, 16.0, 0)), Error);
