@@ -131,7 +131,7 @@ Run add_render_command(CLI::App& app) {
 }
 
 Run add_extend_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("extend", "Extend a video: an image-to-video model goes on from its last frame");
+  auto* cmd = app.add_subcommand("extend", "Extend a video: a diffusion-forcing model goes on from its last frames' latents, an image-to-video model from its last frame");
   auto f = std::make_shared<RenderFlags>();
   f->extend = true;
   cmd->add_option("video", f->video, "the clip to extend (MP4, WebM, MKV, AVI, ...)")->required();

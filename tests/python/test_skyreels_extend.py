@@ -2,17 +2,16 @@
 random SkyReels-V2 DF package (tools/vgen_export/skyreels.py, extension.overlap_frames = 5):
 a clip is rendered, then extended twice with `vgen extend`; each result is one video stream of
 input + frames - overlap frames (the segment starts with the clip's last `overlap` frames, which
-the join drops). The overlap is measured: a plain video job (the segment alone, not joined)
-starts with the decoded overlap, compared with the input's last frames as PSNR.
+the join drops, so the result's frames up to the seam are the input's own).
 
 A finished job's latents: rendering with the DF package keeps the final latents beside the
 output (.vgen-latents/<sha256>.latents); extending that very file takes the overlap's latents
 from there instead of re-encoding the decoded frames. Shown by the server's counter
 vgen_extend_latents_reused_total (an extend upload whose bytes are a finished job's output) and,
 for the CLI, by the output differing from the extension of a byte-identical copy in another
-folder (no latents there: its frames are encoded), by a stated PSNR. (A check of the decoded
-overlap against the input's last frames was removed: on the tiny random VAE it measured 21.6 dB,
-below the new frames' 32.1 dB, so it showed nothing; see the branch report.)
+folder (no latents there: its frames are encoded). Not checked: the decoded overlap against
+the input's last frames (on the tiny random VAE it measured 21.6 dB PSNR, below the new frames'
+32.1 dB, so it showed nothing about continuity).
 
 The tiny model's weights are random: what the new frames show says nothing about motion; the
 checks are the mechanism (frame counts, one stream, the overlap, the latents' reuse)."""
