@@ -70,7 +70,9 @@ at::Tensor ChunkedDecoder::next(const at::Tensor& z) {
   // next call replaces it.
   state_ = packed.narrow(0, 6 + numel, packed.numel() - 6 - numel);
   ++chunks_;
-  return packed.narrow(0, 6, numel).view(shape);
+  // The frames are copied out: a view would keep this chunk's whole packed vector (its state,
+  // two frames of every causal conv's input) alive for as long as the caller keeps the frames.
+  return packed.narrow(0, 6, numel).view(shape).clone();
 }
 
 at::Tensor chunked_decode(const Module& vae, const at::Tensor& z, const std::function<void(const at::Tensor&)>& emit) {

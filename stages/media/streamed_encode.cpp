@@ -9,22 +9,21 @@ namespace vgen {
 GrowingClip::GrowingClip(int width, int height, int count, double fps)
     : frames_(VideoFrames::allocate(width, height, count, fps)) {}
 
-void GrowingClip::append(const std::uint8_t* rgb, int n) {
+bool GrowingClip::append(const std::uint8_t* rgb, int n) {
   {
+    // The copy runs under the lock, so release_frames() cannot free the bytes beneath it; the
+    // encoder reads only frames below ready_ and waits on this lock at most one chunk's copy.
     std::lock_guard lock(mutex_);
-    if (!failed_.empty()) throw_error(ErrorKind::internal, "growing clip: append after fail (" + failed_ + ")");
+    if (!failed_.empty() || released_) return false;
     if (n < 0 || ready_ + n > frames_.count)
       throw_error(ErrorKind::internal, "growing clip: " + std::to_string(ready_ + n) + " frames for a clip of " +
                                            std::to_string(frames_.count));
-  }
-  // Frames at and after ready_ are the producer's alone: the encoder reads only below ready_.
-  std::memcpy(frames_.frame(0) + static_cast<std::size_t>(ready_) * frames_.frame_bytes(), rgb,
-              static_cast<std::size_t>(n) * frames_.frame_bytes());
-  {
-    std::lock_guard lock(mutex_);
+    std::memcpy(frames_.frame(0) + static_cast<std::size_t>(ready_) * frames_.frame_bytes(), rgb,
+                static_cast<std::size_t>(n) * frames_.frame_bytes());
     ready_ += n;
   }
   grown_.notify_all();
+  return true;
 }
 
 void GrowingClip::fail(const std::string& why) {
@@ -51,6 +50,7 @@ bool GrowingClip::complete() const { return ready() == frames_.count; }
 
 void GrowingClip::release_frames() {
   std::lock_guard lock(mutex_);
+  released_ = true;
   std::vector<std::uint8_t>().swap(frames_.rgb);
 }
 

@@ -52,9 +52,10 @@ class GrowingClip {
   GrowingClip(const GrowingClip&) = delete;
   GrowingClip& operator=(const GrowingClip&) = delete;
 
-  // Producer: `n` frames of RGB24 (n * frame_bytes bytes) after those already written.
-  // Error(internal) past the clip's end or after fail().
-  void append(const std::uint8_t* rgb, int n);
+  // Producer: `n` frames of RGB24 (n * frame_bytes bytes) after those already written. Returns
+  // false, writing nothing, once the clip failed or the encoder let its frames go (it ended: a
+  // producer never writes into freed frames). Error(internal) past the clip's end.
+  bool append(const std::uint8_t* rgb, int n);
   // Producer: ends the clip unfinished (idempotent; no effect once complete). Wakes the waiter.
   void fail(const std::string& why);
   // Consumer: blocks until frame f is written; Error(cancelled, why) once failed first.
@@ -74,6 +75,7 @@ class GrowingClip {
   mutable std::condition_variable grown_;
   int ready_ = 0;
   std::string failed_;  // non-empty once failed
+  bool released_ = false;  // release_frames() ran: nothing may be written any more
 };
 
 class StreamedEncode {

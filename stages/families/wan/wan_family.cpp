@@ -467,8 +467,16 @@ at::Tensor decode_in_chunks(const Module& vae, const at::Tensor& z, const std::v
       return vae.forward({z});
     }
     const auto chunk = chunks.back().to(at::kCPU).to(at::kFloat);
-    for (std::size_t j = 0; j < jobs.size(); ++j)
-      if (sinks[j]) sinks[j]((chunk[static_cast<std::int64_t>(j)] / 2 + 0.5).clamp(0, 1).permute({1, 2, 3, 0}).contiguous());
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      if (!sinks[j]) continue;
+      // A sink is one watched job's encoder: its failure must not fail the batch-mates' decode.
+      // That job's streamed encode then ends short and the encode stage encodes it whole.
+      try {
+        sinks[j]((chunk[static_cast<std::int64_t>(j)] / 2 + 0.5).clamp(0, 1).permute({1, 2, 3, 0}).contiguous());
+      } catch (const std::exception&) {
+        sinks[j] = nullptr;
+      }
+    }
   }
   return at::cat(chunks, 2);
 }

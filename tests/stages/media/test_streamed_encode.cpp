@@ -119,7 +119,20 @@ TEST_CASE("streamed_encode: a failed clip ends the encode with cancelled and lea
     CHECK(std::string(e.what()).find("decode failed") != std::string::npos);
   }
   CHECK_FALSE(fs::exists(dir.path() / "out.mp4"));
-  CHECK_THROWS_AS(growing->append(clip.frame(5), 1), Error);
+  CHECK_FALSE(growing->append(clip.frame(5), 1));  // after fail: nothing written, nothing thrown
+}
+
+TEST_CASE("streamed_encode: an encoder that failed first lets the producer go on writing nothing" * doctest::timeout(120)) {
+  TempDir dir;
+  const auto clip = moving_clip(9);
+  std::ofstream(dir.path() / "file") << "x";  // the output's folder is a file: the encoder fails at once
+  auto growing = std::make_shared<GrowingClip>(48, 32, 9, 8.0);
+  StreamedEncode encode(growing, nullptr, dir.path() / "file" / "out.mp4", EncodeOptions{}, std::make_shared<LiveBroadcast>());
+  CHECK(await_done(encode) != nullptr);
+  CHECK(growing->frames().rgb.empty());  // its frames were let go
+  CHECK_FALSE(growing->append(clip.frame(0), 4));  // was a write into freed memory
+  CHECK_FALSE(growing->append(clip.frame(4), 5));
+  CHECK(growing->ready() == 0);
 }
 
 TEST_CASE("streamed_encode: frames past the end are refused; dropping the encode unfinished stops it" * doctest::timeout(120)) {
