@@ -290,10 +290,21 @@ void append_line_durably(const fs::path& file, std::string_view line) {
   };
   std::error_code ec;
   const bool created = !fs::exists(file, ec);
-  const int fd = ::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  const int fd = ::open(file.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);  // read: the last byte
   if (fd < 0) fail("open", errno);
   struct stat before {};
   const bool sized = ::fstat(fd, &before) == 0;
+  // A crash can leave a torn last line: start a fresh one, or this line would join it and be
+  // lost to a reader that skips malformed lines.
+  std::string whole;
+  if (sized && before.st_size > 0) {
+    char last = '\n';
+    if (::pread(fd, &last, 1, before.st_size - 1) == 1 && last != '\n') {
+      whole = "\n";
+      whole += line;
+      line = whole;
+    }
+  }
   std::size_t done = 0;
   while (done < line.size()) {  // O_APPEND: each write lands at the end, a short one continues it
     const auto n = ::write(fd, line.data() + done, line.size() - done);

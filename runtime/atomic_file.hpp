@@ -59,7 +59,7 @@ void copy_atomically(const std::filesystem::path& from, const std::filesystem::p
 // an O_APPEND descriptor and fsyncs it before returning; a new file's folder is synced too (best
 // effort). For append-only logs read line by line: a write that fails part-way is truncated back,
 // so the next append never joins a torn line; a crash mid-write can still leave one, which the
-// log's reader must skip. Errors: vgen::Error naming the file and the step (io_error_kind).
+// log's reader must skip (the next append starts a new line after it). Errors: vgen::Error naming the file and the step (io_error_kind).
 void append_line_durably(const std::filesystem::path& file, std::string_view line);
 
 // Removes the temporaries (and set-aside ".old-" directories) that a crashed writer left in

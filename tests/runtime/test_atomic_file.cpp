@@ -103,6 +103,9 @@ TEST_CASE("append_line_durably appends to the same file, creating it, and names 
   CHECK(read(dir / "log") == "a 1\nb 2\n");
   CHECK(first.st_ino == second.st_ino);  // appended in place, not replaced by a rewrite
   CHECK(listing(dir.path()) == std::vector<std::string>{"log"});  // no temporary beside it
+  touch(dir / "torn", "a 1\nb");  // a crash tore the last line
+  vgen::append_line_durably(dir / "torn", "c 3\n");
+  CHECK(read(dir / "torn") == "a 1\nb\nc 3\n");  // the new line stands on its own
   touch(dir / "file");
   const auto f = failure_of([&] { vgen::append_line_durably(dir / "file" / "log", "x\n"); });
   CHECK(f.thrown);
