@@ -96,6 +96,14 @@ const ServedModel* named(const std::vector<ServedModel>& served, std::string_vie
   return nullptr;
 }
 
+// Whether a model's video is where denoising starts (video-to-video: strength). Not a model whose
+// video is a control input (it takes a mask or reference images too: Wan VACE) nor one that
+// extends a video by its latents (diffusion forcing): for those an edit or remix is another job.
+bool restyles_video(const ServedModel& m) {
+  return m.limits.video != InputUse::none && m.limits.mask_video == InputUse::none &&
+         m.limits.reference_images == InputUse::none && m.limits.extend_overlap == 0;
+}
+
 // The model a request names; else the source's when `fits` it; else the first served that fits;
 // else the default (whose validation then names what it lacks).
 template <class Fits>
@@ -177,7 +185,8 @@ VideoRequest read_video_request(const http::Request& request, std::uint64_t max_
 json::object remix_spec(const JobSpec& source, std::string_view prompt, const json::object& overrides) {
   auto spec = to_json(source);
   for (const char* input : {"name", "image", "image_sha256", "last_image", "last_image_sha256", "video", "video_sha256",
-                            "strength", "extend"})
+                            "mask_video", "mask_video_sha256", "reference_images", "reference_images_sha256", "strength",
+                            "extend"})
     spec.erase(input);
   spec["prompt"] = prompt;
   for (const auto& kv : overrides) {
@@ -246,7 +255,7 @@ http::Response OpenAiVideoEdits::answer(const JobHandle& job) const {
 
 http::Response OpenAiVideoEdits::edit(const http::Request& request) {
   return answered([&]() -> http::Response {
-    auto in = video_in(request, [](const ServedModel& m) { return m.limits.video != InputUse::none; });
+    auto in = video_in(request, restyles_video);
     auto& req = in.request;
     const auto& source = in.source;
     const auto& model = *in.model;
@@ -313,16 +322,24 @@ http::Response OpenAiVideoEdits::remix(const http::Request& request, const std::
                                                                     "', which is no longer served", "model"}};
     auto spec = openai::remix_spec(source.spec, prompt->get_string(), fields);
     std::vector<std::pair<std::string, std::string>> files;
-    if (model->limits.video != InputUse::none && !source.spec.extend) {
+    // A model whose video is a control input or that extends videos by their latents re-renders
+    // with the original's inputs: video-to-video's strength is not its to take.
+    const bool controlled = model->limits.video != InputUse::none && !restyles_video(*model);
+    if (restyles_video(*model) && !source.spec.extend) {
       // Video-to-video on what the original made: the new prompt restyles it.
       spec["strength"] = strength ? *strength : json::value(kRemixStrength);
       files.emplace_back("video", read_output(source));
     } else {
-      if (strength) throw_error(ErrorKind::invalid_argument, "strength: model '" + model->name + "' takes no video; its remix re-renders");
+      if (strength)
+        throw_error(ErrorKind::invalid_argument, "strength: model '" + model->name + "' takes " +
+                                                     (controlled ? "its video as a control input or extends it" : "no video") + "; its remix re-renders");
       // The same job with a new prompt: its uploaded inputs again, if the uploads folder still
       // holds them (an upload goes when its last job ends).
-      const std::pair<const std::string*, const char*> inputs[] = {
-          {&source.spec.image, "image"}, {&source.spec.last_image, "last_image"}, {&source.spec.video, "video"}};
+      std::vector<std::pair<const std::string*, const char*>> inputs{{&source.spec.image, "image"},
+                                                                     {&source.spec.last_image, "last_image"},
+                                                                     {&source.spec.video, "video"},
+                                                                     {&source.spec.mask_video, "mask_video"}};
+      for (const auto& reference : source.spec.reference_images) inputs.emplace_back(&reference, "reference_images");
       for (const auto& [path, field] : inputs) {
         if (path->empty()) continue;
         std::error_code exists;

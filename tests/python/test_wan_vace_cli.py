@@ -152,6 +152,13 @@ def test_serve_takes_vace_uploads_and_refuses_bad_ones_keeping_nothing(packages,
         for j in (job["id"], second["id"]):
             done = server.wait_status(j, {"done", "failed"})
             assert done["status"] == "done", done
+        # A remix of a VACE video re-renders with its inputs (its video is a control input, not a
+        # video-to-video start): strength is refused by name, and once the finished job's uploads
+        # are released it says so (409 input_gone) instead of asking for a strength it never sent.
+        status, _, err = server.json("POST", f"/v1/videos/{job['id']}/remix", {"prompt": "a dog", "strength": 0.5})
+        assert status == 400 and err["error"]["param"] == "strength" and "control input" in err["error"]["message"], err
+        status, _, err = server.json("POST", f"/v1/videos/{job['id']}/remix", {"prompt": "a dog"})
+        assert status == 409 and err["error"]["code"] == "input_gone", (status, err)
         for bad, field in (({**body, "mask_video": b64("short_mask.mkv")}, "mask_video"),
                            ({**body, "reference_images": [b64("ref.png"), b64("text.png")]}, "reference_images[1]")):
             status, _, err = server.json("POST", "/v1/jobs", bad)

@@ -64,6 +64,11 @@ int SkyReelsDFFamily::prefix_latent_frames() const { return (overlap_ - 1) / pac
 JobSpec SkyReelsDFFamily::validate(const json::value& spec) const {
   auto s = WanFamily::validate(spec);
   if (!s.loras.empty()) throw Error(ErrorKind::invalid_argument, "loras: not supported by the " + package().family + " package yet");
+  // to_json writes the default strength back for any job with a video: only another value is
+  // a request for one (as Wan VACE refuses it).
+  if (s.strength != package().defaults.strength)
+    throw Error(ErrorKind::invalid_argument, "strength: a " + package().family +
+                                                 " package extends its video from the last frames' latents; it does not restyle it");
   // A plain video (no "extend") is extended too: the same checks as an extend job's.
   if (!s.video.empty() && s.frames < overlap_ + package().limits.frames_step)
     throw Error(ErrorKind::invalid_argument, "frames: extending a video makes a segment that starts with its last " +
