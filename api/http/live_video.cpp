@@ -48,7 +48,7 @@ asio::awaitable<void> stream_live(std::shared_ptr<LiveBroadcast> live, JobHandle
     }
     end = read.end;  // read with the segments: none follows those just sent
   }
-  if (end == End::truncated) {
+  if (end == End::truncated && sent > 0) {  // cut before any segment: the file below instead
     // A cap cut it (live.max_total_bytes, or one stream's own): no last chunk, so that the
     // client sees a broken response, never what looks like a whole video.
     spdlog::warn("live stream of job {}: cut by the live-stream byte cap after {} segment(s); ended without its last chunk",

@@ -362,7 +362,15 @@ asio::awaitable<void> keep_latents(State& st, const FamilyJob& w) {
       return false;
     }
   };
-  if (!co_await st.executor->pool("codec").run(keep) && st.options.metrics)
+  // The file is in place: a cancel now (its wait aborted) must not end the job as cancelled, so
+  // whatever ends this wait only costs the kept latents.
+  bool kept = false;
+  try {
+    kept = co_await st.executor->pool("codec").run(keep);
+  } catch (...) {
+    kept = false;
+  }
+  if (!kept && st.options.metrics)
     st.options.metrics->counter("vgen_result_latents_failed_total", "Finished jobs whose latents could not be kept for extension").inc();
 }
 
