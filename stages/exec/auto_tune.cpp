@@ -420,6 +420,9 @@ bool TuneSearch::observe(TuneSample sample) {
   TuneChoice snapshot;
   {
     std::lock_guard lock(mutex_);
+    // A finished search keeps its result: a late observation must not reopen (and re-save as
+    // incomplete) what the cache already holds as complete.
+    if (!next_locked()) return false;
     if (sampled_locked(sample.setting) || !split_index(sample.setting)) return false;
     if (std::find(batches_.begin(), batches_.end(), sample.setting.batch) == batches_.end()) return false;  // not a swept size
     record_locked(sample, false);

@@ -179,7 +179,13 @@ void Batcher::close_taking_waiting(Group& group) {
   {
     std::lock_guard lock(mutex_);
     const auto cap = std::max<std::size_t>(1, caps_.count(group.key) ? std::min(caps_[group.key], max_batch()) : max_batch());
-    if (auto w = waiting_.find(group.key); w != waiting_.end())
+    auto w = waiting_.find(group.key);
+    // Only when every acquire still queued is one of these groups': jobs of another key (or
+    // higher priority) waiting for the device must not be overtaken (join_running's rule too).
+    std::size_t same_key = 0;
+    if (w != waiting_.end())
+      for (const auto& other : w->second) same_key += other.get() != &group && !other->members.empty();
+    if (w != waiting_.end() && options_.devices->waiting() <= same_key)
       for (auto& other : w->second) {
         if (other.get() == &group) continue;
         while (group.members.size() < cap && !other->members.empty()) {
