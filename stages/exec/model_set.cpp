@@ -39,16 +39,25 @@ struct ModelSet::State {
   std::shared_ptr<const PostProcessor> interpolator, upscaler;
   std::unique_ptr<BaseFrames> base_frames;  // never null; off unless options.base_frames say so
   // Jobs encoded while they decode (start_streamed_encode), by job id, from their decode stage
-  // to their encode stage (which waits for the encode's end and removes the entry). A job that
-  // ends in between leaves its entry, which then holds no frames and no stream (StreamedEncode
-  // releases both when its encode ends): a few hundred bytes.
+  // to their encode stage (which commits the file, waits for the encode's end and removes the
+  // entry). A job that ends in between aborts its encode (no file); its entry, which then holds
+  // no frames and no stream, goes when the next streamed job is added.
   std::mutex streamed_mutex;
   std::map<std::string, std::shared_ptr<StreamedEncode>> streamed;
 
   void set_streamed(const std::string& id, std::shared_ptr<StreamedEncode> s) {
+    std::vector<std::shared_ptr<StreamedEncode>> gone;  // destroyed outside the lock
     std::lock_guard lock(streamed_mutex);
-    if (s) streamed[id] = std::move(s);
-    else streamed.erase(id);
+    if (s) {
+      // Entries of jobs that ended before their encode stage (aborted, their thread done) go
+      // with the next one: their threads are joined at once, so none is kept unjoined for long.
+      for (auto it = streamed.begin(); it != streamed.end();)
+        if (it->second->abandoned()) gone.push_back(std::move(it->second)), it = streamed.erase(it);
+        else ++it;
+      streamed[id] = std::move(s);
+    } else {
+      streamed.erase(id);
+    }
   }
   std::shared_ptr<StreamedEncode> find_streamed(const std::string& id) {
     std::lock_guard lock(streamed_mutex);
@@ -289,11 +298,22 @@ asio::awaitable<void> decode(State& st, Job& job) {
     }
     if (goes_on) {
       st.set_streamed(job.id(), streamed);
+      // The file becomes the job's only through its encode stage (commit there). A job that ends
+      // before it (cancelled, failed, shut down) aborts the encode: no file, no stream left open.
+      job.subscribe([weak = std::weak_ptr<StreamedEncode>(streamed)](const JobEvent& e) {
+        if (!is_terminal(e.state)) return;
+        if (auto s = weak.lock()) s->abort("the job ended before its encode stage");
+      });
+      if (is_terminal(job.state())) streamed->abort("the job ended before its encode stage");
     } else {
-      // The encoder stops at the frame it waits for and its stream ends failed; the encode
-      // stage (after a successful retry) encodes the job as any other, to a fresh stream.
-      streamed->clip().fail("decode failed");
-      co_await streamed->done().wait();
+      // The encoder stops at its next frame and its stream ends failed; the encode stage (after
+      // a successful retry) encodes the job as any other, to a fresh stream.
+      streamed->abort("decode failed");
+      try {
+        co_await streamed->done().wait();
+      } catch (...) {
+        // Cancelled meanwhile: the encode stops on its own at its next frame.
+      }
       if (auto live = streamed->live()) live->finish(LiveBroadcast::End::failed);
     }
   }
@@ -337,6 +357,7 @@ asio::awaitable<void> upscale(State& st, Job& job) { co_await post_process(st, j
 
 // The encode the decode stage started (start_streamed_encode): its end, then the stream's.
 asio::awaitable<void> finish_streamed_encode(State& st, const Job& job, std::shared_ptr<StreamedEncode> streamed) {
+  streamed->commit();  // the file is the job's now: in place once encoded
   co_await streamed->done().wait();
   st.set_streamed(job.id(), nullptr);
   const auto live = streamed->live();

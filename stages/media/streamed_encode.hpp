@@ -15,6 +15,10 @@
 // fails the clip if it is not complete and joins the thread (the encoder stops at its next
 // frame). Cancellation: GrowingClip::fail ends the encode with an Error(cancelled) at the
 // frame it waits for; the output is then not put in place (encode_to_file is atomic).
+// The file is the job's only once its encode stage says so: the encoder writes a temporary
+// beside the output (named as runtime/atomic_file names temporaries, so a crash's is swept) and
+// waits for commit() to rename it into place; abort() (the job ended first: cancelled, failed)
+// stops the encode at its next frame, whole clip or not, and removes the temporary.
 #pragma once
 
 #include "runtime/event.hpp"
@@ -58,8 +62,11 @@ class GrowingClip {
   bool append(const std::uint8_t* rgb, int n);
   // Producer: ends the clip unfinished (idempotent; no effect once complete). Wakes the waiter.
   void fail(const std::string& why);
-  // Consumer: blocks until frame f is written; Error(cancelled, why) once failed first.
+  // Consumer: blocks until frame f is written; Error(cancelled, why) once failed first, or at
+  // once after abort().
   void wait_for(int f) const;
+  // Ends the clip for good, complete or not: every later wait_for throws. Idempotent.
+  void abort(const std::string& why);
 
   int ready() const;
   bool complete() const;
@@ -76,6 +83,7 @@ class GrowingClip {
   int ready_ = 0;
   std::string failed_;  // non-empty once failed
   bool released_ = false;  // release_frames() ran: nothing may be written any more
+  bool aborted_ = false;   // abort() ran: the encoder stops at its next frame
 };
 
 class StreamedEncode {
@@ -98,6 +106,12 @@ class StreamedEncode {
   AsyncEvent& done() noexcept { return done_; }
   // After done(): null when the file is in place, else the encode's exception.
   std::exception_ptr error() const;
+  // The encode stage's word: put the file in place once encoded (commit), or never (abort: the
+  // job ended without its encode stage). The first word counts; abort after commit does nothing.
+  void commit();
+  void abort(const std::string& why);
+  // Aborted and its thread's work over: nothing left to wait for, cheap to destroy.
+  bool abandoned() const;
 
  private:
   std::shared_ptr<GrowingClip> clip_;
@@ -105,6 +119,10 @@ class StreamedEncode {
   AsyncEvent done_;
   mutable std::mutex mutex_;
   std::exception_ptr error_;
+  std::condition_variable word_given_;
+  enum class Word { none, commit, abort } word_ = Word::none;  // under mutex_
+  bool ended_ = false;                                          // under mutex_: the thread's work is over
+  std::string abort_why_;
   std::thread thread_;  // last: started once everything above exists
 };
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 
 import pytest
@@ -168,6 +169,12 @@ def test_the_first_fragment_leaves_while_the_job_is_still_in_its_decode_stage(se
     assert server.json("DELETE", f"/v1/jobs/{job}")[0] == 202
     assert server.wait_status(job, ("cancelled",))["status"] == "cancelled"
     assert len(frame_hashes(whole)) == LONG["frames"]
+    # The encode finished during decode, but the file is the job's only through its encode
+    # stage: cancelled first, it is never put in place (before the fix <id>.mp4 stayed).
+    output = server.json("GET", f"/v1/jobs/{job}")[2].get("output") or ""
+    visible = [p.name for p in server.out_dir.iterdir() if not p.name.startswith(".")]
+    assert not any(name.startswith(job) for name in visible), visible
+    assert not output or not os.path.exists(output), output
     # (That the stream and the file are the unwatched job's bytes and frames: the next test,
     # whose watched job now takes this same path.)
 

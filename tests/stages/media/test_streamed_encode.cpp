@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 namespace asio = boost::asio;
 using namespace vgen;
 using vgen::test::TempDir;
+using vgen::test::listing;
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -63,6 +64,7 @@ TEST_CASE("streamed_encode: frames handed over in chunks give the bytes of encod
   growing->append(clip.frame(0), 1);
   for (int f = 1; f < 17; f += 4) growing->append(clip.frame(f), 4);
   CHECK(growing->complete());
+  encode.commit();
   REQUIRE(await_done(encode) == nullptr);
   CHECK(read_file(dir.path() / "streamed.mp4") == read_file(dir.path() / "whole.mp4"));
   std::string a, b;
@@ -99,6 +101,7 @@ TEST_CASE("streamed_encode: the live stream has fragments before the clip is com
   CHECK_FALSE(growing->complete());
   CHECK_FALSE(fs::exists(dir.path() / "out.mp4"));
   growing->append(clip.frame(25), 8);
+  encode.commit();
   REQUIRE(await_done(encode) == nullptr);
   CHECK(fs::exists(dir.path() / "out.mp4"));
 }
@@ -133,6 +136,25 @@ TEST_CASE("streamed_encode: an encoder that failed first lets the producer go on
   CHECK_FALSE(growing->append(clip.frame(0), 4));  // was a write into freed memory
   CHECK_FALSE(growing->append(clip.frame(4), 5));
   CHECK(growing->ready() == 0);
+}
+
+TEST_CASE("streamed_encode: the file is put in place only on commit; abort leaves nothing, whole clip or not" * doctest::timeout(120)) {
+  TempDir dir;
+  const auto clip = moving_clip(9);
+  auto growing = std::make_shared<GrowingClip>(48, 32, 9, 8.0);
+  StreamedEncode encode(growing, nullptr, dir.path() / "out.mp4", EncodeOptions{}, std::make_shared<LiveBroadcast>());
+  REQUIRE(growing->append(clip.frame(0), 9));  // the whole clip: the encode runs to its end
+  encode.abort("the job was cancelled");       // and waits for a word, which is abort
+  encode.commit();                             // too late: the first word counts
+  const auto error = await_done(encode);
+  REQUIRE(error != nullptr);
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::cancelled);
+    CHECK(std::string(e.what()).find("the job was cancelled") != std::string::npos);
+  }
+  CHECK(listing(dir.path()).empty());  // no file, no temporary
 }
 
 TEST_CASE("streamed_encode: frames past the end are refused; dropping the encode unfinished stops it" * doctest::timeout(120)) {
