@@ -97,7 +97,7 @@ const ServedModel* named(const std::vector<ServedModel>& served, std::string_vie
 }
 
 // Whether a model's video is where denoising starts (video-to-video: strength). Not a model whose
-// video is a control input (it takes a mask or reference images too: Wan VACE) nor one that
+// video is a control input (it takes a mask or reference images too) nor one that
 // extends a video by its latents (diffusion forcing): for those an edit or remix is another job.
 bool restyles_video(const ServedModel& m) {
   return m.limits.video != InputUse::none && m.limits.mask_video == InputUse::none &&
