@@ -15,7 +15,8 @@
 // progress bar's value and the detail line as shown. After each preview fetch it dispatches
 // "job-preview" with {id, step, shown, reason, width}. The live player (playLive) dispatches
 // "job-live" with {id, bytes, buffered} after each piece of the stream it has appended (buffered:
-// seconds of video the element holds, first frame to last) and {id, ended: true, bytes, buffered} at the stream's end.
+// seconds of video the element holds, first frame to last) and {id, ended: true, bytes, buffered} at the stream's end;
+// a stream it could not play ends with {id, ended: true, bytes, buffered, reason} saying why.
 // Nothing is kept when nobody listens.
 // Tests (and embedders) listen on the document instead of sampling the DOM, so they see every
 // change however busy the machine is.
@@ -222,14 +223,17 @@ class Job {
   async playLive() {
     if (this.live || !window.MediaSource) return;
     this.live = true;
+    let bytes = 0;
+    let buffered = () => 0;
+    const stop = (reason) => this.report("job-live", { ended: true, bytes, buffered: buffered(), reason });
     const res = await api(jobPath(this.id) + "/video?live=1");
-    if (!res.ok || !res.body) return;
+    if (!res.ok || !res.body) return stop(`HTTP ${res.status}`);
     const reader = res.body.getReader();
     let head = new Uint8Array(0);
     let boxes = [];
     while (!boxes.some((b) => b.type === "moov" && b.complete)) {  // the init segment names the codec
       const { value, done } = await reader.read();
-      if (done) return;
+      if (done) return stop("the stream ended before its init segment");
       head = concatBytes(head, value);
       boxes = boxHeaders(head);
     }
@@ -238,7 +242,7 @@ class Job {
     const type = `video/mp4; codecs="${codec}"`;
     if (!codec || (after && after.type === "mdat") || !MediaSource.isTypeSupported(type)) {
       reader.cancel().catch(() => {});
-      return;
+      return stop(after && after.type === "mdat" ? "the finished file, not a stream" : `cannot play ${type}`);
     }
     const source = new MediaSource();
     const video = this.q("live");
@@ -247,31 +251,32 @@ class Job {
     await new Promise((resolve) => source.addEventListener("sourceopen", resolve, { once: true }));
     URL.revokeObjectURL(url);  // attached: the URL is not needed any more (not kept for the page's life)
     const buffer = source.addSourceBuffer(type);
-    const append = (bytes) => new Promise((resolve, reject) => {
+    const append = (chunk) => new Promise((resolve, reject) => {
       buffer.addEventListener("updateend", resolve, { once: true });
       buffer.addEventListener("error", reject, { once: true });
-      buffer.appendBuffer(bytes);
+      buffer.appendBuffer(chunk);
     });
-    if (this.videoUrl) return reader.cancel().catch(() => {});
-    video.hidden = false;
-    let bytes = 0;
     // Seconds held, from the first frame to the last (the stream's first frame may not be at 0).
-    const buffered = () => (buffer.buffered.length ? buffer.buffered.end(buffer.buffered.length - 1) - buffer.buffered.start(0) : 0);
+    buffered = () => (buffer.buffered.length ? buffer.buffered.end(buffer.buffered.length - 1) - buffer.buffered.start(0) : 0);
+    // Read to its end even when the finished file came first (a busy machine, a short job): the
+    // stream is finite, and the file, not the stream, is what is shown then.
+    video.hidden = Boolean(this.videoUrl);
     try {
       await append(head);
       bytes += head.length;
-      video.play().catch(() => { /* autoplay refused: it is muted, so this is rare */ });
+      if (!this.videoUrl) video.play().catch(() => { /* autoplay refused: it is muted, so this is rare */ });
       for (;;) {
         const { value, done } = await reader.read();
-        if (done) break;  // to its end even once the file is shown: the stream is finite
+        if (done) break;
         await append(value);
         bytes += value.length;
         this.report("job-live", { bytes, buffered: buffered() });
       }
       this.report("job-live", { ended: true, bytes, buffered: buffered() });
       if (source.readyState === "open") source.endOfStream();
-    } catch (_) {
+    } catch (err) {
       video.hidden = true;  // the finished file still comes when the job is done
+      stop(`stopped: ${err}`);
     }
     reader.cancel().catch(() => {});
   }
