@@ -184,9 +184,62 @@ void AutoTuner::remember(const std::string& key, const TuneSpace& space, const f
   list.emplace_back(space, file);
 }
 
-void AutoTuner::save(const std::string& key, const TuneSpace& space, const TuneChoice& choice, bool complete) {
+void AutoTuner::save(const std::string& key, const TuneSpace& space, const TuneChoice& choice, bool complete, std::uint64_t version) {
   std::lock_guard lock(mutex_);
+  auto& last = written_[choice.file];
+  if (version != 0 && version <= last) return;  // a later state is on disk already
+  if (options_.before_write) options_.before_write(choice.file);
   write(key, space, choice, complete);
+  last = std::max(last, version);
+}
+
+void AutoTuner::save_later(const std::string& key, const TuneSpace& space, TuneChoice choice, bool complete, std::uint64_t version) {
+  {
+    std::lock_guard lock(save_mutex_);
+    auto& slot = pending_[choice.file];
+    if (slot.version > version) return;
+    slot = PendingSave{key, space, std::move(choice), complete, version};
+    if (!writer_.joinable()) writer_ = std::thread([this] { write_pending(); });
+  }
+  save_wake_.notify_one();
+}
+
+// The writer thread: writes the latest pending state of each file until stopped, then what is
+// left (the destructor waits for it).
+void AutoTuner::write_pending() {
+  std::unique_lock lock(save_mutex_);
+  for (;;) {
+    save_wake_.wait(lock, [&] { return stop_saving_ || !pending_.empty(); });
+    if (pending_.empty()) return;  // stopped, nothing left
+    auto batch = std::move(pending_);
+    pending_.clear();
+    writing_ = true;
+    lock.unlock();
+    for (const auto& [file, p] : batch) {
+      try {
+        save(p.key, p.space, p.choice, p.complete, p.version);
+      } catch (const std::exception&) {
+        // A cache that cannot be written costs a probe at the next start, nothing now.
+      }
+    }
+    lock.lock();
+    writing_ = false;
+    saved_.notify_all();
+  }
+}
+
+void AutoTuner::flush() {
+  std::unique_lock lock(save_mutex_);
+  saved_.wait(lock, [&] { return pending_.empty() && !writing_; });
+}
+
+AutoTuner::~AutoTuner() {
+  {
+    std::lock_guard lock(save_mutex_);
+    stop_saving_ = true;
+  }
+  save_wake_.notify_all();
+  if (writer_.joinable()) writer_.join();
 }
 
 // Two leases of half the cores each when the space allows it (else the first split): no OpenMP
@@ -325,6 +378,34 @@ std::optional<std::size_t> TuneSearch::split_index(const TuneSetting& setting) c
   return std::nullopt;
 }
 
+// An observed sample has no decode of its own (the runtime's decoder runs per job after the
+// steps, in other groups): it gets the decode seconds per job of the measured samples (its own
+// split's if one was measured, else the latest), times its batch, so that it scores like a
+// measurement (review finding 10: they were compared without it, favouring the observed ones).
+// Called whenever a sample comes in: a new measurement changes the estimate of every observed
+// sample, and the best so far with it.
+void TuneSearch::rescore_observed_locked() {
+  auto per_job = [&](const TuneSetting& of) -> std::optional<double> {
+    std::optional<double> any, same;
+    for (const auto& s : choice_.samples) {
+      if (s.observed || s.out_of_memory || s.decode_s <= 0) continue;
+      const double d = s.decode_s / static_cast<double>(std::max<std::size_t>(s.setting.batch, 1));
+      any = d;
+      if (s.setting.leases == of.leases && s.setting.intra_op == of.intra_op) same = d;
+    }
+    return same ? same : any;
+  };
+  std::fill(split_best_.begin(), split_best_.end(), std::numeric_limits<double>::infinity());
+  for (auto& s : choice_.samples) {
+    if (s.out_of_memory) continue;
+    if (s.observed) {
+      s.decode_s = per_job(s.setting).value_or(0.0) * static_cast<double>(s.setting.batch);
+      s.job_s = AutoTuner::job_seconds(s, space_);
+    }
+    if (const auto c = split_index(s.setting)) split_best_[*c] = std::min(split_best_[*c], s.job_s);
+  }
+}
+
 // `sample` is of the next setting (measured or replayed) or, observed, of any candidate split's.
 void TuneSearch::record_locked(TuneSample sample, bool replayed) {
   const auto c = split_index(sample.setting).value_or(candidate_);
@@ -332,6 +413,16 @@ void TuneSearch::record_locked(TuneSample sample, bool replayed) {
   if (!replayed) choice_.probe_s += sample.spent_s;  // a replay's cost is in the prior probe_s
   if (!sample.out_of_memory) sample.job_s = AutoTuner::job_seconds(sample, space_);
   choice_.samples.push_back(sample);
+  if (!sample.out_of_memory) {
+    rescore_observed_locked();  // the new sample may be a measurement: every observed one's decode estimate follows
+    sample.job_s = choice_.samples.back().job_s;
+    // The sweep's test below compares it with its split's best before it.
+    split_best_[c] = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i + 1 < choice_.samples.size(); ++i) {
+      const auto& s = choice_.samples[i];
+      if (!s.out_of_memory && split_index(s.setting) == std::optional<std::size_t>(c)) split_best_[c] = std::min(split_best_[c], s.job_s);
+    }
+  }
   if (sample.out_of_memory || sample.job_s > split_best_[c] * kSlower) active_[c] = false;  // it only gets worse
   else split_best_[c] = std::min(split_best_[c], sample.job_s);
   if (is_next) ++candidate_;
@@ -404,12 +495,14 @@ bool TuneSearch::step() {
   }
   sample.setting = *setting;
   TuneChoice snapshot;
+  std::uint64_t version = 0;
   {
     std::lock_guard lock(mutex_);
     record_locked(sample, replayed);
     snapshot = choice_;
+    version = ++version_;
   }
-  if (!replayed && !snapshot.file.empty()) tuner_.save(key_, space_, snapshot, false);
+  if (!replayed && !snapshot.file.empty()) tuner_.save(key_, space_, snapshot, false, version);
   return true;
 }
 
@@ -418,6 +511,7 @@ bool TuneSearch::observe(TuneSample sample) {
   sample.spent_s = 0;
   sample.out_of_memory = false;
   TuneChoice snapshot;
+  std::uint64_t version = 0;
   {
     std::lock_guard lock(mutex_);
     // A finished search keeps its result: a late observation must not reopen (and re-save as
@@ -427,8 +521,11 @@ bool TuneSearch::observe(TuneSample sample) {
     if (std::find(batches_.begin(), batches_.end(), sample.setting.batch) == batches_.end()) return false;  // not a swept size
     record_locked(sample, false);
     snapshot = choice_;
+    version = ++version_;
   }
-  if (!snapshot.file.empty()) tuner_.save(key_, space_, snapshot, false);
+  // On a compute thread, between a group's denoiser calls: the file write (and its fsync) goes
+  // to the tuner's writer thread (review finding 11).
+  if (!snapshot.file.empty()) tuner_.save_later(key_, space_, std::move(snapshot), false, version);
   return true;
 }
 
@@ -468,6 +565,7 @@ std::optional<TuneSetting> AutoTuner::best_with_split(const TuneChoice& choice, 
 
 TuneChoice TuneSearch::finish() {
   TuneChoice out;
+  std::uint64_t version = 0;
   {
     std::lock_guard lock(mutex_);
     const auto* best = pick(choice_.samples);
@@ -476,8 +574,9 @@ TuneChoice TuneSearch::finish() {
     choice_.setting = best->setting;
     choice_.source = "probe";
     out = choice_;
+    version = ++version_;
   }
-  if (!out.file.empty()) tuner_.save(key_, space_, out, true);
+  if (!out.file.empty()) tuner_.save(key_, space_, out, true, version);
   tuner_.remember(key_, space_, out.file);
   return out;
 }

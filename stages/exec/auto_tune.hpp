@@ -40,7 +40,11 @@
 // cap_batch() lowers the cached batch for that key, so later starts begin there.
 //
 // Thread-safety: choose(), start() and cap_batch() may be called from any thread (a mutex guards
-// the cache); they block for what they measure (measure runs on the calling thread). A
+// the cache); they block for what they measure (measure runs on the calling thread). The cache
+// writes of TuneSearch::observe (called on the runtime's compute threads, between a group's
+// denoiser calls) are handed to the tuner's writer thread, coalesced per file (only the latest
+// state is written); the destructor writes what is left, so the last state is never lost at a
+// clean shutdown. step() and finish() write on their caller's thread (the search's own). A
 // TuneSearch is stepped by one thread at a time; current() may be read from any thread. Not
 // cancellable: a measurement under way is waited for.
 #pragma once
@@ -48,6 +52,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -78,9 +83,12 @@ struct TuneSample {
   double spent_s = 0;   // what taking the measurement cost (counts against the budget)
   bool out_of_memory = false;
   double job_s = 0;     // the score, filled in by the tuner
-  // Observed on running jobs (TuneSearch::observe), not measured: costs nothing; decode_s is 0
-  // (the decoder runs per job after its steps, about the same per job at any batch, so leaving
-  // it out keeps the order of batch sizes within a split).
+  // Observed on running jobs (TuneSearch::observe), not measured: costs nothing. Its step_s is one
+  // call of the runtime's (scored as if every lease ran one at once, as a measurement does; a call
+  // beside an idle lease is a little optimistic); its decode_s is an estimate the search keeps up to date
+  // (decode seconds per job of the measured samples, same split first, times the batch; 0 while
+  // nothing was measured: then every sample is observed, and a per-job constant does not reorder
+  // them), so that observed and measured samples score alike.
   bool observed = false;
 };
 // Measures one setting. Reports out of memory in the sample (or throws Error(out_of_memory));
@@ -158,12 +166,14 @@ class TuneSearch {
   void skip_finished_locked();
   bool sampled_locked(const TuneSetting& setting) const;
   std::optional<std::size_t> split_index(const TuneSetting& setting) const;
+  void rescore_observed_locked();
 
   AutoTuner& tuner_;
   const std::string key_;
   const TuneSpace space_;
   const TuneMeasure measure_;
   const std::vector<TuneSample> prior_;  // cached by an earlier start: replayed, not measured
+  std::uint64_t version_ = 0;  // of choice_ (under mutex_): orders its saves, which may be written out of order
   std::vector<TuneSetting> candidates_;
   std::vector<std::size_t> batches_;
   mutable std::mutex mutex_;  // the fields below (step() measures outside it)
@@ -179,8 +189,16 @@ class AutoTuner {
   struct Options {
     std::filesystem::path cache_dir;  // empty: no cache (always probe)
     std::chrono::duration<double> budget{30.0};
+    // Called on the thread that writes a cache file, before it writes (tests: which thread, how often).
+    std::function<void(const std::filesystem::path&)> before_write;
   };
   explicit AutoTuner(Options options);
+  // Writes what observe() left to the writer thread (the last state of every file) and stops it.
+  ~AutoTuner();
+  // Returns once what observe() handed to the writer thread is on disk (tests; a reader in this process).
+  void flush();
+  AutoTuner(const AutoTuner&) = delete;
+  AutoTuner& operator=(const AutoTuner&) = delete;
 
   // The setting for `key` in `space`: from the cache, else measured now (and cached).
   // Error(internal) if every candidate ran out of memory at batch 1 (nothing runs).
@@ -219,11 +237,31 @@ class AutoTuner {
   std::optional<TuneChoice> read(const std::filesystem::path& file, const std::string& key, const TuneSpace& space) const;
   void write(const std::string& key, const TuneSpace& space, const TuneChoice& choice, bool complete = true) const;
   void remember(const std::string& key, const TuneSpace& space, const std::filesystem::path& file);
-  void save(const std::string& key, const TuneSpace& space, const TuneChoice& choice, bool complete);
+  // Writes `choice` now (under mutex_), unless a later state of its file (a higher `version`) was written already.
+  void save(const std::string& key, const TuneSpace& space, const TuneChoice& choice, bool complete, std::uint64_t version);
+  // Hands the write to the writer thread (started on first use): a later state of the same file
+  // replaces one not yet written (coalesced). For callers that must not block on a file write.
+  void save_later(const std::string& key, const TuneSpace& space, TuneChoice choice, bool complete, std::uint64_t version);
+  void write_pending();
 
+  struct PendingSave {
+    std::string key;
+    TuneSpace space;
+    TuneChoice choice;
+    bool complete = false;
+    std::uint64_t version = 0;
+  };
   Options options_;
-  std::mutex mutex_;
+  std::mutex mutex_;  // the cache files, chosen_ and written_
   std::map<std::string, std::vector<std::pair<TuneSpace, std::filesystem::path>>> chosen_;  // key -> spaces chosen here
+  std::map<std::filesystem::path, std::uint64_t> written_;  // file -> version of the state written last
+  std::mutex save_mutex_;  // the fields below
+  std::condition_variable save_wake_;
+  std::map<std::filesystem::path, PendingSave> pending_;  // the latest state per file, not yet written
+  bool stop_saving_ = false;
+  bool writing_ = false;  // the writer thread holds states taken from pending_
+  std::condition_variable saved_;  // pending_ emptied and written
+  std::thread writer_;
 };
 
 // Steps a search on its own thread ("vgen-tune") whenever the device is free, so that jobs never

@@ -476,8 +476,10 @@ TEST_CASE("observe: running jobs sweep the split in use at no cost, the best is 
   // The next start reads the samples (the search is not over: the other split was never run),
   // starts at the best of them and measures nothing (the other split's cost, estimated from the
   // observed calls, does not fit in the first wait).
+  tuner.flush();  // observe() writes on the tuner's writer thread
   FakeDevice again{.overhead = 4.0, .quadratic = 1.0};
-  auto next = AutoTuner({.cache_dir = dir.path()}).start("k", space, again.measure(), std::chrono::duration<double>(2.5), true);
+  AutoTuner second({.cache_dir = dir.path()});  // outlives its search, which refers to it
+  auto next = second.start("k", space, again.measure(), std::chrono::duration<double>(2.5), true);
   CHECK(again.calls.empty());
   CHECK(next.choice.source == "partial");
   CHECK(next.choice.setting == TuneSetting{2, 2, 1});
@@ -520,4 +522,67 @@ TEST_CASE("TuneSearchThread: a step estimated above max_step is skipped, never m
   }
   CHECK(measured == 0);
   CHECK(held == 0);  // the device was never taken from jobs
+}
+
+TEST_CASE("observe: an observed sample scores with the measured decode time, as a measurement does") {
+  const auto space = two_cores();  // 10 steps
+  // Measured: one lease of two threads, a fast denoiser and a slow decoder: (10 x 0.2 + 26) / 1 = 28 s per job.
+  const TuneMeasure measure = [](const TuneSetting&) { return TuneSample{.step_s = 0.2, .decode_s = 26.0, .spent_s = 1}; };
+  AutoTuner tuner({});
+  auto started = tuner.start("k", space, measure, std::chrono::duration<double>(0), true);
+  REQUIRE(started.search);
+  auto& search = *started.search;
+  // The running jobs (two leases of one thread): 4 s per call. Without a decode that scored
+  // 10 x 4 / 2 = 20 s per job and won; with the measured decode per job (26 s) it is 33 s.
+  REQUIRE(search.observe(TuneSample{.setting = {1, 2, 1}, .step_s = 4.0}));
+  CHECK(search.current().setting == TuneSetting{1, 2, 1});  // nothing measured yet: the only sample
+  REQUIRE(search.step());  // measures one lease x 2 threads at batch 1
+  const auto now = search.current();
+  REQUIRE(now.samples.size() == 2);
+  CHECK(now.samples[0].observed);
+  CHECK(now.samples[0].decode_s == doctest::Approx(26.0));
+  CHECK(now.samples[0].job_s == doctest::Approx(33.0));
+  CHECK(now.setting == TuneSetting{1, 1, 2});
+}
+
+TEST_CASE("observe: the cache is written on the tuner's writer thread, coalesced, and the last state is on disk after it"
+          * doctest::timeout(60)) {
+  test::TempDir dir;
+  const auto space = two_cores();
+  std::mutex m;
+  std::condition_variable cv;
+  bool release = false;
+  std::vector<std::thread::id> writers;
+  const auto caller = std::this_thread::get_id();
+  {
+    AutoTuner tuner({.cache_dir = dir.path(), .before_write = [&](const std::filesystem::path&) {
+                       std::unique_lock lock(m);
+                       writers.push_back(std::this_thread::get_id());
+                       cv.notify_all();
+                       cv.wait(lock, [&] { return release; });  // the first write holds the writer until released
+                     }});
+    const TuneMeasure measure = [](const TuneSetting&) { return TuneSample{.step_s = 1, .spent_s = 1}; };
+    auto started = tuner.start("k", space, measure, std::chrono::duration<double>(0), true);
+    REQUIRE(started.search);
+    // On the caller, the first observe would block in before_write: this case would time out.
+    REQUIRE(started.search->observe(TuneSample{.setting = {1, 2, 1}, .step_s = 4.0}));
+    {
+      std::unique_lock lock(m);
+      cv.wait(lock, [&] { return !writers.empty(); });  // the writer holds the first state
+    }
+    REQUIRE(started.search->observe(TuneSample{.setting = {2, 2, 1}, .step_s = 5.0}));
+    REQUIRE(started.search->observe(TuneSample{.setting = {4, 2, 1}, .step_s = 9.0}));
+    {
+      std::lock_guard lock(m);
+      release = true;
+    }
+    cv.notify_all();
+    started.search.reset();
+  }  // the tuner's end writes what is left
+  CHECK(writers.size() <= 2);  // the two later states coalesced into one write
+  for (const auto& id : writers) CHECK(id != caller);
+  AutoTuner second({.cache_dir = dir.path()});
+  auto next = second.start("k", space, [](const TuneSetting&) { return TuneSample{}; }, std::chrono::duration<double>(0), true);
+  CHECK(next.choice.source == "partial");
+  CHECK(next.choice.samples.size() == 3);  // the last state
 }
