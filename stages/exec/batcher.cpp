@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -77,6 +79,7 @@ asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, Ba
       slot->cap = std::max<std::size_t>(cap, 1);
       slot->kind = kind;
       slot->family = std::move(family);
+      slot->strand = asio::make_strand(options_.executor->get_executor());
       first = true;
     }
     group = slot;
@@ -90,7 +93,7 @@ asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, Ba
   }
   // On a strand of its own: collect() races an event against a timer with ||, whose
   // cancellation must not run on two threads at once (ThreadSanitizer, runtime/wait_list.hpp).
-  if (first) asio::co_spawn(asio::make_strand(options_.executor->get_executor()), run_group(group), asio::detached);
+  if (first) asio::co_spawn(group->strand, run_group(group), asio::detached);
   co_await await_outcome(job, std::move(outcome));  // cancellable: the pipeline stops waiting, the group goes on
 }
 
@@ -176,6 +179,7 @@ void Batcher::close(Group& group) {
 // key that still wait for a device, up to the cap now in force (set_max_batch may have raised
 // it since they formed). Those groups end empty when their turn comes.
 void Batcher::close_taking_waiting(Group& group) {
+  std::vector<std::shared_ptr<Group>> emptied;
   {
     std::lock_guard lock(mutex_);
     const auto cap = std::max<std::size_t>(1, caps_.count(group.key) ? std::min(caps_[group.key], max_batch()) : max_batch());
@@ -188,14 +192,20 @@ void Batcher::close_taking_waiting(Group& group) {
     if (w != waiting_.end() && options_.devices->waiting() <= same_key)
       for (auto& other : w->second) {
         if (other.get() == &group) continue;
+        const bool had = !other->members.empty();
         while (group.members.size() < cap && !other->members.empty()) {
           group.members.push_back(std::move(other->members.front()));
           other->members.erase(other->members.begin());
         }
+        if (had && other->members.empty()) emptied.push_back(other);
       }
     group.cap = std::max(group.cap, cap);  // running, it admits joiners up to the cap in force
   }
   close(group);
+  // Their acquires leave the device's queue now, not when their turn comes (the cancellation is
+  // emitted on the strand its acquire was started on; one not started yet sees it has no jobs).
+  for (auto& other : emptied)
+    asio::post(other->strand, [other] { other->unplace.emit(asio::cancellation_type::terminal); });
 }
 
 // Until the group is full (the joiner that fills it sets `full`) or `wait` has passed.
@@ -207,11 +217,25 @@ asio::awaitable<void> Batcher::collect(Group& group) {
   co_await (group.full.wait(token) || timer.async_wait(token));
 }
 
-asio::awaitable<Placement> Batcher::place(const Group& group) {
+// nullopt: the group was emptied (by close_taking_waiting) before or while it waited.
+asio::awaitable<std::optional<Placement>> Batcher::place(Group& group) {
   PlacementRequest req;
   req.model = group.family->package().id();
+  {
+    std::lock_guard lock(mutex_);
+    if (group.members.empty()) co_return std::nullopt;
+  }
+  // No suspension between the check and the acquire's start: a cancellation posted to this
+  // strand after the check runs after the acquire is queued.
+  auto [ec, lease] = co_await options_.devices->acquire(
+      req, asio::bind_cancellation_slot(group.unplace.slot(), asio::as_tuple(asio::use_awaitable)));
+  if (ec) {
+    std::lock_guard lock(mutex_);
+    if (ec == asio::error::operation_aborted && group.members.empty()) co_return std::nullopt;
+    throw boost::system::system_error(ec);
+  }
   Placement p;
-  p.lease = co_await options_.devices->acquire(req, asio::use_awaitable);
+  p.lease = std::move(lease);
   p.device = p.lease.device().id;
   p.pool = &options_.executor->pool(device_pool_name(p.device));
   co_return p;
@@ -239,6 +263,11 @@ asio::awaitable<void> Batcher::run_group(std::shared_ptr<Group> group) {
     // is granted at once, so this adds no wait.
     std::optional<Placement> placement = group->kind == BatchKind::denoise ? std::nullopt : borrow(*group);
     if (!placement) placement = co_await place(*group);
+    if (!placement) {  // emptied while it waited: its acquire is gone, nothing to run
+      close(*group);
+      group->done.set();
+      co_return;
+    }
     close_taking_waiting(*group);
     if (group->members.empty()) {  // an earlier group of its key took its jobs in
       group->done.set();

@@ -17,6 +17,9 @@
 // could not be prepared to join it, nor its finished members decoded, until it ends). A running
 // group admits joiners only while no other group waits for a device, so it drains and gives the
 // device up as soon as other work needs it.
+// A group emptied while it waits for the device (an earlier group of its key took its jobs in
+// when placed, see set_max_batch) gives up its queued acquire at once and ends: it holds no place
+// in the device's queue that other work waits behind.
 // A group collects until it holds max_batch jobs (the joiner that fills it wakes it: no
 // polling) or `wait` has passed since its first job, then asks for the device and keeps
 // collecting until the device is granted: under load the group grows while earlier work
@@ -56,7 +59,9 @@
 #include "stages/families/family.hpp"
 #include "stages/exec/step_cache.hpp"
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -175,12 +180,14 @@ class Batcher {
     std::size_t cap = 1;     // the most jobs at once (max_batch, or less after out of memory)
     std::string device;      // where it runs (denoise, while running; under the Batcher's lock)
     WorkerPool* pool = nullptr;
+    boost::asio::any_io_executor strand;        // runs run_group (set before it is spawned)
+    boost::asio::cancellation_signal unplace;  // emitted on `strand`: an earlier group took its jobs, its acquire goes
   };
 
  private:
   boost::asio::awaitable<void> run_group(std::shared_ptr<Group> group);
   boost::asio::awaitable<void> collect(Group& group);
-  boost::asio::awaitable<Placement> place(const Group& group);
+  boost::asio::awaitable<std::optional<Placement>> place(Group& group);
   boost::asio::awaitable<void> run_once(Group& group, const Placement& placement);
   void report_audio_decode(Group& group);
   boost::asio::awaitable<void> run_work(Group& group, const Placement& placement);

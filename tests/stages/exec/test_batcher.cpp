@@ -19,6 +19,7 @@
 #include "runtime/pipeline.hpp"
 #include "tests/support/async_test.hpp"
 #include "tests/support/fake_family.hpp"
+#include "tests/stages/exec/batcher_bench.hpp"
 
 #undef CHECK
 #define CHECK DOCTEST_CHECK
@@ -26,84 +27,7 @@
 using namespace vgen;
 namespace asio = boost::asio;
 
-namespace {
-
-struct Bench {
-  Executor executor{{.io_threads = 1}};
-  std::vector<DeviceSpec> specs;
-  DevicePool pool;
-  std::shared_ptr<Batcher> batcher;
-  std::mutex capped_mutex;
-  std::vector<std::pair<std::string, std::size_t>> capped;  // what on_capped was told
-  Bench(std::size_t max_batch, std::chrono::milliseconds wait, const std::string& devices = "cpu", bool join_running = true)
-      : specs(parse_device_list(devices)), pool(specs) {
-    add_device_pools(executor, specs);
-    batcher = std::make_shared<Batcher>(BatcherOptions{.batching = {.max_batch = max_batch, .wait = wait, .join_running = join_running},
-                                                       .executor = &executor, .devices = &pool,
-                                                       .on_capped = [this](const std::string& key, std::size_t cap) {
-                                                         std::lock_guard lock(capped_mutex);
-                                                         capped.emplace_back(key, cap);
-                                                       }});
-  }
-};
-
-std::shared_ptr<Job> make_job(const std::shared_ptr<Family>& family, std::uint64_t seed, int steps = 4) {
-  boost::json::object spec{{"prompt", "p" + std::to_string(seed)}, {"seed", seed}, {"steps", steps}};
-  auto job = std::make_shared<Job>("job-" + std::to_string(seed), spec);
-  job->payload = family->create_job(family->validate(spec));
-  return job;
-}
-
-// Prepare, denoise and return the final latents of each job, through the batcher.
-asio::awaitable<std::exception_ptr> render(Batcher& b, std::shared_ptr<Family> family, std::shared_ptr<Job> job,
-                                           bool prepare = true) {
-  try {
-    if (prepare) co_await b.join(family, *job, BatchKind::preprocess);
-    co_await b.join(family, *job, BatchKind::denoise);
-  } catch (...) {
-    co_return std::current_exception();
-  }
-  co_return nullptr;
-}
-
-// The latents of `seed` denoised alone (max_batch 1).
-at::Tensor alone(std::uint64_t seed, int steps = 4) {
-  Bench b(1, std::chrono::milliseconds(0));
-  auto family = test::make_fake_family("fake-a");
-  auto job = make_job(family, seed, steps);
-  auto run = [&]() -> asio::awaitable<void> {
-    auto e = co_await render(*b.batcher, family, job);
-    if (e) std::rethrow_exception(e);
-  };
-  b.executor.run_sync(run());
-  return family_job(*job)->state.latents.clone();
-}
-
-// Runs every (family, job) through the batcher at once; returns each one's error (or null).
-std::vector<std::exception_ptr> render_all(Bench& b, const std::vector<std::pair<std::shared_ptr<Family>, std::shared_ptr<Job>>>& jobs,
-                                           bool prepare = true) {
-  std::vector<std::exception_ptr> errors;
-  auto run = [&]() -> asio::awaitable<void> {
-    std::vector<std::future<std::exception_ptr>> done;
-    for (const auto& [f, j] : jobs)
-      done.push_back(asio::co_spawn(b.executor.get_executor(), render(*b.batcher, f, j, prepare), asio::use_future));
-    for (auto& d : done) {
-      while (d.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) co_await test::sleep_for(std::chrono::milliseconds(2));
-      errors.push_back(d.get());
-    }
-  };
-  b.executor.run_sync(run());
-  return errors;
-}
-
-std::vector<std::pair<std::shared_ptr<Family>, std::shared_ptr<Job>>> of(const std::shared_ptr<Family>& f,
-                                                                         const std::vector<std::shared_ptr<Job>>& jobs) {
-  std::vector<std::pair<std::shared_ptr<Family>, std::shared_ptr<Job>>> out;
-  for (const auto& j : jobs) out.emplace_back(f, j);
-  return out;
-}
-
-}  // namespace
+using namespace vgen::batcher_test;
 
 TEST_CASE("jobs joining while a group collects are included; the filling joiner starts it" * doctest::timeout(180)) {
   // A long wait: the group may only start early because the third job fills it.
@@ -558,44 +482,4 @@ TEST_CASE("equal priorities never preempt; a step-cached job is never preempted"
   CHECK(svc.bench.batcher->preemptions() == 0);
   CHECK(svc.at("cached done") < svc.at("urgent entered"));
   CHECK(at::equal(family_job(*cached)->state.latents, solo_latents(flow, 1, steps, 0.5)));
-}
-
-TEST_CASE("set_max_batch (the auto-tuner's switch) reaches jobs waiting for the device at the next group boundary, never a running group" *
-          doctest::timeout(120)) {
-  // One device; a long wait: a group can only start by filling up or taking the device.
-  Bench b(1, std::chrono::seconds(30));
-  auto family = test::make_fake_family("fake-a");
-  std::vector<std::shared_ptr<Job>> jobs;
-  for (std::uint64_t s : {41, 42, 43, 44}) jobs.push_back(make_job(family, s));
-  auto prepare = [&]() -> asio::awaitable<void> {  // first, so that no preprocess group waits on the blocked device below
-    for (auto& j : jobs) co_await b.batcher->join(family, *j, BatchKind::preprocess);
-  };
-  b.executor.run_sync(prepare());
-  // The first job's group holds the device (blocked in its first
-  // call) while the three others each form a group of one (cap 1) waiting for it.
-  std::promise<void> running, go;
-  auto go_future = go.get_future().share();
-  test::fake(*family).on_predict = [&](std::size_t call, std::size_t) {
-    if (call == 1) {
-      running.set_value();
-      go_future.wait();
-    }
-  };
-  auto ex = b.executor.get_executor();
-  std::vector<std::future<std::exception_ptr>> done;
-  done.push_back(asio::co_spawn(ex, render(*b.batcher, family, jobs[0], false), asio::use_future));
-  running.get_future().wait();
-  for (std::size_t i = 1; i < 4; ++i) done.push_back(asio::co_spawn(ex, render(*b.batcher, family, jobs[i], false), asio::use_future));
-  // One io thread runs handlers in order: once this one ran, the three joins above have formed their groups.
-  asio::co_spawn(ex, []() -> asio::awaitable<void> { co_return; }, asio::use_future).get();
-  b.batcher->set_max_batch(3);
-  go.set_value();
-  for (auto& d : done) CHECK(d.get() == nullptr);
-  CHECK(b.batcher->max_batch() == 3);
-  // The running group kept its one row (nobody joined it late); the first waiting group took
-  // the other two waiting jobs in when it got the device (a wrong cap would give 1+1+1 or 2+1).
-  auto sizes = b.batcher->group_sizes(BatchKind::denoise);
-  CHECK(sizes == std::map<std::size_t, std::uint64_t>{{1, 1}, {3, 1}});
-  CHECK(test::fake(*family).max_rows_after(4) == 3);
-  for (std::uint64_t s : {41, 42, 43, 44}) CHECK(at::equal(family_job(*jobs[s - 41])->state.latents, alone(s)));
 }
