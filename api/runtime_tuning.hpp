@@ -46,6 +46,7 @@
 
 #include "api/config.hpp"
 #include "stages/exec/auto_tune.hpp"
+#include "stages/exec/tune_search_thread.hpp"
 #include "runtime/device_list.hpp"
 #include "runtime/device_pool.hpp"
 #include "runtime/metrics.hpp"
