@@ -1,4 +1,4 @@
-// The Wan family with its transformer and VAE decoder compiled by AOTInductor (the
+// The Wan family with its text encoder, transformer and VAE decoder compiled by AOTInductor (the
 // wan_aoti_parity package: the tiny Wan of wan_parity, same weights, plus .pt2 files): parity
 // with diffusers, batched as TorchScript, a clip too short for the compiled VAE, and a job
 // joining a running group. The TorchScript cases: test_wan_family.cpp.
@@ -57,16 +57,17 @@ TEST_CASE("an AOTInductor transformer reproduces diffusers' WanPipeline (float32
                        cap, out.path, &runtime);
   for (auto& j : jobs) REQUIRE_MESSAGE(j->state() == JobState::done, j->snapshot().error);
   CHECK(read_wan_config(runtime->package()).transformer_compact_context);  // forward_compact, compiled too
-  // the transformer and the VAE's whole-clip decode (9 frames: 3 latent frames, its compiled range)
+  // the text encoder, the transformer and the VAE's whole-clip decode (9 frames: 3 latent
+  // frames, its compiled range)
   int compiled = 0;
   for (const auto& b : component_backends())
-    if (b.component == "transformer" || b.component == "vae_decoder") {
+    if (b.component == "text_encoder" || b.component == "transformer" || b.component == "vae_decoder") {
       CAPTURE(b.component);
       CHECK(b.backend == "aoti");
       CHECK(b.refused == "");
       compiled += b.backend == "aoti";
     }
-  REQUIRE(compiled == 2);
+  REQUIRE(compiled == 3);
   check_against_reference(*ref, cap, *jobs[0], "unipc");
   check_against_reference(*ref, cap, *jobs[1], "euler");
 
