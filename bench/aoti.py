@@ -9,9 +9,11 @@ Inductor compiles with VGEN_AOTI_THREADS threads, default 1). Then, interleaved 
 - the denoiser call: forward_compact at the package's default shape (cond and uncond rows), the
   TorchScript module (torch.jit, after its two profiling calls) against the .pt2 (torch's own
   AOTIModelPackageLoader, which vgen's "aoti" backend uses);
-- with --e2e, `vgen render` end to end on pkg_aoti (the .pt2 serves) and on its TorchScript twin
+- with --e2e, `vgen render` end to end on pkg_aoti (the .pt2s serve: transformer and VAE
+  decoder) and on its TorchScript twin
   (the same folder, the manifest without the compiled entry), after one untimed render of each
-  (the self-tuner's first-job probe, keyed by backend, is not what is compared).
+  (the self-tuner's first-job probe, keyed by backend, is not what is compared), with each
+  render's stage seconds (text, denoise, decode, encode: its --json).
 Prints a table, writes bench/out/aoti_<preset>.json with the machine's load (say it: the
 machine is shared) and Inductor's report (compile seconds, size, fused kernels, extern ops).
 """
@@ -36,7 +38,11 @@ def ensure_packages(preset: str, dtype: str = "float32") -> tuple[Path, Path]:
                    check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "tools")})
     suffix = "" if dtype == "float32" else "_" + dtype
     aoti = base / ("pkg_aoti" + suffix)
-    if not (aoti / "manifest.json").exists():
+    # (a package compiled before the VAE was compiled too is compiled again)
+    if not (aoti / "manifest.json").exists() or \
+            "compiled" not in json.loads((aoti / "manifest.json").read_text())["components"]["vae_decoder"]:
+        if aoti.exists():
+            shutil.rmtree(aoti)
         code = ("import sys; from pathlib import Path; from vgen_export.wan import export_wan; "
                 f"export_wan(Path({str(base / 'diffusers')!r}), Path({str(aoti)!r}), dtype={dtype!r}, "
                 f"tiny={preset == 'tiny'}, seed=0, compile='aoti')")
@@ -101,7 +107,7 @@ def bench_calls(aoti: Path, runs: int, threads: int, shape: dict) -> dict:
 
 def bench_e2e(aoti: Path, twin: Path, runs: int, threads: int, shape: dict) -> dict:
     times = {"torchscript": [], "aoti": []}
-    denoise = {"torchscript": [], "aoti": []}  # the job's own denoise stage seconds (--json)
+    stages = {"torchscript": {}, "aoti": {}}  # the job's own stage seconds (--json): text, denoise, decode, encode
     out = OUT / "aoti_e2e"
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -116,7 +122,8 @@ def bench_e2e(aoti: Path, twin: Path, runs: int, threads: int, shape: dict) -> d
         seconds = time.perf_counter() - t0
         result = json.loads(p.stdout.strip().splitlines()[-1])
         if r >= 0:
-            denoise[name].append(result["stage_seconds"]["denoise"])
+            for stage, sec in result["stage_seconds"].items():
+                stages[name].setdefault(stage, []).append(sec)
         return seconds
 
     for name, pkg in (("torchscript", twin), ("aoti", aoti)):
@@ -125,7 +132,7 @@ def bench_e2e(aoti: Path, twin: Path, runs: int, threads: int, shape: dict) -> d
         for name, pkg in (("torchscript", twin), ("aoti", aoti)):
             times[name].append(render(name, pkg, r))
     return {"seconds": {k: stats(v) for k, v in times.items()},
-            "denoise_stage_seconds": {k: stats(v) for k, v in denoise.items()}}
+            "stage_seconds": {k: {s: stats(v) for s, v in per.items()} for k, per in stages.items()}}
 
 
 def main() -> int:
@@ -138,9 +145,13 @@ def main() -> int:
     a = ap.parse_args()
     before = machine(with_torch=False)
     aoti, twin = ensure_packages(a.model, a.dtype)
-    report = json.loads((aoti / "manifest.json").read_text())["export_checks"]["transformer"]["aoti"]
+    checks = json.loads((aoti / "manifest.json").read_text())["export_checks"]
+    report = checks["transformer"]["aoti"]
+    vae_report = checks["vae_decoder"]["aoti"]
     calls = bench_calls(aoti, a.runs, a.threads, SHAPE[a.model])
-    result = {"model": a.model, "dtype": a.dtype, "threads": a.threads, "shape": SHAPE[a.model], "inductor": {k: report[k] for k in ("compile_seconds", "bytes", "kernels")},
+    result = {"model": a.model, "dtype": a.dtype, "threads": a.threads, "shape": SHAPE[a.model],
+              "inductor": {k: report[k] for k in ("compile_seconds", "bytes", "kernels")},
+              "inductor_vae_decoder": {k: vae_report[k] for k in ("compile_seconds", "bytes", "kernels")},
               "denoiser_call": calls, "machine_before": before}
     rows = [["denoiser call (s)", mmm(calls["seconds"]["torchscript"]), mmm(calls["seconds"]["aoti"]),
              f"{calls['seconds']['torchscript']['median'] / calls['seconds']['aoti']['median']:.2f}x"]]
@@ -149,12 +160,17 @@ def main() -> int:
         result["render"] = e2e
         rows.append(["vgen render (s)", mmm(e2e["seconds"]["torchscript"]), mmm(e2e["seconds"]["aoti"]),
                      f"{e2e['seconds']['torchscript']['median'] / e2e['seconds']['aoti']['median']:.2f}x"])
-        d = e2e["denoise_stage_seconds"]
-        rows.append(["render's denoise stage (s)", mmm(d["torchscript"]), mmm(d["aoti"]),
-                     f"{d['torchscript']['median'] / d['aoti']['median']:.2f}x"])
+        st = e2e["stage_seconds"]
+        for stage in st["torchscript"]:
+            if stage not in st["aoti"]:
+                continue
+            ts, ao = st["torchscript"][stage], st["aoti"][stage]
+            rows.append([f"render's {stage} stage (s)", mmm(ts), mmm(ao),
+                         f"{ts['median'] / ao['median']:.2f}x" if ao["median"] > 0 else "-"])
     result["machine_after"] = machine(with_torch=False)
     print(f"{a.model} {a.dtype}: shape {calls['shape']}, max |aoti - torchscript| = {calls['max_abs_diff']:.3g}; Inductor: "
-          f"{report['compile_seconds']} s, {report['bytes'] / 1e6:.1f} MB, {report['kernels']}")
+          f"{report['compile_seconds']} s, {report['bytes'] / 1e6:.1f} MB, {report['kernels']}; VAE decoder: "
+          f"{vae_report['compile_seconds']} s, {vae_report['bytes'] / 1e6:.1f} MB, {vae_report['kernels']}")
     print(table(["", "torchscript", "aoti", "speed-up"], rows))
     write(f"aoti_{a.model}" + ("" if a.dtype == "float32" else "_" + a.dtype), result)
     return 0

@@ -5,6 +5,8 @@
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/version.h>
 
+#include <charconv>
+
 namespace vgen {
 
 namespace fs = std::filesystem;
@@ -12,6 +14,35 @@ namespace fs = std::filesystem;
 std::string torch_release(std::string_view version) { return std::string(version.substr(0, version.find('+'))); }
 
 std::string libtorch_release() { return torch_release(TORCH_VERSION); }
+
+std::vector<std::vector<AotiDimRange>> parse_aoti_input_ranges(std::string_view value) {
+  std::vector<std::vector<AotiDimRange>> out;
+  auto split = [](std::string_view& rest, char sep) {
+    const auto at = rest.find(sep);
+    const auto head = rest.substr(0, at);
+    rest = at == std::string_view::npos ? std::string_view{} : rest.substr(at + 1);
+    return head;
+  };
+  auto number = [&](std::string_view text) {
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc{} || end != text.data() + text.size() || text.empty())
+      throw_error(ErrorKind::invalid_argument, "compiled model: bad input range '" + truncate_utf8(value, 80) + "'");
+    return v;
+  };
+  for (std::string_view inputs = value;;) {  // ("" is one input with nothing recorded)
+    auto input = split(inputs, ';');
+    auto& dims = out.emplace_back();
+    while (!input.empty()) {
+      auto item = split(input, ',');
+      const auto dim = number(split(item, ':'));
+      const auto min = number(split(item, ':'));
+      dims.push_back({dim, min, number(item)});
+    }
+    if (inputs.empty()) break;
+  }
+  return out;
+}
 
 std::string aoti_model_name(std::string_view method) { return std::string(method) + "-model"; }
 

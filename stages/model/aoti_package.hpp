@@ -20,6 +20,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace vgen {
 
@@ -27,6 +28,15 @@ namespace vgen {
 inline constexpr const char* kAotiTorchKey = "vgen_torch";
 inline constexpr const char* kAotiDeviceKey = "vgen_device";
 inline constexpr const char* kAotiMethodsKey = "vgen_methods";  // "forward,forward_compact"
+// Each model's inputs' dim ranges: inputs ';'-separated, each a ','-separated list of
+// "dim:min:max" ("0:1:64,2:3:64;" : input 0's dims 0 and 2, nothing recorded for input 1).
+inline constexpr const char* kAotiInputRangesKey = "vgen_input_ranges";
+
+struct AotiDimRange {
+  std::int64_t dim = 0, min = 0, max = 0;
+};
+// Error(invalid_argument) on a malformed value.
+std::vector<std::vector<AotiDimRange>> parse_aoti_input_ranges(std::string_view value);
 
 // "" when `c` can serve a device of `device_type` ("cpu", "cuda") with this process's LibTorch,
 // as far as its size, checksum and metadata tell; otherwise the reason, naming the file.

@@ -101,6 +101,9 @@ class TorchScriptModule final : public Module {
   }
   c10::Device device() const override { return device_; }
   c10::ScalarType dtype() const override { return dtype_; }
+  bool has_method(std::string_view method) const override {
+    return const_cast<torch::jit::Module&>(module_).find_method(std::string(method)).has_value();
+  }
   std::map<std::string, at::Tensor> parameters() const override {
     std::map<std::string, at::Tensor> out;
     for (const auto& p : module_.named_parameters(/*recurse=*/true)) out.emplace(p.name, p.value);
@@ -143,30 +146,53 @@ std::shared_ptr<const Module> load_torchscript(const fs::path& file, c10::Device
 
 // An AOTInductor package (stages/model/aoti_package.hpp): one loader per compiled model, named
 // after the method it serves. Each loader unpacks the .pt2 into its own temporary folder.
+// The compiled code checks no input shape: a method whose metadata records its inputs' dim
+// ranges (kAotiInputRangesKey) refuses a call outside them here, as an error a caller may
+// fall back on (MethodFallbackModule), instead of running code generated for other shapes.
 class AotiModule final : public Module {
  public:
-  AotiModule(std::map<std::string, std::unique_ptr<torch::inductor::AOTIModelPackageLoader>, std::less<>> methods,
-             c10::Device device, c10::ScalarType dtype)
+  struct Compiled {
+    std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+    std::vector<std::vector<AotiDimRange>> ranges;  // per input; empty: not recorded
+  };
+  AotiModule(std::map<std::string, Compiled, std::less<>> methods, c10::Device device, c10::ScalarType dtype)
       : methods_(std::move(methods)), device_(device), dtype_(dtype) {}
 
   at::Tensor call(std::string_view method, const std::vector<at::Tensor>& inputs) const override {
     const auto it = methods_.find(method);
     if (it == methods_.end()) throw_error(ErrorKind::invalid_argument, "compiled model has no method '" + std::string(method) + "'");
+    if (auto why = outside_ranges(it->second.ranges, inputs); !why.empty())
+      throw_error(ErrorKind::invalid_argument, "compiled model method '" + std::string(method) + "': " + why);
     c10::InferenceMode guard;
     std::vector<at::Tensor> args;
     args.reserve(inputs.size());
     // The compiled code was generated for dense inputs on its device, in the dtypes it was
     // exported with (the caller's, as for TorchScript).
     for (const auto& t : inputs) args.push_back(t.to(device_).contiguous());
-    auto out = it->second->run(args);
+    auto out = it->second.loader->run(args);
     if (out.empty()) throw_error(ErrorKind::internal, "compiled model method '" + std::string(method) + "' returned nothing");
     return out.front();
   }
   c10::Device device() const override { return device_; }
   c10::ScalarType dtype() const override { return dtype_; }
+  bool has_method(std::string_view method) const override { return methods_.find(method) != methods_.end(); }
+  bool serves(std::string_view method, const std::vector<at::Tensor>& inputs) const override {
+    const auto it = methods_.find(method);
+    return it != methods_.end() && outside_ranges(it->second.ranges, inputs).empty();
+  }
 
  private:
-  std::map<std::string, std::unique_ptr<torch::inductor::AOTIModelPackageLoader>, std::less<>> methods_;
+  static std::string outside_ranges(const std::vector<std::vector<AotiDimRange>>& ranges, const std::vector<at::Tensor>& inputs) {
+    for (std::size_t i = 0; i < ranges.size() && i < inputs.size(); ++i)
+      for (const auto& r : ranges[i]) {
+        const auto size = r.dim < inputs[i].dim() ? inputs[i].size(r.dim) : -1;
+        if (size < r.min || size > r.max)
+          return "input " + std::to_string(i) + " dim " + std::to_string(r.dim) + " is " + std::to_string(size) +
+                 ", compiled for " + std::to_string(r.min) + ".." + std::to_string(r.max);
+      }
+    return {};
+  }
+  std::map<std::string, Compiled, std::less<>> methods_;
   c10::Device device_;
   c10::ScalarType dtype_;
 };
@@ -195,12 +221,17 @@ std::shared_ptr<const Module> load_aoti(const fs::path& file, c10::Device device
   const CompiledComponent self{.backend = "aoti", .file = file, .sha256 = {}, .bytes = fs::file_size(file), .torch = {}};
   // the size and sha256 against the manifest are ModuleCache::get_component's (it knows them)
   if (auto why = aoti_refusal(self, type, /*verify_limit=*/0); !why.empty()) throw_error(ErrorKind::invalid_argument, why);
-  std::map<std::string, std::unique_ptr<torch::inductor::AOTIModelPackageLoader>, std::less<>> methods;
+  std::map<std::string, AotiModule::Compiled, std::less<>> methods;
   try {
-    for (const auto& m : aoti_methods(meta))
-      methods.emplace(m, std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-                             file.string(), aoti_model_name(m), /*run_single_threaded=*/false, /*num_runners=*/1,
-                             device.is_cuda() ? device.index() : c10::DeviceIndex(-1)));
+    for (const auto& m : aoti_methods(meta)) {
+      auto loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+          file.string(), aoti_model_name(m), /*run_single_threaded=*/false, /*num_runners=*/1,
+          device.is_cuda() ? device.index() : c10::DeviceIndex(-1));
+      const auto own = loader->get_metadata();
+      const auto ranges = own.find(kAotiInputRangesKey);
+      methods.emplace(m, AotiModule::Compiled{std::move(loader), ranges == own.end() ? std::vector<std::vector<AotiDimRange>>{}
+                                                                                      : parse_aoti_input_ranges(ranges->second)});
+    }
   } catch (const std::exception& e) {
     const auto* c10 = dynamic_cast<const c10::Error*>(&e);
     throw_error(ErrorKind::invalid_argument, "compiled model file '" + file.string() + "' does not load: " +
@@ -209,6 +240,39 @@ std::shared_ptr<const Module> load_aoti(const fs::path& file, c10::Device device
   if (methods.empty()) throw_error(ErrorKind::invalid_argument, "compiled model file '" + file.string() + "' holds no method vgen calls");
   return std::make_shared<AotiModule>(std::move(methods), device, dtype);
 }
+
+// A compiled component whose .pt2 holds only some of its methods or shapes (the exporter
+// compiles what Inductor can and what pays: a Wan VAE's whole-clip decode from 3 latent frames,
+// not its streaming chunks, whose state is parsed with data-dependent shapes): the other calls
+// run on the component's own file, loaded (through the ModuleCache, once per process) on the
+// first call that needs it.
+class MethodFallbackModule final : public Module {
+ public:
+  using Load = std::function<std::shared_ptr<const Module>()>;
+  MethodFallbackModule(std::shared_ptr<const Module> compiled, Load load_own)
+      : compiled_(std::move(compiled)), load_own_(std::move(load_own)) {}
+
+  at::Tensor call(std::string_view method, const std::vector<at::Tensor>& inputs) const override {
+    if (compiled_->serves(method, inputs)) return compiled_->call(method, inputs);
+    return own()->call(method, inputs);
+  }
+  c10::Device device() const override { return compiled_->device(); }
+  c10::ScalarType dtype() const override { return compiled_->dtype(); }
+  bool has_method(std::string_view method) const override {
+    return compiled_->has_method(method) || own()->has_method(method);
+  }
+
+ private:
+  std::shared_ptr<const Module> own() const {
+    std::lock_guard lock(mutex_);
+    if (!own_) own_ = load_own_();
+    return own_;
+  }
+  std::shared_ptr<const Module> compiled_;
+  Load load_own_;
+  mutable std::mutex mutex_;
+  mutable std::shared_ptr<const Module> own_;
+};
 
 Registry<ModuleLoader>& registry() {
   static Registry<ModuleLoader> r("model backend", {{"torchscript", load_torchscript}, {"aoti", load_aoti}});
@@ -230,6 +294,8 @@ struct ModuleCache::State {
   std::mutex mutex;
   std::map<std::string, std::shared_future<std::shared_ptr<const Module>>> entries;
   std::map<std::string, std::pair<std::string, fs::path>> choices;  // get_component: key -> (backend, file)
+  // with_own_methods: compiled file + device -> (its module, that module with its component's own methods)
+  std::map<std::string, std::pair<std::shared_ptr<const Module>, std::shared_ptr<const Module>>> with_own;
   std::size_t loads = 0;
 };
 
@@ -269,6 +335,22 @@ std::shared_ptr<const Module> ModuleCache::get(std::string_view backend, const f
   return result.get();
 }
 
+// A compiled file serves what it holds; the component's own file (when it has one) the rest.
+std::shared_ptr<const Module> ModuleCache::with_own_methods(std::shared_ptr<const Module> m, const fs::path& served,
+                                                            const ModelComponent& c, std::string_view device,
+                                                            c10::ScalarType dtype) {
+  if (served == c.file || c.format == "aoti") return m;
+  const std::string key = fs::absolute(served).lexically_normal().string() + '\n' + std::string(device);
+  std::lock_guard lock(state_->mutex);
+  auto& slot = state_->with_own[key];  // one wrapper per compiled module: callers may compare them
+  if (slot.first != m)
+    slot = {m, std::make_shared<MethodFallbackModule>(
+                   m, [this, backend = c.format, file = c.file, device = std::string(device), dtype] {
+                     return get(backend, file, device, dtype);
+                   })};
+  return slot.second;
+}
+
 std::shared_ptr<const Module> ModuleCache::get_component(const ModelPackage& package, const std::string& component,
                                                          std::string_view device, std::string_view preference) {
   const auto& c = package.component(component);
@@ -280,7 +362,8 @@ std::shared_ptr<const Module> ModuleCache::get_component(const ModelPackage& pac
     std::lock_guard lock(state_->mutex);
     if (auto it = state_->choices.find(key); it != state_->choices.end()) chosen = it->second;
   }
-  if (chosen) return get(chosen->first, chosen->second, device, dtype);  // (get takes the lock itself)
+  if (chosen)  // (get takes the lock itself)
+    return with_own_methods(get(chosen->first, chosen->second, device, dtype), chosen->second, c, device, dtype);
   auto plan = plan_component_backend(package, component, device, preference);
   std::shared_ptr<const Module> m;
   try {
@@ -294,9 +377,11 @@ std::shared_ptr<const Module> ModuleCache::get_component(const ModelPackage& pac
     m = get(plan.backend, plan.file, device, dtype);
   }
   record_component_backend(plan);
-  std::lock_guard lock(state_->mutex);
-  state_->choices.emplace(key, std::pair{plan.backend, plan.file});
-  return m;
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->choices.emplace(key, std::pair{plan.backend, plan.file});
+  }
+  return with_own_methods(m, plan.file, c, device, dtype);
 }
 
 std::size_t ModuleCache::loads() const {
@@ -308,6 +393,7 @@ void ModuleCache::clear() {
   std::lock_guard lock(state_->mutex);
   state_->entries.clear();
   state_->choices.clear();
+  state_->with_own.clear();
 }
 
 }  // namespace vgen

@@ -48,6 +48,14 @@ class Module {
   virtual at::Tensor call(std::string_view method, const std::vector<at::Tensor>& inputs) const = 0;
   virtual c10::Device device() const = 0;
   virtual c10::ScalarType dtype() const = 0;
+  // Whether call(method) can be served (a compiled package may hold fewer methods than its
+  // component's TorchScript file). Default: every method (call throws for an unknown one).
+  virtual bool has_method(std::string_view /*method*/) const { return true; }
+  // Whether call(method, inputs) is served for these inputs' shapes: a compiled model serves
+  // only the shapes it was compiled for (the dims' ranges its package records). Default: has_method.
+  virtual bool serves(std::string_view method, const std::vector<at::Tensor>& /*inputs*/) const {
+    return has_method(method);
+  }
 
   // Weight variants (LoRA, stages/model/lora.hpp). The module's parameters by full dotted name,
   // shared with it (never write into them: other jobs run on them). Default: none.
@@ -75,7 +83,9 @@ class ModuleCache {
                                     std::string_view device, c10::ScalarType dtype);
   // The module serving `component` of `package` on `device` (component_backends.hpp): its
   // compiled file for the device type when `preference` is "auto" and that file is not refused
-  // and loads, else its own file (with the backend `preference` names, when not "auto"). Chosen once per (component file, device, preference) and
+  // and loads (a method the compiled file does not hold, e.g. a VAE's streaming chunks, or a
+  // call with shapes outside those it was compiled for, is served by the component's own file,
+  // loaded on its first such call), else its own file (with the backend `preference` names, when not "auto"). Chosen once per (component file, device, preference) and
   // recorded (record_component_backend), a refusal logged; later calls reuse the choice.
   // Error(invalid_argument) when nothing can serve it.
   std::shared_ptr<const Module> get_component(const ModelPackage& package, const std::string& component,
@@ -86,6 +96,8 @@ class ModuleCache {
  private:
   struct State;
   ModuleCache();
+  std::shared_ptr<const Module> with_own_methods(std::shared_ptr<const Module> m, const std::filesystem::path& served,
+                                                 const ModelComponent& c, std::string_view device, c10::ScalarType dtype);
   std::shared_ptr<State> state_;
 };
 

@@ -7,11 +7,12 @@ kernels on the shared 2-core machine (bench/results/aoti_2026-11-27_dynamic_thre
 
 from __future__ import annotations
 
+import json
 import zipfile
 
 import torch
 
-from vgen_export.aoti import Method, compile_aoti
+from vgen_export.aoti import INPUT_RANGES_KEY, Method, compile_aoti
 
 
 class Elementwise(torch.nn.Module):
@@ -39,3 +40,8 @@ def test_compiled_kernels_follow_the_callers_thread_count(tmp_path):
     assert "num_threads(" not in sources
     assert kernels["fixed_thread_regions"] == 0
     assert all(c["max_abs_diff"] <= c["tolerance"] for c in report["checks"])
+    # the compiled code checks no shape: the package records the input's ranges for the loader
+    # (rows 1..1024 as declared, 4096 features as exported)
+    with zipfile.ZipFile(tmp_path / "e.cpu.pt2") as z:
+        meta = [json.loads(z.read(n)) for n in z.namelist() if n.endswith("_metadata.json")]
+    assert meta and all(m[INPUT_RANGES_KEY] == "0:1:1024,1:4096:4096" for m in meta)

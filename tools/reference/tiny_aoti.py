@@ -1,7 +1,7 @@
 """Writes a tiny module twice, as TorchScript (tiny.pt) and compiled by AOTInductor for the CPU
 (tiny.cpu.pt2, methods forward and shifted, batch rows dynamic), plus the .pt2s the loader must
 refuse: one whose metadata says CUDA, one built by "another torch version" (its metadata says
-so), and a damaged one; and an input with the eager outputs. Reference for the C++ backend test
+so), and a damaged one; one that lists forward only; and an input with the eager outputs. Reference for the C++ backend test
 (tests/stages/model/test_component_backends.cpp).
 
 Usage: python -m vgen_reference.tiny_aoti OUT_DIR (prints JSON)."""
@@ -13,7 +13,7 @@ import zipfile
 
 import torch
 
-from vgen_export.aoti import DEVICE_KEY, TORCH_KEY, Method, compile_aoti
+from vgen_export.aoti import DEVICE_KEY, METHODS_KEY, TORCH_KEY, Method, compile_aoti
 
 
 class Tiny(torch.nn.Module):
@@ -67,6 +67,8 @@ def main():
                               out / "tiny.cpu.pt2")
     rewrite_metadata(out / "tiny.cpu.pt2", out / "tiny.cuda.pt2", {DEVICE_KEY: "cuda", "AOTI_DEVICE_KEY": "cuda"})
     rewrite_metadata(out / "tiny.cpu.pt2", out / "tiny.old.pt2", {TORCH_KEY: "2.9.1+cu128"})
+    # a package that holds forward only (its list says so): "shifted" is the TorchScript file's
+    rewrite_metadata(out / "tiny.cpu.pt2", out / "tiny.forward_only.pt2", {METHODS_KEY: "forward"})
     data = (out / "tiny.cpu.pt2").read_bytes()
     (out / "tiny.bad.pt2").write_bytes(data[: len(data) // 2] + b"\0" * (len(data) - len(data) // 2))
     shutil.copyfile(out / "tiny.pt", out / "tiny.copy.pt")

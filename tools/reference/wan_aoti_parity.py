@@ -1,5 +1,6 @@
 """The tiny Wan package of wan_parity.py (same seed, so the same weights and the same diffusers
-reference) exported with --compile aoti: its transformer also as an AOTInductor .pt2 for the CPU.
+reference) exported with --compile aoti: its transformer and its VAE's whole-clip decode also as
+AOTInductor .pt2 files for the CPU.
 The C++ parity test (tests/stages/families/wan/test_wan_family.cpp) renders it against
 wan_parity's reference, and against the package's own TorchScript transformer.
 
@@ -20,7 +21,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     src = write_tiny_wan(out / "diffusers", seed=0)
     manifest = ew.export_wan(src, out / "pkg", dtype="float32", tiny=True, seed=0, compile="aoti")
-    print(json.dumps({"package": str(out / "pkg"), "aoti": manifest["export_checks"]["transformer"]["aoti"]}))
+    print(json.dumps({"package": str(out / "pkg"), "aoti": manifest["export_checks"]["transformer"]["aoti"],
+                      "vae_decoder_aoti": manifest["export_checks"]["vae_decoder"]["aoti"]}))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ TORCH_KEY = "vgen_torch"
 DEVICE_KEY = "vgen_device"
 METHOD_KEY = "vgen_method"
 METHODS_KEY = "vgen_methods"  # every method of the package, comma-separated (the loader's list)
+# each input's dims and their ranges, "dim:min:max" ','-separated, inputs ';'-separated: the
+# compiled code checks no shape, so the loader refuses (and falls back on) a call outside them
+INPUT_RANGES_KEY = "vgen_input_ranges"
 MODEL_SUFFIX = "-model"
 
 
@@ -88,6 +91,31 @@ def compiled_kernel_count(pt2: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def input_ranges(ep) -> str:
+    """INPUT_RANGES_KEY's value for an ExportedProgram: each user input's static dims (min = max)
+    and its dynamic dims that are a plain symbol with a finite range (a derived dim, e.g. 2*h,
+    is left to the symbol's own check)."""
+    import sympy
+
+    user = set(ep.graph_signature.user_inputs)
+    parts = []
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in user:
+            continue
+        val = node.meta.get("val")
+        dims = []
+        for d, size in enumerate(getattr(val, "shape", ())):
+            if isinstance(size, int):
+                dims.append(f"{d}:{size}:{size}")
+                continue
+            expr = size.node.expr
+            vr = ep.range_constraints.get(expr) if isinstance(expr, sympy.Symbol) else None
+            if vr is not None and vr.lower.is_finite and vr.upper.is_finite:
+                dims.append(f"{d}:{int(vr.lower)}:{int(vr.upper)}")
+        parts.append(",".join(dims))
+    return ";".join(parts)
+
+
 def compile_aoti(methods: dict[str, Method], path: Path, device: str = "cpu", threads: int = 1,
                  tolerance: Callable[[torch.Tensor], float] | None = None) -> dict[str, Any]:
     """Exports and compiles every method into `path` (a .pt2), reloads it with torch's own
@@ -128,7 +156,8 @@ def compile_aoti(methods: dict[str, Method], path: Path, device: str = "cpu", th
                 options = {"aot_inductor.package": True, "freezing": True, "cpp.dynamic_threads": True,
                            "aot_inductor.output_path": str(work / name),
                            "aot_inductor.metadata": {TORCH_KEY: torch.__version__, DEVICE_KEY: device,
-                                                     METHOD_KEY: name, METHODS_KEY: ",".join(methods)}}
+                                                     METHOD_KEY: name, METHODS_KEY: ",".join(methods),
+                                                     INPUT_RANGES_KEY: input_ranges(ep)}}
                 (work / name).mkdir()
                 try:
                     files[model_name(name)] = aot_compile(ep.module(check_guards=False), m.args, options=options)

@@ -157,7 +157,27 @@ def load_scheduler(diffusers_dir: Path, flow_shift: float | None = None):
 
 
 # --------------------------------------------------------------------------- export
-def export_text_encoder(encoder, path: Path, max_length: int, dtype, gen) -> dict[str, Any]:
+def compile_text_encoder_aoti(wrapper, path: Path, max_length: int, vocab: int, dtype, gen) -> dict[str, Any]:
+    """The text encoder's forward (ids, mask -> masked rows) as a .pt2 (vgen_export/aoti.py), prompt
+    rows and token positions dynamic (vgen runs it up to the batch's longest prompt), checked
+    against eager at other shapes."""
+    from torch.export import Dim
+
+    from .aoti import Method, compile_aoti, env_threads
+
+    rows, text = Dim("rows", min=1, max=64), Dim("text", min=1, max=max_length)
+    example = random_token_batch([min(5, max_length), max(1, max_length // 3)], max(2, min(max_length, 32)), vocab, gen)
+    checks = []
+    with torch.no_grad():
+        for lengths, length in (([1, min(7, max_length), max_length], max_length), ([3], min(16, max_length)),
+                                ([1], 1)):
+            args = random_token_batch(lengths, length, vocab, gen)
+            checks.append((args, wrapper(*args)))
+    return compile_aoti({"forward": Method(wrapper, example, ({0: rows, 1: text}, {0: rows, 1: text}), checks)},
+                        path, threads=env_threads(), tolerance=lambda ref: dtype_tolerance(dtype, ref))
+
+
+def export_text_encoder(encoder, path: Path, max_length: int, dtype, gen, compile: str | None = None) -> dict[str, Any]:
     wrapper = TextEncoderExport(encoder).eval()
     vocab = encoder.config.vocab_size
     trace_lens = [min(5, max_length), max(1, max_length // 3)]
@@ -171,8 +191,14 @@ def export_text_encoder(encoder, path: Path, max_length: int, dtype, gen) -> dic
         ref = wrapper(ids, mask)
         checks.append({"shape": list(ids.shape), "max_abs_diff": max_diff(loaded(ids, mask), ref),
                        "tolerance": dtype_tolerance(dtype, ref)})
-    return {"trace_shape": [len(trace_lens), max_length], **saved, "checks": checks,
-            "padding_invariance": check_padding_invariance(loaded, max_length, vocab, gen)}
+    report = {"trace_shape": [len(trace_lens), max_length], **saved, "checks": checks,
+              "padding_invariance": check_padding_invariance(loaded, max_length, vocab, gen)}
+    if compile == "aoti":
+        # exported with grad mode on: under no_grad, transformers' UMT5 takes a path whose graph
+        # guards on rows != 1 (export refuses rows from 1; measured, transformers of the pinned venv)
+        with torch.enable_grad():
+            report["aoti"] = compile_text_encoder_aoti(wrapper, path.with_suffix(".cpu.pt2"), max_length, vocab, dtype, gen)
+    return report
 
 
 def check_padding_invariance(encoder, max_length: int, vocab: int, gen) -> dict[str, Any]:
@@ -374,7 +400,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
 
     with torch.no_grad():
         encoder = UMT5EncoderModel.from_pretrained(diffusers_dir / "text_encoder", dtype=tdtype).eval()
-        checks["text_encoder"] = export_text_encoder(encoder, out_dir / "text_encoder.pt", max_length, tdtype, gen)
+        checks["text_encoder"] = export_text_encoder(encoder, out_dir / "text_encoder.pt", max_length, tdtype, gen,
+                                                     compile)
         text_dim = int(encoder.config.d_model)
         del encoder
         if i2v:  # image encoder, VAE encoder and the 36-channel transformer
@@ -405,7 +432,7 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
             del transformer
         vae = AutoencoderKLWan.from_pretrained(diffusers_dir, subfolder="vae", dtype=torch.float32).eval()
         vcfg = dict(vae.config)
-        checks["vae_decoder"] = export_vae_decoder(vae, out_dir / "vae_decoder.pt", gen)
+        checks["vae_decoder"] = export_vae_decoder(vae, out_dir / "vae_decoder.pt", gen, compile)
         if ti2v:
             checks["vae_encoder"] = export_ti2v_encoder(vae, out_dir, gen)
         elif a14b_i2v or video_input or vace:
@@ -493,13 +520,20 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         manifest["video_conditioning"] = {"vae_encoder_input": "float32 [B,3,F,H,W] in [-1,1]; output: the posterior mean"}
         manifest["inputs"] = {"video": "optional"}
     add_precisions(manifest, out_dir, quantize, denoisers, default_precision, dtype)
-    if compile == "aoti":  # components.<denoiser>.compiled.cpu: the .pt2 beside the TorchScript file
+    if compile == "aoti":  # components.<name>.compiled.cpu: the .pt2 beside the TorchScript file
         from .aoti import compiled_entry
 
         for name in denoisers:
             assert_checks(f"{name} (aoti)", checks[name]["aoti"])
             manifest["components"][name]["compiled"] = {"cpu": compiled_entry(
                 out_dir, f"{name}.cpu.pt2", checks[name]["aoti"], manifest["components"][name]["methods"])}
+        assert_checks("text_encoder (aoti)", checks["text_encoder"]["aoti"])
+        manifest["components"]["text_encoder"]["compiled"] = {"cpu": compiled_entry(
+            out_dir, "text_encoder.cpu.pt2", checks["text_encoder"]["aoti"], ["forward"])}
+        # the VAE's whole-clip decode only: its other methods run on vae_decoder.pt (wan_vae_aoti.py)
+        assert_checks("vae_decoder (aoti)", checks["vae_decoder"]["aoti"])
+        manifest["components"]["vae_decoder"]["compiled"] = {"cpu": compiled_entry(
+            out_dir, "vae_decoder.cpu.pt2", checks["vae_decoder"]["aoti"], ["forward"])}
     mf.write_manifest(out_dir, manifest)
     return manifest
 
@@ -523,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="int8: add a dynamically int8-quantized variant of the transformer blocks' Linear layers "
                              "(CPU, fbgemm) beside float32, chosen per job (precision); int8-only: the transformer itself int8")
     parser.add_argument("--compile", choices=["aoti"], default=None,
-                        help="aoti: also compile the transformer(s) ahead of time with torch.export + AOTInductor "
+                        help="aoti: also compile the transformer(s), the text encoder and the VAE's whole-clip decode ahead of time with torch.export + AOTInductor "
                              "for this machine's CPU (<name>.cpu.pt2 beside the TorchScript file; "
                              "VGEN_AOTI_THREADS compile threads, default 1)")
     parser.add_argument("--default-precision", choices=["float32", "int8"], default=None,

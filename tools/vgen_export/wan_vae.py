@@ -181,7 +181,9 @@ def unpack_chunks(module, z: torch.Tensor) -> torch.Tensor:
     return torch.cat(outs, 2)
 
 
-def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
+def export_vae_decoder(vae, path: Path, gen, compile: str | None = None) -> dict[str, Any]:
+    """The TorchScript decoder at `path`; with compile="aoti" also its whole-clip decode as
+    <stem>.cpu.pt2 (wan_vae_aoti.py), reported under "aoti"."""
     num_convs = vae._cached_conv_counts["decoder"]  # noqa: SLF001
     z_dim = vae.config.z_dim
     feat: list[Any] = [None] * num_convs
@@ -212,4 +214,8 @@ def export_vae_decoder(vae, path: Path, gen) -> dict[str, Any]:
         # The rewrite rounds differently; if a model amplifies that past the tolerance, ship
         # diffusers' own norm (slower on CPU, same graph as before the rewrite existed).
         report = {**export(rewrite=False), "rms_norm_rewrite_rejected": report["checks"]}
+    if compile == "aoti":
+        from .wan_vae_aoti import compile_vae_decoder_aoti
+
+        report["aoti"] = compile_vae_decoder_aoti(vae, first, step, path.with_suffix(".cpu.pt2"), gen)
     return report

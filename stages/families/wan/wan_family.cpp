@@ -561,7 +561,9 @@ void WanFamily::warm_up(const std::string& device) {
       const auto t = at::scalar_tensor(tv, at::kFloat);
       predict(PredictCall{jobs, job.state.latents, t, device});
     }
-    vae->forward({job.state.latents.to(vae->dtype())});
+    // Three latent frames at least: a compiled VAE decodes from 3 (tools/vgen_export/wan_vae_aoti.py);
+    // fewer would warm only the TorchScript decoder beside it.
+    vae->forward({at::zeros({1, p.latent_channels, std::max<std::int64_t>(lf, 3), lh, lw}, vae->dtype())});
     // The chunked decode's methods too (a watched job's decode): their first calls are as slow.
     if (package_has_chunked_decode(p.manifest, "vae_decoder")) chunked_decode(*vae, job.state.latents.to(vae->dtype()));
   }

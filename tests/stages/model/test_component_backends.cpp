@@ -175,6 +175,64 @@ TEST_CASE("a .pt2 for another device, another torch version, or a damaged one is
   }
 }
 
+TEST_CASE("a compiled file serves the methods and shapes it was compiled for; the component's own file the rest" *
+          doctest::timeout(600)) {
+  const auto* ref = reference();
+  if (!ref) return;
+  const fs::path dir = (*ref)["dir"].get<std::string>();
+  const auto x = tensor_of((*ref)["x"]), scale = tensor_of((*ref)["scale"]);
+  auto& cache = ModuleCache::instance();
+  // The .pt2 records its inputs' ranges (rows 1..64, 4 features; scale [1]) and checks them:
+  // the compiled code itself would run on any shape.
+  const auto aoti = cache.get("aoti", dir / "tiny.cpu.pt2", "cpu:0", at::kFloat);
+  const auto many = at::randn({65, 4});
+  CHECK(aoti->serves("forward", {x, scale}));
+  CHECK_FALSE(aoti->serves("forward", {many, scale}));
+  CHECK_FALSE(aoti->serves("forward", {at::randn({3, 5}), scale}));
+  CHECK_FALSE(aoti->serves("nope", {x, scale}));
+  try {
+    aoti->forward({many, scale});
+    FAIL("a compiled model ran on 65 rows, compiled for 1..64");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);
+    CHECK(std::string(e.what()).find("input 0 dim 0 is 65, compiled for 1..64") != std::string::npos);
+  }
+  const auto only_forward = cache.get("aoti", dir / "tiny.forward_only.pt2", "cpu:0", at::kFloat);
+  CHECK(only_forward->has_method("forward"));
+  CHECK_FALSE(only_forward->has_method("shifted"));
+
+  // Through a package: the component's TorchScript file is loaded on the first call the .pt2
+  // cannot serve, once, and serves it.
+  clear_component_backends();
+  fs::copy_file(dir / "tiny.pt", dir / "tiny.partial.pt", fs::copy_options::overwrite_existing);
+  const auto p = package_with(dir, "partial", "tiny.partial.pt", dir / "tiny.forward_only.pt2");
+  const auto m = cache.get_component(p, "partial", "cpu:0");
+  CHECK(component_backends().at(0).backend == "aoti");
+  const auto script = load_module("torchscript", dir / "tiny.pt", "cpu", at::kFloat);
+  const auto loads = cache.loads();
+  CHECK(max_diff(m->forward({x, scale}), tensor_of((*ref)["y"])) <= 1e-5);
+  CHECK(cache.loads() == loads);  // the .pt2 served
+  CHECK(m->has_method("shifted"));
+  CHECK(cache.loads() == loads + 1);  // the TorchScript file, loaded to answer
+  CHECK(max_diff(m->call("shifted", {x, scale}), tensor_of((*ref)["shifted"])) <= 1e-5);
+  CHECK(max_diff(m->forward({many, scale}), script->forward({many, scale})) <= 1e-5);  // 65 rows: TorchScript
+  CHECK(cache.loads() == loads + 1);
+  CHECK(m.get() == cache.get_component(p, "partial", "cpu:0").get());
+  CHECK_THROWS_AS(m->call("nope", {x, scale}), Error);
+}
+
+TEST_CASE("compiled input ranges parse") {
+  const auto r = parse_aoti_input_ranges("0:1:64,2:3:64;;1:4:4");
+  REQUIRE(r.size() == 3);
+  REQUIRE(r[0].size() == 2);
+  CHECK((r[0][1].dim == 2 && r[0][1].min == 3 && r[0][1].max == 64));
+  CHECK(r[1].empty());
+  CHECK((r[2].size() == 1 && r[2][0].max == 4));
+  CHECK(parse_aoti_input_ranges("").size() == 1);
+  CHECK_THROWS_AS(parse_aoti_input_ranges("0:1"), Error);
+  CHECK_THROWS_AS(parse_aoti_input_ranges("0:x:2"), Error);
+}
+
 TEST_CASE("torch versions compare by release") {
   CHECK(torch_release("2.11.0+cu130") == "2.11.0");
   CHECK(torch_release("2.11.0") == "2.11.0");

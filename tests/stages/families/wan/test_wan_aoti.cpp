@@ -1,6 +1,7 @@
-// The Wan family with its transformer compiled by AOTInductor (the wan_aoti_parity package: the
-// tiny Wan of wan_parity, same weights, plus a .pt2 transformer): parity with diffusers, batched
-// as TorchScript, and a job joining a running group. The TorchScript cases: test_wan_family.cpp.
+// The Wan family with its text encoder, transformer and VAE decoder compiled by AOTInductor (the
+// wan_aoti_parity package: the tiny Wan of wan_parity, same weights, plus .pt2 files): parity
+// with diffusers, batched as TorchScript, a clip too short for the compiled VAE, and a job
+// joining a running group. The TorchScript cases: test_wan_family.cpp.
 #include "stages/families/wan/wan_family.hpp"
 
 #include <doctest/doctest.h>
@@ -56,14 +57,17 @@ TEST_CASE("an AOTInductor transformer reproduces diffusers' WanPipeline (float32
                        cap, out.path, &runtime);
   for (auto& j : jobs) REQUIRE_MESSAGE(j->state() == JobState::done, j->snapshot().error);
   CHECK(read_wan_config(runtime->package()).transformer_compact_context);  // forward_compact, compiled too
-  bool compiled = false;
+  // the text encoder, the transformer and the VAE's whole-clip decode (9 frames: 3 latent
+  // frames, its compiled range)
+  int compiled = 0;
   for (const auto& b : component_backends())
-    if (b.component == "transformer") {
+    if (b.component == "text_encoder" || b.component == "transformer" || b.component == "vae_decoder") {
+      CAPTURE(b.component);
       CHECK(b.backend == "aoti");
       CHECK(b.refused == "");
-      compiled = b.backend == "aoti";
+      compiled += b.backend == "aoti";
     }
-  REQUIRE(compiled);
+  REQUIRE(compiled == 3);
   check_against_reference(*ref, cap, *jobs[0], "unipc");
   check_against_reference(*ref, cap, *jobs[1], "euler");
 
@@ -93,6 +97,18 @@ TEST_CASE("an AOTInductor transformer reproduces diffusers' WanPipeline (float32
     MESSAGE("batched job " << i << ": max |aoti - torchscript| over frames = " << d);
     CHECK(d <= 1e-4);
   }
+
+  // A clip of 5 frames (2 latent frames) is outside the compiled VAE's range (3 latent frames
+  // and more, tools/vgen_export/wan_vae_aoti.py): the TorchScript decoder serves it, same frames.
+  auto short_clip = case_json(ref->info["case"], 5, "");
+  short_clip["frames"] = 5;
+  Capture sa, ss;
+  auto ja = run_jobs(*pkg, "cpu", {short_clip}, sa, out.path, &ra);
+  auto js = run_jobs(ref->info["package"].get<std::string>(), "cpu", {short_clip}, ss, out.path, &rs);
+  REQUIRE_MESSAGE(ja[0]->state() == JobState::done, ja[0]->snapshot().error);
+  REQUIRE_MESSAGE(js[0]->state() == JobState::done, js[0]->snapshot().error);
+  REQUIRE(sa.frames[ja[0]->id()].size(0) == 5);
+  CHECK(max_diff(sa.frames[ja[0]->id()], ss.frames[js[0]->id()]) <= 1e-4);
 }
 
 TEST_CASE("an AOTInductor transformer: a job joining a running group at step 2 ends within 1e-4 of its solo run" *
