@@ -33,12 +33,15 @@ std::string KeptLatents::resolve(const JobSpec& spec, const std::string& package
 }
 
 boost::asio::awaitable<void> KeptLatents::load(FamilyJob& w, const std::string& package_id) const {
-  if (!w.spec.extend) co_return;
+  if (w.spec.video_latents_sha256.empty()) co_return;
   auto find = [folders = folders_for(w.spec, options_.out_dir), sha = w.spec.video_sha256, package_id] {
     return find_kept_result_latents(folders, sha, package_id);
   };
   auto found = co_await executor_.pool("codec").run(find);
-  if (!found.latents.defined()) co_return;
+  if (!found.latents.defined() || found.file_sha256 != w.spec.video_latents_sha256)
+    throw_error(ErrorKind::not_found, "video_latents_sha256: the video's kept latents that the job was admitted with are " +
+                                          std::string(found.latents.defined() ? "changed" : "gone") +
+                                          " (its video deleted or rendered again); submit the job again");
   w.video_latents = std::move(found.latents);
   if (options_.metrics)
     options_.metrics->counter("vgen_extend_latents_reused_total",

@@ -3,8 +3,11 @@
 // (issue 34 item 4; a package with SpecLimits::extend_overlap > 0, e.g. SkyReels-V2 DF):
 //
 //  admission   resolve(): the SHA-256 of the kept latents file an extend job's video has (looked
-//              up beside the video and in the output folder)
-//  preprocess  load(): those latents into the job (FamilyJob::video_latents)
+//              up beside the video and in the output folder), which the job's spec then carries
+//              (JobSpec::video_latents_sha256), so its content key says whether and which kept
+//              latents make its bytes (review finding 5)
+//  preprocess  load(): those very latents into the job (FamilyJob::video_latents); a job
+//              admitted without any takes none, even if a file appeared since
 //  encode      keep(): the job's final latents beside its output, once the file is in place
 //  delete      remove_kept_latents(): with their video (review finding 6)
 //
@@ -42,7 +45,9 @@ class KeptLatents {
   // SHA-256 of the bytes of its video's kept latents file made by `package_id` that verifies;
   // empty when there is none (or the job is no such job).
   std::string resolve(const JobSpec& spec, const std::string& package_id) const;
-  // An extend job's video's kept latents made by `package_id`, if any, into w.video_latents.
+  // The latents admission resolved (w.spec.video_latents_sha256) into w.video_latents; nothing
+  // when none was. Error(not_found, naming video_latents_sha256) when they are gone or changed
+  // since (the video deleted or rendered again): the job's key names latents it cannot have.
   boost::asio::awaitable<void> load(FamilyJob& w, const std::string& package_id) const;
   // After w's output is in place: its final latents kept beside it, when the package extends by
   // latents (extend_overlap > 0) and the file's frames are the decoded ones (no post-stage).

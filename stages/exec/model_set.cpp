@@ -384,6 +384,20 @@ JobSpec ModelSet::validate(const json::value& spec) const {
   return parsed;
 }
 
+// An extend job's kept latents, resolved at admission, whatever the spec said, so the content key
+// names the latents that make the job's bytes (stages/exec/kept_latents.hpp); none: the field
+// stays absent and the key is what it was before kept latents existed.
+static void admit_kept_latents(const ModelSet::State& st, json::value& spec, JobSpec& parsed) {
+  auto* object = spec.if_object();
+  if (!object || !parsed.extend) return;
+  object->erase("video_latents_sha256");
+  parsed.video_latents_sha256.clear();
+  const auto& package = st.family(parsed.model)->package();
+  if (package.limits.extend_overlap <= 0) return;
+  parsed.video_latents_sha256 = st.kept_latents->resolve(parsed, package.id());
+  if (!parsed.video_latents_sha256.empty()) (*object)["video_latents_sha256"] = parsed.video_latents_sha256;
+}
+
 JobSpec ModelSet::admit(json::value& spec) const {
   auto parsed = validate(spec);
   admit_images(spec, parsed, state_->options.images);
@@ -398,6 +412,7 @@ JobSpec ModelSet::admit(json::value& spec) const {
       parsed = validate(spec);  // the fps's range and interpolate x fps, naming "fps"
     }
   }
+  admit_kept_latents(*state_, spec, parsed);
   return parsed;
 }
 

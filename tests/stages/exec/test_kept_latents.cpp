@@ -52,27 +52,47 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("kept_latents: an extend job takes its video's kept latents of its package") {
+// Review finding 5: the same spec with and without kept latents made slightly different bytes
+// under one content key.
+TEST_CASE("kept_latents: admission resolves the video's kept latents, and the content key tells the jobs apart") {
+  Fixture f;
+  auto kept = f.kept();
+  const auto video = write_file(f.dir.path() / "out" / "clip.mp4", "a finished job's output bytes");
+  auto without = extend_spec(video);
+  CHECK(kept.resolve(without, "pkg").empty());  // nothing kept yet
+  keep_result_latents(video, "pkg", at::randn({1, 16, 3, 2, 4}));
+  auto with = extend_spec(video);
+  with.video_latents_sha256 = kept.resolve(with, "pkg");
+  REQUIRE(with.video_latents_sha256.size() == 64);
+  CHECK(with.video_latents_sha256 == sha256_file(result_latents_file(video, sha256_file(video))));
+  CHECK(job_content_key("m", with) != job_content_key("m", without));
+  CHECK_FALSE(to_json(without).contains("video_latents_sha256"));  // without: the key is what it was
+  CHECK(kept.resolve(with, "another package").empty());
+  without.extend = false;
+  CHECK(kept.resolve(without, "pkg").empty());  // only extend jobs take them
+}
+
+TEST_CASE("kept_latents: a job takes the latents it was admitted with, none without, and fails when they changed") {
   Fixture f;
   auto kept = f.kept();
   const auto video = write_file(f.dir.path() / "videos" / "clip.mp4", "bytes");
-  FamilyJob w;
-  w.spec = extend_spec(video);
-  CHECK(kept.resolve(w.spec, "pkg").empty());  // nothing kept yet
-  f.executor.run_sync(kept.load(w, "pkg"));
-  CHECK_FALSE(w.video_latents.defined());
   const auto latents = at::randn({1, 4, 2, 2, 2});
   keep_result_latents(video, "pkg", latents);  // beside the video: `vgen extend` of a file
-  CHECK(kept.resolve(w.spec, "pkg") == sha256_file(result_latents_file(video, sha256_file(video))));
-  CHECK(kept.resolve(w.spec, "another package").empty());
+  FamilyJob w;
+  w.spec = extend_spec(video);
+  f.executor.run_sync(kept.load(w, "pkg"));  // admitted without: none taken, though a file is there
+  CHECK_FALSE(w.video_latents.defined());
+  w.spec.video_latents_sha256 = kept.resolve(w.spec, "pkg");
   f.executor.run_sync(kept.load(w, "pkg"));
   REQUIRE(w.video_latents.defined());
   CHECK(at::equal(w.video_latents, latents));
   CHECK(f.metrics.counter("vgen_extend_latents_reused_total", "").value() == 1);
-  FamilyJob other;
-  other.spec = extend_spec(video);
-  f.executor.run_sync(kept.load(other, "another package"));
-  CHECK_FALSE(other.video_latents.defined());
+  FamilyJob changed;
+  changed.spec = w.spec;
+  keep_result_latents(video, "pkg", at::zeros({1, 4, 2, 2, 2}));  // the same video's latents written again
+  CHECK_THROWS_AS(f.executor.run_sync(kept.load(changed, "pkg")), Error);
+  remove_kept_latents(video);
+  CHECK_THROWS_AS(f.executor.run_sync(kept.load(changed, "pkg")), Error);
 }
 
 // Review finding 6: the latents stayed after their video was deleted.
