@@ -86,6 +86,9 @@ std::string model_named(const SpecLimits& l) { return l.model_name.empty() ? "th
 
 // "extend": the clip in `video` goes on from its last frame through an image-to-video package.
 void check_extend(const JobSpec& s, const SpecLimits& l) {
+  check_sha256(s.video_latents_sha256, "video_latents_sha256");
+  if (!s.video_latents_sha256.empty() && (!s.extend || l.extend_overlap <= 0))
+    bad("video_latents_sha256", "only for an extend job of a model that extends by latents");
   if (!s.extend) return;
   if (s.video.empty()) bad("extend", "needs video (the clip to extend)");
   if (l.image == InputUse::none && l.extend_overlap == 0)
@@ -290,7 +293,7 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
                                                           "model", "image", "last_image", "image_sha256",
                                                           "last_image_sha256", "loras", "step_cache", "priority", "shift",
                                                           "precision", "interpolate", "upscale", "video", "video_sha256",
-                                                          "strength", "extend", "mask_video", "mask_video_sha256",
+                                                          "strength", "extend", "video_latents_sha256", "mask_video", "mask_video_sha256",
                                                           "reference_images", "reference_images_sha256",
                                                           "conditioning_scale"};
   for (const auto& kv : *obj)
@@ -318,6 +321,7 @@ JobSpec parse_job_spec(const json::value& value, const JobSpec& defaults, const 
     else if (k == "video") s.video = as_text(v, k);
     else if (k == "video_sha256") s.video_sha256 = as_text(v, k);
     else if (k == "strength") s.strength = as_number(v, k);
+    else if (k == "video_latents_sha256") s.video_latents_sha256 = as_text(v, k);
     else if (k == "extend") {
       if (!v.is_bool()) bad("extend", "must be true or false (got " + shown(v) + ")");
       s.extend = v.get_bool();
@@ -374,6 +378,8 @@ json::object to_json(const JobSpec& s) {
     if (!s.video_sha256.empty()) o["video_sha256"] = s.video_sha256;
     if (s.extend) o["extend"] = true;  // another video than video-to-video's, which has a strength
     else o["strength"] = s.strength;
+    // Absent without kept latents: the keys of extend jobs that never had any stay as they were.
+    if (s.extend && !s.video_latents_sha256.empty()) o["video_latents_sha256"] = s.video_latents_sha256;
   }
   // Wan VACE: absent without them, so other jobs' keys stay as they were.
   if (!s.mask_video.empty()) {

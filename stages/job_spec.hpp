@@ -62,6 +62,12 @@ struct JobSpec {
   // A package that extends by latents (SpecLimits::extend_overlap = N > 0) instead conditions the
   // segment on the clip's last N frames, and the output drops the segment's first N frames.
   bool extend = false;
+  // An extend job of a package that extends by latents: the SHA-256 of the kept latents file of
+  // its video (stages/exec/kept_latents.hpp) that admission found, whose overlap latents the
+  // job then takes instead of encoding the video's frames again; empty when there was none.
+  // Part of the content key only when set (the latents change the result's bytes slightly), so
+  // the same spec with and without kept latents never shares a result.
+  std::string video_latents_sha256;
   // Wan VACE inputs (issue 34 item 3; a package whose manifest "inputs" names them), beside the
   // control video in `video` (then not a video-to-video start: no strength). mask_video: an
   // absolute path of a video admitted as `video` is (mask_video_sha256 at admission), of the

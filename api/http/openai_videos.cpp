@@ -7,6 +7,7 @@
 #include "api/http/uploads.hpp"
 #include "runtime/atomic_file.hpp"
 #include "runtime/job_id.hpp"
+#include "stages/exec/kept_latents.hpp"
 #include "stages/media/stills.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -83,6 +84,7 @@ asio::awaitable<void> remove_when_finished(JobHandle job) {
   fs::remove_all(r.output, ec);
   fs::remove(still_path(r.output, "thumbnail"), ec);
   fs::remove(still_path(r.output, "spritesheet"), ec);
+  remove_kept_latents(r.output);
 }
 
 }  // namespace
@@ -438,6 +440,7 @@ http::Response OpenAiVideos::remove(const std::string& id) {
       fs::remove_all(record->output, ec);
       fs::remove(still_path(record->output, "thumbnail"), ec);
       fs::remove(still_path(record->output, "spritesheet"), ec);
+      remove_kept_latents(record->output);
     }
   } else {
     throw_error(ErrorKind::not_found, "video '" + truncate_utf8(id, 60) + "' not found");

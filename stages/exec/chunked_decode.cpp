@@ -7,38 +7,8 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 
 namespace vgen {
-
-namespace {
-
-struct Sinks {
-  std::mutex mutex;
-  std::map<const void*, FrameSink> by_job;
-};
-
-Sinks& sinks() {
-  static Sinks s;
-  return s;
-}
-
-}  // namespace
-
-void set_frame_sink(const void* job, FrameSink sink) {
-  auto& s = sinks();
-  std::lock_guard lock(s.mutex);
-  if (sink) s.by_job[job] = std::move(sink);
-  else s.by_job.erase(job);
-}
-
-FrameSink frame_sink(const void* job) {
-  auto& s = sinks();
-  std::lock_guard lock(s.mutex);
-  const auto it = s.by_job.find(job);
-  return it == s.by_job.end() ? FrameSink() : it->second;
-}
 
 bool package_has_chunked_decode(const boost::json::object& manifest, const std::string& component) {
   const auto* comps = manifest.if_contains("components");

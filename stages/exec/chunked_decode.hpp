@@ -50,17 +50,6 @@ class ChunkedDecoder {
   int chunks_ = 0;
 };
 
-// Where a job's frames go while its clip decodes. The decode stage (stages/exec/model_set.cpp)
-// sets a sink for a job it encodes while decoding (a watched live stream) and clears it after
-// the decode; a family that decodes in chunks (Wan) hands each chunk of that job's frames to
-// it, [f, H, W, 3] float32 in [0, 1], in order, on the compute thread. Keyed by the job's
-// FamilyJob (stages/families/family.hpp), which the stage keeps alive while its sink is set.
-// A table beside FamilyJob rather than a member of it only because family.hpp is included by
-// every family and stage: the same contract. Thread-safe.
-using FrameSink = std::function<void(const at::Tensor& frames)>;
-void set_frame_sink(const void* job, FrameSink sink);  // an empty sink clears
-FrameSink frame_sink(const void* job);                // empty when none is set
-
 // Whether a package manifest lists `component`'s packed streaming methods (its "components"
 // entry's "methods"): families check their VAE with it, the decode stage whether to stream.
 bool package_has_chunked_decode(const boost::json::object& manifest, const std::string& component);

@@ -3,13 +3,13 @@
 #include "runtime/errors.hpp"
 #include "stages/exec/batcher.hpp"
 #include "stages/exec/chunked_decode.hpp"
+#include "stages/exec/kept_latents.hpp"
+#include "stages/exec/streamed_encodes.hpp"
 #include "stages/families/family.hpp"
 #include "stages/media/clip_extension.hpp"
 #include "stages/media/image_admission.hpp"
-#include "stages/media/streamed_encode.hpp"
 #include "stages/exec/denoise_news.hpp"
 #include "stages/exec/preview.hpp"
-#include "stages/exec/result_latents.hpp"
 #include "stages/post/libav_post.hpp"
 #include "stages/post/rrdb_upscaler.hpp"
 #include "stages/post/rife_interpolator.hpp"
@@ -38,32 +38,8 @@ struct ModelSet::State {
   DevicePool* devices = nullptr;              // leases for model-backed post-stages
   std::shared_ptr<const PostProcessor> interpolator, upscaler;
   std::unique_ptr<BaseFrames> base_frames;  // never null; off unless options.base_frames say so
-  // Jobs encoded while they decode (start_streamed_encode), by job id, from their decode stage
-  // to their encode stage (which commits the file, waits for the encode's end and removes the
-  // entry). A job that ends in between aborts its encode (no file); its entry, which then holds
-  // no frames and no stream, goes when the next streamed job is added.
-  std::mutex streamed_mutex;
-  std::map<std::string, std::shared_ptr<StreamedEncode>> streamed;
-
-  void set_streamed(const std::string& id, std::shared_ptr<StreamedEncode> s) {
-    std::vector<std::shared_ptr<StreamedEncode>> gone;  // destroyed outside the lock
-    std::lock_guard lock(streamed_mutex);
-    if (s) {
-      // Entries of jobs that ended before their encode stage (aborted, their thread done) go
-      // with the next one: their threads are joined at once, so none is kept unjoined for long.
-      for (auto it = streamed.begin(); it != streamed.end();)
-        if (it->second->abandoned()) gone.push_back(std::move(it->second)), it = streamed.erase(it);
-        else ++it;
-      streamed[id] = std::move(s);
-    } else {
-      streamed.erase(id);
-    }
-  }
-  std::shared_ptr<StreamedEncode> find_streamed(const std::string& id) {
-    std::lock_guard lock(streamed_mutex);
-    const auto it = streamed.find(id);
-    return it == streamed.end() ? nullptr : it->second;
-  }
+  StreamedEncodes streamed;  // watched jobs encoded while they decode
+  std::unique_ptr<KeptLatents> kept_latents;  // never null
 
   // The identity a job's content key names: its package's, plus the post-stage variants that
   // make its frames (a model's weights included), so configuring another interpolator or
@@ -135,24 +111,12 @@ asio::awaitable<void> read_first_frame(State& st, FamilyJob& work) {
   work.first_frame = co_await st.executor->pool("codec").run(read);
 }
 
-// An extend job of a package that extends by latents: its video's own latents when the video is
-// a finished job's output of this package (stages/exec/result_latents.hpp), looked up beside
-// the video and in the output folder; counted, since the family then encodes nothing.
-asio::awaitable<void> find_video_latents(State& st, const Family& family, FamilyJob& work) {
-  auto find = [folders = std::vector<std::filesystem::path>{std::filesystem::path(work.spec.video).parent_path(), st.options.out_dir},
-               sha = work.spec.video_sha256, id = family.package().id()] { return find_result_latents(folders, sha, id); };
-  work.video_latents = co_await st.executor->pool("codec").run(find);
-  if (work.video_latents.defined() && st.options.metrics)
-    st.options.metrics->counter("vgen_extend_latents_reused_total",
-                                "Extend jobs whose overlap latents came from the finished job that made their video").inc();
-}
-
 asio::awaitable<void> preprocess(State& st, Job& job) {
   const auto& family = st.family(model_field(job.spec()));
   job.payload = family->create_job(family->validate(job.spec()));
   if (reuse_base(st, *family, *family_job(job))) co_return;  // a kept base: no first frame needed either
   if (auto& work = *family_job(job); work.spec.extend) {
-    if (family->package().limits.extend_overlap > 0) co_await find_video_latents(st, *family, work);
+    if (family->package().limits.extend_overlap > 0) co_await st.kept_latents->load(work, family->package().id());
     else co_await read_first_frame(st, work);
   }
   if (auto it = st.previews.find(family.get()); it != st.previews.end()) {
@@ -236,45 +200,27 @@ EncodeOptions encode_target(const State& st, const Job& job, FamilyJob& w) {
 
 // A watched job (a client opened its live stream) whose family decodes it in time chunks and
 // whose clip goes from decode straight to encode (no post-stage, not an extend job: those need
-// the whole clip) is encoded while it decodes: the frames go to the encoder chunk by chunk, so
-// the stream's first fragments leave during decode. Every other job (all unwatched ones) takes
-// the whole-clip path unchanged. Null when the job does not qualify.
+// the whole clip) is encoded while it decodes (stages/exec/streamed_encodes.hpp): the stream's
+// first fragments leave during decode. Every other job (all unwatched ones) takes the
+// whole-clip path unchanged. Null when the job does not qualify.
 // A family decodes in chunks when its package's VAE has the packed streaming methods (Wan's,
 // exported since them); one that decodes whole anyway (a tiled decode) gets its clip handed
-// over after the decode (finish_streamed_clip): the same bytes, only later.
-std::shared_ptr<StreamedEncode> start_streamed_encode(const State& st, const Job& job, const Family& family, FamilyJob& w) {
+// over after the decode: the same bytes, only later.
+std::shared_ptr<StreamedEncode> start_streamed_encode(State& st, const Job& job, const Family& family, FamilyJob& w) {
   const auto& s = w.spec;
   if (!st.options.live || w.post_frames || s.extend || s.interpolate > 1 || s.upscale > 1) return nullptr;
   if (!streams_live(s.format) || !package_has_chunked_decode(family.package().manifest, "vae_decoder")) return nullptr;
   auto live = st.options.live->start(job.id());
   if (!live) return nullptr;
   auto options = encode_target(st, job, w);
-  auto clip = std::make_shared<GrowingClip>(s.width, s.height, s.frames, s.fps);
-  set_frame_sink(&w, [clip](const at::Tensor& frames) {
-    if (frames.size(1) != clip->frames().height || frames.size(2) != clip->frames().width)
-      throw_error(ErrorKind::internal, "streamed encode: decoded frames of another size than the job's");
-    const auto bytes = (frames * 255.0).round().clamp(0, 255).to(at::kByte).contiguous();  // as to_video_frames
-    clip->append(bytes.data_ptr<std::uint8_t>(), static_cast<int>(frames.size(0)));
-  });
-  return std::make_shared<StreamedEncode>(std::move(clip), w.audio, w.output, std::move(options), std::move(live));
-}
-
-// After the decode: the frames the family did not hand over (none, when it decoded whole after
-// all) go in now; a clip of another length than the encoder was told ends that encode, and the
-// job is encoded by the encode stage as any other. Returns whether the streamed encode goes on.
-bool finish_streamed_clip(StreamedEncode& streamed, const FamilyJob& w) {
-  auto& clip = streamed.clip();
-  const auto count = clip.frames().count;
-  if (!w.frames.defined() || w.frames.size(0) != count) {
-    clip.fail("the decoded clip has " + std::to_string(w.frames.defined() ? w.frames.size(0) : 0) + " frames, not " +
-              std::to_string(count));
-    return false;
+  try {
+    return st.streamed.start(w, std::move(options), live);
+  } catch (const std::exception&) {
+    // No encoder runs (no memory for the clip, no thread): the job is encoded whole after all,
+    // to a fresh stream, as after a failed decode.
+    live->finish(LiveBroadcast::End::failed);
+    return nullptr;
   }
-  if (const int ready = clip.ready(); ready < count) {
-    const auto rest = (w.frames.narrow(0, ready, count - ready) * 255.0).round().clamp(0, 255).to(at::kByte).contiguous();
-    clip.append(rest.data_ptr<std::uint8_t>(), count - ready);
-  }
-  return true;
 }
 
 asio::awaitable<void> decode(State& st, Job& job) {
@@ -288,35 +234,7 @@ asio::awaitable<void> decode(State& st, Job& job) {
   } catch (...) {
     failed = std::current_exception();
   }
-  set_frame_sink(w.get(), nullptr);
-  if (streamed) {
-    bool goes_on = false;
-    try {
-      goes_on = !failed && finish_streamed_clip(*streamed, *w);
-    } catch (...) {
-      failed = std::current_exception();
-    }
-    if (goes_on) {
-      st.set_streamed(job.id(), streamed);
-      // The file becomes the job's only through its encode stage (commit there). A job that ends
-      // before it (cancelled, failed, shut down) aborts the encode: no file, no stream left open.
-      job.subscribe([weak = std::weak_ptr<StreamedEncode>(streamed)](const JobEvent& e) {
-        if (!is_terminal(e.state)) return;
-        if (auto s = weak.lock()) s->abort("the job ended before its encode stage");
-      });
-      if (is_terminal(job.state())) streamed->abort("the job ended before its encode stage");
-    } else {
-      // The encoder stops at its next frame and its stream ends failed; the encode stage (after
-      // a successful retry) encodes the job as any other, to a fresh stream.
-      streamed->abort("decode failed");
-      try {
-        co_await streamed->done().wait();
-      } catch (...) {
-        // Cancelled meanwhile: the encode stops on its own at its next frame.
-      }
-      if (auto live = streamed->live()) live->finish(LiveBroadcast::End::failed);
-    }
-  }
+  co_await st.streamed.end_decode(job, *w, std::move(streamed), failed);
   if (failed) std::rethrow_exception(failed);
   // By latents, the segment starts with the clip's last extend_overlap frames; else with its last.
   if (w->spec.extend) co_await join_input_clip(st, w, std::max(family->package().limits.extend_overlap, 1));
@@ -355,51 +273,11 @@ asio::awaitable<void> post_process(State& st, Job& job, PostKind kind) {
 asio::awaitable<void> interpolate(State& st, Job& job) { co_await post_process(st, job, PostKind::interpolate); }
 asio::awaitable<void> upscale(State& st, Job& job) { co_await post_process(st, job, PostKind::upscale); }
 
-// The encode the decode stage started (start_streamed_encode): its end, then the stream's.
-asio::awaitable<void> finish_streamed_encode(State& st, const Job& job, std::shared_ptr<StreamedEncode> streamed) {
-  streamed->commit();  // the file is the job's now: in place once encoded
-  co_await streamed->done().wait();
-  st.set_streamed(job.id(), nullptr);
-  const auto live = streamed->live();
-  if (auto error = streamed->error()) {
-    if (live) live->finish(LiveBroadcast::End::failed);
-    std::rethrow_exception(error);
-  }
-  if (live) live->finish(LiveBroadcast::End::complete);
-}
-
-// A finished job of a package that extends by latents keeps its final latents beside its output,
-// for a later extension of that file (stages/exec/result_latents.hpp). Only when the file's
-// frames are the decoded ones (a post-stage changes them). The latents are an optimisation: a
-// failure to keep them is counted, not the job's.
-asio::awaitable<void> keep_latents(State& st, const FamilyJob& w) {
-  const auto& package = st.family(w.spec.model)->package();
-  if (package.limits.extend_overlap <= 0 || w.spec.interpolate > 1 || w.spec.upscale > 1 || !w.state.latents.defined()) co_return;
-  auto keep = [output = w.output, id = package.id(), latents = w.state.latents] {
-    try {
-      keep_result_latents(output, id, latents);
-      return true;
-    } catch (const std::exception&) {
-      return false;
-    }
-  };
-  // The file is in place: a cancel now (its wait aborted) must not end the job as cancelled, so
-  // whatever ends this wait only costs the kept latents.
-  bool kept = false;
-  try {
-    kept = co_await st.executor->pool("codec").run(keep);
-  } catch (...) {
-    kept = false;
-  }
-  if (!kept && st.options.metrics)
-    st.options.metrics->counter("vgen_result_latents_failed_total", "Finished jobs whose latents could not be kept for extension").inc();
-}
-
 asio::awaitable<void> encode(State& st, Job& job) {
   auto w = family_job(job);
-  if (auto streamed = st.find_streamed(job.id())) {
-    co_await finish_streamed_encode(st, job, std::move(streamed));
-    co_await keep_latents(st, *w);  // a watched job's file is the same decoded frames
+  const auto& package = st.family(w->spec.model)->package();
+  if (co_await st.streamed.finish(job)) {
+    co_await st.kept_latents->keep(*w, package.id(), package.limits.extend_overlap);  // the same decoded frames
     co_return;
   }
   auto options = encode_target(st, job, *w);
@@ -419,7 +297,7 @@ asio::awaitable<void> encode(State& st, Job& job) {
     if (live) live->finish(LiveBroadcast::End::failed);
     throw;
   }
-  co_await keep_latents(st, *w);
+  co_await st.kept_latents->keep(*w, package.id(), package.limits.extend_overlap);
 }
 
 }  // namespace
@@ -474,6 +352,8 @@ ModelSet::ModelSet(LoadedModels models, Executor& executor, DevicePool& devices,
   register_rrdb_upscaler();
   register_rife_interpolator();
   state_->base_frames = std::make_unique<BaseFrames>(options.base_frames);
+  state_->kept_latents = std::make_unique<KeptLatents>(KeptLatentsOptions{.out_dir = options.out_dir, .metrics = options.metrics},
+                                                       executor);
   state_->interpolator = make_post_processor(PostKind::interpolate, options.post);
   state_->upscaler = make_post_processor(PostKind::upscale, options.post);
   if (!executor.has_pool("post"))
@@ -504,6 +384,20 @@ JobSpec ModelSet::validate(const json::value& spec) const {
   return parsed;
 }
 
+// An extend job's kept latents, resolved at admission, whatever the spec said, so the content key
+// names the latents that make the job's bytes (stages/exec/kept_latents.hpp); none: the field
+// stays absent and the key is what it was before kept latents existed.
+static void admit_kept_latents(const ModelSet::State& st, json::value& spec, JobSpec& parsed) {
+  auto* object = spec.if_object();
+  if (!object || !parsed.extend) return;
+  object->erase("video_latents_sha256");
+  parsed.video_latents_sha256.clear();
+  const auto& package = st.family(parsed.model)->package();
+  if (package.limits.extend_overlap <= 0) return;
+  parsed.video_latents_sha256 = st.kept_latents->resolve(parsed, package.id());
+  if (!parsed.video_latents_sha256.empty()) (*object)["video_latents_sha256"] = parsed.video_latents_sha256;
+}
+
 JobSpec ModelSet::admit(json::value& spec) const {
   auto parsed = validate(spec);
   admit_images(spec, parsed, state_->options.images);
@@ -518,6 +412,7 @@ JobSpec ModelSet::admit(json::value& spec) const {
       parsed = validate(spec);  // the fps's range and interpolate x fps, naming "fps"
     }
   }
+  admit_kept_latents(*state_, spec, parsed);
   return parsed;
 }
 

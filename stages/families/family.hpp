@@ -92,6 +92,14 @@ struct FamilyJob {
   using clock_point = std::chrono::steady_clock::time_point;
   clock_point audio_start{}, audio_end{};
   std::filesystem::path output;
+  // Where this job's frames go while its clip decodes, chunk by chunk: set by the decode stage
+  // (stages/exec/streamed_encodes.hpp) only once a streamed encode runs for the job (a watched
+  // live stream), cleared after the decode; empty for every other job. A family that decodes
+  // in time chunks (stages/exec/chunked_decode.hpp: Wan) hands it each chunk of the job's
+  // frames, [f, H, W, 3] float32 in [0, 1], in order, on the compute thread; one that decodes
+  // whole ignores it (the stage hands the clip over after the decode). It may throw: the family
+  // then stops calling it, and that job's streamed encode ends short (its batch-mates go on).
+  std::function<void(const at::Tensor& frames)> on_frames;
   bool text_cache_hit = false;
   std::string device;  // the device the last stage ran on
   // Optional observer (tests, tools), called on the compute thread after each step.

@@ -110,20 +110,26 @@ StreamedEncode::StreamedEncode(std::shared_ptr<GrowingClip> clip, std::shared_pt
     try {
       const auto wait = [&clip](int f) { clip->wait_for(f); };
       encode_to_file_as_frames_arrive(clip->frames(), audio.get(), temporary, options, live.get(), wait);
-      clip->release_frames();
-      live.reset();
-      std::unique_lock lock(mutex_);
-      word_given_.wait(lock, [this] { return word_ != Word::none; });
-      if (word_ == Word::abort) throw_error(ErrorKind::cancelled, "encode abandoned: " + abort_why_);
-      lock.unlock();
-      put_in_place(temporary, out);
     } catch (...) {
       error = std::current_exception();
     }
-    std::error_code ec;
-    fs::remove(temporary, ec);  // after an abort or a failure; gone already once put in place
+    // The frames and this hold on the stream go once, as soon as the encode is over, well or
+    // not: the job may sit between its decode and encode stages for long.
     clip->release_frames();
     live.reset();
+    if (!error) {
+      try {
+        std::unique_lock lock(mutex_);
+        word_given_.wait(lock, [this] { return word_ != Word::none; });
+        if (word_ == Word::abort) throw_error(ErrorKind::cancelled, "encode abandoned: " + abort_why_);
+        lock.unlock();
+        put_in_place(temporary, out);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    std::error_code ec;
+    fs::remove(temporary, ec);  // after an abort or a failure; gone already once put in place
     {
       std::lock_guard lock(mutex_);
       error_ = error;

@@ -5,13 +5,14 @@ input + frames - overlap frames (the segment starts with the clip's last `overla
 the join drops, so the result's frames up to the seam are the input's own).
 
 A finished job's latents: rendering with the DF package keeps the final latents beside the
-output (.vgen-latents/<sha256>.latents); extending that very file takes the overlap's latents
+output (.vgen-latents/<name>.<sha256>.latents); extending that very file takes the overlap's latents
 from there instead of re-encoding the decoded frames. Shown by the server's counter
 vgen_extend_latents_reused_total (an extend upload whose bytes are a finished job's output) and,
 for the CLI, by the output differing from the extension of a byte-identical copy in another
 folder (no latents there: its frames are encoded). Not checked: the decoded overlap against
 the input's last frames (on the tiny random VAE it measured 21.6 dB PSNR, below the new frames'
-32.1 dB, so it showed nothing about continuity).
+32.1 dB, so it showed nothing about continuity). Deleting a video (DELETE /v1/videos/{id})
+removes its kept latents with it.
 
 The tiny model's weights are random: what the new frames show says nothing about motion; the
 checks are the mechanism (frame counts, one stream, the overlap, the latents' reuse)."""
@@ -21,6 +22,7 @@ import base64
 import hashlib
 import re
 import shutil
+import time
 
 import pytest
 
@@ -54,7 +56,7 @@ def base(package, tmp_path_factory):
 
 
 def kept_latents(video):
-    return video.parent / ".vgen-latents" / (hashlib.sha256(video.read_bytes()).hexdigest() + ".latents")
+    return video.parent / ".vgen-latents" / f"{video.name}.{hashlib.sha256(video.read_bytes()).hexdigest()}.latents"
 
 
 def test_extend_twice_sums_the_frames_in_one_stream(package, base, tmp_path):
@@ -121,5 +123,30 @@ def test_extending_a_finished_job_over_http_reuses_its_latents(package, base, tm
             status, _, out = server.request("GET", f"/v1/jobs/{job['id']}/video")
             (tmp_path / "ext.mp4").write_bytes(out)
             one_video_stream(tmp_path / "ext.mp4", SEGMENT + SEGMENT - OVERLAP, fps=fps)
+    finally:
+        server.stop()
+
+
+def test_deleting_a_video_removes_its_kept_latents(package, tmp_path):
+    """Review finding 6: the latents stayed after DELETE /v1/videos/{id} removed their video."""
+    server = Server(package, tmp_path / "out")
+    try:
+        spec = {"prompt": "a red circle", "width": W, "height": H, "frames": SEGMENT, "steps": 2, "seed": 7}
+        ids = []
+        for name in ("kept", "deleted"):
+            status, _, body = server.json("POST", "/v1/jobs", {**spec, "name": name})
+            assert status == 202, body
+            assert server.wait_status(body["id"], {"done", "failed"})["status"] == "done"
+            ids.append(body["id"])
+        kept, deleted = tmp_path / "out" / "kept.mp4", tmp_path / "out" / "deleted.mp4"
+        kept_file, deleted_file = kept_latents(kept), kept_latents(deleted)
+        assert kept_file.is_file() and deleted_file.is_file()
+        status, _, _ = server.request("DELETE", f"/v1/videos/{ids[1]}")
+        assert status == 200
+        deadline = time.monotonic() + 60  # the files go once the watcher has seen the job's end (at once here)
+        while (deleted.exists() or deleted_file.exists()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not deleted.exists() and not deleted_file.exists()
+        assert kept.is_file() and kept_file.is_file()  # another video's stay
     finally:
         server.stop()

@@ -465,6 +465,32 @@ TEST_CASE("extend: in the content key with the video's bytes, strength left out;
   CHECK_FALSE(has_first_frame(plain));
 }
 
+// Review finding 5: an extend job with its video's kept latents renders slightly other bytes than
+// the same spec without them; the result cache took them for one.
+TEST_CASE("extend by latents: the kept latents' hash is in the content key; absent, the key is as before") {
+  SpecLimits df;
+  df.extend_overlap = 5;
+  df.frames_step = 4;
+  const std::string spec = R"({"prompt":"p","extend":true,"frames":9,"video":"/up/a.mp4","video_sha256":")" + kHash + R"(")";
+  const auto without = parse_job_spec(json::parse(spec + "}"), JobSpec{}, df);
+  const auto with = parse_job_spec(json::parse(spec + R"(,"video_latents_sha256":")" + std::string(64, 'e') + R"("})"), JobSpec{}, df);
+  CHECK(with.video_latents_sha256 == std::string(64, 'e'));
+  CHECK(job_content_key("m", with) != job_content_key("m", without));
+  CHECK_FALSE(to_json(without).contains("video_latents_sha256"));
+  const auto back = parse_job_spec(json::value(to_json(with)), JobSpec{}, df);
+  CHECK(job_content_key("m", back) == job_content_key("m", with));
+  auto other = with;  // other latents of the same video (rendered again): another result
+  other.video_latents_sha256 = std::string(64, 'f');
+  CHECK(job_content_key("m", other) != job_content_key("m", with));
+  // Only for an extend job of a package that extends by latents, and a real hash.
+  SpecLimits i2v;
+  i2v.image = InputUse::required;
+  const std::string latents = R"(,"video_latents_sha256":")" + std::string(64, 'e') + R"("})";
+  CHECK(image_error_of(spec + latents, i2v).starts_with("video_latents_sha256: only for an extend job"));
+  CHECK(image_error_of(R"({"prompt":"p","image":"/a.png")" + latents, i2v).starts_with("video_latents_sha256: only for an extend job"));
+  CHECK(image_error_of(spec + R"(,"video_latents_sha256":"abc"})", df).starts_with("video_latents_sha256: must be 64 lowercase hex"));
+}
+
 // Wan VACE (issue 34 item 3): the mask video, reference images and conditioning scale.
 TEST_CASE("VACE fields: taken only where the package says, each refusal naming its field") {
   SpecLimits t2v;

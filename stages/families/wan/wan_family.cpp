@@ -455,8 +455,9 @@ namespace {
 // module that turns out to lack the packed methods (a compiled file served in the package's
 // place) decodes whole, before any frame is handed out.
 at::Tensor decode_in_chunks(const Module& vae, const at::Tensor& z, const std::vector<FamilyJob*>& jobs) {
-  std::vector<FrameSink> sinks;
-  for (auto* j : jobs) sinks.push_back(frame_sink(j));
+  // Copies: a sink that throws is dropped here, not on the job (the stage clears it after).
+  std::vector<std::function<void(const at::Tensor&)>> sinks;
+  for (auto* j : jobs) sinks.push_back(j->on_frames);
   ChunkedDecoder decoder(vae);
   std::vector<at::Tensor> chunks;
   for (std::int64_t i = 0; i < z.size(2); ++i) {
@@ -501,7 +502,7 @@ void WanFamily::decode(const std::string& device, const std::vector<FamilyJob*>&
     // Wan VAEs downsample 8x in their convolutions; a larger scale is a patchifying VAE (Wan
     // 2.2's: 16 = 8 x a 2 x 2 patch, unpatchified inside the exported decoder).
     video = tiled_decode(z, tile, p.spatial_scale, tiling_, std::max<std::int64_t>(1, p.spatial_scale / 8));
-  } else if (std::any_of(jobs.begin(), jobs.end(), [](auto* j) { return bool(frame_sink(j)); }) &&
+  } else if (std::any_of(jobs.begin(), jobs.end(), [](auto* j) { return bool(j->on_frames); }) &&
              package_has_chunked_decode(p.manifest, "vae_decoder")) {
     video = decode_in_chunks(*vae, z.to(vae->dtype()), jobs);
   } else {

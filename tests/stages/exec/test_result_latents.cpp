@@ -12,6 +12,10 @@
 
 #include <unistd.h>
 
+// LibTorch defines its own CHECK (a fatal one, never counted): the tests use doctest's.
+#undef CHECK
+#define CHECK DOCTEST_CHECK
+
 using namespace vgen;
 namespace fs = std::filesystem;
 
@@ -44,7 +48,8 @@ TEST_CASE("a kept result's latents come back for its output's hash and package, 
   const auto latents = at::randn({1, 16, 3, 2, 4});
   const auto file = keep_result_latents(output, "pkg-a", latents);
   const auto sha = sha256_file(output);
-  CHECK(file == result_latents_file(dir.path, sha));
+  CHECK(file == result_latents_file(output, sha));
+  CHECK(file.filename() == "clip.mp4." + sha + ".latents");  // removable with its output by name
   CHECK(fs::is_regular_file(file));
   const auto back = find_result_latents({dir.path / "elsewhere", dir.path}, sha, "pkg-a");  // the second folder has it
   REQUIRE(back.defined());
@@ -61,11 +66,11 @@ TEST_CASE("another package, another hash, no hash or a damaged file find nothing
   CHECK_FALSE(find_result_latents({dir.path}, "", "pkg-a").defined());
   // A file renamed to another hash does not verify under it (its identity names the hash).
   const auto other = std::string(64, 'a');
-  fs::copy_file(result_latents_file(dir.path, sha), result_latents_file(dir.path, other));
+  fs::copy_file(result_latents_file(output, sha), result_latents_file(output, other));
   CHECK_FALSE(find_result_latents({dir.path}, other, "pkg-a").defined());
   // One byte flipped: the trailing SHA-256 no longer matches.
   {
-    std::fstream f(result_latents_file(dir.path, sha), std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(result_latents_file(output, sha), std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(40);
     f.put('\x7f');
   }
