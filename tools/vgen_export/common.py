@@ -231,3 +231,29 @@ def unpatchify_video(x, patch):
     from diffusers.models.autoencoders.autoencoder_kl_wan import unpatchify
 
     return unpatchify(x, patch_size=patch)
+
+
+def run_export(prog: str, tag: str, export, out: Path, diffusers: Path | None, seed: int,
+               refused: type[Exception], checked: tuple[str, ...], **options: Any) -> int:
+    """The end of an exporter's command line: export(diffusers, out, **options), or without
+    ``diffusers`` a tiny random model first (``write_tiny_<tag>`` of ``tiny_<tag>.py`` into a
+    temporary directory, ``tiny=True``); prints the package and its worst |jit - eager| over the
+    ``checked`` components. Returns the exit code: 2, with the reason on stderr, when refused."""
+    import importlib
+    import sys
+    import tempfile
+
+    try:
+        if diffusers is None:
+            write_tiny = getattr(importlib.import_module(f".tiny_{tag}", __package__), f"write_tiny_{tag}")
+            with tempfile.TemporaryDirectory(prefix=f"vgen_tiny_{tag}_") as tmp:
+                src = write_tiny(Path(tmp) / "diffusers", seed=seed)
+                manifest = export(src, out, tiny=True, seed=seed, **options)
+        else:
+            manifest = export(diffusers, out, **options)
+    except refused as e:
+        print(f"{prog}: refused: {e}", file=sys.stderr)
+        return 2
+    worst = max(c["max_abs_diff"] for n in checked for c in manifest["export_checks"][n]["checks"])
+    print(f"wrote {out} ({manifest['family']}, {manifest['dtype']}); max |jit - eager| = {worst:.3g}")
+    return 0

@@ -35,7 +35,6 @@ import inspect
 import json
 import shutil
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,8 @@ from typing import Any
 import torch
 
 from . import manifest as mf
-from .common import DTYPES, assert_checks, dtype_tolerance, find_spm_file, load_saved, max_diff, save_module, trace_quietly
+from .common import (DTYPES, assert_checks, dtype_tolerance, find_spm_file, load_saved, max_diff, run_export,
+                     save_module, trace_quietly)
 from .latent_preview import preview_section, torchscript_decoder
 from .quantize import QUANTIZATION, QUANTIZE_CHOICES, check_quantize, precision_entries, quantize_int8
 from .reference_loop import check_tokenizer
@@ -254,9 +254,7 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     quantize / default_precision: as export_wan's (vgen_export/quantize.py), for the LTX
     transformer's block Linears."""
     check_quantize(quantize, dtype, default_precision)
-    import diffusers
     import sentencepiece
-    import transformers
     from diffusers import AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXVideoTransformer3DModel
     from transformers import T5EncoderModel
 
@@ -311,28 +309,10 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     defaults["frames"] = min(defaults["frames"], frames_max)
     conditioned = bool(vcfg.get("timestep_conditioning", False))
     manifest = {
-        "format": mf.FORMAT,
-        "format_version": mf.FORMAT_VERSION,
-        "family": mf.FAMILY_LTX_VIDEO,
-        "dtype": dtype,
-        "source": {"diffusers_dir": str(diffusers_dir), "pipeline": index.get("_class_name"), "tiny": tiny,
-                   "seed": seed if tiny else None, "torch": torch.__version__, "diffusers": diffusers.__version__,
-                   "transformers": transformers.__version__},
-        "components": {
-            "tokenizer": mf.component_entry(out_dir, "tokenizer.model", format="sentencepiece"),
-            "text_encoder": mf.component_entry(out_dir, "text_encoder.pt", format="torchscript", dtype=dtype,
-                                               methods=["forward"]),
-            "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript", dtype=dtype,
-                                              methods=["forward"],
-                                              **({"quantization": QUANTIZATION} if quantize == "int8-only" else {})),
-            "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript", dtype="float32",
-                                              methods=["forward"]),
-            "vae_encoder": mf.component_entry(out_dir, "vae_encoder.pt", format="torchscript", dtype="float32",
-                                              methods=["forward"]),
-        },
-        "tokenizer": {"file": "tokenizer.model", "type": "sentencepiece", "vocab_size": sp.vocab_size(),
-                      "max_length": max_length, "pad_id": sp.pad_id(), "eos_id": sp.eos_id(), "unk_id": sp.unk_id(),
-                      "add_eos": True, "padding": "right", "truncation": "pieces[:max_length-1] + [eos]"},
+        **mf.package_head(mf.FAMILY_LTX_VIDEO, dtype, diffusers_dir, tiny, seed, pipeline=index.get("_class_name")),
+        "components": mf.torchscript_components(
+            out_dir, dtype, transformer={"quantization": QUANTIZATION} if quantize == "int8-only" else None),
+        "tokenizer": mf.t5_tokenizer_section(sp, max_length),
         # Unmasked T5 output: all max_length rows, the mask goes to the transformer.
         "text_encoder": {"output_dim": text_dim, "output_masked": False, "padding_invariant": False},
         "scheduler": mf.scheduler_section(scheduler),
@@ -395,22 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     common = dict(dtype=args.dtype, max_side=args.max_side, max_frames=args.max_frames,
                   decode_timestep=args.decode_timestep, decode_noise_scale=args.decode_noise_scale,
                   quantize=args.quantize, default_precision=args.default_precision)
-    try:
-        if args.tiny:
-            from .tiny_ltx import write_tiny_ltx
-
-            with tempfile.TemporaryDirectory(prefix="vgen_tiny_ltx_") as tmp:
-                src = write_tiny_ltx(Path(tmp) / "diffusers", seed=args.seed)
-                manifest = export_ltx(src, args.out, tiny=True, seed=args.seed, **common)
-        else:
-            manifest = export_ltx(args.diffusers, args.out, **common)
-    except ExportRefused as e:
-        print(f"export_ltx: refused: {e}", file=sys.stderr)
-        return 2
-    worst = max(c["max_abs_diff"] for n in ("text_encoder", "transformer", "vae_decoder")
-                for c in manifest["export_checks"][n]["checks"])
-    print(f"wrote {args.out} ({manifest['family']}, {manifest['dtype']}); max |jit - eager| = {worst:.3g}")
-    return 0
+    return run_export("export_ltx", "ltx", export_ltx, args.out, args.diffusers, args.seed, ExportRefused,
+                      ("text_encoder", "transformer", "vae_decoder"), **common)
 
 
 if __name__ == "__main__":
