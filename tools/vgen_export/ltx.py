@@ -42,8 +42,8 @@ from typing import Any
 import torch
 
 from . import manifest as mf
-from .common import (DTYPES, assert_checks, dtype_tolerance, find_spm_file, load_saved, max_diff, run_export,
-                     save_module, trace_quietly)
+from .common import (DTYPES, ExportRefused, assert_checks, dtype_tolerance, find_spm_file, flow_match_euler_config,
+                     load_saved, max_diff, pipeline_index, run_export, save_module, trace_quietly)
 from .latent_preview import preview_section, torchscript_decoder
 from .quantize import QUANTIZATION, QUANTIZE_CHOICES, check_quantize, precision_entries, quantize_int8
 from .reference_loop import check_tokenizer
@@ -53,10 +53,6 @@ REAL_DEFAULTS = {"steps": 50, "guidance_scale": 3.0, "height": 512, "width": 704
                  "fps": 25, "negative_prompt": ""}
 TINY_DEFAULTS = {"steps": 3, "guidance_scale": 3.0, "height": 64, "width": 64, "frames": 9,
                  "fps": 25, "negative_prompt": ""}
-
-
-class ExportRefused(ValueError):
-    """A checkpoint (or a part of it) that this exporter cannot reproduce; the message names it."""
 
 
 def video_coords(batch: int, frames: int, height: int, width: int, frame_rate: float, temporal_ratio: int,
@@ -118,25 +114,9 @@ class VaeDecoderExport(torch.nn.Module):
 
 def refuse_unsupported(diffusers_dir: Path) -> dict[str, Any]:
     """The pipeline's model_index.json, after refusing what vgen cannot run (ExportRefused)."""
-    index_file = diffusers_dir / "model_index.json"
-    if not index_file.is_file():
-        raise ExportRefused(f"{diffusers_dir}: no model_index.json (not a diffusers pipeline directory)")
-    index = json.loads(index_file.read_text())
-    cls = index.get("_class_name")
-    if cls not in ACCEPTED_PIPELINES:
-        raise ExportRefused(f"{diffusers_dir}: pipeline {cls!r} is not LTX-Video text-to-video "
-                            f"(accepted: {', '.join(ACCEPTED_PIPELINES)})")
-    for part in ("text_encoder", "transformer", "vae", "scheduler", "tokenizer"):
-        if not (diffusers_dir / part).is_dir():
-            raise ExportRefused(f"{diffusers_dir}: component {part!r} is missing")
-    sched = json.loads((diffusers_dir / "scheduler" / "scheduler_config.json").read_text())
-    if sched.get("_class_name") != "FlowMatchEulerDiscreteScheduler":
-        raise ExportRefused(f"scheduler {sched.get('_class_name')!r}: vgen's LTX family runs "
-                            "FlowMatchEulerDiscreteScheduler only")
-    for key in ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas",
-                "stochastic_sampling"):
-        if sched.get(key):
-            raise ExportRefused(f"scheduler option {key}=true is not supported by vgen")
+    index = pipeline_index(diffusers_dir, ACCEPTED_PIPELINES, "LTX-Video text-to-video",
+                           ("text_encoder", "transformer", "vae", "scheduler", "tokenizer"))
+    sched = flow_match_euler_config(diffusers_dir, "LTX")
     if sched.get("time_shift_type", "exponential") not in ("exponential", "linear"):
         raise ExportRefused(f"scheduler time_shift_type {sched['time_shift_type']!r} is not supported")
     tcfg = json.loads((diffusers_dir / "transformer" / "config.json").read_text())

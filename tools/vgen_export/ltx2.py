@@ -52,8 +52,8 @@ from typing import Any
 import torch
 
 from . import manifest as mf
-from .common import (DTYPES, Handoff, assert_checks, dtype_tolerance, load_saved, max_diff, run_export, save_module,
-                     trace_quietly)
+from .common import (DTYPES, ExportRefused, Handoff, assert_checks, dtype_tolerance, flow_match_euler_config, load_saved,
+                     max_diff, pipeline_index, run_export, save_module, trace_quietly)
 from .ltx2_audio import audio_geometry, export_ltx2_audio
 
 ACCEPTED_PIPELINES = ("LTX2Pipeline", "LTX2ImageToVideoPipeline")
@@ -62,10 +62,6 @@ REAL_DEFAULTS = {"steps": 40, "guidance_scale": 4.0, "height": 512, "width": 768
 TINY_DEFAULTS = {"steps": 3, "guidance_scale": 3.0, "height": 64, "width": 64, "frames": 9,
                  "fps": 25, "negative_prompt": ""}
 REAL_MAX_LENGTH = 1024  # LTX2Pipeline's max_sequence_length
-
-
-class ExportRefused(ValueError):
-    """A checkpoint (or a part of it) that this exporter cannot reproduce; the message names it."""
 
 
 def video_coords(batch: int, frames: int, height: int, width: int, fps: float, scale_factors, causal_offset: int):
@@ -157,23 +153,10 @@ class VaeDecoderExport(torch.nn.Module):
 
 def refuse_unsupported(diffusers_dir: Path) -> dict[str, Any]:
     """The pipeline's model_index.json, after refusing what vgen cannot run (ExportRefused)."""
-    index_file = diffusers_dir / "model_index.json"
-    if not index_file.is_file():
-        raise ExportRefused(f"{diffusers_dir}: no model_index.json (not a diffusers pipeline directory)")
-    index = json.loads(index_file.read_text())
-    cls = index.get("_class_name")
-    if cls not in ACCEPTED_PIPELINES:
-        raise ExportRefused(f"{diffusers_dir}: pipeline {cls!r} is not LTX-2 (accepted: {', '.join(ACCEPTED_PIPELINES)})")
-    for part in ("text_encoder", "tokenizer", "connectors", "transformer", "vae", "audio_vae", "vocoder", "scheduler"):
-        if not (diffusers_dir / part).is_dir():
-            raise ExportRefused(f"{diffusers_dir}: component {part!r} is missing")
-    sched = json.loads((diffusers_dir / "scheduler" / "scheduler_config.json").read_text())
-    if sched.get("_class_name") != "FlowMatchEulerDiscreteScheduler":
-        raise ExportRefused(f"scheduler {sched.get('_class_name')!r}: vgen's LTX-2 family runs "
-                            "FlowMatchEulerDiscreteScheduler only")
-    for key in ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas", "stochastic_sampling"):
-        if sched.get(key):
-            raise ExportRefused(f"scheduler option {key}=true is not supported by vgen")
+    index = pipeline_index(diffusers_dir, ACCEPTED_PIPELINES, "LTX-2",
+                           ("text_encoder", "tokenizer", "connectors", "transformer", "vae", "audio_vae", "vocoder",
+                            "scheduler"))
+    flow_match_euler_config(diffusers_dir, "LTX-2")
     tcfg = json.loads((diffusers_dir / "transformer" / "config.json").read_text())
     for key in ("patch_size", "patch_size_t", "audio_patch_size", "audio_patch_size_t"):
         if tcfg.get(key, 1) != 1:
