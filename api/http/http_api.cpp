@@ -222,15 +222,6 @@ asio::awaitable<void> stream_events(JobHandle job, http::StreamWriter& out) {
   co_await out.write(std::move(chunk));
 }
 
-constexpr const char* kImageFields[] = {"image", "last_image"};
-constexpr const char* kVideoField = "video";  // video-to-video (issue 34): an upload like the images
-// A control video's mask (issue 34), an upload like the video, and reference images, uploads like
-// the images, several of them (an array in JSON, repeated parts in multipart).
-constexpr const char* kMaskField = "mask_video";
-constexpr const char* kReferenceField = "reference_images";
-
-bool is_video_field(std::string_view field) { return field == kVideoField || field == kMaskField; }
-
 // A submission whose body may carry images goes to the uploads thread: multipart, or JSON
 // that names an image field (a cheap look; the parse decides).
 bool may_carry_images(const http::Request& request) {
@@ -248,55 +239,25 @@ bool touches_files(const http::Request& request) {
   return request.method() == bhttp::verb::get && target.substr(0, target.find('?')) == "/v1/loras";
 }
 
-// A job spec and the image bytes that came with it, by field.
+// A job spec and the upload bytes that came with it (api/http/uploads.hpp names the fields).
 struct Submission {
   json::value spec;
-  std::vector<std::pair<std::string, std::string>> images;
+  UploadBytes images;
 };
 
 Submission read_multipart(const http::Request& request, std::uint64_t max_image_bytes, std::uint64_t max_video_bytes) {
   const auto it = request.find(bhttp::field::content_type);
   const auto boundary = multipart_boundary(std::string_view(it->value().data(), it->value().size()));
   const auto parts = parse_multipart(request.body(), boundary);
-  Submission s;
   for (const auto& part : parts)
-    if (part.name != "spec" && part.name != "image" && part.name != "last_image" && !is_video_field(part.name) &&
-        part.name != kReferenceField)
+    if (part.name != "spec" && !is_upload_field(part.name))
       throw_error(ErrorKind::invalid_argument, "multipart: unknown field '" + part.name +
                                                    "' (known: spec, image, last_image, video, mask_video, reference_images)");
   const auto* spec = find_part(parts, "spec");
   if (!spec) throw_error(ErrorKind::invalid_argument, "multipart: no 'spec' field (the job spec as JSON)");
-  s.spec = parse_body(std::string(spec->body));
+  Submission s{parse_body(std::string(spec->body)), {}};
   if (!s.spec.is_object()) throw_error(ErrorKind::invalid_argument, "spec: must be a JSON object (a job spec)");
-  for (const char* field : kImageFields) {
-    const auto* part = find_part(parts, field);
-    if (!part) continue;
-    if (s.spec.as_object().contains(field))
-      throw_error(ErrorKind::invalid_argument, std::string(field) + ": given twice (a file part and a spec field)");
-    if (part->body.size() > max_image_bytes)
-      throw_error(ErrorKind::invalid_argument, std::string(field) + ": larger than " + std::to_string(max_image_bytes) +
-                                                   " bytes (got " + std::to_string(part->body.size()) + ")");
-    s.images.emplace_back(field, std::string(part->body));
-  }
-  for (const char* field : {kVideoField, kMaskField}) {
-    const auto* part = find_part(parts, field);
-    if (!part) continue;
-    if (s.spec.as_object().contains(field))
-      throw_error(ErrorKind::invalid_argument, std::string(field) + ": given twice (a file part and a spec field)");
-    if (part->body.size() > max_video_bytes)
-      throw_error(ErrorKind::invalid_argument, std::string(field) + ": larger than " + std::to_string(max_video_bytes) +
-                                                   " bytes (got " + std::to_string(part->body.size()) + ")");
-    s.images.emplace_back(field, std::string(part->body));
-  }
-  for (const auto& part : parts) {  // each reference image its own part, in order
-    if (part.name != kReferenceField) continue;
-    if (s.spec.as_object().contains(kReferenceField))
-      throw_error(ErrorKind::invalid_argument, "reference_images: given twice (file parts and a spec field)");
-    if (part.body.size() > max_image_bytes)
-      throw_error(ErrorKind::invalid_argument, "reference_images: larger than " + std::to_string(max_image_bytes) +
-                                                   " bytes (got " + std::to_string(part.body.size()) + ")");
-    s.images.emplace_back(kReferenceField, std::string(part.body));
-  }
+  s.images = multipart_uploads(s.spec.as_object(), parts, max_image_bytes, max_video_bytes);
   return s;
 }
 
@@ -304,23 +265,17 @@ Submission read_multipart(const http::Request& request, std::uint64_t max_image_
 Submission read_json(const http::Request& request, std::uint64_t max_image_bytes, std::uint64_t max_video_bytes) {
   Submission s{parse_body(request.body()), {}};
   if (!s.spec.is_object()) throw_error(ErrorKind::invalid_argument, "request body: must be a JSON object (a job spec)");
-  for (const char* field : kImageFields) {
-    const auto* v = s.spec.as_object().if_contains(field);
-    if (v == nullptr || !v->is_string()) continue;  // another type: validation names it
-    s.images.emplace_back(field, decode_image_text(std::string_view(v->get_string()), field, max_image_bytes));
-  }
-  for (const char* field : {kVideoField, kMaskField})
-    if (const auto* v = s.spec.as_object().if_contains(field); v != nullptr && v->is_string())
-      s.images.emplace_back(field, decode_video_text(std::string_view(v->get_string()), field, max_video_bytes));
-  if (const auto* v = s.spec.as_object().if_contains(kReferenceField); v != nullptr && v->is_array()) {
-    const auto& refs = v->get_array();
-    for (std::size_t i = 0; i < refs.size(); ++i) {
-      const auto field = std::string(kReferenceField) + "[" + std::to_string(i) + "]";
-      if (!refs[i].is_string()) throw_error(ErrorKind::invalid_argument, field + ": must be an image (base64 or a data URL)");
-      s.images.emplace_back(kReferenceField, decode_image_text(std::string_view(refs[i].get_string()), field, max_image_bytes));
-    }
-  }
+  s.images = json_uploads(s.spec.as_object(), max_image_bytes, max_video_bytes);
   return s;
+}
+
+// The uploaded files a job's spec names (what its pins are for).
+std::vector<std::filesystem::path> upload_files(const JobSpec& spec) {
+  std::vector<std::filesystem::path> files;
+  for (const auto* path : {&spec.image, &spec.last_image, &spec.video, &spec.mask_video})
+    if (!path->empty()) files.emplace_back(*path);
+  for (const auto& r : spec.reference_images) files.emplace_back(r);
+  return files;
 }
 
 // ?seconds=N of GET /v1/trace: 1..60, default 5.
@@ -368,11 +323,7 @@ HttpApi::HttpApi(JobService& runtime, std::filesystem::path web_dir)
       web_dir_(std::move(web_dir)) {
   // What a crash left: keep the images of the jobs that resume, remove the rest.
   for (const auto& job : runtime_.unfinished()) {
-    const auto spec = job.result().spec;
-    std::vector<std::filesystem::path> files;
-    for (const auto* path : {&spec.image, &spec.last_image, &spec.video, &spec.mask_video})
-      if (!path->empty()) files.emplace_back(*path);
-    for (const auto& r : spec.reference_images) files.emplace_back(r);
+    auto files = upload_files(job.result().spec);
     for (const auto& f : files) uploads_->pin(f);
     if (!files.empty()) release_when_finished(job, std::move(files));
   }
@@ -455,31 +406,25 @@ JobHandle HttpApi::find_job(const std::string& id) const {
   return *job;
 }
 
-JobHandle HttpApi::submit_spec(json::value spec, std::vector<std::pair<std::string, std::string>> images) {
+JobHandle HttpApi::submit_spec(json::value spec, UploadBytes images) {
   std::vector<std::filesystem::path> files;
   if (!images.empty()) {
     // Every field checked before anything is written: a model that takes no image refuses here.
-    // Reference images: an array of paths, one per upload, in order.
-    const bool references = std::any_of(images.begin(), images.end(), [](const auto& i) { return i.first == kReferenceField; });
-    auto probe = spec;
-    if (references) probe.as_object()[kReferenceField] = json::array{};
-    for (const auto& [field, bytes] : images) {
-      const auto pending = (uploads_->dir() / (is_video_field(field) ? "pending.mp4" : "pending.png")).string();
-      if (field == kReferenceField) probe.as_object()[field].as_array().push_back(json::value(pending));
-      else probe.as_object()[field] = pending;
-    }
-    runtime_.validate(probe);
-    if (references) spec.as_object()[kReferenceField] = json::array{};
+    UploadPaths pending;
+    for (const auto& [field, bytes] : images)
+      pending.emplace_back(field, (uploads_->dir() / (is_video_upload_field(field) ? "pending.mp4" : "pending.png")).string());
+    runtime_.validate(with_upload_paths(spec.as_object(), pending));
+    UploadPaths stored;
     try {
       for (const auto& [field, bytes] : images) {
-        files.push_back(is_video_field(field) ? uploads_->put_video(bytes, field) : uploads_->put(bytes, field));
-        if (field == kReferenceField) spec.as_object()[field].as_array().push_back(json::value(files.back().string()));
-        else spec.as_object()[field] = files.back().string();
+        files.push_back(is_video_upload_field(field) ? uploads_->put_video(bytes, field) : uploads_->put(bytes, field));
+        stored.emplace_back(field, files.back().string());
       }
     } catch (...) {
       for (const auto& f : files) uploads_->unpin(f);
       throw;
     }
+    spec = with_upload_paths(std::move(spec.as_object()), stored);
   }
   JobHandle job;
   try {
@@ -495,9 +440,7 @@ JobHandle HttpApi::submit_spec(json::value spec, std::vector<std::pair<std::stri
 bool HttpApi::cancel_by_client(JobHandle& job, std::string reason) {
   {
     std::lock_guard lock(cancels_->mutex);
-    const auto spec = job.result().spec;
-    if (!job.finished() && !(spec.image.empty() && spec.last_image.empty() && spec.video.empty() && spec.mask_video.empty() &&
-                             spec.reference_images.empty()))
+    if (!job.finished() && !upload_files(job.result().spec).empty())
       cancels_->ids.insert(job.id());  // its uploads go when it ends
   }
   return job.cancel(std::move(reason));

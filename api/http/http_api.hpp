@@ -102,7 +102,7 @@ class HttpApi : public http::RequestHandler {
   JobHandle find_job(const std::string& id) const;  // Error(not_found)
   // Stores `images` (by field) as uploads, puts their paths into `spec`, submits; nothing stays
   // written when it is refused. Shared by POST /v1/jobs and POST /v1/videos.
-  JobHandle submit_spec(boost::json::value spec, std::vector<std::pair<std::string, std::string>> images);
+  JobHandle submit_spec(boost::json::value spec, UploadBytes images);
   bool cancel_by_client(JobHandle& job, std::string reason);  // JobHandle::cancel; its uploads go when it ends
   // Unpins `files` once `job` ends (unless a graceful stop cancelled it: it resumes).
   void release_when_finished(const JobHandle& job, std::vector<std::filesystem::path> files);

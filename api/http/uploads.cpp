@@ -5,6 +5,8 @@
 
 #include "runtime/content_key.hpp"
 
+#include <boost/json/array.hpp>
+
 #include <unistd.h>
 
 #include <array>
@@ -199,6 +201,81 @@ std::size_t UploadStore::pinned(const fs::path& file) const {
   std::lock_guard lock(mutex_);
   const auto it = uses_.find(file.lexically_normal());
   return it == uses_.end() ? 0 : it->second;
+}
+
+namespace {
+
+constexpr const char* kImageFields[] = {"image", "last_image"};
+constexpr const char* kVideoFields[] = {"video", "mask_video"};  // a video to follow, a control video's mask (issue 34)
+// Reference images (issue 34): uploads like the images, several of them (an array in JSON,
+// repeated parts in multipart).
+constexpr const char* kReferenceField = "reference_images";
+
+void check_size(std::string_view field, std::size_t size, std::uint64_t max_bytes) {
+  if (size > max_bytes) bad(field, "larger than " + std::to_string(max_bytes) + " bytes (got " + std::to_string(size) + ")");
+}
+
+}  // namespace
+
+bool is_video_upload_field(std::string_view field) { return field == kVideoFields[0] || field == kVideoFields[1]; }
+
+bool is_upload_field(std::string_view field) {
+  return field == kImageFields[0] || field == kImageFields[1] || is_video_upload_field(field) || field == kReferenceField;
+}
+
+UploadBytes multipart_uploads(const boost::json::object& spec, const std::vector<MultipartPart>& parts,
+                              std::uint64_t max_image_bytes, std::uint64_t max_video_bytes) {
+  UploadBytes files;
+  auto take = [&](const char* field, std::uint64_t max_bytes) {
+    const auto* part = find_part(parts, field);
+    if (!part) return;
+    if (spec.contains(field)) bad(field, "given twice (a file part and a spec field)");
+    check_size(field, part->body.size(), max_bytes);
+    files.emplace_back(field, std::string(part->body));
+  };
+  for (const char* field : kImageFields) take(field, max_image_bytes);
+  for (const char* field : kVideoFields) take(field, max_video_bytes);
+  for (const auto& part : parts) {  // each reference image its own part, in order
+    if (part.name != kReferenceField) continue;
+    if (spec.contains(kReferenceField)) bad(kReferenceField, "given twice (file parts and a spec field)");
+    check_size(kReferenceField, part.body.size(), max_image_bytes);
+    files.emplace_back(kReferenceField, std::string(part.body));
+  }
+  return files;
+}
+
+// JSON: an upload field holds the file itself (base64 or a data URL), never a server path.
+UploadBytes json_uploads(const boost::json::object& spec, std::uint64_t max_image_bytes, std::uint64_t max_video_bytes) {
+  UploadBytes files;
+  for (const char* field : kImageFields)
+    if (const auto* v = spec.if_contains(field); v != nullptr && v->is_string())  // another type: validation names it
+      files.emplace_back(field, decode_image_text(std::string_view(v->get_string()), field, max_image_bytes));
+  for (const char* field : kVideoFields)
+    if (const auto* v = spec.if_contains(field); v != nullptr && v->is_string())
+      files.emplace_back(field, decode_video_text(std::string_view(v->get_string()), field, max_video_bytes));
+  if (const auto* v = spec.if_contains(kReferenceField); v != nullptr && v->is_array()) {
+    const auto& refs = v->get_array();
+    for (std::size_t i = 0; i < refs.size(); ++i) {
+      const auto field = std::string(kReferenceField) + "[" + std::to_string(i) + "]";
+      if (!refs[i].is_string()) bad(field, "must be an image (base64 or a data URL)");
+      files.emplace_back(kReferenceField, decode_image_text(std::string_view(refs[i].get_string()), field, max_image_bytes));
+    }
+  }
+  return files;
+}
+
+boost::json::object with_upload_paths(boost::json::object spec, const UploadPaths& paths) {
+  bool references = false;
+  for (const auto& [field, path] : paths) {
+    if (field != kReferenceField) {
+      spec[field] = path;
+      continue;
+    }
+    if (!references) spec[field] = boost::json::array{};  // the uploads replace what the field held
+    references = true;
+    spec[field].as_array().push_back(boost::json::value(path));
+  }
+  return spec;
 }
 
 }  // namespace vgen

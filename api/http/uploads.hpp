@@ -15,21 +15,55 @@
 // under it, so two requests with the same picture never write it twice).
 // Blocking: put() decodes and writes a file (fsync); run it off the io threads when it may be
 // large. Cancellation: none.
+//
+// The upload fields of a job spec (image, last_image, video, mask_video, reference_images) are
+// named here once: the readers below take their bytes out of a JSON spec or multipart parts, and
+// with_upload_paths() puts the stored files' paths back. Pure functions, any thread.
 #pragma once
 
+#include "api/http/multipart.hpp"
 #include "stages/media/image_input.hpp"
 #include "stages/media/video_input.hpp"
+
+#include <boost/json/object.hpp>
 
 #include <atomic>
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace vgen {
+
+// Upload bytes by spec field, in the order given (reference_images may come several times: one
+// per picture, in order). Paths likewise, once stored.
+using UploadBytes = std::vector<std::pair<std::string, std::string>>;
+using UploadPaths = std::vector<std::pair<std::string, std::string>>;
+
+// "video" and "mask_video" hold videos (UploadStore::put_video); every other upload field an image.
+bool is_video_upload_field(std::string_view field);
+// Whether a multipart part may carry a file for a job spec (image, last_image, video, mask_video,
+// reference_images).
+bool is_upload_field(std::string_view field);
+
+// The files of a multipart job submission: every part named by an upload field, checked against
+// max_image_bytes / max_video_bytes. Error(invalid_argument) naming the field when it is over
+// size or also given in `spec` ("given twice"). Other parts are not looked at.
+UploadBytes multipart_uploads(const boost::json::object& spec, const std::vector<MultipartPart>& parts,
+                              std::uint64_t max_image_bytes, std::uint64_t max_video_bytes);
+// The files inside a JSON job spec: each upload field holding a string is decoded
+// (decode_image_text / decode_video_text), reference_images element by element (a non-string
+// element refused as "reference_images[i]"); a field of another type is left to validation.
+UploadBytes json_uploads(const boost::json::object& spec, std::uint64_t max_image_bytes, std::uint64_t max_video_bytes);
+// `spec` with each field of `paths` set to its path; reference_images become an array of the
+// paths in order (replacing what the field held).
+boost::json::object with_upload_paths(boost::json::object spec, const UploadPaths& paths);
 
 // The bytes of an image given as text in a JSON body: a data URL
 // ("data:image/png;base64,....") or plain base64 (whitespace ignored, padding optional).

@@ -231,3 +231,63 @@ def unpatchify_video(x, patch):
     from diffusers.models.autoencoders.autoencoder_kl_wan import unpatchify
 
     return unpatchify(x, patch_size=patch)
+
+
+def run_export(prog: str, tag: str, export, out: Path, diffusers: Path | None, seed: int,
+               refused: type[Exception], checked: tuple[str, ...], **options: Any) -> int:
+    """The end of an exporter's command line: export(diffusers, out, **options), or without
+    ``diffusers`` a tiny random model first (``write_tiny_<tag>`` of ``tiny_<tag>.py`` into a
+    temporary directory, ``tiny=True``); prints the package and its worst |jit - eager| over the
+    ``checked`` components. Returns the exit code: 2, with the reason on stderr, when refused."""
+    import importlib
+    import sys
+    import tempfile
+
+    try:
+        if diffusers is None:
+            write_tiny = getattr(importlib.import_module(f".tiny_{tag}", __package__), f"write_tiny_{tag}")
+            with tempfile.TemporaryDirectory(prefix=f"vgen_tiny_{tag}_") as tmp:
+                src = write_tiny(Path(tmp) / "diffusers", seed=seed)
+                manifest = export(src, out, tiny=True, seed=seed, **options)
+        else:
+            manifest = export(diffusers, out, **options)
+    except refused as e:
+        print(f"{prog}: refused: {e}", file=sys.stderr)
+        return 2
+    worst = max(c["max_abs_diff"] for n in checked for c in manifest["export_checks"][n]["checks"])
+    print(f"wrote {out} ({manifest['family']}, {manifest['dtype']}); max |jit - eager| = {worst:.3g}")
+    return 0
+
+
+class ExportRefused(ValueError):
+    """A checkpoint (or a part of it) that this exporter cannot reproduce; the message names it."""
+
+
+def pipeline_index(diffusers_dir: Path, accepted: tuple[str, ...], what: str, parts: tuple[str, ...]) -> dict[str, Any]:
+    """A diffusers directory's model_index.json, refused (ExportRefused) when there is none, when
+    its pipeline class is not one of ``accepted`` (``what`` names the kind in the message) or when
+    one of the component folders ``parts`` is missing."""
+    index_file = diffusers_dir / "model_index.json"
+    if not index_file.is_file():
+        raise ExportRefused(f"{diffusers_dir}: no model_index.json (not a diffusers pipeline directory)")
+    index = json.loads(index_file.read_text())
+    cls = index.get("_class_name")
+    if cls not in accepted:
+        raise ExportRefused(f"{diffusers_dir}: pipeline {cls!r} is not {what} (accepted: {', '.join(accepted)})")
+    for part in parts:
+        if not (diffusers_dir / part).is_dir():
+            raise ExportRefused(f"{diffusers_dir}: component {part!r} is missing")
+    return index
+
+
+def flow_match_euler_config(diffusers_dir: Path, family: str) -> dict[str, Any]:
+    """scheduler/scheduler_config.json, refused unless it is a FlowMatchEulerDiscreteScheduler
+    without the sigma options vgen does not port (``family`` names vgen's family in the message)."""
+    sched = json.loads((diffusers_dir / "scheduler" / "scheduler_config.json").read_text())
+    if sched.get("_class_name") != "FlowMatchEulerDiscreteScheduler":
+        raise ExportRefused(f"scheduler {sched.get('_class_name')!r}: vgen's {family} family runs "
+                            "FlowMatchEulerDiscreteScheduler only")
+    for key in ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas", "stochastic_sampling"):
+        if sched.get(key):
+            raise ExportRefused(f"scheduler option {key}=true is not supported by vgen")
+    return sched

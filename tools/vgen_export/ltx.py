@@ -35,7 +35,6 @@ import inspect
 import json
 import shutil
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,8 @@ from typing import Any
 import torch
 
 from . import manifest as mf
-from .common import DTYPES, assert_checks, dtype_tolerance, find_spm_file, load_saved, max_diff, save_module, trace_quietly
+from .common import (DTYPES, ExportRefused, assert_checks, dtype_tolerance, find_spm_file, flow_match_euler_config,
+                     load_saved, max_diff, pipeline_index, run_export, save_module, trace_quietly)
 from .latent_preview import preview_section, torchscript_decoder
 from .quantize import QUANTIZATION, QUANTIZE_CHOICES, check_quantize, precision_entries, quantize_int8
 from .reference_loop import check_tokenizer
@@ -53,10 +53,6 @@ REAL_DEFAULTS = {"steps": 50, "guidance_scale": 3.0, "height": 512, "width": 704
                  "fps": 25, "negative_prompt": ""}
 TINY_DEFAULTS = {"steps": 3, "guidance_scale": 3.0, "height": 64, "width": 64, "frames": 9,
                  "fps": 25, "negative_prompt": ""}
-
-
-class ExportRefused(ValueError):
-    """A checkpoint (or a part of it) that this exporter cannot reproduce; the message names it."""
 
 
 def video_coords(batch: int, frames: int, height: int, width: int, frame_rate: float, temporal_ratio: int,
@@ -118,25 +114,9 @@ class VaeDecoderExport(torch.nn.Module):
 
 def refuse_unsupported(diffusers_dir: Path) -> dict[str, Any]:
     """The pipeline's model_index.json, after refusing what vgen cannot run (ExportRefused)."""
-    index_file = diffusers_dir / "model_index.json"
-    if not index_file.is_file():
-        raise ExportRefused(f"{diffusers_dir}: no model_index.json (not a diffusers pipeline directory)")
-    index = json.loads(index_file.read_text())
-    cls = index.get("_class_name")
-    if cls not in ACCEPTED_PIPELINES:
-        raise ExportRefused(f"{diffusers_dir}: pipeline {cls!r} is not LTX-Video text-to-video "
-                            f"(accepted: {', '.join(ACCEPTED_PIPELINES)})")
-    for part in ("text_encoder", "transformer", "vae", "scheduler", "tokenizer"):
-        if not (diffusers_dir / part).is_dir():
-            raise ExportRefused(f"{diffusers_dir}: component {part!r} is missing")
-    sched = json.loads((diffusers_dir / "scheduler" / "scheduler_config.json").read_text())
-    if sched.get("_class_name") != "FlowMatchEulerDiscreteScheduler":
-        raise ExportRefused(f"scheduler {sched.get('_class_name')!r}: vgen's LTX family runs "
-                            "FlowMatchEulerDiscreteScheduler only")
-    for key in ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas",
-                "stochastic_sampling"):
-        if sched.get(key):
-            raise ExportRefused(f"scheduler option {key}=true is not supported by vgen")
+    index = pipeline_index(diffusers_dir, ACCEPTED_PIPELINES, "LTX-Video text-to-video",
+                           ("text_encoder", "transformer", "vae", "scheduler", "tokenizer"))
+    sched = flow_match_euler_config(diffusers_dir, "LTX")
     if sched.get("time_shift_type", "exponential") not in ("exponential", "linear"):
         raise ExportRefused(f"scheduler time_shift_type {sched['time_shift_type']!r} is not supported")
     tcfg = json.loads((diffusers_dir / "transformer" / "config.json").read_text())
@@ -254,9 +234,7 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     quantize / default_precision: as export_wan's (vgen_export/quantize.py), for the LTX
     transformer's block Linears."""
     check_quantize(quantize, dtype, default_precision)
-    import diffusers
     import sentencepiece
-    import transformers
     from diffusers import AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXVideoTransformer3DModel
     from transformers import T5EncoderModel
 
@@ -311,28 +289,10 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     defaults["frames"] = min(defaults["frames"], frames_max)
     conditioned = bool(vcfg.get("timestep_conditioning", False))
     manifest = {
-        "format": mf.FORMAT,
-        "format_version": mf.FORMAT_VERSION,
-        "family": mf.FAMILY_LTX_VIDEO,
-        "dtype": dtype,
-        "source": {"diffusers_dir": str(diffusers_dir), "pipeline": index.get("_class_name"), "tiny": tiny,
-                   "seed": seed if tiny else None, "torch": torch.__version__, "diffusers": diffusers.__version__,
-                   "transformers": transformers.__version__},
-        "components": {
-            "tokenizer": mf.component_entry(out_dir, "tokenizer.model", format="sentencepiece"),
-            "text_encoder": mf.component_entry(out_dir, "text_encoder.pt", format="torchscript", dtype=dtype,
-                                               methods=["forward"]),
-            "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript", dtype=dtype,
-                                              methods=["forward"],
-                                              **({"quantization": QUANTIZATION} if quantize == "int8-only" else {})),
-            "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript", dtype="float32",
-                                              methods=["forward"]),
-            "vae_encoder": mf.component_entry(out_dir, "vae_encoder.pt", format="torchscript", dtype="float32",
-                                              methods=["forward"]),
-        },
-        "tokenizer": {"file": "tokenizer.model", "type": "sentencepiece", "vocab_size": sp.vocab_size(),
-                      "max_length": max_length, "pad_id": sp.pad_id(), "eos_id": sp.eos_id(), "unk_id": sp.unk_id(),
-                      "add_eos": True, "padding": "right", "truncation": "pieces[:max_length-1] + [eos]"},
+        **mf.package_head(mf.FAMILY_LTX_VIDEO, dtype, diffusers_dir, tiny, seed, pipeline=index.get("_class_name")),
+        "components": mf.torchscript_components(
+            out_dir, dtype, transformer={"quantization": QUANTIZATION} if quantize == "int8-only" else None),
+        "tokenizer": mf.t5_tokenizer_section(sp, max_length),
         # Unmasked T5 output: all max_length rows, the mask goes to the transformer.
         "text_encoder": {"output_dim": text_dim, "output_masked": False, "padding_invariant": False},
         "scheduler": mf.scheduler_section(scheduler),
@@ -395,22 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     common = dict(dtype=args.dtype, max_side=args.max_side, max_frames=args.max_frames,
                   decode_timestep=args.decode_timestep, decode_noise_scale=args.decode_noise_scale,
                   quantize=args.quantize, default_precision=args.default_precision)
-    try:
-        if args.tiny:
-            from .tiny_ltx import write_tiny_ltx
-
-            with tempfile.TemporaryDirectory(prefix="vgen_tiny_ltx_") as tmp:
-                src = write_tiny_ltx(Path(tmp) / "diffusers", seed=args.seed)
-                manifest = export_ltx(src, args.out, tiny=True, seed=args.seed, **common)
-        else:
-            manifest = export_ltx(args.diffusers, args.out, **common)
-    except ExportRefused as e:
-        print(f"export_ltx: refused: {e}", file=sys.stderr)
-        return 2
-    worst = max(c["max_abs_diff"] for n in ("text_encoder", "transformer", "vae_decoder")
-                for c in manifest["export_checks"][n]["checks"])
-    print(f"wrote {args.out} ({manifest['family']}, {manifest['dtype']}); max |jit - eager| = {worst:.3g}")
-    return 0
+    return run_export("export_ltx", "ltx", export_ltx, args.out, args.diffusers, args.seed, ExportRefused,
+                      ("text_encoder", "transformer", "vae_decoder"), **common)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ import gc
 import json
 import shutil
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -53,8 +52,8 @@ from typing import Any
 import torch
 
 from . import manifest as mf
-from .common import (DTYPES, Handoff, assert_checks, dtype_tolerance, load_saved, max_diff, save_module,
-                     trace_quietly)
+from .common import (DTYPES, ExportRefused, Handoff, assert_checks, dtype_tolerance, flow_match_euler_config, load_saved,
+                     max_diff, pipeline_index, run_export, save_module, trace_quietly)
 from .ltx2_audio import audio_geometry, export_ltx2_audio
 
 ACCEPTED_PIPELINES = ("LTX2Pipeline", "LTX2ImageToVideoPipeline")
@@ -63,10 +62,6 @@ REAL_DEFAULTS = {"steps": 40, "guidance_scale": 4.0, "height": 512, "width": 768
 TINY_DEFAULTS = {"steps": 3, "guidance_scale": 3.0, "height": 64, "width": 64, "frames": 9,
                  "fps": 25, "negative_prompt": ""}
 REAL_MAX_LENGTH = 1024  # LTX2Pipeline's max_sequence_length
-
-
-class ExportRefused(ValueError):
-    """A checkpoint (or a part of it) that this exporter cannot reproduce; the message names it."""
 
 
 def video_coords(batch: int, frames: int, height: int, width: int, fps: float, scale_factors, causal_offset: int):
@@ -158,23 +153,10 @@ class VaeDecoderExport(torch.nn.Module):
 
 def refuse_unsupported(diffusers_dir: Path) -> dict[str, Any]:
     """The pipeline's model_index.json, after refusing what vgen cannot run (ExportRefused)."""
-    index_file = diffusers_dir / "model_index.json"
-    if not index_file.is_file():
-        raise ExportRefused(f"{diffusers_dir}: no model_index.json (not a diffusers pipeline directory)")
-    index = json.loads(index_file.read_text())
-    cls = index.get("_class_name")
-    if cls not in ACCEPTED_PIPELINES:
-        raise ExportRefused(f"{diffusers_dir}: pipeline {cls!r} is not LTX-2 (accepted: {', '.join(ACCEPTED_PIPELINES)})")
-    for part in ("text_encoder", "tokenizer", "connectors", "transformer", "vae", "audio_vae", "vocoder", "scheduler"):
-        if not (diffusers_dir / part).is_dir():
-            raise ExportRefused(f"{diffusers_dir}: component {part!r} is missing")
-    sched = json.loads((diffusers_dir / "scheduler" / "scheduler_config.json").read_text())
-    if sched.get("_class_name") != "FlowMatchEulerDiscreteScheduler":
-        raise ExportRefused(f"scheduler {sched.get('_class_name')!r}: vgen's LTX-2 family runs "
-                            "FlowMatchEulerDiscreteScheduler only")
-    for key in ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas", "stochastic_sampling"):
-        if sched.get(key):
-            raise ExportRefused(f"scheduler option {key}=true is not supported by vgen")
+    index = pipeline_index(diffusers_dir, ACCEPTED_PIPELINES, "LTX-2",
+                           ("text_encoder", "tokenizer", "connectors", "transformer", "vae", "audio_vae", "vocoder",
+                            "scheduler"))
+    flow_match_euler_config(diffusers_dir, "LTX-2")
     tcfg = json.loads((diffusers_dir / "transformer" / "config.json").read_text())
     for key in ("patch_size", "patch_size_t", "audio_patch_size", "audio_patch_size_t"):
         if tcfg.get(key, 1) != 1:
@@ -350,9 +332,7 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
                 cross_timestep: bool = True) -> dict[str, Any]:
     """Export the diffusers LTX-2 directory into a package directory; returns the manifest.
     max_length: the text length (LTX2Pipeline's max_sequence_length; 1024, the tiny one 32)."""
-    import diffusers
     import sentencepiece
-    import transformers
     from diffusers import (AutoencoderKLLTX2Audio, AutoencoderKLLTX2Video, FlowMatchEulerDiscreteScheduler,
                            LTX2VideoTransformer3DModel)
     from diffusers.pipelines.ltx2 import LTX2TextConnectors
@@ -419,27 +399,9 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
     for key in ("height", "width"):
         defaults[key] = max(side["min"], min(defaults[key], side["max"]) // spatial * spatial)
     defaults["frames"] = min(defaults["frames"], frames_max)
-    components = {
-        "tokenizer": mf.component_entry(out_dir, "tokenizer.model", format="sentencepiece"),
-        "text_encoder": mf.component_entry(out_dir, "text_encoder.pt", format="torchscript", dtype=dtype,
-                                           methods=["forward"]),
-        "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript", dtype=dtype,
-                                          methods=["forward"]),
-        "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript", dtype="float32",
-                                          methods=["forward"]),
-        "vae_encoder": mf.component_entry(out_dir, "vae_encoder.pt", format="torchscript", dtype="float32",
-                                          methods=["forward"]),
-        **audio_entries["components"],
-    }
     manifest = {
-        "format": mf.FORMAT,
-        "format_version": mf.FORMAT_VERSION,
-        "family": mf.FAMILY_LTX2,
-        "dtype": dtype,
-        "source": {"diffusers_dir": str(diffusers_dir), "pipeline": index.get("_class_name"), "tiny": tiny,
-                   "seed": seed if tiny else None, "torch": torch.__version__, "diffusers": diffusers.__version__,
-                   "transformers": transformers.__version__},
-        "components": components,
+        **mf.package_head(mf.FAMILY_LTX2, dtype, diffusers_dir, tiny, seed, pipeline=index.get("_class_name")),
+        "components": {**mf.torchscript_components(out_dir, dtype), **audio_entries["components"]},
         "tokenizer": {"file": "tokenizer.model", "type": "sentencepiece", "vocab_size": sp.vocab_size(),
                       "max_length": max_length, "pad_id": sp.pad_id(), "eos_id": sp.eos_id(), "bos_id": sp.bos_id(),
                       "unk_id": sp.unk_id(), "add_eos": False, "add_bos": True, "padding": "left",
@@ -496,25 +458,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.tiny == (args.diffusers is not None):
         parser.error("give exactly one of --diffusers DIR or --tiny")
     torch.set_num_threads(args.threads)
-    common = dict(dtype=args.dtype, max_side=args.max_side, max_frames=args.max_frames,
-                  cross_timestep=not args.legacy_cross_timestep)
-    try:
-        if args.tiny:
-            from .tiny_ltx2 import TINY_MAX_LENGTH, write_tiny_ltx2
+    max_length = args.max_length
+    if args.tiny and not max_length:
+        from .tiny_ltx2 import TINY_MAX_LENGTH
 
-            with tempfile.TemporaryDirectory(prefix="vgen_tiny_ltx2_") as tmp:
-                src = write_tiny_ltx2(Path(tmp) / "diffusers", seed=args.seed)
-                manifest = export_ltx2(src, args.out, tiny=True, seed=args.seed,
-                                       max_length=args.max_length or TINY_MAX_LENGTH, **common)
-        else:
-            manifest = export_ltx2(args.diffusers, args.out, max_length=args.max_length, **common)
-    except ExportRefused as e:
-        print(f"export_ltx2: refused: {e}", file=sys.stderr)
-        return 2
-    worst = max(c["max_abs_diff"] for n in ("text_encoder", "transformer", "vae_decoder")
-                for c in manifest["export_checks"][n]["checks"])
-    print(f"wrote {args.out} ({manifest['family']}, {manifest['dtype']}); max |jit - eager| = {worst:.3g}")
-    return 0
+        max_length = TINY_MAX_LENGTH
+    return run_export("export_ltx2", "ltx2", export_ltx2, args.out, args.diffusers, args.seed, ExportRefused,
+                      ("text_encoder", "transformer", "vae_decoder"), dtype=args.dtype, max_side=args.max_side,
+                      max_frames=args.max_frames, max_length=max_length, cross_timestep=not args.legacy_cross_timestep)
 
 
 if __name__ == "__main__":

@@ -74,6 +74,53 @@ def component_entry(pkg_dir: Path, file_name: str, **extra: Any) -> dict[str, An
     return {"file": file_name, "sha256": sha256_file(path), "bytes": path.stat().st_size, **extra}
 
 
+def package_head(family: str, dtype: str, diffusers_dir: Path | str, tiny: bool, seed: int,
+                 **source: Any) -> dict[str, Any]:
+    """A manifest's first keys: format, version, family, dtype and ``source`` (what the package was
+    exported from, and with which torch / diffusers / transformers). ``source`` keys given here
+    (``pipeline``) stand after ``diffusers_dir``: key order is the file's order."""
+    import diffusers
+    import torch
+    import transformers
+
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "family": family,
+        "dtype": dtype,
+        "source": {"diffusers_dir": str(diffusers_dir), **source, "tiny": tiny, "seed": seed if tiny else None,
+                   "torch": torch.__version__, "diffusers": diffusers.__version__,
+                   "transformers": transformers.__version__},
+    }
+
+
+def torchscript_components(pkg_dir: Path, dtype: str, transformer: dict[str, Any] | None = None,
+                           vae_decoder_methods: tuple[str, ...] = ("forward",),
+                           vae_encoder_methods: tuple[str, ...] = ("forward",)) -> dict[str, Any]:
+    """The ``components`` of a package exported as TorchScript with a SentencePiece tokenizer:
+    tokenizer.model, text_encoder.pt and transformer.pt in ``dtype`` (``transformer``: more keys of
+    its entry), vae_decoder.pt and vae_encoder.pt in float32."""
+    return {
+        "tokenizer": component_entry(pkg_dir, "tokenizer.model", format="sentencepiece"),
+        "text_encoder": component_entry(pkg_dir, "text_encoder.pt", format="torchscript", dtype=dtype,
+                                        methods=["forward"]),
+        "transformer": component_entry(pkg_dir, "transformer.pt", format="torchscript", dtype=dtype,
+                                       methods=["forward"], **(transformer or {})),
+        "vae_decoder": component_entry(pkg_dir, "vae_decoder.pt", format="torchscript", dtype="float32",
+                                       methods=list(vae_decoder_methods)),
+        "vae_encoder": component_entry(pkg_dir, "vae_encoder.pt", format="torchscript", dtype="float32",
+                                       methods=list(vae_encoder_methods)),
+    }
+
+
+def t5_tokenizer_section(sp, max_length: int, **extra: Any) -> dict[str, Any]:
+    """``tokenizer`` for a T5-style SentencePiece model ``sp`` (tokenizer.model): an EOS after at most
+    max_length - 1 pieces, padded on the right; ``extra`` keys follow."""
+    return {"file": "tokenizer.model", "type": "sentencepiece", "vocab_size": sp.vocab_size(),
+            "max_length": max_length, "pad_id": sp.pad_id(), "eos_id": sp.eos_id(), "unk_id": sp.unk_id(),
+            "add_eos": True, "padding": "right", "truncation": "pieces[:max_length-1] + [eos]", **extra}
+
+
 def _jsonable(value: Any) -> Any:
     """Scheduler configs hold tuples, numpy scalars and FrozenDicts: make them plain JSON."""
     if isinstance(value, dict):

@@ -26,7 +26,6 @@ import argparse
 import json
 import shutil
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from typing import Any
 import torch
 
 from . import manifest as mf
-from .common import DTYPES, assert_checks, dtype_tolerance, find_spm_file, load_saved, max_diff, save_module
+from .common import DTYPES, assert_checks, dtype_tolerance, find_spm_file, load_saved, max_diff, run_export, save_module
 from .latent_preview import preview_section, torchscript_decoder
 from .reference_loop import check_tokenizer
 from .wan import export_text_encoder, fit_defaults, load_scheduler
@@ -175,9 +174,7 @@ def export_skyreels(diffusers_dir: Path | str, out_dir: Path | str, dtype: str =
                     overlap_history: int | None = None) -> dict[str, Any]:
     """Export a SkyReels-V2 DF directory; returns the manifest. Refused (UnsupportedSkyReels)
     before anything is written when it is not one."""
-    import diffusers
     import sentencepiece
-    import transformers
     from diffusers import AutoencoderKLWan, SkyReelsV2Transformer3DModel
     from transformers import UMT5EncoderModel
 
@@ -227,28 +224,12 @@ def export_skyreels(diffusers_dir: Path | str, out_dir: Path | str, dtype: str =
         raise ValueError(f"overlap_history {overlap}: must be {temporal}k+1 and below the package's {frames_max} frames")
     block = int(tcfg.get("num_frame_per_block") or 1)
     manifest = {
-        "format": mf.FORMAT,
-        "format_version": mf.FORMAT_VERSION,
-        "family": FAMILY,
-        "dtype": dtype,
-        "source": {"diffusers_dir": str(diffusers_dir), "tiny": tiny, "seed": seed if tiny else None,
-                   "torch": torch.__version__, "diffusers": diffusers.__version__,
-                   "transformers": transformers.__version__},
-        "components": {
-            "tokenizer": mf.component_entry(out_dir, "tokenizer.model", format="sentencepiece"),
-            "text_encoder": mf.component_entry(out_dir, "text_encoder.pt", format="torchscript", dtype=dtype,
-                                               methods=["forward"]),
-            "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript", dtype=dtype,
-                                              methods=["forward"]),
-            "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript", dtype="float32",
-                                              methods=["forward", "decode_first", "decode_step", "decode_unclamped"]),
-            "vae_encoder": mf.component_entry(out_dir, "vae_encoder.pt", format="torchscript", dtype="float32",
-                                              methods=["forward", "encode_first"]),
-        },
-        "tokenizer": {"file": "tokenizer.model", "type": "sentencepiece", "vocab_size": sp.vocab_size(),
-                      "max_length": max_length, "pad_id": sp.pad_id(), "eos_id": sp.eos_id(), "unk_id": sp.unk_id(),
-                      "add_eos": True, "padding": "right", "truncation": "pieces[:max_length-1] + [eos]",
-                      "prompt_clean": "html-unescape twice, collapse whitespace runs to one space, strip"},
+        **mf.package_head(FAMILY, dtype, diffusers_dir, tiny, seed),
+        "components": mf.torchscript_components(
+            out_dir, dtype, vae_decoder_methods=("forward", "decode_first", "decode_step", "decode_unclamped"),
+            vae_encoder_methods=("forward", "encode_first")),
+        "tokenizer": mf.t5_tokenizer_section(
+            sp, max_length, prompt_clean="html-unescape twice, collapse whitespace runs to one space, strip"),
         "text_encoder": {"output_dim": text_dim, "output_masked": True,
                          "padding_invariant": checks["text_encoder"]["padding_invariance"]["invariant"]},
         "scheduler": mf.scheduler_section(scheduler),
@@ -294,23 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.tiny == (args.diffusers is not None):
         parser.error("give exactly one of --diffusers DIR or --tiny")
     torch.set_num_threads(args.threads)
-    common = dict(dtype=args.dtype, flow_shift=args.flow_shift, overlap_history=args.overlap_history)
-    try:
-        if args.tiny:
-            from .tiny_skyreels import write_tiny_skyreels
-
-            with tempfile.TemporaryDirectory(prefix="vgen_tiny_skyreels_") as tmp:
-                src = write_tiny_skyreels(Path(tmp) / "diffusers", seed=args.seed)
-                manifest = export_skyreels(src, args.out, tiny=True, seed=args.seed, **common)
-        else:
-            manifest = export_skyreels(args.diffusers, args.out, **common)
-    except UnsupportedSkyReels as e:
-        print(f"export_skyreels: refused: {e}", file=sys.stderr)
-        return 2
-    worst = max(c["max_abs_diff"] for n in ("text_encoder", "transformer", "vae_decoder", "vae_encoder")
-                for c in manifest["export_checks"][n]["checks"])
-    print(f"wrote {args.out} ({manifest['family']}, {manifest['dtype']}); max |jit - eager| = {worst:.3g}")
-    return 0
+    return run_export("export_skyreels", "skyreels", export_skyreels, args.out, args.diffusers, args.seed,
+                      UnsupportedSkyReels, ("text_encoder", "transformer", "vae_decoder", "vae_encoder"),
+                      dtype=args.dtype, flow_shift=args.flow_shift, overlap_history=args.overlap_history)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,10 @@ of a real checkpoint such as SkyReels-V2-DF-1.3B-540P-Diffusers.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 
-import torch
-
-from .tiny_wan import SPM_FILE_NAME, tiny_text_encoder, tiny_vae, tokenizer_from_spm, train_tiny_spm
+from .tiny_wan import tiny_pipeline_done, tiny_text_side, tiny_vae, write_tiny_pipeline
 
 # SkyReels-V2-DF's scheduler: UniPC on flow sigmas, shift 8 (its model card's 540P setting).
 TINY_FLOW_SHIFT = 8.0
@@ -58,24 +55,13 @@ def build_tiny_skyreels_pipeline(seed: int = 0, workdir: Path | str | None = Non
     """The tiny random SkyReelsV2DiffusionForcingPipeline (eval mode, float32)."""
     from diffusers import SkyReelsV2DiffusionForcingPipeline
 
-    workdir = Path(workdir or tempfile.mkdtemp(prefix="vgen_tiny_skyreels_"))
-    spm_file = train_tiny_spm(workdir / SPM_FILE_NAME, seed=seed)
-    tokenizer = tokenizer_from_spm(spm_file)
-    torch.manual_seed(seed)
-    text_encoder = tiny_text_encoder(len(tokenizer))
+    spm_file, tokenizer, text_encoder = tiny_text_side(seed, workdir or tempfile.mkdtemp(prefix="vgen_tiny_skyreels_"))
     transformer = tiny_skyreels_transformer(text_dim=text_encoder.config.d_model)
     pipe = SkyReelsV2DiffusionForcingPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer,
                                               vae=tiny_vae(), scheduler=tiny_scheduler())
-    pipe.set_progress_bar_config(disable=True)
-    pipe._vgen_spm_file = str(spm_file)  # noqa: SLF001 - remembered for write_tiny_skyreels
-    return pipe
+    return tiny_pipeline_done(pipe, spm_file)
 
 
 def write_tiny_skyreels(out_dir: Path | str, seed: int = 0) -> Path:
     """Build the tiny pipeline and save it as a diffusers directory (with tokenizer/spiece.model)."""
-    out_dir = Path(out_dir)
-    with tempfile.TemporaryDirectory(prefix="vgen_spm_") as tmp:
-        pipe = build_tiny_skyreels_pipeline(seed=seed, workdir=tmp)
-        pipe.save_pretrained(out_dir, safe_serialization=True)
-        shutil.copyfile(pipe._vgen_spm_file, out_dir / "tokenizer" / SPM_FILE_NAME)  # noqa: SLF001
-    return out_dir
+    return write_tiny_pipeline(build_tiny_skyreels_pipeline, out_dir, seed=seed)

@@ -279,13 +279,7 @@ def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, sc
         raise ValueError(f"unknown tiny Wan variant {variant!r} ({' | '.join(VARIANTS)})")
     if workdir is None:
         workdir = tempfile.mkdtemp(prefix="vgen_tiny_wan_")
-    workdir = Path(workdir)
-    spm_file = train_tiny_spm(workdir / SPM_FILE_NAME, seed=seed)
-    tokenizer = tokenizer_from_spm(spm_file)
-    vocab_size = len(tokenizer)
-
-    torch.manual_seed(seed)
-    text_encoder = tiny_text_encoder(vocab_size)
+    spm_file, tokenizer, text_encoder = tiny_text_side(seed, workdir)
     if variant == "t2v":
         transformer = tiny_transformer(text_dim=text_encoder.config.d_model)
         vae = tiny_vae()
@@ -323,8 +317,27 @@ def build_tiny_wan_pipeline(seed: int = 0, workdir: Path | str | None = None, sc
         pipe = WanImageToVideoPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer,
                                        vae=vae, scheduler=make_scheduler(scheduler), image_encoder=image_encoder,
                                        image_processor=image_processor)
+    return tiny_pipeline_done(pipe, spm_file)
+
+
+# What every tiny pipeline built on these parts shares (tiny_skyreels.py too): the text side drawn
+# first, the finished pipeline remembering its spiece.model, and the save.
+
+
+def tiny_text_side(seed: int, workdir: Path | str):
+    """(spiece.model trained into ``workdir``, its tokenizer, the tiny UMT5 encoder drawn right
+    after ``torch.manual_seed(seed)``): a tiny pipeline's first random draws, so that the rest
+    follow from the same seed state."""
+    spm_file = train_tiny_spm(Path(workdir) / SPM_FILE_NAME, seed=seed)
+    tokenizer = tokenizer_from_spm(spm_file)
+    torch.manual_seed(seed)
+    return spm_file, tokenizer, tiny_text_encoder(len(tokenizer))
+
+
+def tiny_pipeline_done(pipe, spm_file: Path):
+    """``pipe`` without progress bars, remembering its spiece.model for save_tiny_wan."""
     pipe.set_progress_bar_config(disable=True)
-    pipe._vgen_spm_file = str(spm_file)  # noqa: SLF001 - remembered for save_tiny_wan
+    pipe._vgen_spm_file = str(spm_file)  # noqa: SLF001
     return pipe
 
 
@@ -338,13 +351,16 @@ def save_tiny_wan(pipe, out_dir: Path | str) -> Path:
     return out_dir
 
 
+def write_tiny_pipeline(build, out_dir: Path | str, **options) -> Path:
+    """``build(workdir=<a temporary directory for spiece.model>, **options)``, saved with
+    save_tiny_wan as a diffusers directory."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="vgen_spm_") as tmp:
+        return save_tiny_wan(build(workdir=tmp, **options), out_dir)
+
+
 def write_tiny_wan(out_dir: Path | str, seed: int = 0, scheduler: str = "unipc", variant: str = "t2v") -> Path:
     """Build the tiny pipeline (``variant``: see build_tiny_wan_pipeline) and save it as a
     diffusers directory."""
-    import tempfile
-
-    out_dir = Path(out_dir)
-    with tempfile.TemporaryDirectory(prefix="vgen_spm_") as tmp:
-        pipe = build_tiny_wan_pipeline(seed=seed, workdir=tmp, scheduler=scheduler, variant=variant)
-        save_tiny_wan(pipe, out_dir)
-    return out_dir
+    return write_tiny_pipeline(build_tiny_wan_pipeline, out_dir, seed=seed, scheduler=scheduler, variant=variant)

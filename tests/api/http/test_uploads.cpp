@@ -170,3 +170,50 @@ TEST_CASE("put_video: decoded in a temporary, named by content, and nothing left
   CHECK_THROWS_WITH_AS(decode_video_text("/etc/passwd", "video", 1 << 20), doctest::Contains("not a path"), Error);
   CHECK_THROWS_WITH_AS(decode_video_text(base64(bytes), "video", 100), doctest::Contains("video: larger than 100 bytes"), Error);
 }
+
+TEST_CASE("the upload fields of a spec: read from JSON or multipart parts, their paths put back") {
+  CHECK(is_upload_field("image"));
+  CHECK(is_upload_field("reference_images"));
+  CHECK_FALSE(is_upload_field("spec"));
+  CHECK(is_video_upload_field("mask_video"));
+  CHECK_FALSE(is_video_upload_field("last_image"));
+  const auto a = png(4, 4, 1), b = png(4, 4, 2);
+  auto thrown = [](auto&& f) -> std::string {
+    try {
+      f();
+      return "";
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::invalid_argument);
+      return e.what();
+    }
+  };
+
+  // JSON: images and reference images decoded in order; a field of another type is validation's.
+  boost::json::object spec{{"prompt", "p"}, {"image", base64(a)}, {"last_image", 3},
+                           {"reference_images", boost::json::array{boost::json::value(base64(b)), boost::json::value(base64(a))}}};
+  const UploadBytes want{{"image", a}, {"reference_images", b}, {"reference_images", a}};
+  CHECK(json_uploads(spec, 1 << 20, 1 << 20) == want);
+  spec["reference_images"].as_array().push_back(7);
+  CHECK(thrown([&] { json_uploads(spec, 1 << 20, 1 << 20); }).rfind("reference_images[2]: must be an image", 0) == 0);
+
+  // Multipart: the parts named by upload fields, size-checked per kind, never a field given twice.
+  const std::vector<MultipartPart> parts{{"spec", "", "", "{}"}, {"reference_images", "r.png", "", b},
+                                         {"image", "i.png", "", a}, {"reference_images", "s.png", "", a}};
+  const boost::json::object empty;
+  CHECK(multipart_uploads(empty, parts, 1 << 20, 1 << 20) == want);
+  CHECK(thrown([&] { multipart_uploads(empty, parts, 10, 1 << 20); }).rfind("image: larger than 10 bytes", 0) == 0);
+  CHECK(thrown([&] { multipart_uploads(boost::json::object{{"image", "x"}}, parts, 1 << 20, 1 << 20); })
+            .rfind("image: given twice", 0) == 0);
+  CHECK(thrown([&] { multipart_uploads(boost::json::object{{"reference_images", 1}}, parts, 1 << 20, 1 << 20); })
+            .rfind("reference_images: given twice", 0) == 0);
+  const std::vector<MultipartPart> video{{"video", "v.mp4", "", "0123456789"}};
+  CHECK(multipart_uploads(empty, video, 1 << 20, 10).size() == 1);  // the video limit, not the image one
+  CHECK(thrown([&] { multipart_uploads(empty, video, 1 << 20, 9); }).rfind("video: larger than 9 bytes", 0) == 0);
+
+  // Paths back: plain fields set, reference images one array in order replacing what was there.
+  const auto with = with_upload_paths(spec, {{"image", "/u/a.png"}, {"reference_images", "/u/b.png"}, {"reference_images", "/u/a.png"}});
+  CHECK(with.at("image") == "/u/a.png");
+  CHECK(with.at("reference_images") == boost::json::array{boost::json::value("/u/b.png"), boost::json::value("/u/a.png")});
+  CHECK(with.at("last_image") == 3);
+  CHECK(with_upload_paths(empty, {}).empty());
+}

@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 #include <torch/script.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -99,10 +98,7 @@ std::vector<std::shared_ptr<Job>> run_jobs(const fs::path& package, const std::v
 }
 
 boost::json::object case_json(const nlohmann::json& c, std::uint64_t seed) {
-  return {{"prompt", c["prompt"].get<std::string>()}, {"negative_prompt", c["negative_prompt"].get<std::string>()},
-          {"height", c["height"].get<int>()},          {"width", c["width"].get<int>()},
-          {"frames", c["num_frames"].get<int>()},       {"steps", c["num_inference_steps"].get<int>()},
-          {"guidance", c["guidance_scale"].get<double>()}, {"seed", seed}};
+  return test::parity_case_spec(c, c["guidance_scale"].get<double>(), seed);
 }
 
 }  // namespace
@@ -184,13 +180,8 @@ TEST_CASE("vgen's HunyuanVideo 1.5 stages reproduce diffusers' HunyuanVideo15Pip
     const auto& got = cap.steps[jobs[n]->id()];
     const int steps = cases[name]["num_inference_steps"].get<int>();
     REQUIRE(static_cast<int>(got.size()) == steps);
-    double worst = 0;
-    for (int i = 0; i < steps; ++i) {
-      char key[64];
-      std::snprintf(key, sizeof key, "latents_%s_%03d", name.c_str(), i);
-      worst = std::max(worst, max_diff(got[i], ref->get(key)));
-    }
-    const double frames = max_diff(cap.frames[jobs[n]->id()], ref->get("frames_" + name)[0].permute({0, 2, 3, 1}));
+    const double worst = test::worst_step_diff(*ref, name, got);
+    const double frames = test::frames_diff(*ref, name, cap.frames[jobs[n]->id()]);
     MESSAGE(name << ": max |vgen - diffusers| over every step's latents = " << worst << ", over frames = " << frames);
     CHECK(worst <= 1e-4);
     CHECK(frames <= 1e-4);

@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 #include <torch/script.h>
 
-#include <cstdio>
 #include <fstream>
 
 #include "runtime/errors.hpp"
@@ -45,10 +44,9 @@ RgbImage pattern(int w, int h) {
 std::uint8_t at_px(const RgbImage& img, int x, int y, int c) { return img.rgb[(static_cast<std::size_t>(y) * img.width + x) * 3 + c]; }
 
 boost::json::object case_json(const nlohmann::json& c, std::uint64_t seed, const std::string& image) {
-  return {{"prompt", c["prompt"].get<std::string>()}, {"negative_prompt", c["negative_prompt"].get<std::string>()},
-          {"height", c["height"].get<int>()},          {"width", c["width"].get<int>()},
-          {"frames", c["num_frames"].get<int>()},       {"steps", c["num_inference_steps"].get<int>()},
-          {"guidance", c["guidance_scale"].get<double>()}, {"seed", seed}, {"image", image}};
+  auto o = test::parity_case_spec(c, c["guidance_scale"].get<double>(), seed);
+  o["image"] = image;
+  return o;
 }
 
 std::shared_ptr<Hunyuan15Job> make_job(Family& family, const boost::json::object& spec) {
@@ -121,13 +119,8 @@ TEST_CASE("vgen's HunyuanVideo 1.5 I2V reproduces diffusers' HunyuanVideo15Image
     auto job = make_job(*family, case_json(c, seed, image));
     const auto steps = test::run_group(*family, std::vector<std::shared_ptr<Hunyuan15Job>>{job})[0];
     REQUIRE(static_cast<int>(steps.size()) == c["num_inference_steps"].get<int>());
-    double worst = 0;
-    for (std::size_t i = 0; i < steps.size(); ++i) {
-      char key[64];
-      std::snprintf(key, sizeof key, "latents_%s_%03zu", name.c_str(), i);
-      worst = std::max(worst, test::max_diff(steps[i], ref->get(key)));
-    }
-    const double frames = test::max_diff(job->frames, ref->get("frames_" + name)[0].permute({0, 2, 3, 1}));
+    const double worst = test::worst_step_diff(*ref, name, steps);
+    const double frames = test::frames_diff(*ref, name, job->frames);
     MESSAGE(name << ": max |vgen - diffusers| over every step's latents = " << worst << ", over frames = " << frames);
     CHECK(worst <= 1e-4);
     CHECK(frames <= 1e-4);

@@ -7,7 +7,6 @@
 #include <torch/script.h>
 
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -102,11 +101,9 @@ std::vector<std::shared_ptr<Job>> run_jobs(const fs::path& package, const std::v
 }
 
 boost::json::object case_json(const nlohmann::json& c, std::uint64_t seed) {
-  return {{"prompt", c["prompt"].get<std::string>()}, {"negative_prompt", c["negative_prompt"].get<std::string>()},
-          {"height", c["height"].get<int>()},          {"width", c["width"].get<int>()},
-          {"frames", c["num_frames"].get<int>()},       {"steps", c["num_inference_steps"].get<int>()},
-          {"guidance", c["guidance_scale"].get<double>()}, {"fps", c["frame_rate"].get<double>()},
-          {"seed", seed}};
+  auto o = test::parity_case_spec(c, c["guidance_scale"].get<double>(), seed);
+  o["fps"] = c["frame_rate"].get<double>();
+  return o;
 }
 
 template <typename Fn>
@@ -182,13 +179,8 @@ TEST_CASE("vgen's LTX stages reproduce diffusers' LTXPipeline (with and without 
     const auto& got = cap.steps[jobs[n]->id()];
     const int steps = cases[name]["num_inference_steps"].get<int>();
     REQUIRE(static_cast<int>(got.size()) == steps);
-    double worst = 0;
-    for (int i = 0; i < steps; ++i) {
-      char key[64];
-      std::snprintf(key, sizeof key, "latents_%s_%03d", name.c_str(), i);
-      worst = std::max(worst, max_diff(got[i], ref->get(key)));
-    }
-    const double frames = max_diff(cap.frames[jobs[n]->id()], ref->get("frames_" + name)[0].permute({0, 2, 3, 1}));
+    const double worst = test::worst_step_diff(*ref, name, got);
+    const double frames = test::frames_diff(*ref, name, cap.frames[jobs[n]->id()]);
     MESSAGE(name << ": max |vgen - diffusers| over every step's latents = " << worst << ", over frames = " << frames);
     CHECK(worst <= 1e-4);
     CHECK(frames <= 1e-3);
@@ -341,15 +333,13 @@ TEST_CASE("vgen's LTX image-to-video reproduces diffusers' LTXImageToVideoPipeli
     REQUIRE(job->condition.defined());
     double worst = 0;
     for (std::size_t i = 0; i < steps.size(); ++i) {
-      char key[64];
-      std::snprintf(key, sizeof key, "latents_%s_%03zu", name.c_str(), i);
-      const double d = max_diff(steps[i], ref->get(key));
+      const double d = max_diff(steps[i], ref->get(test::step_key(name, static_cast<int>(i))));
       MESSAGE(name << ": step " << i << " latents max |vgen - diffusers| = " << d);
       worst = std::max(worst, d);
       CHECK(max_diff(steps[i].narrow(2, 0, 1), job->condition) == 0);  // the given frame is never stepped
     }
     REQUIRE(static_cast<int>(steps.size()) == ref->info["i2v_cases"][name]["num_inference_steps"].get<int>());
-    const double frames = max_diff(job->frames, ref->get("frames_" + name)[0].permute({0, 2, 3, 1}));
+    const double frames = test::frames_diff(*ref, name, job->frames);
     MESSAGE(name << ": max |vgen - diffusers| latents (every step) = " << worst << ", frames = " << frames);
     CHECK(worst <= 1e-3);
     CHECK(frames <= 1e-3);

@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 #include <torch/script.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -96,11 +95,9 @@ std::vector<std::shared_ptr<Job>> run_jobs(const fs::path& package, const std::v
 }
 
 boost::json::object case_json(const nlohmann::json& c, std::uint64_t seed) {
-  return {{"prompt", c["prompt"].get<std::string>()}, {"negative_prompt", c["negative_prompt"].get<std::string>()},
-          {"height", c["height"].get<int>()},          {"width", c["width"].get<int>()},
-          {"frames", c["num_frames"].get<int>()},       {"steps", c["num_inference_steps"].get<int>()},
-          {"guidance", c["guidance_scale"].get<double>()}, {"fps", c["frame_rate"].get<double>()},
-          {"seed", seed}};
+  auto o = test::parity_case_spec(c, c["guidance_scale"].get<double>(), seed);
+  o["fps"] = c["frame_rate"].get<double>();
+  return o;
 }
 
 template <typename Fn>
@@ -165,11 +162,8 @@ static void check_parity(Reference& ref, const char* table, const std::vector<st
     REQUIRE(static_cast<int>(got.size()) == steps);
     double video = 0, audio = 0;
     for (int i = 0; i < steps; ++i) {
-      char key[64];
-      std::snprintf(key, sizeof key, "latents_%s_%03d", name.c_str(), i);
-      const auto want_video = ref.get(key);  // [1, C, F, H, W]
-      std::snprintf(key, sizeof key, "audio_%s_%03d", name.c_str(), i);
-      const auto want_audio = ref.get(key);  // [1, La, Ca*M]
+      const auto want_video = ref.get(test::step_key(name, i));  // [1, C, F, H, W]
+      const auto want_audio = ref.get(test::step_key(name, i, "audio"));  // [1, La, Ca*M]
       const auto s = want_video.numel();
       REQUIRE(got[i].size(1) == s + want_audio.numel());
       const auto v = got[i].narrow(1, 0, s).reshape({1, want_video.size(2), want_video.size(3), want_video.size(4), want_video.size(1)})
@@ -179,7 +173,7 @@ static void check_parity(Reference& ref, const char* table, const std::vector<st
       audio = std::max(audio, max_diff(got_audio, want_audio));
       if (i + 1 == steps) CHECK(at::equal(cap.audio[jobs[n]->id()], got_audio));  // the job keeps its last step's audio
     }
-    const double frames = max_diff(cap.frames[jobs[n]->id()], ref.get("frames_" + name)[0].permute({0, 2, 3, 1}));
+    const double frames = test::frames_diff(ref, name, cap.frames[jobs[n]->id()]);
     // The sound: the job's interleaved track against the pipeline's waveform [1, channels, samples].
     const auto& track = cap.tracks[jobs[n]->id()];
     REQUIRE(track);

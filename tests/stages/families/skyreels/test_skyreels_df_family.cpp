@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 #include <torch/script.h>
 
-#include <cstdio>
 #include <string>
 
 #include "runtime/errors.hpp"
@@ -41,19 +40,15 @@ Reference* reference_or_skip() {
 }
 
 boost::json::object case_json(const Reference& ref, const std::string& run, std::uint64_t seed) {
-  const auto& c = ref.info["case"];
   const auto& r = ref.info["runs"][run];
-  boost::json::object o{{"prompt", c["prompt"].get<std::string>()}, {"negative_prompt", c["negative_prompt"].get<std::string>()},
-                        {"height", c["height"].get<int>()},         {"width", c["width"].get<int>()},
-                        {"frames", c["num_frames"].get<int>()},     {"steps", c["num_inference_steps"].get<int>()},
-                        {"guidance", r["guidance"].get<double>()},  {"seed", seed},
-                        {"fps", r["fps"].get<int>()}};
+  auto o = test::parity_case_spec(ref.info["case"], r["guidance"].get<double>(), seed);
+  o["fps"] = r["fps"].get<int>();
   if (r["video"].get<bool>()) o["video"] = ref.info["video"].get<std::string>();
   return o;
 }
 
 std::shared_ptr<SkyReelsJob> make_job(Family& family, const boost::json::object& spec, const at::Tensor& video = {}) {
-  auto job = std::static_pointer_cast<SkyReelsJob>(family.create_job(family.validate(spec)));
+  auto job = test::validated_job<SkyReelsJob>(family, spec);
   job->video = video;
   return job;
 }
@@ -65,18 +60,10 @@ void check_parity(Reference& ref, const std::string& run) {
   const int expected = ref.info["runs"][run]["steps_run"].get<int>();
   const int prefix = ref.info["runs"][run]["prefix_latent_frames"].get<int>();
   REQUIRE(static_cast<int>(steps[0].size()) == expected);
-  double worst = 0;
-  for (int i = 0; i < expected; ++i) {
-    char key[64];
-    std::snprintf(key, sizeof key, "latents_%s_%03d", run.c_str(), i);
-    const auto want = ref.get(key);
-    // The frames being denoised; the clean prefix is compared in the final latents below.
-    worst = std::max(worst, max_diff(steps[0][i].narrow(2, prefix, want.size(2) - prefix), want.narrow(2, prefix, want.size(2) - prefix)));
-  }
-  char last[64];
-  std::snprintf(last, sizeof last, "latents_%s_%03d", run.c_str(), expected - 1);
-  const double final_latents = max_diff(job->state.latents, ref.get(last));  // decode put the prefix back
-  const double frames = max_diff(job->frames, ref.get("frames_" + run)[0].permute({0, 2, 3, 1}));
+  // The frames being denoised; the clean prefix is compared in the final latents below.
+  const double worst = test::worst_step_diff(ref, run, steps[0], prefix);
+  const double final_latents = max_diff(job->state.latents, ref.get(test::step_key(run, expected - 1)));  // decode put the prefix back
+  const double frames = test::frames_diff(ref, run, job->frames);
   MESSAGE(run << ": " << expected << " steps, prefix " << prefix << " latent frames; max |vgen - diffusers| latents (every step, "
               << "denoised frames) = " << worst << ", final latents (all frames) = " << final_latents << ", frames = " << frames);
   CHECK(worst <= 1e-4);

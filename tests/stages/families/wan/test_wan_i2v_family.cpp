@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 #include <torch/script.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -46,18 +45,15 @@ Reference* reference_or_skip() { return reference_from("VGEN_WAN_I2V_PARITY_DIR"
 // The reference case as a job spec; its image is the reference's PNG (the same pixels as
 // diffusers' input, already at the video size).
 boost::json::object case_json(const Reference& ref, std::uint64_t seed, double guidance) {
-  const auto& c = ref.info["case"];
-  return {{"prompt", c["prompt"].get<std::string>()}, {"negative_prompt", c["negative_prompt"].get<std::string>()},
-          {"height", c["height"].get<int>()},         {"width", c["width"].get<int>()},
-          {"frames", c["num_frames"].get<int>()},     {"steps", c["num_inference_steps"].get<int>()},
-          {"guidance", guidance},                     {"seed", seed},
-          {"image", ref.info["image"].get<std::string>()}};
+  auto o = test::parity_case_spec(ref.info["case"], guidance, seed);
+  o["image"] = ref.info["image"].get<std::string>();
+  return o;
 }
 
 // A job of `family` for `spec`, validated as the runtime validates it; `image`, when given,
 // replaces the spec's picture (wan_job_image takes a job's own tensor first).
 std::shared_ptr<WanJob> make_job(Family& family, const boost::json::object& spec, const at::Tensor& image = {}) {
-  auto job = std::static_pointer_cast<WanJob>(family.create_job(family.validate(spec)));
+  auto job = test::validated_job<WanJob>(family, spec);
   job->image = image;
   return job;
 }
@@ -75,13 +71,8 @@ void check_parity(Reference& ref, const std::string& name, double guidance) {
   CHECK(max_diff(job->image_embeds, ref.get("image_embeds")) <= 1e-5);
   const int n = ref.info["steps"].get<int>();
   REQUIRE(static_cast<int>(steps.size()) == n);
-  double worst = 0;
-  for (int i = 0; i < n; ++i) {
-    char key[64];
-    std::snprintf(key, sizeof key, "latents_%s_%03d", name.c_str(), i);
-    worst = std::max(worst, max_diff(steps[i], ref.get(key)));
-  }
-  const double frames = max_diff(job->frames, ref.get("frames_" + name)[0].permute({0, 2, 3, 1}));
+  const double worst = test::worst_step_diff(ref, name, steps);
+  const double frames = test::frames_diff(ref, name, job->frames);
   MESSAGE(name << ": max |vgen - diffusers| latents (every step) = " << worst << ", frames = " << frames);
   CHECK(worst <= 1e-4);
   CHECK(frames <= 1e-3);
@@ -197,13 +188,9 @@ TEST_CASE("vgen's FLF2V reproduces diffusers' WanImageToVideoPipeline with last_
     auto job = make_job(*family, flf2v_json(*ref, ref->info["seed"].get<std::uint64_t>(), g));
     auto steps = run_group(*family, {job})[0];
     const double tokens = max_diff(job->image_embeds, ref->get("image_embeds"));
-    double worst = 0;
-    for (int i = 0; i < ref->info["steps"].get<int>(); ++i) {
-      char key[64];
-      std::snprintf(key, sizeof key, "latents_%s_%03d", name.c_str(), i);
-      worst = std::max(worst, max_diff(steps[static_cast<std::size_t>(i)], ref->get(key)));
-    }
-    const double frames = max_diff(job->frames, ref->get("frames_" + name)[0].permute({0, 2, 3, 1}));
+    REQUIRE(static_cast<int>(steps.size()) == ref->info["steps"].get<int>());
+    const double worst = test::worst_step_diff(*ref, name, steps);
+    const double frames = test::frames_diff(*ref, name, job->frames);
     MESSAGE(name << ": max |vgen - diffusers| image tokens = " << tokens << ", latents (every step) = " << worst
                  << ", frames = " << frames);
     CHECK(tokens <= 1e-5);
@@ -301,13 +288,11 @@ TEST_CASE("vgen's A14B I2V reproduces diffusers' two-expert WanImageToVideoPipel
     CHECK(job->condition.size(1) == 4 + 16);  // mask + condition latents: 36 input channels with the noise
     double worst = 0;
     for (int i = 0; i < ref->info["steps"].get<int>(); ++i) {
-      char key[64];
-      std::snprintf(key, sizeof key, "latents_%s_%03d", name.c_str(), i);
-      const double d = max_diff(steps[static_cast<std::size_t>(i)], ref->get(key));
+      const double d = max_diff(steps[static_cast<std::size_t>(i)], ref->get(test::step_key(name, i)));
       MESSAGE(name << ": step " << i << " (" << ref->info["experts"][i].get<std::string>() << ") latents max |vgen - diffusers| = " << d);
       worst = std::max(worst, d);
     }
-    const double frames = max_diff(job->frames, ref->get("frames_" + name)[0].permute({0, 2, 3, 1}));
+    const double frames = test::frames_diff(*ref, name, job->frames);
     MESSAGE(name << ": max |vgen - diffusers| latents (every step) = " << worst << ", frames = " << frames);
     CHECK(worst <= 1e-3);
     CHECK(frames <= 1e-3);

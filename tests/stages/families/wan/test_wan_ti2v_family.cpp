@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 #include <torch/script.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -41,17 +40,13 @@ Reference* reference_or_skip() {
 
 // The reference case as a job spec; with `image`, the reference's PNG (already at the video size).
 boost::json::object case_json(const Reference& ref, std::uint64_t seed, double guidance, bool image) {
-  const auto& c = ref.info["case"];
-  boost::json::object o{{"prompt", c["prompt"].get<std::string>()}, {"negative_prompt", c["negative_prompt"].get<std::string>()},
-                        {"height", c["height"].get<int>()},         {"width", c["width"].get<int>()},
-                        {"frames", c["num_frames"].get<int>()},     {"steps", c["num_inference_steps"].get<int>()},
-                        {"guidance", guidance},                     {"seed", seed}};
+  auto o = test::parity_case_spec(ref.info["case"], guidance, seed);
   if (image) o["image"] = ref.info["image"].get<std::string>();
   return o;
 }
 
 std::shared_ptr<WanJob> make_job(Family& family, const boost::json::object& spec, const at::Tensor& image = {}) {
-  auto job = std::static_pointer_cast<WanJob>(family.create_job(family.validate(spec)));
+  auto job = test::validated_job<WanJob>(family, spec);
   job->image = image;
   return job;
 }
@@ -73,13 +68,11 @@ void check_parity(Reference& ref, const std::string& name, double guidance, bool
   REQUIRE(static_cast<int>(steps.size()) == n);
   double worst = 0;
   for (int i = 0; i < n; ++i) {
-    char key[64];
-    std::snprintf(key, sizeof key, "latents_%s_%03d", name.c_str(), i);
-    const double d = max_diff(steps[i], ref.get(key));
+    const double d = max_diff(steps[i], ref.get(test::step_key(name, i)));
     MESSAGE(name << ": step " << i << " latents max |vgen - diffusers| = " << d);
     worst = std::max(worst, d);
   }
-  const double frames = max_diff(job->frames, ref.get("frames_" + name)[0].permute({0, 2, 3, 1}));
+  const double frames = test::frames_diff(ref, name, job->frames);
   MESSAGE(name << ": max |vgen - diffusers| latents (every step) = " << worst << ", frames = " << frames);
   CHECK(worst <= 1e-3);
   CHECK(frames <= 1e-3);

@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 #include <torch/script.h>
 
-#include <cstdio>
 #include <string>
 
 #include "runtime/errors.hpp"
@@ -38,19 +37,16 @@ Reference* reference_or_skip() {
 // The reference case as a job spec with the reference's video file (lossless, the same pixels
 // as diffusers' input).
 boost::json::object case_json(const Reference& ref, const std::string& run, std::uint64_t seed) {
-  const auto& c = ref.info["case"];
   const auto& r = ref.info["runs"][run];
-  boost::json::object o{{"prompt", c["prompt"].get<std::string>()}, {"negative_prompt", c["negative_prompt"].get<std::string>()},
-                        {"height", c["height"].get<int>()},         {"width", c["width"].get<int>()},
-                        {"frames", c["num_frames"].get<int>()},     {"steps", c["num_inference_steps"].get<int>()},
-                        {"guidance", r["guidance"].get<double>()},  {"seed", seed},
-                        {"strength", r["strength"].get<double>()},  {"video", ref.info["video"].get<std::string>()}};
+  auto o = test::parity_case_spec(ref.info["case"], r["guidance"].get<double>(), seed);
+  o["strength"] = r["strength"].get<double>();
+  o["video"] = ref.info["video"].get<std::string>();
   if (!r["scheduler"].get<std::string>().empty()) o["scheduler"] = r["scheduler"].get<std::string>();
   return o;
 }
 
 std::shared_ptr<WanJob> make_job(Family& family, const boost::json::object& spec, const at::Tensor& video = {}) {
-  auto job = std::static_pointer_cast<WanJob>(family.create_job(family.validate(spec)));
+  auto job = test::validated_job<WanJob>(family, spec);
   job->video = video;
   return job;
 }
@@ -61,13 +57,8 @@ void check_parity(Reference& ref, const std::string& run) {
   const auto steps = test::run_group(*family, {job});
   const int expected = ref.info["runs"][run]["steps_run"].get<int>();
   REQUIRE(static_cast<int>(steps[0].size()) == expected);
-  double worst = 0;
-  for (int i = 0; i < expected; ++i) {
-    char key[64];
-    std::snprintf(key, sizeof key, "latents_%s_%03d", run.c_str(), i);
-    worst = std::max(worst, max_diff(steps[0][i], ref.get(key)));
-  }
-  const double frames = max_diff(job->frames, ref.get("frames_" + run)[0].permute({0, 2, 3, 1}));
+  const double worst = test::worst_step_diff(ref, run, steps[0]);
+  const double frames = test::frames_diff(ref, run, job->frames);
   MESSAGE(run << ": " << expected << " steps from step " << job->spec.steps - expected << "; max |vgen - diffusers| latents (every step) = "
               << worst << ", frames = " << frames);
   CHECK(worst <= 1e-4);
@@ -122,16 +113,7 @@ TEST_CASE("a video is refused, naming the field, by a package without the encode
           doctest::timeout(300)) {
   auto* ref = reference_or_skip();
   if (!ref) return;
-  auto expect_refused = [](Family& family, const boost::json::object& spec, const std::string& field) {
-    try {
-      family.validate(spec);
-      FAIL("accepted");
-    } catch (const Error& e) {
-      CHECK(e.kind() == ErrorKind::invalid_argument);
-      CHECK(std::string(e.what()).rfind(field + ":", 0) == 0);
-      MESSAGE(std::string(e.what()));
-    }
-  };
+  using test::expect_refused;
   auto t2v = load_family(ref->info["package_t2v"].get<std::string>());
   CHECK(t2v->package().limits.video == InputUse::none);
   expect_refused(*t2v, case_json(*ref, "unipc", 1), "video");

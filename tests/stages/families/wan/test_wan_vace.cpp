@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 #include <torch/script.h>
 
-#include <cstdio>
 #include <string>
 
 #include "runtime/errors.hpp"
@@ -39,12 +38,8 @@ Reference* reference_or_skip() {
 // A run of the reference as a job spec, its inputs as the reference's files (lossless: the same
 // pixels diffusers was given).
 boost::json::object case_json(const Reference& ref, const std::string& run, std::uint64_t seed) {
-  const auto& c = ref.info["case"];
   const auto& r = ref.info["runs"][run];
-  boost::json::object o{{"prompt", c["prompt"].get<std::string>()}, {"negative_prompt", c["negative_prompt"].get<std::string>()},
-                        {"height", c["height"].get<int>()},         {"width", c["width"].get<int>()},
-                        {"frames", c["num_frames"].get<int>()},     {"steps", c["num_inference_steps"].get<int>()},
-                        {"guidance", r["guidance"].get<double>()},  {"seed", seed}};
+  auto o = test::parity_case_spec(ref.info["case"], r["guidance"].get<double>(), seed);
   if (r["control"].get<bool>()) {
     o["video"] = ref.info["video"].get<std::string>();
     o["mask_video"] = ref.info["mask"].get<std::string>();
@@ -57,9 +52,7 @@ boost::json::object case_json(const Reference& ref, const std::string& run, std:
   return o;
 }
 
-std::shared_ptr<WanJob> make_job(Family& family, const boost::json::object& spec) {
-  return std::static_pointer_cast<WanJob>(family.create_job(family.validate(spec)));
-}
+std::shared_ptr<WanJob> make_job(Family& family, const boost::json::object& spec) { return test::validated_job<WanJob>(family, spec); }
 
 void check_parity(Reference& ref, const std::string& run) {
   auto family = load_family(ref.info["package"].get<std::string>());
@@ -67,31 +60,15 @@ void check_parity(Reference& ref, const std::string& run) {
   const auto steps = test::run_group(*family, {job});
   const int expected = ref.info["runs"][run]["steps_run"].get<int>();
   REQUIRE(static_cast<int>(steps[0].size()) == expected);
-  double worst = 0;
-  for (int i = 0; i < expected; ++i) {
-    char key[64];
-    std::snprintf(key, sizeof key, "latents_%s_%03d", run.c_str(), i);
-    const auto want = ref.get(key);
-    REQUIRE(steps[0][i].sizes() == want.sizes());  // the reference frames included
-    worst = std::max(worst, max_diff(steps[0][i], want));
-  }
-  const double frames = max_diff(job->frames, ref.get("frames_" + run)[0].permute({0, 2, 3, 1}));
+  const double worst = test::worst_step_diff(ref, run, steps[0]);  // the reference frames included
+  const double frames = test::frames_diff(ref, run, job->frames);
   MESSAGE(run << ": " << expected << " steps, latents " << steps[0][0].sizes() << "; max |vgen - diffusers| latents (every step) = "
               << worst << ", frames = " << frames);
   CHECK(worst <= 1e-4);
   CHECK(frames <= 1e-4);
 }
 
-void expect_refused(Family& family, const boost::json::object& spec, const std::string& field) {
-  try {
-    family.validate(spec);
-    FAIL("accepted");
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::invalid_argument);
-    CHECK(std::string(e.what()).rfind(field + ":", 0) == 0);
-    MESSAGE(std::string(e.what()));
-  }
-}
+using test::expect_refused;
 
 }  // namespace
 
