@@ -256,7 +256,10 @@ class LibavEncoder : public FormatEncoder {
     // The same packets, muxed again for watchers; made after the file's header so that a header
     // failure leaves no stream behind.
     std::optional<FragmentTap> tap;
-    if (live != nullptr) tap.emplace(ctx.get(), *live);
+    if (live != nullptr) {
+      tap.emplace(ctx.get(), sound ? sound->codec() : nullptr, *live);
+      if (sound) sound->set_packet_copy([&tap](const AVPacket* p) { tap->write_audio(p); });
+    }
     auto write_packet = [&](AVPacket* p) {
       if (p->duration == 0) p->duration = 1;  // constant frame rate: one tick of 1/fps
       if (tap) tap->write(p);  // a copy, before the file's muxer takes the packet
