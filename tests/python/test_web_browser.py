@@ -315,6 +315,9 @@ def test_the_page_plays_a_live_stream_with_sound(tmp_path, browser):
         wait_logged(browser, job_id, ended("done"))
         live = wait_logged(browser, job_id, lambda e: e.get("ended"), type="job-live")
         assert "reason" not in live, live  # played, not given up on
-        XX
-        assert live["bytes"] > 0 and round(live["buffered"] * fps) == frames, live
+        assert re.fullmatch(r'video/mp4; codecs="avc1\.[0-9a-f]{6},mp4a\.40\.2"', live["mime"]), live
+        # Every frame buffered. The buffered range starts at 0 with the AAC priming packet, before
+        # the first frame, which is shown after x264's reorder delay (the stream has no edit list:
+        # stages.fragment_tap): measured 2.25 s for this 2 s clip.
+        assert live["bytes"] > 0 and frames <= round(live["buffered"] * fps) <= frames + 2, live
         assert server.stop() == 0
