@@ -27,9 +27,10 @@
 // `failed` at once, so the HTTP route serves the finished file instead; one that began gets
 // kEndGrace for its end message (the job's final record and the relay's last messages travel
 // separately) and then ends `failed`.
-// A job redelivered after its worker died is relayed again on the same subject: a front end
-// already reading it sees the first encode's stream cut, not mixed (its end is `failed` after
-// the grace; a front end that starts afterwards reads both: a known limit, see ARCHITECTURE).
+// Known limit: a job redelivered after its worker died is relayed again on the same subject, so
+// a replay that read part of the first encode goes on with the second encode's init segment
+// and fragments appended (a broken stream for that client; the job's file is unaffected). A
+// subject per attempt (<id>.<attempt>) would fix it; not built.
 //
 // Thread-safety: every member may be called from any thread. Blocking: the constructors make
 // sure the stream exists (a broker round trip); relay() and job_ended() return at once.
