@@ -301,7 +301,9 @@ def test_the_page_plays_a_live_stream_with_sound(tmp_path, browser):
     manifest["family"] = "test-echo"
     manifest["test_tone"] = {"hz": 440.0, "sample_rate": 16000, "channels": 1}
     (pkg / "manifest.json").write_text(json.dumps(manifest))
-    with Server(pkg, tmp_path / "out", "--max-batch", "1", binary=binary) as server:
+    # The echo family denoises in a blink: the holder is held in denoise by the fault plan until cancelled.
+    faults = {"VGEN_FAULTS": json.dumps({"hold": [{"stage": "denoise", "prompt": "a grey holder"}]})}
+    with Server(pkg, tmp_path / "out", "--max-batch", "1", binary=binary, env=faults) as server:
         # Keeps the form's job queued until the page follows it (as in the test above).
         holder = server.hold_denoiser({"prompt": "a grey holder", "width": 256, "height": 256, "frames": 32,
                                        "steps": 1000})
