@@ -27,7 +27,9 @@ from test_live_stream import Live, boxes, has_a_fragment, probed_frames
 
 # 33 frames at 8 fps: about four seconds of video, so several fragments.
 LONG = {"width": 48, "height": 32, "frames": 33, "fps": 8, "steps": 2, "seed": 7}
-FAULTS = '{"hold": [{"stage": "encode", "prompt": "held-after-encode"}]}'
+# The holder stays in denoise until cancelled (held by the fault plan, not by a step count a
+# warm machine might finish first); a "held-after-encode" job stays in encode until cancelled.
+FAULTS = json.dumps({"hold": [{"stage": "encode", "prompt": "held-after-encode"}, {"stage": "denoise", "prompt": "a grey holder"}]})
 
 
 @pytest.fixture
@@ -114,7 +116,7 @@ def test_frames_are_probed_from_the_front_end_before_the_job_ends(fleet):
 
 
 def test_the_watched_file_is_the_unwatched_bytes_and_a_client_that_leaves_costs_nothing(fleet):
-    server, worker = fleet.start()
+    server, worker = fleet.start(env={"VGEN_FAULTS": FAULTS})
     prompt = "a blue square drifting"
     plain = submit(server, prompt)
     wait_state(server, plain, lambda b: b["status"] == "done")
