@@ -237,17 +237,21 @@ class Job {
       head = concatBytes(head, value);
       boxes = boxHeaders(head);
     }
-    const codec = avcCodec(head);
+    // A family with sound streams a second track (AAC): MSE refuses an init segment with a
+    // track its type does not name, so the type names both ("avc1.64001e,mp4a.40.2").
+    const video = avcCodec(head);
+    const audio = aacCodec(head);
+    const codec = audio === null ? "" : [video, audio].filter(Boolean).join(",");
     const after = boxes[boxes.findIndex((b) => b.type === "moov") + 1];
     const type = `video/mp4; codecs="${codec}"`;
-    if (!codec || (after && after.type === "mdat") || !MediaSource.isTypeSupported(type)) {
+    if (!video || !codec || (after && after.type === "mdat") || !MediaSource.isTypeSupported(type)) {
       reader.cancel().catch(() => {});
       return stop(after && after.type === "mdat" ? "the finished file, not a stream" : `cannot play ${type}`);
     }
     const source = new MediaSource();
-    const video = this.q("live");
+    const player = this.q("live");
     const url = URL.createObjectURL(source);
-    video.src = url;
+    player.src = url;
     await new Promise((resolve) => source.addEventListener("sourceopen", resolve, { once: true }));
     URL.revokeObjectURL(url);  // attached: the URL is not needed any more (not kept for the page's life)
     const buffer = source.addSourceBuffer(type);
@@ -260,11 +264,11 @@ class Job {
     buffered = () => (buffer.buffered.length ? buffer.buffered.end(buffer.buffered.length - 1) - buffer.buffered.start(0) : 0);
     // Read to its end even when the finished file came first (a busy machine, a short job): the
     // stream is finite, and the file, not the stream, is what is shown then.
-    video.hidden = Boolean(this.videoUrl);
+    player.hidden = Boolean(this.videoUrl);
     try {
       await append(head);
       bytes += head.length;
-      if (!this.videoUrl) video.play().catch(() => { /* autoplay refused: it is muted, so this is rare */ });
+      if (!this.videoUrl) player.play().catch(() => { /* autoplay refused: it is muted, so this is rare */ });
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
@@ -272,10 +276,10 @@ class Job {
         bytes += value.length;
         this.report("job-live", { bytes, buffered: buffered() });
       }
-      this.report("job-live", { ended: true, bytes, buffered: buffered() });
+      this.report("job-live", { ended: true, bytes, buffered: buffered(), mime: type });
       if (source.readyState === "open") source.endOfStream();
     } catch (err) {
-      video.hidden = true;  // the finished file still comes when the job is done
+      player.hidden = true;  // the finished file still comes when the job is done
       stop(`stopped: ${err}`);
     }
     reader.cancel().catch(() => {});
@@ -361,6 +365,45 @@ function avcCodec(bytes) {
     }
   }
   return "";
+}
+
+// "mp4a.40.N" for an AAC track of an init segment (N: the audio object type its esds box's
+// AudioSpecificConfig names, 2 for AAC-LC, what vgen writes); "" when there is no mp4a track;
+// null when there is one whose esds cannot be read (the stream cannot be described then).
+function aacCodec(bytes) {
+  const find = (name, from) => {
+    for (let i = from; i + 4 <= bytes.length; i++)
+      if (String.fromCharCode(bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]) === name) return i;
+    return -1;
+  };
+  const entry = find("mp4a", 0);
+  if (entry < 0) return "";
+  const esds = find("esds", entry);
+  if (esds < 0) return null;
+  // MPEG-4 descriptors (ISO 14496-1): a tag byte, a length in 7-bit groups, then the payload.
+  // ES_Descriptor (3) holds DecoderConfigDescriptor (4), which holds DecoderSpecificInfo (5).
+  let at = esds + 8;  // past "esds", version and flags
+  const descriptor = () => {
+    const tag = bytes[at++];
+    let length = 0;
+    for (let n = 0; n < 4; n++) {
+      const b = bytes[at++];
+      length = (length << 7) | (b & 0x7f);
+      if (!(b & 0x80)) break;
+    }
+    return { tag, length };
+  };
+  if (descriptor().tag !== 3) return null;
+  const flags = bytes[at + 2];
+  at += 3;  // ES_ID, flags
+  if (flags & 0x80) at += 2;  // dependsOn_ES_ID
+  if (flags & 0x40) at += 1 + bytes[at];  // URL
+  if (flags & 0x20) at += 2;  // OCR_ES_ID
+  if (descriptor().tag !== 4) return null;
+  const objectType = bytes[at];
+  at += 13;  // objectTypeIndication, streamType, bufferSize, maxBitrate, avgBitrate
+  if (objectType !== 0x40 || descriptor().tag !== 5 || at >= bytes.length) return null;
+  return "mp4a.40." + (bytes[at] >> 3);
 }
 
 // One Server-Sent Event block: its event name and its data lines joined.

@@ -1,6 +1,7 @@
 #include "api/fleet/fleet_client.hpp"
 
 #include "api/fleet/fleet_queue.hpp"
+#include "api/fleet/live_relay.hpp"
 #include "api/job_entry.hpp"
 #include "api/webhooks.hpp"
 #include "runtime/metrics.hpp"
@@ -110,6 +111,10 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
   MetricsRegistry webhook_metrics;
   std::unique_ptr<Webhooks> webhooks;  // null without endpoints; before the watch, after the pool
   Subscription watch;
+  // Watched jobs' videos relayed from their workers (api/fleet/live_relay.hpp), by job id; an
+  // entry goes when its broadcast has ended and another job is watched.
+  std::map<std::string, std::shared_ptr<LiveReplay>> replays;  // with mutex
+  std::shared_ptr<LiveBudget> live_budget = std::make_shared<LiveBudget>(config.live_max_total_bytes);
 
   // The mirror of a job: a local Job whose cancel request goes to the worker.
   struct CancelToWorker final : Job::CancelTarget {
@@ -200,7 +205,22 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
     jobs_gone_changed.wait_for(lock, backstop, [&] { return jobs_gone != before; });
   }
 
+  std::shared_ptr<LiveBroadcast> live_stream(const std::string& id) {
+    auto entry = find(id);
+    if (!entry || entry->finished()) return nullptr;
+    std::lock_guard lock(mutex);
+    std::erase_if(replays, [](const auto& r) { return r.second->broadcast()->end() != LiveBroadcast::End::open; });
+    auto& replay = replays[id];
+    if (!replay)
+      replay = LiveReplay::start(nats, queue, id, broker_pool.get_executor(), LiveBroadcast::default_max_bytes, live_budget);
+    return replay->broadcast();
+  }
+
   void finish(detail::JobEntry& entry, const FleetRecord& rec) {
+    {
+      std::lock_guard lock(mutex);
+      if (auto it = replays.find(rec.id); it != replays.end()) it->second->job_ended();
+    }
     const auto r = result_of(rec);
     {
       std::lock_guard lock(entry.mutex);
@@ -310,6 +330,7 @@ FleetClient::FleetClient(RuntimeConfig config) {
   s.cancel_target.state = state_;
   s.nats.ensure_stream({.name = s.queue.stream, .subjects = {s.queue.subject_prefix + ".>"}, .max_msgs = s.queue.max_pending});
   s.nats.ensure_bucket(s.queue.bucket, s.queue.record_ttl);
+  ensure_live_stream(s.nats, s.queue);  // a watched job's video comes through it
   s.expected_at_start = s.nats.stream_messages("KV_" + s.queue.bucket);  // an upper bound of the keys (history 1)
   if (s.expected_at_start == 0) s.caught_up = true;
   if (!s.config.webhooks.endpoints.empty()) {
@@ -325,6 +346,10 @@ FleetClient::FleetClient(RuntimeConfig config) {
 
 FleetClient::~FleetClient() {
   state_->watch = Subscription();  // no more updates (drained: a running handler returns first)
+  {
+    std::lock_guard lock(state_->mutex);  // their asking timers end at their next tick: join below returns
+    for (auto& [_, replay] : state_->replays) replay->broadcast()->finish(LiveBroadcast::End::failed);
+  }
   state_->broker_pool.join();
   std::lock_guard lock(state_->mutex);
   for (auto& [_, entry] : state_->entries) entry->job->set_cancel_target(nullptr);  // handles outlive the client
@@ -362,6 +387,8 @@ asio::awaitable<JobHandle> FleetClient::async_submit(json::value spec, SubmitOpt
 }
 
 std::optional<JobHandle> FleetClient::find(const std::string& id) const { return state_->find(id); }
+
+std::shared_ptr<LiveBroadcast> FleetClient::live_stream(const std::string& id) const { return state_->live_stream(id); }
 
 JobSpec FleetClient::validate(const json::value& spec) const {
   light_validate(spec);

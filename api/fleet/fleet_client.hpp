@@ -59,6 +59,10 @@ class FleetClient : public JobService {
   boost::asio::awaitable<JobHandle> async_submit(boost::json::value spec, SubmitOptions options = {}) override;
   JobSpec validate(const boost::json::value& spec) const override;  // the light checks, then the generic fields
   std::optional<JobHandle> find(const std::string& id) const override;
+  // A running job's video relayed from the worker that encodes it (api/fleet/live_relay.hpp);
+  // nullptr for a job unknown here or ended. Never waits on the broker (the subscription is made
+  // on executor()).
+  std::shared_ptr<LiveBroadcast> live_stream(const std::string& id) const override;
   std::vector<JobHandle> unfinished() const override;
   JobPage list_jobs(const JobListQuery& query) const override;  // the records this client follows
   bool previews(const std::string& model = {}) const override;  // false: workers send no preview images

@@ -1,5 +1,6 @@
 #include "api/fleet/fleet_worker.hpp"
 
+#include "api/fleet/live_relay.hpp"
 #include "api/fleet/nats_client.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -85,6 +86,8 @@ struct FleetWorker::State : std::enable_shared_from_this<FleetWorker::State> {
   std::vector<std::thread> pullers;
   std::thread completer;
   Subscription cancels;
+  LiveRelay live_relay{nats, queue, options.name};  // the videos of held jobs a front end watches
+  Subscription wants;
   bool started = false, stopped = false;
 
   void ensure_queue() {
@@ -410,6 +413,21 @@ struct FleetWorker::State : std::enable_shared_from_this<FleetWorker::State> {
     changed.notify_all();
   }
 
+  // On a nats.c thread: a front end watches a job. Only its holder relays it, and only a job in
+  // the Runtime already (a want before that is asked again: the front end repeats it).
+  void on_want(const std::string& subject) {
+    const auto id = subject.substr(subject.rfind('.') + 1);
+    JobHandle handle;
+    {
+      std::lock_guard lock(mutex);
+      auto it = held.find(id);
+      if (it == held.end() || !it->second->handle) return;
+      handle = it->second->handle;
+    }
+    // The Runtime knows the job by its own id; the broker's subjects by the fleet's.
+    if (auto live = runtime.live_stream(handle.id())) live_relay.relay(id, std::move(live));
+  }
+
   void on_cancel(const std::string& subject) {
     const auto id = subject.substr(subject.rfind('.') + 1);
     JobHandle handle;
@@ -450,6 +468,9 @@ void FleetWorker::start() {
   s->cancels = s->nats.subscribe(s->queue.cancel_subject + ".*", [weak = std::weak_ptr<State>(s)](std::string subject, std::string) {
     if (auto st = weak.lock()) st->on_cancel(subject);
   });
+  s->wants = s->nats.subscribe(live_want_subject(s->queue, "*"), [weak = std::weak_ptr<State>(s)](std::string subject, std::string) {
+    if (auto st = weak.lock()) st->on_want(subject);
+  });
   s->completer = std::thread([s] { s->completion_loop(); });
   for (const auto& m : s->options.models) s->subscriptions[m];
   for (const auto& m : s->options.models) s->pullers.emplace_back([s, m] { s->pull_loop(m); });
@@ -484,6 +505,8 @@ void FleetWorker::stop(bool finish_held) {
   s->changed.notify_all();
   if (s->completer.joinable()) s->completer.join();
   s->cancels = Subscription();
+  s->wants = Subscription();
+  s->live_relay.stop();
   try {
     s->nats.flush();
   } catch (const Error& e) {

@@ -242,6 +242,8 @@ void NatsClient::ensure_stream(const StreamSpec& spec) {
   cfg.SubjectsLen = static_cast<int>(subjects.size());
   cfg.Retention = spec.work_queue ? js_WorkQueuePolicy : js_LimitsPolicy;
   cfg.MaxMsgs = spec.max_msgs;
+  cfg.MaxBytes = spec.max_bytes;
+  cfg.MaxAge = std::chrono::duration_cast<std::chrono::nanoseconds>(spec.max_age).count();
   cfg.Discard = js_DiscardNew;  // at the limit a publish is refused (HTTP 429), nothing is dropped
   cfg.Storage = js_FileStorage;
   s = js_AddStream(&info, js_, &cfg, nullptr, &jerr);
@@ -389,6 +391,21 @@ Subscription NatsClient::watch_bucket(const std::string& name, Subscription::Han
   jsErrCode jerr{};
   check(js_Subscribe(&out.state_->sub, js_, subject.c_str(), on_bucket_entry, &out.state_->handler, nullptr, &so, &jerr),
         "watch " + name, jerr);
+  return out;
+}
+
+Subscription NatsClient::replay(const std::string& stream, const std::string& subject, Subscription::Handler handler) {
+  Subscription out;
+  out.state_ = std::make_unique<Subscription::State>();
+  out.state_->handler = std::move(handler);
+  jsSubOptions so;
+  jsSubOptions_Init(&so);
+  so.Stream = stream.c_str();
+  so.Ordered = true;
+  so.Config.DeliverPolicy = js_DeliverAll;
+  jsErrCode jerr{};
+  check(js_Subscribe(&out.state_->sub, js_, subject.c_str(), on_message, &out.state_->handler, nullptr, &so, &jerr),
+        "replay " + subject, jerr);
   return out;
 }
 

@@ -50,6 +50,8 @@ struct StreamSpec {
   std::vector<std::string> subjects;
   std::int64_t max_msgs = -1;            // -1: unlimited; else publishes beyond it are refused
   bool work_queue = true;                // an acked message is removed (work-queue retention)
+  std::int64_t max_bytes = -1;           // -1: unlimited; else publishes beyond it are refused
+  std::chrono::seconds max_age{0};       // 0: messages never expire
 };
 
 struct ConsumerSpec {
@@ -160,6 +162,10 @@ class NatsClient {
   // an ordered consumer, replayed from the start again after a reconnect where it had a gap.
   // The handler gets the key and the value (empty for a deleted key).
   Subscription watch_bucket(const std::string& bucket, Subscription::Handler handler);
+  // Every message of `stream` on `subject`, from its first, then each one as it is published: an
+  // ordered consumer (no acks; the server forgets it with the subscription). The handler gets
+  // the subject and the data, in stream order.
+  Subscription replay(const std::string& stream, const std::string& subject, Subscription::Handler handler);
 
  private:
   __kvStore* bucket(const std::string& name);

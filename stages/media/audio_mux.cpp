@@ -9,6 +9,7 @@ extern "C" {
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/errors.hpp"
@@ -69,6 +70,7 @@ struct AudioStreamWriter::State {
   std::int64_t next_pts = 0;  // in samples at the output rate
   int frame_size = 0;
   bool finished = false;
+  std::function<void(const AVPacket*)> copy;  // the live stream's
 };
 
 AudioStreamWriter::AudioStreamWriter(AVFormatContext* fmt, const AudioTrack& track, const char* codec_name, int threads)
@@ -128,6 +130,10 @@ AudioStreamWriter::~AudioStreamWriter() = default;
 
 int AudioStreamWriter::output_sample_rate() const noexcept { return state_->codec->sample_rate; }
 
+const AVCodecContext* AudioStreamWriter::codec() const noexcept { return state_->codec.get(); }
+
+void AudioStreamWriter::set_packet_copy(std::function<void(const AVPacket*)> copy) { state_->copy = std::move(copy); }
+
 void AudioStreamWriter::write_frames(std::int64_t until_sample, bool flush) {
   State& s = *state_;
   AVCodecContext* c = s.codec.get();
@@ -136,6 +142,7 @@ void AudioStreamWriter::write_frames(std::int64_t until_sample, bool flush) {
       const int e = avcodec_receive_packet(c, s.packet.get());
       if (e == AVERROR(EAGAIN) || e == AVERROR_EOF) return;
       av::check(e, "receiving an audio packet");
+      if (s.copy) s.copy(s.packet.get());
       av_packet_rescale_ts(s.packet.get(), c->time_base, s.stream->time_base);
       s.packet->stream_index = s.stream->index;
       av::check(av_interleaved_write_frame(s.fmt, s.packet.get()), "writing an audio packet");

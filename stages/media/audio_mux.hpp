@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include "stages/media/audio_track.hpp"
@@ -49,6 +50,12 @@ class AudioStreamWriter {
   void finish();
 
   int output_sample_rate() const noexcept;
+  // The opened encoder (for a second muxer of the same packets: the live stream's).
+  const AVCodecContext* codec() const noexcept;
+  // Called with each packet the encoder makes, in the encoder's time base, before the muxer
+  // takes it (stages/media/fragment_tap.hpp copies it). It must not change the packet: the
+  // file's bytes stay those of an encode without it. Empty: none.
+  void set_packet_copy(std::function<void(const AVPacket*)> copy);
 
  private:
   struct State;

@@ -3,6 +3,7 @@
 
 #include "stages/media/audio_mux.hpp"
 #include "stages/media/fragment_tap.hpp"
+#include "stages/media/frame_fill.hpp"
 #include "stages/media/libav.hpp"
 #include "stages/media/x264_cpu.hpp"
 
@@ -58,80 +59,6 @@ void init_av_logging() {
     av_log_set_callback(forward_av_log);
   });
 }
-
-// ---- RGB -> codec pixel format ----
-
-class FrameFiller {
- public:
-  virtual ~FrameFiller() = default;
-  // Writes one RGB24 frame (tightly packed) into `frame`, which is writable.
-  virtual void fill(const std::uint8_t* rgb, AVFrame* frame) = 0;
-};
-
-class RgbFiller final : public FrameFiller {  // for codecs that take RGB24 as it is
- public:
-  void fill(const std::uint8_t* rgb, AVFrame* frame) override {
-    av_image_copy_plane(frame->data[0], frame->linesize[0], rgb, frame->width * 3,
-                        frame->width * 3, frame->height);
-  }
-};
-
-// Full-range RGB -> limited-range BT.709 YUV 4:2:0. swscale assumes BT.601 unless told.
-// swscale's SIMD loads read up to 16 bytes past the last row (valgrind shows it), which for the
-// clip's last frame is past the vector's end: each frame goes through a padded copy.
-class YuvFiller final : public FrameFiller {
- public:
-  YuvFiller(int width, int height)
-      : width_(width), height_(height), padded_(std::size_t(width) * height * 3 + padding, 0) {
-    sws_.reset(av::check_alloc(sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height,
-                                          AV_PIX_FMT_YUV420P, SWS_BILINEAR | SWS_ACCURATE_RND,
-                                          nullptr, nullptr, nullptr),
-                           "creating the RGB to YUV converter"));
-    const int* bt709 = sws_getCoefficients(SWS_CS_ITU709);
-    if (sws_setColorspaceDetails(sws_.get(), bt709, 1, bt709, 0, 0, 1 << 16, 1 << 16) < 0) {
-      throw Error(ErrorKind::internal, "selecting BT.709 for RGB to YUV: not supported");
-    }
-  }
-  void fill(const std::uint8_t* rgb, AVFrame* frame) override {
-    std::memcpy(padded_.data(), rgb, padded_.size() - padding);
-    const std::uint8_t* planes[1] = {padded_.data()};
-    const int strides[1] = {width_ * 3};
-    const int rows =
-        sws_scale(sws_.get(), planes, strides, 0, height_, frame->data, frame->linesize);
-    if (rows <= 0) av::check(rows < 0 ? rows : AVERROR_UNKNOWN, "converting RGB to YUV");
-  }
-
- private:
-  static constexpr std::size_t padding = 64;
-  int width_, height_;
-  std::vector<std::uint8_t> padded_;
-  av::SwsPtr sws_;
-};
-
-// Index 255 stays transparent: the gif encoder uses it for pixels unchanged since the
-// previous frame. The palette goes into every frame; the encoder writes it once (global table).
-class PaletteFiller final : public FrameFiller {
- public:
-  explicit PaletteFiller(const VideoFrames& frames)
-      : width_(frames.width), height_(frames.height), palette_(ClipPalette::build(frames, 255)) {
-    argb_.fill(0xff000000u);  // unused entries: opaque black
-    argb_[255] = 0;
-    const auto& colours = palette_.colours();
-    for (std::size_t i = 0; i < colours.size(); ++i) argb_[i] = 0xff000000u | colours[i];
-  }
-  void fill(const std::uint8_t* rgb, AVFrame* frame) override {
-    for (int y = 0; y < height_; ++y) {
-      std::uint8_t* row = frame->data[0] + static_cast<std::ptrdiff_t>(y) * frame->linesize[0];
-      for (int x = 0; x < width_; ++x, rgb += 3) row[x] = palette_.index_of(rgb);
-    }
-    std::memcpy(frame->data[1], argb_.data(), AVPALETTE_SIZE);
-  }
-
- private:
-  int width_, height_;
-  ClipPalette palette_;
-  std::array<std::uint32_t, 256> argb_{};
-};
 
 // ---- the encode loop ----
 
@@ -329,7 +256,10 @@ class LibavEncoder : public FormatEncoder {
     // The same packets, muxed again for watchers; made after the file's header so that a header
     // failure leaves no stream behind.
     std::optional<FragmentTap> tap;
-    if (live != nullptr) tap.emplace(ctx.get(), *live);
+    if (live != nullptr) {
+      tap.emplace(ctx.get(), sound ? sound->codec() : nullptr, *live);
+      if (sound) sound->set_packet_copy([&tap](const AVPacket* p) { tap->write_audio(p); });
+    }
     auto write_packet = [&](AVPacket* p) {
       if (p->duration == 0) p->duration = 1;  // constant frame rate: one tick of 1/fps
       if (tap) tap->write(p);  // a copy, before the file's muxer takes the packet

@@ -102,8 +102,9 @@ class FormatEncoder {
                                                             const EncodeOptions& options) const;
 
   // Formats a client can watch while they are written (mp4) override these two: write_file (or
-  // write_file_with_audio when `audio` is set) that also writes the video to `live` as
-  // fragmented MP4 as the encoder makes it (stages/media/fragment_tap.hpp). The default throws
+  // write_file_with_audio when `audio` is set) that also writes the video, and the sound when
+  // `audio` is set, to `live` as fragmented MP4 as the encoders make it
+  // (stages/media/fragment_tap.hpp). The default throws
   // Error(internal).
   virtual bool streams_live() const { return false; }
   virtual void write_file_live(const VideoFrames& frames, const AudioTrack* audio, const std::filesystem::path& path,
@@ -145,10 +146,11 @@ void encode_to_file(const VideoFrames& frames, const std::filesystem::path& out,
 void encode_to_file(const VideoFrames& frames, const AudioTrack* audio, const std::filesystem::path& out,
                     const EncodeOptions& options);
 
-// The same, and for a format that streams_live (mp4) the video also goes to `live` as
-// fragmented MP4 while it is encoded: the init segment first, then a fragment about every half
-// second of video. The file is the same bytes as without `live` (the packets are copied, the
-// encode is the same). `live` is not ended here: the caller ends it once the file is in place
+// The same, and for a format that streams_live (mp4) the video (with `audio`: and its sound,
+// as a second track interleaved by time, AAC as in the file) also goes to `live` as fragmented
+// MP4 while it is encoded: the init segment first, then a fragment about every half second of
+// video. The file is the same bytes as without `live` (the packets are copied, the encode is
+// the same). `live` is not ended here: the caller ends it once the file is in place
 // (a failure of the live muxer alone ends it failed and leaves the file alone). Other formats,
 // or `live` null: exactly the call above.
 void encode_to_file(const VideoFrames& frames, const AudioTrack* audio, const std::filesystem::path& out,

@@ -22,6 +22,8 @@ namespace vgen {
 struct FragmentTap::State {
   LiveBroadcast& out;
   const AVRational codec_time_base;
+  AVRational audio_time_base{0, 1};
+  bool has_audio = false;  // two streams: packets go through the muxer's interleaving
   av::CustomIoPtr io;        // declared before fmt: outlives it
   av::OutputFormatPtr fmt;
   av::PacketPtr copy = av::alloc_packet();
@@ -51,6 +53,26 @@ struct FragmentTap::State {
     if (!out.append(std::exchange(pending, std::string()))) ok = false;  // ended (cap, close): stop muxing for nobody
   }
 
+  // A copy of `packet` (in its encoder's time base) as a packet of stream `index`. With sound
+  // the muxer interleaves the two streams by time (it holds a packet until the other stream
+  // has caught up), so a fragment has both tracks' samples of its stretch; a silent stream
+  // writes each packet at once, as it always did.
+  void write(const AVPacket* packet, int index) {
+    if (!ok) return;
+    try {
+      av::check(av_packet_ref(copy.get(), packet), "copying a packet for the live stream");
+      av_packet_rescale_ts(copy.get(), index == 0 ? codec_time_base : audio_time_base, fmt->streams[index]->time_base);
+      copy->stream_index = index;
+      const int ret = has_audio ? av_interleaved_write_frame(fmt.get(), copy.get()) : av_write_frame(fmt.get(), copy.get());
+      av_packet_unref(copy.get());
+      av::check(ret, "writing a live packet");
+      flush();  // a fragment the muxer closed goes out now
+    } catch (const std::exception& e) {
+      av_packet_unref(copy.get());
+      fail(e);
+    }
+  }
+
   void fail(const std::exception& e) {
     if (!ok) return;
     ok = false;
@@ -60,6 +82,9 @@ struct FragmentTap::State {
 };
 
 FragmentTap::FragmentTap(const AVCodecContext* codec, LiveBroadcast& out, double fragment_s)
+    : FragmentTap(codec, nullptr, out, fragment_s) {}
+
+FragmentTap::FragmentTap(const AVCodecContext* codec, const AVCodecContext* audio, LiveBroadcast& out, double fragment_s)
     : state_(std::make_unique<State>(out, codec->time_base)) {
   auto& s = *state_;
   try {
@@ -78,6 +103,13 @@ FragmentTap::FragmentTap(const AVCodecContext* codec, LiveBroadcast& out, double
     stream->time_base = codec->time_base;
     stream->avg_frame_rate = codec->framerate;
     stream->r_frame_rate = codec->framerate;
+    if (audio != nullptr) {  // stream 1, as in the file
+      AVStream* sound = av::check_alloc(avformat_new_stream(s.fmt.get(), nullptr), "creating the live audio stream");
+      av::check(avcodec_parameters_from_context(sound->codecpar, audio), "copying audio codec parameters");
+      sound->time_base = audio->time_base;
+      s.audio_time_base = audio->time_base;
+      s.has_audio = true;
+    }
     av::Dictionary options;
     options.set("movflags", "frag_keyframe+empty_moov+default_base_moof");
     // A fragment at least this often, keyframe or not: the first frames reach a client early.
@@ -94,22 +126,10 @@ FragmentTap::~FragmentTap() = default;
 
 bool FragmentTap::ok() const noexcept { return state_->ok; }
 
-void FragmentTap::write(const AVPacket* packet) {
-  auto& s = *state_;
-  if (!s.ok) return;
-  try {
-    av::check(av_packet_ref(s.copy.get(), packet), "copying a packet for the live stream");
-    AVStream* stream = s.fmt->streams[0];
-    av_packet_rescale_ts(s.copy.get(), s.codec_time_base, stream->time_base);
-    s.copy->stream_index = 0;
-    const int ret = av_write_frame(s.fmt.get(), s.copy.get());
-    av_packet_unref(s.copy.get());
-    av::check(ret, "writing a live packet");
-    s.flush();  // a fragment the muxer closed goes out now
-  } catch (const std::exception& e) {
-    av_packet_unref(s.copy.get());
-    s.fail(e);
-  }
+void FragmentTap::write(const AVPacket* packet) { state_->write(packet, 0); }
+
+void FragmentTap::write_audio(const AVPacket* packet) {
+  if (state_->has_audio) state_->write(packet, 1);
 }
 
 void FragmentTap::finish() {

@@ -42,14 +42,15 @@ def package(tmp_path_factory):
 
 
 class Server:
-    """A `vgen serve` process on a free loopback port."""
+    """A `vgen serve` process on a free loopback port (`binary`: another build of the CLI, e.g.
+    bin/vgen_test_families with the test-only families)."""
 
-    def __init__(self, package, out_dir, *args, env=None, start_timeout=120, log_dir=None):
+    def __init__(self, package, out_dir, *args, env=None, start_timeout=120, log_dir=None, binary=None):
         out_dir.mkdir(parents=True, exist_ok=True)
         self.out_dir = out_dir
         log_dir = log_dir or out_dir.parent  # elsewhere when that is a small file system under test
         self.log = open(log_dir / f"serve-{os.getpid()}-{time.monotonic_ns()}.log", "w+")
-        cmd = [str(VGEN), "--log-level", "info", "serve", "--listen", "127.0.0.1:0", "--model", str(package),
+        cmd = [str(binary or VGEN), "--log-level", "info", "serve", "--listen", "127.0.0.1:0", "--model", str(package),
                "--output-dir", str(out_dir), *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      env={**os.environ, **(env or {})})

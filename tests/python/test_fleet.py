@@ -86,12 +86,12 @@ class Broker:
 class Worker:
     """A `vgen worker` process; its log is a file the test reads."""
 
-    def __init__(self, name, broker, package, out_dir, config, env=None):
+    def __init__(self, name, broker, package, out_dir, config, env=None, args=()):
         self.name = name
         self.log_path = out_dir.parent / f"worker-{name}-{time.monotonic_ns()}.log"
         self.log = open(self.log_path, "w")
         cmd = [str(VGEN), "--log-level", "info", "worker", "--queue", broker.url, "--model", str(package),
-               "--output-dir", str(out_dir), "--name", name, "--config", str(config)]
+               "--output-dir", str(out_dir), "--name", name, "--config", str(config), *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      env={**os.environ, **(env or {})})
         ready, _, _ = select.select([self.proc.stdout], [], [], 180)

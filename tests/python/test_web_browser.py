@@ -17,7 +17,9 @@ the page subscribes to its events and the page receives every one of them howeve
 machine is. Timeouts only bound a hang."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -283,4 +285,41 @@ def test_the_form_sends_interpolate_and_upscale(tmp_path, browser, artifacts):
         duration = browser.execute_script("return arguments[0].duration", video)
         assert round(duration * fps * 2) == (frames - 1) * 2 + 1, duration
         browser.save_screenshot(str(artifacts / "07-post.png"))
+        assert server.stop() == 0
+
+
+def test_the_page_plays_a_live_stream_with_sound(tmp_path, browser):
+    """A family with sound streams two tracks (H.264 and AAC): the page's MediaSource type names
+    both (without the AAC its SourceBuffer refuses the init segment) and every frame is buffered.
+    The family is the TEST-ONLY test-echo with its tone (tests/python/test_live_sound.py)."""
+    binary = BUILD / "bin" / "vgen_test_families"
+    if not binary.exists():
+        pytest.skip("build/bin/vgen_test_families not built")
+    pkg = tmp_path / "pkg"
+    shutil.copytree(MODEL, pkg)
+    manifest = json.loads((pkg / "manifest.json").read_text())
+    manifest["family"] = "test-echo"
+    manifest["test_tone"] = {"hz": 440.0, "sample_rate": 16000, "channels": 1}
+    (pkg / "manifest.json").write_text(json.dumps(manifest))
+    # The echo family denoises in a blink: the holder is held in denoise by the fault plan until cancelled.
+    faults = {"VGEN_FAULTS": json.dumps({"hold": [{"stage": "denoise", "prompt": "a grey holder"}]})}
+    with Server(pkg, tmp_path / "out", "--max-batch", "1", binary=binary, env=faults) as server:
+        # Keeps the form's job queued until the page follows it (as in the test above).
+        holder = server.hold_denoiser({"prompt": "a grey holder", "width": 256, "height": 256, "frames": 32,
+                                       "steps": 1000})
+        browser.get(f"http://127.0.0.1:{server.port}/")
+        record(browser)
+        frames, fps = 16, 8
+        job = submit(browser, "a red circle with a tone", width=128, height=128, frames=frames, steps=2, seed=3)
+        job_id = job.get_attribute("data-id")
+        wait_logged(browser, job_id, lambda e: e["name"] == "progress")  # the page follows its stream
+        assert server.json("DELETE", f"/v1/jobs/{holder}")[0] == 202
+        wait_logged(browser, job_id, ended("done"))
+        live = wait_logged(browser, job_id, lambda e: e.get("ended"), type="job-live")
+        assert "reason" not in live, live  # played, not given up on
+        assert re.fullmatch(r'video/mp4; codecs="avc1\.[0-9a-f]{6},mp4a\.40\.2"', live["mime"]), live
+        # Every frame buffered. The buffered range starts at 0 with the AAC priming packet, before
+        # the first frame, which is shown after x264's reorder delay (the stream has no edit list:
+        # stages.fragment_tap): measured 2.25 s for this 2 s clip.
+        assert live["bytes"] > 0 and frames <= round(live["buffered"] * fps) <= frames + 2, live
         assert server.stop() == 0
