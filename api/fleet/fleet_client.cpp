@@ -114,6 +114,7 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
   // Watched jobs' videos relayed from their workers (api/fleet/live_relay.hpp), by job id; an
   // entry goes when its broadcast has ended and another job is watched.
   std::map<std::string, std::shared_ptr<LiveReplay>> replays;  // with mutex
+  bool live_on = false;  // the live stream exists (set once at start)
   std::shared_ptr<LiveBudget> live_budget = std::make_shared<LiveBudget>(config.live_max_total_bytes);
 
   // The mirror of a job: a local Job whose cancel request goes to the worker.
@@ -207,26 +208,29 @@ struct FleetClient::State : std::enable_shared_from_this<FleetClient::State> {
 
   std::shared_ptr<LiveBroadcast> live_stream(const std::string& id) {
     auto entry = find(id);
-    if (!entry || entry->finished()) return nullptr;
+    if (!live_on || !entry || entry->finished()) return nullptr;
     std::lock_guard lock(mutex);
     std::erase_if(replays, [](const auto& r) { return r.second->broadcast()->end() != LiveBroadcast::End::open; });
     auto& replay = replays[id];
     if (!replay)
       replay = LiveReplay::start(nats, queue, id, broker_pool.get_executor(), LiveBroadcast::default_max_bytes, live_budget);
+    // finish() marks the job ended before it looks for replays: one that ended between the check
+    // above and this replay's entry is seen here (else its replay would ask for a stream forever).
+    if (entry->finished()) replay->job_ended();
     return replay->broadcast();
   }
 
   void finish(detail::JobEntry& entry, const FleetRecord& rec) {
-    {
-      std::lock_guard lock(mutex);
-      if (auto it = replays.find(rec.id); it != replays.end()) it->second->job_ended();
-    }
     const auto r = result_of(rec);
     {
       std::lock_guard lock(entry.mutex);
       if (entry.final_result) return;
       entry.final_result = r;
       entry.ended_at = std::chrono::steady_clock::now();
+    }
+    {  // after the end is marked (see live_stream)
+      std::lock_guard lock(mutex);
+      if (auto it = replays.find(rec.id); it != replays.end()) it->second->job_ended();
     }
     // The job's terminal event reaches its listeners before wait() returns, as with the
     // in-process Runtime: a caller that waited has seen every event (api.fleet_client saw the
@@ -330,7 +334,7 @@ FleetClient::FleetClient(RuntimeConfig config) {
   s.cancel_target.state = state_;
   s.nats.ensure_stream({.name = s.queue.stream, .subjects = {s.queue.subject_prefix + ".>"}, .max_msgs = s.queue.max_pending});
   s.nats.ensure_bucket(s.queue.bucket, s.queue.record_ttl);
-  ensure_live_stream(s.nats, s.queue);  // a watched job's video comes through it
+  s.live_on = ensure_live_stream(s.nats, s.queue);  // a watched job's video comes through it
   s.expected_at_start = s.nats.stream_messages("KV_" + s.queue.bucket);  // an upper bound of the keys (history 1)
   if (s.expected_at_start == 0) s.caught_up = true;
   if (!s.config.webhooks.endpoints.empty()) {

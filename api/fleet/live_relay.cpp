@@ -56,12 +56,18 @@ std::string live_want_subject(const QueueConfig& queue, const std::string& id) {
   return queue.subject_prefix + "_live.want." + id;
 }
 
-void ensure_live_stream(NatsClient& nats, const QueueConfig& queue) {
-  nats.ensure_stream({.name = live_stream_name(queue),
-                      .subjects = {live_data_subject(queue, ">")},
-                      .work_queue = false,
-                      .max_bytes = kLiveMaxBytes,
-                      .max_age = kLiveMaxAge});
+bool ensure_live_stream(NatsClient& nats, const QueueConfig& queue) {
+  try {
+    nats.ensure_stream({.name = live_stream_name(queue),
+                        .subjects = {live_data_subject(queue, ">")},
+                        .work_queue = false,
+                        .max_bytes = kLiveMaxBytes,
+                        .max_age = kLiveMaxAge});
+    return true;
+  } catch (const Error& e) {
+    spdlog::warn("fleet: no live video in this process: the broker refused the stream {}: {}", live_stream_name(queue), e.what());
+    return false;
+  }
 }
 
 // ---- the worker's side ----
@@ -108,7 +114,7 @@ struct LiveRelay::State {
 
 LiveRelay::LiveRelay(NatsClient& nats, QueueConfig queue, std::string worker)
     : state_(std::make_shared<State>(nats, std::move(queue), std::move(worker))) {
-  ensure_live_stream(nats, state_->queue);
+  if (!ensure_live_stream(nats, state_->queue)) state_->stopped = true;  // relays nothing: front ends serve the file
 }
 
 LiveRelay::~LiveRelay() { stop(); }

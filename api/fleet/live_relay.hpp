@@ -60,8 +60,10 @@ inline constexpr std::chrono::seconds kEndGrace{30};
 std::string live_stream_name(const QueueConfig& queue);
 std::string live_data_subject(const QueueConfig& queue, const std::string& id);
 std::string live_want_subject(const QueueConfig& queue, const std::string& id);  // id "*": all
-// Makes sure the live stream exists.
-void ensure_live_stream(NatsClient& nats, const QueueConfig& queue);
+// Makes sure the live stream exists. False (logged as a warning) when the broker refuses it
+// (e.g. its storage limits cannot hold kLiveMaxBytes): live video is then off in this process,
+// and `?live=1` serves the finished file, as the rest of the fleet goes on.
+bool ensure_live_stream(NatsClient& nats, const QueueConfig& queue);
 
 class LiveRelay {
  public:

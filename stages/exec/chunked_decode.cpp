@@ -15,6 +15,10 @@ bool package_has_chunked_decode(const boost::json::object& manifest, const std::
   const auto* c = comps && comps->is_object() ? comps->get_object().if_contains(component) : nullptr;
   const auto* methods = c && c->is_object() ? c->get_object().if_contains("methods") : nullptr;
   if (!methods || !methods->is_array()) return false;
+  // A compiled decoder serves the whole clip, its TorchScript file the chunks: the two differ by
+  // ~1e-7, enough to change a byte, so a watched job's file would differ from an unwatched one's.
+  // Such a package decodes whole (the stream then starts at the encode).
+  if (c->get_object().contains("compiled")) return false;
   std::vector<std::string> names;
   for (const auto& m : methods->get_array())
     if (m.is_string()) names.emplace_back(m.get_string());

@@ -51,7 +51,8 @@ class ChunkedDecoder {
 };
 
 // Whether a package manifest lists `component`'s packed streaming methods (its "components"
-// entry's "methods"): families check their VAE with it, the decode stage whether to stream.
+// entry's "methods") and no compiled file for it (a compiled whole-clip decode differs from the
+// chunks by a byte here and there): families check their VAE with it, the decode stage whether to stream.
 bool package_has_chunked_decode(const boost::json::object& manifest, const std::string& component);
 
 // The clip z [B, C, F, h, w] decoded a latent frame at a time; `emit` (may be empty) gets each

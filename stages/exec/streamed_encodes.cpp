@@ -58,7 +58,11 @@ std::shared_ptr<StreamedEncode> StreamedEncodes::start(FamilyJob& w, EncodeOptio
 
 asio::awaitable<void> StreamedEncodes::end_decode(Job& job, FamilyJob& w, std::shared_ptr<StreamedEncode> streamed,
                                                   std::exception_ptr& failed) {
-  w.on_frames = nullptr;
+  // A join that ends in a cancel returns while its group may still be starting on the compute
+  // thread, which reads on_frames: after any failure it is left set (the clip is aborted below,
+  // so the sink hands nothing on; a retry's start replaces it once that group has ended) and
+  // goes with the job. A join that returned normally ends after its group's decode.
+  if (!failed) w.on_frames = nullptr;
   if (!streamed) co_return;
   bool goes_on = false;
   try {

@@ -4,7 +4,8 @@
 //
 //  decode   start(): the clip and its encoder on a thread of its own; only once that runs is the
 //           job's FamilyJob::on_frames set, so a start that fails leaves nothing behind (the job
-//           is then encoded whole). end_decode(): on_frames cleared; the frames the family did
+//           is then encoded whole). end_decode(): on_frames cleared (left set after a failed or
+//           cancelled join, whose group may still read it: the ended encode takes nothing); the frames the family did
 //           not hand over go in; the encode is kept for the job's encode stage, or (the decode
 //           failed, the clip is short) ended. A job that ends before its encode stage (cancelled,
 //           failed, shut down) aborts its kept encode: no file, the stream ends failed.

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <ATen/ATen.h>
+#include <boost/json.hpp>
 #include <nlohmann/json.hpp>
 #include <torch/script.h>
 
@@ -49,6 +50,18 @@ TEST_CASE("has_chunked_decode: both packed methods or none") {
   CHECK(has_chunked_decode({"forward", "decode_first_packed", "decode_step_packed"}));
   CHECK_FALSE(has_chunked_decode({"forward", "decode_first", "decode_step", "decode_unclamped"}));
   CHECK_FALSE(has_chunked_decode({"decode_first_packed"}));
+}
+
+TEST_CASE("package_has_chunked_decode: the packed methods, and no compiled decoder (watched bytes = unwatched bytes)") {
+  auto manifest = boost::json::parse(R"({"components": {"vae_decoder": {"file": "vae_decoder.pt",
+      "methods": ["forward", "decode_first_packed", "decode_step_packed"]}}})").as_object();
+  CHECK(package_has_chunked_decode(manifest, "vae_decoder"));
+  CHECK_FALSE(package_has_chunked_decode(manifest, "text_encoder"));
+  // A compiled whole-clip decode and the TorchScript chunks differ in the last bits: such a
+  // package decodes whole, so a watched job's file stays the unwatched one's.
+  manifest["components"].as_object()["vae_decoder"].as_object()["compiled"] =
+      boost::json::parse(R"({"cpu": {"backend": "aoti", "file": "vae_decoder.cpu.pt2"}})");
+  CHECK_FALSE(package_has_chunked_decode(manifest, "vae_decoder"));
 }
 
 TEST_CASE("ChunkedDecoder: unpacks each chunk's frames and carries the state to the next call") {
