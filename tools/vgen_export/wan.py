@@ -300,9 +300,8 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, qua
         args = inputs(*shape)
         refs.append((args, wrapper(*args), float_wrapper(*args) if quantized else None))
     compact_refs = compact_context_refs(float_wrapper, inputs, padded, max_length)
-    # --compile aoti: the .pt2 beside the TorchScript file, from the same eager wrapper
-    aoti = compile_transformer_aoti(wrapper, path.with_suffix(".cpu.pt2"), cfg, inputs, padded, max_length,
-                                    dtype) if compile == "aoti" else None
+    aoti = compile_transformer_aoti(wrapper, path.with_suffix(".cpu.pt2"), cfg, inputs, padded, max_length,  # --compile aoti:
+                                    dtype) if compile == "aoti" else None  # the .pt2 beside the TorchScript file, same wrapper
     saved = save_module(traced, path)
     if owned:  # the traced module shares the eager weights: both go before the reload
         del traced, wrapper, float_wrapper
