@@ -378,19 +378,31 @@ Subscription NatsClient::subscribe(const std::string& subject, Subscription::Han
   return out;
 }
 
-Subscription NatsClient::watch_bucket(const std::string& name, Subscription::Handler handler) {
-  Subscription out;
-  out.state_ = std::make_unique<Subscription::State>();
-  out.state_->handler = std::move(handler);
-  const auto stream = "KV_" + name, subject = "$KV." + name + ".>";
+namespace {
+
+// An ordered push consumer on `stream` (nats.c's own: no durable state on the broker, gaps
+// re-created by the library) from `policy`'s first message, each message to `on(closure)`.
+natsSubscription* subscribe_ordered(jsCtx* js, const std::string& stream, const std::string& subject, jsDeliverPolicy policy,
+                                    natsMsgHandler on, void* closure, const std::string& what) {
+  natsSubscription* sub = nullptr;
   jsSubOptions so;
   jsSubOptions_Init(&so);
   so.Stream = stream.c_str();
   so.Ordered = true;
-  so.Config.DeliverPolicy = js_DeliverLastPerSubject;
+  so.Config.DeliverPolicy = policy;
   jsErrCode jerr{};
-  check(js_Subscribe(&out.state_->sub, js_, subject.c_str(), on_bucket_entry, &out.state_->handler, nullptr, &so, &jerr),
-        "watch " + name, jerr);
+  check(js_Subscribe(&sub, js, subject.c_str(), on, closure, nullptr, &so, &jerr), what, jerr);
+  return sub;
+}
+
+}  // namespace
+
+Subscription NatsClient::watch_bucket(const std::string& name, Subscription::Handler handler) {
+  Subscription out;
+  out.state_ = std::make_unique<Subscription::State>();
+  out.state_->handler = std::move(handler);
+  out.state_->sub = subscribe_ordered(js_, "KV_" + name, "$KV." + name + ".>", js_DeliverLastPerSubject, on_bucket_entry,
+                                      &out.state_->handler, "watch " + name);
   return out;
 }
 
@@ -398,14 +410,7 @@ Subscription NatsClient::replay(const std::string& stream, const std::string& su
   Subscription out;
   out.state_ = std::make_unique<Subscription::State>();
   out.state_->handler = std::move(handler);
-  jsSubOptions so;
-  jsSubOptions_Init(&so);
-  so.Stream = stream.c_str();
-  so.Ordered = true;
-  so.Config.DeliverPolicy = js_DeliverAll;
-  jsErrCode jerr{};
-  check(js_Subscribe(&out.state_->sub, js_, subject.c_str(), on_message, &out.state_->handler, nullptr, &so, &jerr),
-        "replay " + subject, jerr);
+  out.state_->sub = subscribe_ordered(js_, stream, subject, js_DeliverAll, on_message, &out.state_->handler, "replay " + subject);
   return out;
 }
 

@@ -81,6 +81,14 @@ std::size_t audio_samples_in(const fs::path& p) {
   return run("ffmpeg -v error -i '" + p.string() + "' -map 0:a -f s16le -ac 1 -").size() / 2;
 }
 
+// The stream's first segments, up to the init segment and a fragment (what a client has early
+// on), written to `file`.
+void write_early_fragments(const std::vector<std::shared_ptr<const std::string>>& segments, const fs::path& file) {
+  std::string early;
+  for (std::size_t i = 0; i < segments.size() && boxes(early).size() < 4; ++i) early += *segments[i];
+  write_file(file, early);
+}
+
 vgen::AudioTrack tone(int rate, double seconds) {
   vgen::AudioTrack t{.sample_rate = rate, .channels = 1, .samples = {}};
   const auto n = static_cast<std::size_t>(std::lround(seconds * rate));
@@ -119,9 +127,7 @@ TEST_CASE("with a live broadcast the file is the same bytes, and the broadcast i
   CHECK(frames_in(dir / "stream.mp4") == 49);
 
   // The first fragments alone (what a client has early on) already decode to frames.
-  std::string early;
-  for (std::size_t i = 0; i < segments.size() && boxes(early).size() < 4; ++i) early += *segments[i];
-  write_file(dir / "early.mp4", early);
+  write_early_fragments(segments, dir / "early.mp4");
   const int early_frames = frames_in(dir / "early.mp4");
   CHECK(early_frames > 0);
   CHECK(early_frames < 49);
@@ -195,9 +201,7 @@ TEST_CASE("with sound the live stream has both tracks in its fragments, and the 
 
   // Interleaved: the first fragments alone (what a client has early on) already hold sound and
   // frames, not all of either.
-  std::string early;
-  for (std::size_t i = 0; i < segments.size() && boxes(early).size() < 4; ++i) early += *segments[i];
-  write_file(dir / "early.mp4", early);
+  write_early_fragments(segments, dir / "early.mp4");
   const int early_frames = frames_in(dir / "early.mp4");
   CHECK(early_frames > 0);
   CHECK(early_frames < 49);

@@ -44,6 +44,17 @@ std::exception_ptr await_done(StreamedEncode& encode) {
   return encode.error();
 }
 
+// The encode ended as cancelled, for the reason that names `why`.
+void check_cancelled(const std::exception_ptr& error, const std::string& why) {
+  REQUIRE(error != nullptr);
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::cancelled);
+    CHECK(std::string(e.what()).find(why) != std::string::npos);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("streamed_encode: frames handed over in chunks give the bytes of encoding the whole clip, live stream included"
@@ -113,14 +124,7 @@ TEST_CASE("streamed_encode: a failed clip ends the encode with cancelled and lea
   StreamedEncode encode(growing, nullptr, dir.path() / "out.mp4", EncodeOptions{}, std::make_shared<LiveBroadcast>());
   growing->append(clip.frame(0), 5);
   growing->fail("decode failed");
-  const auto error = await_done(encode);
-  REQUIRE(error != nullptr);
-  try {
-    std::rethrow_exception(error);
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::cancelled);
-    CHECK(std::string(e.what()).find("decode failed") != std::string::npos);
-  }
+  check_cancelled(await_done(encode), "decode failed");
   CHECK_FALSE(fs::exists(dir.path() / "out.mp4"));
   CHECK_FALSE(growing->append(clip.frame(5), 1));  // after fail: nothing written, nothing thrown
 }
@@ -146,14 +150,7 @@ TEST_CASE("streamed_encode: the file is put in place only on commit; abort leave
   REQUIRE(growing->append(clip.frame(0), 9));  // the whole clip: the encode runs to its end
   encode.abort("the job was cancelled");       // and waits for a word, which is abort
   encode.commit();                             // too late: the first word counts
-  const auto error = await_done(encode);
-  REQUIRE(error != nullptr);
-  try {
-    std::rethrow_exception(error);
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::cancelled);
-    CHECK(std::string(e.what()).find("the job was cancelled") != std::string::npos);
-  }
+  check_cancelled(await_done(encode), "the job was cancelled");
   CHECK(listing(dir.path()).empty());  // no file, no temporary
 }
 
