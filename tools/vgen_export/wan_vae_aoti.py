@@ -57,26 +57,22 @@ def _next_cache(feat_cache, idx, x):
     return x[:, :, -CACHE_T:].clone()
 
 
+def _cached_conv(conv, x, feat_cache, feat_idx):
+    """One causal conv with the cache diffusers keeps per conv (or without one)."""
+    if feat_cache is None:
+        return conv(x)
+    idx = feat_idx[0]
+    cache_x = _next_cache(feat_cache, idx, x)
+    x = conv(x, feat_cache[idx])
+    feat_cache[idx] = cache_x
+    feat_idx[0] += 1
+    return x
+
+
 def _residual_forward(self, x, feat_cache=None, feat_idx=[0]):  # noqa: B006 - diffusers' signature
     h = self.conv_shortcut(x)
-    x = self.nonlinearity(self.norm1(x))
-    if feat_cache is not None:
-        idx = feat_idx[0]
-        cache_x = _next_cache(feat_cache, idx, x)
-        x = self.conv1(x, feat_cache[idx])
-        feat_cache[idx] = cache_x
-        feat_idx[0] += 1
-    else:
-        x = self.conv1(x)
-    x = self.dropout(self.nonlinearity(self.norm2(x)))
-    if feat_cache is not None:
-        idx = feat_idx[0]
-        cache_x = _next_cache(feat_cache, idx, x)
-        x = self.conv2(x, feat_cache[idx])
-        feat_cache[idx] = cache_x
-        feat_idx[0] += 1
-    else:
-        x = self.conv2(x)
+    x = _cached_conv(self.conv1, self.nonlinearity(self.norm1(x)), feat_cache, feat_idx)
+    x = _cached_conv(self.conv2, self.dropout(self.nonlinearity(self.norm2(x))), feat_cache, feat_idx)
     return x + h
 
 
@@ -84,11 +80,7 @@ def _resample_forward(self, x, feat_cache=None, feat_idx=[0]):  # noqa: B006
     if self.mode != "upsample3d" or feat_cache is None or not isinstance(feat_cache[feat_idx[0]], torch.Tensor):
         return self._vgen_forward(x, feat_cache=feat_cache, feat_idx=feat_idx)
     b, c, t, h, w = x.size()
-    idx = feat_idx[0]
-    cache_x = _next_cache(feat_cache, idx, x)
-    x = self.time_conv(x, feat_cache[idx])
-    feat_cache[idx] = cache_x
-    feat_idx[0] += 1
+    x = _cached_conv(self.time_conv, x, feat_cache, feat_idx)
     x = x.reshape(b, 2, c, t, h, w)
     x = torch.stack((x[:, 0], x[:, 1]), 3).reshape(b, c, t * 2, h, w)
     t = x.shape[2]
@@ -99,21 +91,11 @@ def _resample_forward(self, x, feat_cache=None, feat_idx=[0]):  # noqa: B006
 def _decoder_forward(self, x, feat_cache=None, feat_idx=[0], first_chunk=False):  # noqa: B006
     if feat_cache is None:
         return self._vgen_forward(x, feat_cache=feat_cache, feat_idx=feat_idx, first_chunk=first_chunk)
-    idx = feat_idx[0]
-    cache_x = _next_cache(feat_cache, idx, x)
-    x = self.conv_in(x, feat_cache[idx])
-    feat_cache[idx] = cache_x
-    feat_idx[0] += 1
+    x = _cached_conv(self.conv_in, x, feat_cache, feat_idx)
     x = self.mid_block(x, feat_cache=feat_cache, feat_idx=feat_idx)
     for up_block in self.up_blocks:
         x = up_block(x, feat_cache=feat_cache, feat_idx=feat_idx, first_chunk=first_chunk)
-    x = self.nonlinearity(self.norm_out(x))
-    idx = feat_idx[0]
-    cache_x = _next_cache(feat_cache, idx, x)
-    x = self.conv_out(x, feat_cache[idx])
-    feat_cache[idx] = cache_x
-    feat_idx[0] += 1
-    return x
+    return _cached_conv(self.conv_out, self.nonlinearity(self.norm_out(x)), feat_cache, feat_idx)
 
 
 @contextlib.contextmanager
