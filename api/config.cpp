@@ -164,6 +164,13 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
       {"output_dir", [&](const json::value& v, const std::string& p) { c.output_dir = r.path(v, p); }},
       {"lora_dir", [&](const json::value& v, const std::string& p) { c.loras.dir = v.is_null() ? fs::path() : r.path(v, p); }},
       {"warmup", [&](const json::value& v, const std::string& p) { c.warmup = r.boolean(v, p); }},
+      {"model_backend", [&](const json::value& v, const std::string& p) {
+         r.object(v, p, {{"torchscript_gpu_fusion", [&](const json::value& b, const std::string& bp) {
+                            if (b.is_string() && b.as_string() == "auto") c.model_backend.torchscript_gpu_fusion.reset();
+                            else if (b.is_string()) r.fail(bp, "must be true, false or \"auto\" (got " + json::serialize(b) + ")");
+                            else c.model_backend.torchscript_gpu_fusion = r.boolean(b, bp);
+                          }}});
+       }},
       {"live", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {{"max_total_mb", mebibytes(r, c.live_max_total_bytes, 1, 1'000'000)}});
        }},
@@ -178,7 +185,8 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
       {"stages", stages(r, c.stages)},
       {"batching", [&](const json::value& v, const std::string& p) {
          auto& b = c.batching;
-         r.object(v, p, {{"max_batch", count_or_auto(r, b.max_batch, 1, 256)}, {"wait_ms", millis(r, b.wait, 0, 60'000)},
+         r.object(v, p, {{"max_batch", count_or_auto(r, b.max_batch, 1, 256)}, {"max_decode_batch", count_or_auto(r, b.max_decode_batch, 1, 256)},
+                         {"wait_ms", millis(r, b.wait, 0, 60'000)},
                          {"join_running", [&](const json::value& j, const std::string& jp) { b.join_running = r.boolean(j, jp); }}});
        }},
       {"tune", [&](const json::value& v, const std::string& p) {
@@ -334,11 +342,14 @@ json::object to_json(const RuntimeConfig& c) {
       {"threads", {{"io", c.io_threads}, {"per_device", count_or_auto(c.threads_per_device)}, {"codec", c.codec_threads},
                    {"intra_op", count_or_auto(c.intra_op_threads)}, {"spin_us", c.spin_us}}},
       {"stages", std::move(stages)},
-      {"batching", {{"max_batch", count_or_auto(c.batching.max_batch)}, {"wait_ms", c.batching.wait.count()},
+      {"batching", {{"max_batch", count_or_auto(c.batching.max_batch)}, {"max_decode_batch", count_or_auto(c.batching.max_decode_batch)},
+                    {"wait_ms", c.batching.wait.count()},
                     {"join_running", c.batching.join_running}}},
       {"tune", {{"budget_s", c.tune.budget_s}, {"first_wait_s", c.tune.first_wait_s}, {"dir", c.tune.dir.empty() ? json::value(nullptr) : json::value(c.tune.dir.string())},
                 {"max_batch", c.tune.max_batch}}},
       {"warmup", c.warmup},
+      {"model_backend", {{"torchscript_gpu_fusion", c.model_backend.torchscript_gpu_fusion ? json::value(*c.model_backend.torchscript_gpu_fusion)
+                                                                                           : json::value("auto")}}},
       {"live", {{"max_total_mb", c.live_max_total_bytes >> 20}}},
       {"cache", {{"text", {{"entries", c.text_cache.entries}, {"ttl_s", c.text_cache.ttl.count()}}},
                  {"loras", {{"mb", c.loras.cache_bytes >> 20}}},

@@ -21,6 +21,7 @@
 #include "stages/exec/checkpoint.hpp"
 #include "stages/exec/stage_options.hpp"
 #include "stages/families/family_options.hpp"
+#include "stages/model/model_backend_options.hpp"
 #include "stages/media/encode.hpp"
 #include "stages/media/image_input.hpp"
 #include "stages/media/video_input.hpp"
@@ -87,6 +88,10 @@ struct RuntimeConfig {
     boost::json::object spec;   // set by apps (not a config key): the shape to tune for
     bool one_job = false;       // set by `vgen render` (not a config key)
   } tune;
+
+  // The model backends' settings (stages/model/model_backend_options.hpp), config key
+  // "model_backend": {"torchscript_gpu_fusion": false}.
+  ModelBackendOptions model_backend;
 
   // Before the runtime accepts jobs, call every module twice on each device at the package's
   // smallest size (LibTorch's profiling executor profiles a method's first call and optimises

@@ -75,7 +75,12 @@ class RuntimeImpl {
     // The models load before the device threads exist: "auto" settings are measured on them
     // (api/runtime_tuning.hpp), and the threads follow what was chosen.
     auto loaded = load_models(model_list(), wo);
-    tuning_ = std::make_unique<RuntimeTuning>(config_, loaded, parse_device_list(config_.devices, discover_cuda_devices, 0.9, 1), metrics_);
+    const auto device_list = parse_device_list(config_.devices, discover_cuda_devices, 0.9, 1);
+    tuning_ = std::make_unique<RuntimeTuning>(config_, loaded, device_list, metrics_);
+    // A GPU decodes one clip per call unless configured (stages/exec/batching_options.hpp says why).
+    if (config_.batching.max_decode_batch == RuntimeConfig::kAuto &&
+        std::any_of(device_list.begin(), device_list.end(), [](const DeviceSpec& d) { return d.kind == DeviceKind::cuda; }))
+      config_.batching.max_decode_batch = 1;
     wo.on_batch_capped = [t = tuning_.get()](const std::string& key, std::size_t cap) { t->on_capped(key, cap); };
     wo.batching = config_.batching;  // max_batch as tuned
     wo.max_batch_limit = tuning_->batch_limit();  // what the search going on between jobs may switch to

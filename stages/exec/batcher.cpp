@@ -42,6 +42,11 @@ std::vector<Batcher::Member*> live_members(Batcher::Group& group) {
   return live;
 }
 
+std::size_t Batcher::cap_for(BatchKind kind) const noexcept {
+  const auto decode = options_.batching.max_decode_batch;
+  return kind == BatchKind::decode && decode > 0 ? std::min(max_batch(), decode) : max_batch();
+}
+
 asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, BatchKind kind) {
   Member self;
   self.job = job.shared_from_this();
@@ -70,7 +75,7 @@ asio::awaitable<void> Batcher::join(std::shared_ptr<Family> family, Job& job, Ba
   {
     std::lock_guard lock(mutex_);
     // After an out-of-memory error this key's groups are capped (halved each time, down to 1).
-    const auto cap = caps_.count(key) ? std::min(caps_[key], max_batch()) : max_batch();
+    const auto cap = caps_.count(key) ? std::min(caps_[key], cap_for(kind)) : cap_for(kind);
     auto& slot = open_[key];
     if (!slot) {
       slot = std::make_shared<Group>();
@@ -182,7 +187,7 @@ void Batcher::close_taking_waiting(Group& group) {
   std::vector<std::shared_ptr<Group>> emptied;
   {
     std::lock_guard lock(mutex_);
-    const auto cap = std::max<std::size_t>(1, caps_.count(group.key) ? std::min(caps_[group.key], max_batch()) : max_batch());
+    const auto cap = std::max<std::size_t>(1, caps_.count(group.key) ? std::min(caps_[group.key], cap_for(group.kind)) : cap_for(group.kind));
     auto w = waiting_.find(group.key);
     // Only when every acquire still queued is one of these groups': jobs of another key (or
     // higher priority) waiting for the device must not be overtaken (join_running's rule too).

@@ -120,6 +120,8 @@ class Batcher {
   boost::asio::awaitable<void> join(std::shared_ptr<Family> family, Job& job, BatchKind kind);
 
   std::size_t max_batch() const noexcept { return max_batch_.load(); }
+  // A group's cap by kind: max_batch, for decode groups at most batching.max_decode_batch (when > 0).
+  std::size_t cap_for(BatchKind kind) const noexcept;
   // The auto-tuner switches the batch size (api/runtime_tuning.hpp) at group boundaries, never
   // inside a running group: groups formed after this call take the new cap, and a group that
   // waits for a device, when it gets one, takes in the jobs of later groups of its key that

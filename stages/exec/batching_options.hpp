@@ -14,6 +14,11 @@ struct BatchingOptions {
   // (the Runtime's tuner replaces it with a number before any Batcher sees it; a Batcher
   // given 0 runs batch 1).
   std::size_t max_batch = 1;
+  // Up to this many clips per VAE decode call (config key max_decode_batch); 0: max_batch. On a
+  // GPU a decode's activations grow with its batch while its speed hardly does (one 832x480x33
+  // clip fills an H200: 8 at once peaked at 89 GB against 16 GB for one, docs/PERFORMANCE.md), so
+  // the Runtime sets 1 for CUDA devices when the config leaves it at 0 (api/engine.cpp).
+  std::size_t max_decode_batch = 0;
   // A forming group waits at most this long after its first job for more (config key wait_ms).
   std::chrono::milliseconds wait{20};
   // Whether a job may join a denoise group that is already running (at its next step

@@ -4,6 +4,7 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/jit/codegen/fuser/interface.h>
 
 #include <algorithm>
 
@@ -25,5 +26,9 @@ std::vector<CudaDeviceInfo> discover_cuda_devices() {
 std::string torch_version() { return TORCH_VERSION; }
 
 void set_intra_op_threads(int n) { at::set_num_threads(n < 1 ? 1 : n); }
+
+// Both of TorchScript's fusers (the tensor-expression one, the default, and the legacy one)
+// ask canFuseOnGPU() before fusing anything on a CUDA device.
+void set_torchscript_gpu_fusion(bool on) { torch::jit::overrideCanFuseOnGPU(on); }
 
 }  // namespace vgen

@@ -16,4 +16,8 @@ std::string torch_version();
 // LibTorch's intra-op threads for the calling thread (at::set_num_threads); n >= 1.
 void set_intra_op_threads(int n);
 
+// Whether TorchScript may fuse CUDA graphs (ModelBackendOptions::torchscript_gpu_fusion says
+// why it is off by default). Process-wide; takes effect for graphs optimised after the call.
+void set_torchscript_gpu_fusion(bool on);
+
 }  // namespace vgen

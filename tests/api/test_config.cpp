@@ -424,3 +424,28 @@ TEST_CASE("post: the post-stages' limit, variants, model and tiles; round-trips 
   CHECK(error_of(write(dir, R"({"post": {"scale": 2}})")).find("post.scale: unknown key") != std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST_CASE("batching.max_decode_batch and model_backend.torchscript_gpu_fusion: read, round-tripped, checked") {
+  const auto dir = test::temp_dir("vgen-config-");
+  CHECK(RuntimeConfig{}.batching.max_decode_batch == RuntimeConfig::kAuto);
+  CHECK_FALSE(RuntimeConfig{}.model_backend.torchscript_gpu_fusion.has_value());
+  const auto c = load_config(write(dir, R"({"batching": {"max_decode_batch": 2}, "model_backend": {"torchscript_gpu_fusion": true}})"));
+  CHECK(c.batching.max_decode_batch == 2);
+  CHECK(c.model_backend.torchscript_gpu_fusion == std::optional<bool>(true));
+  auto j = to_json(c);
+  j.erase("model");
+  const auto again = apply_config(RuntimeConfig{}, j, "again", "/");
+  CHECK(again.batching.max_decode_batch == 2);
+  CHECK(again.model_backend.torchscript_gpu_fusion == std::optional<bool>(true));
+  auto unset = to_json(RuntimeConfig{});
+  CHECK(unset.at("model_backend").at("torchscript_gpu_fusion") == "auto");
+  CHECK(unset.at("batching").at("max_decode_batch") == "auto");
+  CHECK_FALSE(load_config(write(dir, R"({"model_backend": {"torchscript_gpu_fusion": "auto"}})")).model_backend.torchscript_gpu_fusion);
+  CHECK(load_config(write(dir, R"({"model_backend": {"torchscript_gpu_fusion": false}})")).model_backend.torchscript_gpu_fusion ==
+        std::optional<bool>(false));
+  CHECK(error_of(write(dir, R"({"model_backend": {"torchscript_gpu_fusion": "yes"}})")).find("model_backend.torchscript_gpu_fusion") !=
+        std::string::npos);
+  CHECK(error_of(write(dir, R"({"model_backend": {"fusion": true}})")).find("model_backend.fusion") != std::string::npos);
+  CHECK(error_of(write(dir, R"({"batching": {"max_decode_batch": 0}})")).find("batching.max_decode_batch") != std::string::npos);
+  fs::remove_all(dir);
+}

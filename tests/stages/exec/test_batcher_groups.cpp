@@ -103,3 +103,32 @@ TEST_CASE("groups emptied by the group placed first give their queued acquire ba
   CHECK(b.batcher->group_sizes(BatchKind::denoise) == std::map<std::size_t, std::uint64_t>{{1, 1}, {3, 1}});
   for (std::uint64_t s : {51, 52, 53, 54}) CHECK(at::equal(family_job(*jobs[s - 51])->state.latents, alone(s)));
 }
+
+TEST_CASE("batching.max_decode_batch caps decode groups below max_batch; denoise groups keep max_batch" * doctest::timeout(120)) {
+  // A long wait: groups start only by filling up, so their sizes are the caps.
+  Bench b(4, std::chrono::seconds(30));
+  b.batcher = std::make_shared<Batcher>(BatcherOptions{.batching = {.max_batch = 4, .max_decode_batch = 2, .wait = std::chrono::seconds(30)},
+                                                       .executor = &b.executor, .devices = &b.pool});
+  CHECK(b.batcher->cap_for(BatchKind::decode) == 2);
+  CHECK(b.batcher->cap_for(BatchKind::denoise) == 4);
+  auto family = test::make_fake_family("fake-a");
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (std::uint64_t s : {61, 62, 63, 64}) jobs.push_back(make_job(family, s));
+  for (auto& e : render_all(b, of(family, jobs))) CHECK(e == nullptr);
+  auto decode_all = [&]() -> asio::awaitable<void> {
+    std::vector<std::future<void>> done;
+    for (auto& j : jobs)
+      done.push_back(asio::co_spawn(b.executor.get_executor(), b.batcher->join(family, *j, BatchKind::decode), asio::use_future));
+    for (auto& d : done) {
+      while (d.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) co_await test::sleep_for(std::chrono::milliseconds(2));
+      d.get();
+    }
+  };
+  b.executor.run_sync(decode_all());
+  CHECK(b.batcher->group_sizes(BatchKind::denoise) == std::map<std::size_t, std::uint64_t>{{4, 1}});
+  CHECK(b.batcher->group_sizes(BatchKind::decode) == std::map<std::size_t, std::uint64_t>{{2, 2}});
+  for (auto& j : jobs) CHECK(family_job(*j)->frames.defined());
+  // 0 leaves decode groups at max_batch, as before.
+  b.batcher->set_max_batch(3);
+  CHECK(Batcher(BatcherOptions{.batching = {.max_batch = 3}, .executor = &b.executor, .devices = &b.pool}).cap_for(BatchKind::decode) == 3);
+}
