@@ -151,37 +151,78 @@ std::shared_ptr<const Module> load_torchscript(const fs::path& file, c10::Device
 // fall back on (MethodFallbackModule), instead of running code generated for other shapes.
 class AotiModule final : public Module {
  public:
+  // One compiled model of the package. Its loader is made on the method's first use, not with
+  // the module: each loader unpacks the whole .pt2 and loads its model's library (about 0.37 s
+  // for the large bench transformer's 290 MB, measured), and a job calls one of a transformer's
+  // two methods (forward_compact when the package compacts the text context, else forward).
   struct Compiled {
-    std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
-    std::vector<std::vector<AotiDimRange>> ranges;  // per input; empty: not recorded
+    std::vector<std::vector<AotiDimRange>> ranges;  // per input, from the model's metadata; empty: not recorded
+    mutable std::mutex mutex;                        // guards the two below (first use)
+    mutable std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+    mutable std::string failed;  // why the loader could not be made ("" until tried, or made)
   };
-  AotiModule(std::map<std::string, Compiled, std::less<>> methods, c10::Device device, c10::ScalarType dtype)
-      : methods_(std::move(methods)), device_(device), dtype_(dtype) {}
+  AotiModule(fs::path file, std::map<std::string, Compiled, std::less<>> methods, c10::Device device, c10::ScalarType dtype)
+      : file_(std::move(file)), methods_(std::move(methods)), device_(device), dtype_(dtype) {}
 
   at::Tensor call(std::string_view method, const std::vector<at::Tensor>& inputs) const override {
     const auto it = methods_.find(method);
     if (it == methods_.end()) throw_error(ErrorKind::invalid_argument, "compiled model has no method '" + std::string(method) + "'");
     if (auto why = outside_ranges(it->second.ranges, inputs); !why.empty())
       throw_error(ErrorKind::invalid_argument, "compiled model method '" + std::string(method) + "': " + why);
+    auto& loader = loaded(it->first, it->second);
     c10::InferenceMode guard;
     std::vector<at::Tensor> args;
     args.reserve(inputs.size());
     // The compiled code was generated for dense inputs on its device, in the dtypes it was
     // exported with (the caller's, as for TorchScript).
     for (const auto& t : inputs) args.push_back(t.to(device_).contiguous());
-    auto out = it->second.loader->run(args);
+    auto out = loader.run(args);
     if (out.empty()) throw_error(ErrorKind::internal, "compiled model method '" + std::string(method) + "' returned nothing");
     return out.front();
   }
   c10::Device device() const override { return device_; }
   c10::ScalarType dtype() const override { return dtype_; }
   bool has_method(std::string_view method) const override { return methods_.find(method) != methods_.end(); }
+  // Loads the method's model if need be: one that does not load is not served (a caller with the
+  // component's own file falls back to it; call() names why).
   bool serves(std::string_view method, const std::vector<at::Tensor>& inputs) const override {
     const auto it = methods_.find(method);
-    return it != methods_.end() && outside_ranges(it->second.ranges, inputs).empty();
+    if (it == methods_.end() || !outside_ranges(it->second.ranges, inputs).empty()) return false;
+    try {
+      loaded(it->first, it->second);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }
+  std::vector<std::string> loaded_methods() const {
+    std::vector<std::string> out;
+    for (const auto& [name, c] : methods_) {
+      std::lock_guard lock(c.mutex);
+      if (c.loader) out.push_back(name);
+    }
+    return out;
   }
 
  private:
+  // The method's loader, made once (a failure is remembered and repeated, not retried per call).
+  torch::inductor::AOTIModelPackageLoader& loaded(const std::string& method, const Compiled& c) const {
+    std::lock_guard lock(c.mutex);
+    if (c.loader) return *c.loader;
+    if (c.failed.empty()) {
+      try {
+        c.loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+            file_.string(), aoti_model_name(method), /*run_single_threaded=*/false, /*num_runners=*/1,
+            device_.is_cuda() ? device_.index() : c10::DeviceIndex(-1));
+        return *c.loader;
+      } catch (const std::exception& e) {
+        const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+        c.failed = "compiled model file '" + file_.string() + "' (method '" + method + "') does not load: " +
+                   truncate_utf8(c10 ? c10->what_without_backtrace() : e.what(), 300);
+      }
+    }
+    throw_error(ErrorKind::invalid_argument, c.failed);
+  }
   static std::string outside_ranges(const std::vector<std::vector<AotiDimRange>>& ranges, const std::vector<at::Tensor>& inputs) {
     for (std::size_t i = 0; i < ranges.size() && i < inputs.size(); ++i)
       for (const auto& r : ranges[i]) {
@@ -192,6 +233,7 @@ class AotiModule final : public Module {
       }
     return {};
   }
+  fs::path file_;
   std::map<std::string, Compiled, std::less<>> methods_;
   c10::Device device_;
   c10::ScalarType dtype_;
@@ -221,24 +263,15 @@ std::shared_ptr<const Module> load_aoti(const fs::path& file, c10::Device device
   const CompiledComponent self{.backend = "aoti", .file = file, .sha256 = {}, .bytes = fs::file_size(file), .torch = {}};
   // the size and sha256 against the manifest are ModuleCache::get_component's (it knows them)
   if (auto why = aoti_refusal(self, type, /*verify_limit=*/0); !why.empty()) throw_error(ErrorKind::invalid_argument, why);
+  // Each method's metadata is read now (its input ranges); its library is loaded on first use.
   std::map<std::string, AotiModule::Compiled, std::less<>> methods;
-  try {
-    for (const auto& m : aoti_methods(meta)) {
-      auto loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-          file.string(), aoti_model_name(m), /*run_single_threaded=*/false, /*num_runners=*/1,
-          device.is_cuda() ? device.index() : c10::DeviceIndex(-1));
-      const auto own = loader->get_metadata();
-      const auto ranges = own.find(kAotiInputRangesKey);
-      methods.emplace(m, AotiModule::Compiled{std::move(loader), ranges == own.end() ? std::vector<std::vector<AotiDimRange>>{}
-                                                                                      : parse_aoti_input_ranges(ranges->second)});
-    }
-  } catch (const std::exception& e) {
-    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
-    throw_error(ErrorKind::invalid_argument, "compiled model file '" + file.string() + "' does not load: " +
-                                                 truncate_utf8(c10 ? c10->what_without_backtrace() : e.what(), 300));
+  for (const auto& m : aoti_methods(meta)) {
+    const auto own = m == "forward" ? meta : aoti_metadata(file, m);
+    const auto ranges = own.find(kAotiInputRangesKey);
+    methods[m].ranges = ranges == own.end() ? std::vector<std::vector<AotiDimRange>>{} : parse_aoti_input_ranges(ranges->second);
   }
   if (methods.empty()) throw_error(ErrorKind::invalid_argument, "compiled model file '" + file.string() + "' holds no method vgen calls");
-  return std::make_shared<AotiModule>(std::move(methods), device, dtype);
+  return std::make_shared<AotiModule>(file, std::move(methods), device, dtype);
 }
 
 // A compiled component whose .pt2 holds only some of its methods or shapes (the exporter
@@ -261,6 +294,7 @@ class MethodFallbackModule final : public Module {
   bool has_method(std::string_view method) const override {
     return compiled_->has_method(method) || own()->has_method(method);
   }
+  const Module& compiled() const { return *compiled_; }
 
  private:
   std::shared_ptr<const Module> own() const {
@@ -280,6 +314,12 @@ Registry<ModuleLoader>& registry() {
 }
 
 }  // namespace
+
+std::vector<std::string> aoti_loaded_methods(const Module& m) {
+  if (const auto* a = dynamic_cast<const AotiModule*>(&m)) return a->loaded_methods();
+  if (const auto* f = dynamic_cast<const MethodFallbackModule*>(&m)) return aoti_loaded_methods(f->compiled());
+  return {};
+}
 
 void register_model_backend(std::string name, ModuleLoader loader) { registry().add(std::move(name), std::move(loader)); }
 

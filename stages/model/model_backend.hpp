@@ -68,6 +68,11 @@ class Module {
   virtual std::shared_ptr<const Module> with_parameters(const std::map<std::string, at::Tensor>& replaced) const;
 };
 
+// The methods of a compiled (AOTInductor) module, or of the compiled module inside a component
+// with a fallback, whose libraries are loaded so far (each loads on its first call); empty for
+// any other module. Diagnostics and tests.
+std::vector<std::string> aoti_loaded_methods(const Module& m);
+
 using ModuleLoader =
     std::function<std::shared_ptr<const Module>(const std::filesystem::path& file, c10::Device, c10::ScalarType)>;
 void register_model_backend(std::string name, ModuleLoader loader);

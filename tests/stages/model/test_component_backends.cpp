@@ -84,8 +84,11 @@ TEST_CASE("an AOTInductor package for the CPU runs every method as eager PyTorch
   CHECK(cache.loads() - before == 1);  // loaded once, shared
   const auto aoti = got[0];
   const auto script = load_module("torchscript", dir / "tiny.pt", "cpu", at::kFloat);
+  CHECK(aoti_loaded_methods(*aoti).empty());  // each method's library loads on its first call
   CHECK(max_diff(aoti->forward({x, scale}), tensor_of((*ref)["y"])) <= 1e-5);
+  CHECK(aoti_loaded_methods(*aoti) == std::vector<std::string>{"forward"});
   CHECK(max_diff(aoti->call("shifted", {x, scale}), tensor_of((*ref)["shifted"])) <= 1e-5);
+  CHECK(aoti_loaded_methods(*aoti) == std::vector<std::string>{"forward", "shifted"});
   CHECK(max_diff(aoti->forward({x, scale}), script->forward({x, scale})) <= 1e-5);
   // batch rows are dynamic: one row and five rows run on the same library
   for (int rows : {1, 5}) {
