@@ -3,6 +3,7 @@
 #include "runtime/errors.hpp"
 #include "runtime/trace.hpp"
 #include "stages/exec/denoise_loop.hpp"
+#include "stages/model/model_backend.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/asio/as_tuple.hpp>
@@ -386,6 +387,7 @@ asio::awaitable<void> Batcher::run_once(Group& group, const Placement& placement
   auto run = [&group, &live, device = placement.device, tracer = options_.tracer, &on_call = options_.on_model_call] {
     TraceSpan span(tracer, device, to_string(group.kind), {{"batch", live.size()}});
     const auto start = std::chrono::steady_clock::now();
+    const OncePerJobCalls once(device);  // text encoders and VAEs run as exported on a CPU (model_backend.hpp)
     if (group.kind == BatchKind::decode) {
       group.family->decode(device, live);
       trace_audio_decode(tracer, device, live);  // here: the span goes on this compute thread's track

@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
 #include <future>
@@ -314,6 +315,17 @@ Registry<ModuleLoader>& registry() {
 }
 
 }  // namespace
+
+OncePerJobCalls::OncePerJobCalls(std::string_view device) {
+  if (!parse_torch_device(device).is_cpu()) return;
+  old_ = torch::jit::getGraphExecutorOptimize();
+  restore_ = true;
+  torch::jit::setGraphExecutorOptimize(false);
+}
+
+OncePerJobCalls::~OncePerJobCalls() {
+  if (restore_) torch::jit::setGraphExecutorOptimize(old_);
+}
 
 std::vector<std::string> aoti_loaded_methods(const Module& m) {
   if (const auto* a = dynamic_cast<const AotiModule*>(&m)) return a->loaded_methods();

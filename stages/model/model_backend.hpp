@@ -36,6 +36,27 @@
 namespace vgen {
 
 c10::Device parse_torch_device(std::string_view id);  // Error(invalid_argument) on bad ids
+
+// In its scope, TorchScript calls on this thread to a CPU device skip LibTorch's profiling
+// executor (its profiling first call and the optimising passes of the second) and run the graph
+// as exported. For the modules a job calls once (text encoder, VAE): measured on the large bench
+// package's VAE decoder (CPU, one thread), the first two calls of a fresh process took 0.33 and
+// 0.20 s optimised against 0.15 and 0.07 s as exported, and every call after about 0.078 s
+// either way; the denoiser, called every step, keeps the optimiser (4 % faster calls). CUDA
+// devices keep it too: there the optimised (fused) Wan decode was the faster one (H200, 4.0
+// against 4.66 s, docs/PERFORMANCE.md). The Batcher opens one around preprocess and decode.
+// Thread-safety: the setting is LibTorch's, per thread; restored when the scope ends.
+class OncePerJobCalls {
+ public:
+  explicit OncePerJobCalls(std::string_view device);
+  ~OncePerJobCalls();
+  OncePerJobCalls(const OncePerJobCalls&) = delete;
+  OncePerJobCalls& operator=(const OncePerJobCalls&) = delete;
+
+ private:
+  bool restore_ = false;
+  bool old_ = true;
+};
 c10::ScalarType parse_dtype(std::string_view name);     // "float32" | "float16" | "bfloat16"
 
 class Module {

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <array>
 #include <atomic>
@@ -127,4 +128,21 @@ TEST_CASE("a CPU model file larger than the memory left is refused before it is 
   if (old) ::setenv("VGEN_MEMORY_AVAILABLE", saved.c_str(), 1);
   else ::unsetenv("VGEN_MEMORY_AVAILABLE");
   fs::remove_all(dir);
+}
+
+TEST_CASE("OncePerJobCalls: TorchScript runs unoptimised in its scope on a CPU, on this thread only; CUDA keeps the optimiser") {
+  REQUIRE(torch::jit::getGraphExecutorOptimize());
+  {
+    const OncePerJobCalls once("cpu:0");
+    CHECK_FALSE(torch::jit::getGraphExecutorOptimize());
+    bool other = false;
+    std::thread([&] { other = torch::jit::getGraphExecutorOptimize(); }).join();
+    CHECK(other);  // per thread: other compute threads keep optimising their denoiser calls
+  }
+  CHECK(torch::jit::getGraphExecutorOptimize());
+  {
+    const OncePerJobCalls once("cuda:0");
+    CHECK(torch::jit::getGraphExecutorOptimize());
+  }
+  CHECK(torch::jit::getGraphExecutorOptimize());
 }
