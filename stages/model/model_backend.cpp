@@ -14,6 +14,7 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
+#include <atomic>
 #include <future>
 #include <optional>
 #include <map>
@@ -196,6 +197,12 @@ class AotiModule final : public Module {
       return false;
     }
   }
+  std::string unloadable(std::string_view method) const override {
+    const auto it = methods_.find(method);
+    if (it == methods_.end()) return {};
+    std::lock_guard lock(it->second.mutex);
+    return it->second.failed;
+  }
   std::vector<std::string> loaded_methods() const {
     std::vector<std::string> out;
     for (const auto& [name, c] : methods_) {
@@ -280,14 +287,20 @@ std::shared_ptr<const Module> load_aoti(const fs::path& file, c10::Device device
 // not its streaming chunks, whose state is parsed with data-dependent shapes): the other calls
 // run on the component's own file, loaded (through the ModuleCache, once per process) on the
 // first call that needs it.
+//
+// A compiled method whose library does not load (found on its first call: each loads lazily)
+// is served by the own file from then on, and `refused` is told why, once (get_component
+// records it for `vgen devices`, /metrics and the log).
 class MethodFallbackModule final : public Module {
  public:
   using Load = std::function<std::shared_ptr<const Module>()>;
-  MethodFallbackModule(std::shared_ptr<const Module> compiled, Load load_own)
-      : compiled_(std::move(compiled)), load_own_(std::move(load_own)) {}
+  using Refused = std::function<void(const std::string& why)>;
+  MethodFallbackModule(std::shared_ptr<const Module> compiled, Load load_own, Refused refused)
+      : compiled_(std::move(compiled)), load_own_(std::move(load_own)), refused_(std::move(refused)) {}
 
   at::Tensor call(std::string_view method, const std::vector<at::Tensor>& inputs) const override {
     if (compiled_->serves(method, inputs)) return compiled_->call(method, inputs);
+    if (auto why = compiled_->unloadable(method); !why.empty() && refused_ && !told_.exchange(true)) refused_(why);
     return own()->call(method, inputs);
   }
   c10::Device device() const override { return compiled_->device(); }
@@ -305,6 +318,8 @@ class MethodFallbackModule final : public Module {
   }
   std::shared_ptr<const Module> compiled_;
   Load load_own_;
+  Refused refused_;
+  mutable std::atomic<bool> told_{false};
   mutable std::mutex mutex_;
   mutable std::shared_ptr<const Module> own_;
 };
@@ -390,15 +405,23 @@ std::shared_ptr<const Module> ModuleCache::get(std::string_view backend, const f
 // A compiled file serves what it holds; the component's own file (when it has one) the rest.
 std::shared_ptr<const Module> ModuleCache::with_own_methods(std::shared_ptr<const Module> m, const fs::path& served,
                                                             const ModelComponent& c, std::string_view device,
-                                                            c10::ScalarType dtype) {
+                                                            c10::ScalarType dtype, const ComponentBackend& plan) {
   if (served == c.file || c.format == "aoti") return m;
   const std::string key = fs::absolute(served).lexically_normal().string() + '\n' + std::string(device);
   std::lock_guard lock(state_->mutex);
   auto& slot = state_->with_own[key];  // one wrapper per compiled module: callers may compare them
   if (slot.first != m)
     slot = {m, std::make_shared<MethodFallbackModule>(
-                   m, [this, backend = c.format, file = c.file, device = std::string(device), dtype] {
+                   m,
+                   [this, backend = c.format, file = c.file, device = std::string(device), dtype] {
                      return get(backend, file, device, dtype);
+                   },
+                   [plan, backend = c.format, file = c.file](const std::string& why) {
+                     auto fallen = plan;
+                     fallen.backend = backend;
+                     fallen.file = file;
+                     fallen.refused = why;
+                     record_component_backend(fallen);
                    })};
   return slot.second;
 }
@@ -414,8 +437,9 @@ std::shared_ptr<const Module> ModuleCache::get_component(const ModelPackage& pac
     std::lock_guard lock(state_->mutex);
     if (auto it = state_->choices.find(key); it != state_->choices.end()) chosen = it->second;
   }
+  const ComponentBackend who{.package = package.dir, .component = component, .device = std::string(device)};
   if (chosen)  // (get takes the lock itself)
-    return with_own_methods(get(chosen->first, chosen->second, device, dtype), chosen->second, c, device, dtype);
+    return with_own_methods(get(chosen->first, chosen->second, device, dtype), chosen->second, c, device, dtype, who);
   auto plan = plan_component_backend(package, component, device, preference);
   std::shared_ptr<const Module> m;
   try {
@@ -433,7 +457,7 @@ std::shared_ptr<const Module> ModuleCache::get_component(const ModelPackage& pac
     std::lock_guard lock(state_->mutex);
     state_->choices.emplace(key, std::pair{plan.backend, plan.file});
   }
-  return with_own_methods(m, plan.file, c, device, dtype);
+  return with_own_methods(m, plan.file, c, device, dtype, plan);
 }
 
 std::size_t ModuleCache::loads() const {

@@ -19,6 +19,7 @@
 // bundled fmt clashes with Debian's).
 #pragma once
 
+#include "stages/model/component_backends.hpp"
 #include "stages/model/model_package.hpp"
 
 #include <ATen/core/Tensor.h>
@@ -77,6 +78,9 @@ class Module {
   virtual bool serves(std::string_view method, const std::vector<at::Tensor>& /*inputs*/) const {
     return has_method(method);
   }
+  // Why `method` cannot run here although the module has it ("" when it can, or was not tried):
+  // a compiled method's library that failed to load on its first use.
+  virtual std::string unloadable(std::string_view /*method*/) const { return {}; }
 
   // Weight variants (LoRA, stages/model/lora.hpp). The module's parameters by full dotted name,
   // shared with it (never write into them: other jobs run on them). Default: none.
@@ -123,7 +127,8 @@ class ModuleCache {
   struct State;
   ModuleCache();
   std::shared_ptr<const Module> with_own_methods(std::shared_ptr<const Module> m, const std::filesystem::path& served,
-                                                 const ModelComponent& c, std::string_view device, c10::ScalarType dtype);
+                                                 const ModelComponent& c, std::string_view device, c10::ScalarType dtype,
+                                                 const ComponentBackend& plan);  // whose fallback is recorded if a compiled method does not load
   std::shared_ptr<State> state_;
 };
 

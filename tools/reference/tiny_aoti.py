@@ -1,7 +1,8 @@
 """Writes a tiny module twice, as TorchScript (tiny.pt) and compiled by AOTInductor for the CPU
 (tiny.cpu.pt2, methods forward and shifted, batch rows dynamic), plus the .pt2s the loader must
 refuse: one whose metadata says CUDA, one built by "another torch version" (its metadata says
-so), and a damaged one; one that lists forward only; and an input with the eager outputs. Reference for the C++ backend test
+so), and a damaged one; one that lists forward only; one whose "shifted" library does not load
+(its metadata intact: found only when that method is first called); and an input with the eager outputs. Reference for the C++ backend test
 (tests/stages/model/test_component_backends.cpp).
 
 Usage: python -m vgen_reference.tiny_aoti OUT_DIR (prints JSON)."""
@@ -50,6 +51,17 @@ def rewrite_metadata(src: pathlib.Path, dst: pathlib.Path, changes: dict) -> Non
             zout.writestr(item, data)
 
 
+def break_library(src: pathlib.Path, dst: pathlib.Path, model: str) -> None:
+    """A copy of the .pt2 whose `model`'s shared library is junk; its metadata and the other
+    models are left as they are."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if f"/{model}/" in item.filename and item.filename.endswith(".so"):
+                data = b"not an ELF library" * 64
+            zout.writestr(item, data)
+
+
 def main():
     out = pathlib.Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -69,6 +81,7 @@ def main():
     rewrite_metadata(out / "tiny.cpu.pt2", out / "tiny.old.pt2", {TORCH_KEY: "2.9.1+cu128"})
     # a package that holds forward only (its list says so): "shifted" is the TorchScript file's
     rewrite_metadata(out / "tiny.cpu.pt2", out / "tiny.forward_only.pt2", {METHODS_KEY: "forward"})
+    break_library(out / "tiny.cpu.pt2", out / "tiny.noload.pt2", "shifted-model")
     data = (out / "tiny.cpu.pt2").read_bytes()
     (out / "tiny.bad.pt2").write_bytes(data[: len(data) // 2] + b"\0" * (len(data) - len(data) // 2))
     shutil.copyfile(out / "tiny.pt", out / "tiny.copy.pt")

@@ -224,6 +224,44 @@ TEST_CASE("a compiled file serves the methods and shapes it was compiled for; th
   CHECK_THROWS_AS(m->call("nope", {x, scale}), Error);
 }
 
+TEST_CASE("a compiled method whose library does not load is found on its first call: its own file serves it, and the "
+          "fallback is recorded and logged" * doctest::timeout(600)) {
+  const auto* ref = reference();
+  if (!ref) return;
+  const fs::path dir = (*ref)["dir"].get<std::string>();
+  const auto x = tensor_of((*ref)["x"]), scale = tensor_of((*ref)["scale"]);
+  auto& cache = ModuleCache::instance();
+  // Alone: its metadata reads, forward loads and runs, shifted says why it cannot.
+  const auto aoti = cache.get("aoti", dir / "tiny.noload.pt2", "cpu:0", at::kFloat);
+  CHECK(max_diff(aoti->forward({x, scale}), tensor_of((*ref)["y"])) <= 1e-5);
+  CHECK_FALSE(aoti->serves("shifted", {x, scale}));
+  CHECK(aoti->unloadable("shifted").find("(method 'shifted') does not load") != std::string::npos);
+  CHECK(aoti->unloadable("forward").empty());
+  try {
+    aoti->call("shifted", {x, scale});
+    FAIL("a method whose library does not load ran");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);  // exit 2 / 4xx, as a refused .pt2
+    CHECK(std::string(e.what()).find("tiny.noload.pt2") != std::string::npos);
+  }
+  // Through a package: recorded as aoti until the failing method is called, then as the
+  // component's TorchScript file with the reason.
+  clear_component_backends();
+  fs::copy_file(dir / "tiny.pt", dir / "tiny.noload.pt", fs::copy_options::overwrite_existing);
+  const auto p = package_with(dir, "noload", "tiny.noload.pt", dir / "tiny.noload.pt2");
+  const auto m = cache.get_component(p, "noload", "cpu:0");
+  REQUIRE(component_backends().size() == 1);
+  CHECK(component_backends().at(0).backend == "aoti");
+  CHECK(max_diff(m->forward({x, scale}), tensor_of((*ref)["y"])) <= 1e-5);
+  CHECK(max_diff(m->call("shifted", {x, scale}), tensor_of((*ref)["shifted"])) <= 1e-5);
+  const auto after = component_backends();
+  REQUIRE(after.size() == 1);
+  CHECK(after.at(0).backend == "torchscript");
+  CHECK(after.at(0).file == dir / "tiny.noload.pt");
+  CHECK(after.at(0).refused.find("does not load") != std::string::npos);
+  CHECK(max_diff(m->call("shifted", {x, scale}), tensor_of((*ref)["shifted"])) <= 1e-5);  // and again
+}
+
 TEST_CASE("compiled input ranges parse") {
   const auto r = parse_aoti_input_ranges("0:1:64,2:3:64;;1:4:4");
   REQUIRE(r.size() == 3);
