@@ -3,6 +3,7 @@
 #include "api/fleet/nats_client.hpp"
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -176,17 +177,24 @@ struct LiveReplay::State : std::enable_shared_from_this<LiveReplay::State> {
   // job until a worker answers, and ends a broadcast the job's end leaves open. Holds the state
   // (and so the subscription) until the broadcast has ended.
   asio::awaitable<void> keep(std::shared_ptr<State> self) {
+    const auto executor = co_await asio::this_coro::executor;
     try {
+      // The reference a message takes is let go on the executor, never here: were it the last
+      // (the broadcast ended meanwhile), the State and its subscription would be destroyed on
+      // the subscription's own delivery thread, whose drain waits for this very callback.
       messages = nats.replay(live_stream_name(queue), live_data_subject(queue, id),
-                             [weak = std::weak_ptr<State>(self)](std::string, std::string data) {
-                               if (auto s = weak.lock()) s->on_message(data);
+                             [weak = std::weak_ptr<State>(self), executor](std::string, std::string data) {
+                               if (auto s = weak.lock()) {
+                                 s->on_message(data);
+                                 asio::post(executor, [s = std::move(s)] {});
+                               }
                              });
     } catch (const Error& e) {
       spdlog::warn("live replay of job {}: {}; its finished file is served instead", id, e.what());
       live->finish(End::failed);
       co_return;
     }
-    asio::steady_timer timer(co_await asio::this_coro::executor);
+    asio::steady_timer timer(executor);
     while (live->end() == End::open) {
       bool ask = false;
       {
