@@ -14,7 +14,6 @@ ComputeDevices::ComputeDevices(const RuntimeConfig& config, Executor& executor, 
     : executor_(executor), metrics_(metrics) {
   if (config.threads_per_device == RuntimeConfig::kAuto || config.intra_op_threads == RuntimeConfig::kAuto)
     throw_error(ErrorKind::internal, "compute devices: threads.per_device and threads.intra_op must be tuned first");
-  set_torchscript_gpu_fusion(config.model_backend.torchscript_gpu_fusion.value_or(false));  // before any module runs (warm-up)
   devices_ = parse_device_list(config.devices, discover_cuda_devices, 0.9, config.threads_per_device);
   leases_ = devices_.size() * config.threads_per_device;
   add_device_pools(executor_, devices_, config.threads_per_device, config.codec_threads,

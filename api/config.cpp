@@ -167,8 +167,8 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
       {"model_backend", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {{"torchscript_gpu_fusion", [&](const json::value& b, const std::string& bp) {
                             if (b.is_string() && b.as_string() == "auto") c.model_backend.torchscript_gpu_fusion.reset();
-                            else if (b.is_string()) r.fail(bp, "must be true, false or \"auto\" (got " + json::serialize(b) + ")");
-                            else c.model_backend.torchscript_gpu_fusion = r.boolean(b, bp);
+                            else if (!b.is_bool()) r.fail(bp, "must be true, false or \"auto\" (got " + json::serialize(b) + ")");
+                            else c.model_backend.torchscript_gpu_fusion = b.as_bool();
                           }}});
        }},
       {"live", [&](const json::value& v, const std::string& p) {

@@ -38,6 +38,7 @@
 #include <climits>
 #include <atomic>
 #include <map>
+#include <mutex>
 #include <random>
 
 namespace vgen {
@@ -74,13 +75,15 @@ class RuntimeImpl {
                        .live = &live_};
     // The models load before the device threads exist: "auto" settings are measured on them
     // (api/runtime_tuning.hpp), and the threads follow what was chosen.
-    auto loaded = load_models(model_list(), wo);
     const auto device_list = parse_device_list(config_.devices, discover_cuda_devices, 0.9, 1);
+    const bool gpu = std::any_of(device_list.begin(), device_list.end(), [](const DeviceSpec& d) { return d.kind == DeviceKind::cuda; });
+    // Before any module runs (the tuner's probe included): TorchScript's CUDA fusion (an
+    // optimised plan, once made, keeps its kernels), and a GPU decodes one clip per call unless
+    // configured (stages/exec/batching_options.hpp says why); the probe decodes as the jobs will.
+    if (gpu) set_torchscript_gpu_fusion(config_.model_backend.torchscript_gpu_fusion.value_or(false));
+    if (gpu && config_.batching.max_decode_batch == RuntimeConfig::kAuto) config_.batching.max_decode_batch = 1;
+    auto loaded = load_models(model_list(), wo);
     tuning_ = std::make_unique<RuntimeTuning>(config_, loaded, device_list, metrics_);
-    // A GPU decodes one clip per call unless configured (stages/exec/batching_options.hpp says why).
-    if (config_.batching.max_decode_batch == RuntimeConfig::kAuto &&
-        std::any_of(device_list.begin(), device_list.end(), [](const DeviceSpec& d) { return d.kind == DeviceKind::cuda; }))
-      config_.batching.max_decode_batch = 1;
     wo.on_batch_capped = [t = tuning_.get()](const std::string& key, std::size_t cap) { t->on_capped(key, cap); };
     wo.batching = config_.batching;  // max_batch as tuned
     wo.max_batch_limit = tuning_->batch_limit();  // what the search going on between jobs may switch to
@@ -334,15 +337,24 @@ class RuntimeImpl {
 
   // Which backend serves each component a device has loaded: a compiled .pt2 ("aoti") or
   // TorchScript (stages/model/component_backends.hpp); one series of value 1 per component and device.
+  // A component whose backend changed (a compiled method that did not load on its first call)
+  // has its earlier series set to 0.
   void publish_component_backends() {
     const auto served = component_backends();
+    std::lock_guard lock(published_backends_mutex_);
     for (const auto& name : models_->model_names()) {
       const auto& dir = models_->package(name).dir;
-      for (const auto& b : served)
-        if (b.package == dir)
-          metrics_.gauge("vgen_model_backend", "Components loaded, by model, device and the backend that serves them",
-                         {{"model", name}, {"component", b.component}, {"device", b.device}, {"backend", b.backend}})
-              .set(1);
+      for (const auto& b : served) {
+        if (b.package != dir) continue;
+        auto series = [&](const std::string& backend) -> Gauge& {
+          return metrics_.gauge("vgen_model_backend", "Components loaded, by model, device and the backend that serves them",
+                                {{"model", name}, {"component", b.component}, {"device", b.device}, {"backend", backend}});
+        };
+        auto& was = published_backends_[name + '\n' + b.component + '\n' + b.device];
+        if (!was.empty() && was != b.backend) series(was).set(0);
+        was = b.backend;
+        series(b.backend).set(1);
+      }
     }
   }
 
@@ -474,6 +486,8 @@ class RuntimeImpl {
   std::unique_ptr<FaultInjector> faults_;  // before devices_/models_: stages refer to it
   LiveStreams live_{LiveBroadcast::default_max_bytes, config_.live_max_total_bytes};  // before models_: the encode stage writes to it
   std::unique_ptr<RuntimeTuning> tuning_;  // before models_: its Batcher reports caps to it
+  std::mutex published_backends_mutex_;
+  std::map<std::string, std::string> published_backends_;  // model\ncomponent\ndevice -> the backend published as 1
   std::unique_ptr<ComputeDevices> devices_;
   std::unique_ptr<ModelSet> models_;
   std::unique_ptr<Pipeline> pipeline_;

@@ -56,6 +56,7 @@ RuntimeTuning::RuntimeTuning(RuntimeConfig& c, const LoadedModels& models, const
     if (!spec.contains("prompt")) spec["prompt"] = "auto-tune probe";
     try {
       probe_ = std::make_unique<TuneProbe>(models, spec, device.id);
+      probe_->set_decode_batch(c.batching.max_decode_batch);  // settled before the tuner (api/engine.cpp)
       model_ = probe_->model();
       space.steps = probe_->steps();
       space.measure_calls = TuneProbe::kCalls + 2;  // a warm-up call, the timed calls, a decode

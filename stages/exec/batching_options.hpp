@@ -15,8 +15,9 @@ struct BatchingOptions {
   // given 0 runs batch 1).
   std::size_t max_batch = 1;
   // Up to this many clips per VAE decode call (config key max_decode_batch); 0: max_batch. On a
-  // GPU a decode's activations grow with its batch while its speed hardly does (one 832x480x33
-  // clip fills an H200: 8 at once peaked at 89 GB against 16 GB for one, docs/PERFORMANCE.md), so
+  // GPU a decode's activations grow with its batch while its speed hardly does (eight 832x480x33
+  // clips in one call: the process peaked at 89 GB on an H200; one clip per call: 18.6 GB,
+  // docs/PERFORMANCE.md), so
   // the Runtime sets 1 for CUDA devices when the config leaves it at 0 (api/engine.cpp).
   std::size_t max_decode_batch = 0;
   // A forming group waits at most this long after its first job for more (config key wait_ms).

@@ -63,6 +63,7 @@ struct TuneProbe::State {
   std::string shape_key, key;
   std::map<std::pair<std::size_t, std::size_t>, Prepared> prepared;  // (lease, batch)
   std::atomic<bool> warm{false};  // the modules' first calls are made
+  std::size_t decode_batch = 0;   // set_decode_batch
 
   // Text encoding and noise for `batch` jobs (each its own seed), on the calling thread.
   void prepare(Prepared& p, std::size_t batch) {
@@ -87,7 +88,15 @@ struct TuneProbe::State {
   }
 
   void predict(Prepared& p) { family->predict(PredictCall{p.work, p.x, p.t, device}); }
-  void decode(Prepared& p) { family->decode(device, p.work); }
+  // In the calls the jobs' decode makes: at most decode_batch clips each (0: all at once).
+  void decode(Prepared& p) {
+    const auto n = decode_batch == 0 ? p.work.size() : decode_batch;
+    for (std::size_t at = 0; at < p.work.size(); at += n) {
+      const std::vector<FamilyJob*> part(p.work.begin() + static_cast<std::ptrdiff_t>(at),
+                                         p.work.begin() + static_cast<std::ptrdiff_t>(std::min(at + n, p.work.size())));
+      family->decode(device, part);
+    }
+  }
 };
 
 TuneProbe::TuneProbe(const LoadedModels& models, const json::value& spec, std::string device, std::string_view backend)
@@ -116,6 +125,8 @@ TuneProbe::TuneProbe(const LoadedModels& models, const json::value& spec, std::s
 }
 
 TuneProbe::~TuneProbe() = default;
+
+void TuneProbe::set_decode_batch(std::size_t clips) { state_->decode_batch = clips; }
 
 const std::string& TuneProbe::shape_key() const { return state_->shape_key; }
 

@@ -51,6 +51,8 @@ class TuneProbe {
   // backend preference (ModelSetOptions::backend), for the key's backends.
   TuneProbe(const LoadedModels& models, const boost::json::value& spec, std::string device, std::string_view backend = "auto");
   ~TuneProbe();
+  // Clips per decode call, as the jobs' (batching.max_decode_batch; 0: the whole batch). Before measure().
+  void set_decode_batch(std::size_t clips);
   TuneProbe(const TuneProbe&) = delete;
   TuneProbe& operator=(const TuneProbe&) = delete;
 

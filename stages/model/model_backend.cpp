@@ -19,6 +19,7 @@
 #include <optional>
 #include <map>
 #include <mutex>
+#include <set>
 
 namespace vgen {
 
@@ -193,7 +194,8 @@ class AotiModule final : public Module {
     try {
       loaded(it->first, it->second);
       return true;
-    } catch (const Error&) {
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::out_of_memory) throw;  // the device is full: no second copy of the weights
       return false;
     }
   }
@@ -202,6 +204,11 @@ class AotiModule final : public Module {
     if (it == methods_.end()) return {};
     std::lock_guard lock(it->second.mutex);
     return it->second.failed;
+  }
+  // Loads every method now (Error naming the first that does not load): for a component with
+  // no file of its own to fall back to, whose failure should stop the start, not a job.
+  void load_all() const {
+    for (const auto& [name, c] : methods_) loaded(name, c);
   }
   std::vector<std::string> loaded_methods() const {
     std::vector<std::string> out;
@@ -223,6 +230,11 @@ class AotiModule final : public Module {
             file_.string(), aoti_model_name(method), /*run_single_threaded=*/false, /*num_runners=*/1,
             device_.is_cuda() ? device_.index() : c10::DeviceIndex(-1));
         return *c.loader;
+      } catch (const c10::OutOfMemoryError& e) {
+        // The device is full now (other jobs' memory), not the file broken: not remembered; the
+        // Batcher's out-of-memory handling places or shrinks the group, and a later call retries.
+        throw_error(ErrorKind::out_of_memory, "compiled model file '" + file_.string() + "' (method '" + method +
+                                                  "'): out of memory while loading: " + truncate_utf8(e.what_without_backtrace(), 200));
       } catch (const std::exception& e) {
         const auto* c10 = dynamic_cast<const c10::Error*>(&e);
         c.failed = "compiled model file '" + file_.string() + "' (method '" + method + "') does not load: " +
@@ -289,8 +301,8 @@ std::shared_ptr<const Module> load_aoti(const fs::path& file, c10::Device device
 // first call that needs it.
 //
 // A compiled method whose library does not load (found on its first call: each loads lazily)
-// is served by the own file from then on, and `refused` is told why, once (get_component
-// records it for `vgen devices`, /metrics and the log).
+// is served by the own file from then on, and `refused` is told why, once per method
+// (get_component records it for /metrics and logs it).
 class MethodFallbackModule final : public Module {
  public:
   using Load = std::function<std::shared_ptr<const Module>()>;
@@ -300,7 +312,13 @@ class MethodFallbackModule final : public Module {
 
   at::Tensor call(std::string_view method, const std::vector<at::Tensor>& inputs) const override {
     if (compiled_->serves(method, inputs)) return compiled_->call(method, inputs);
-    if (auto why = compiled_->unloadable(method); !why.empty() && refused_ && !told_.exchange(true)) refused_(why);
+    if (auto why = compiled_->unloadable(method); !why.empty() && refused_) {
+      std::unique_lock lock(mutex_);
+      if (told_.insert(std::string(method)).second) {
+        lock.unlock();
+        refused_(why);
+      }
+    }
     return own()->call(method, inputs);
   }
   c10::Device device() const override { return compiled_->device(); }
@@ -319,7 +337,7 @@ class MethodFallbackModule final : public Module {
   std::shared_ptr<const Module> compiled_;
   Load load_own_;
   Refused refused_;
-  mutable std::atomic<bool> told_{false};
+  mutable std::set<std::string, std::less<>> told_;  // methods whose refusal was recorded (under mutex_)
   mutable std::mutex mutex_;
   mutable std::shared_ptr<const Module> own_;
 };
@@ -340,6 +358,10 @@ OncePerJobCalls::OncePerJobCalls(std::string_view device) {
 
 OncePerJobCalls::~OncePerJobCalls() {
   if (restore_) torch::jit::setGraphExecutorOptimize(old_);
+}
+
+void aoti_load_all(const Module& m) {
+  if (const auto* a = dynamic_cast<const AotiModule*>(&m)) a->load_all();
 }
 
 std::vector<std::string> aoti_loaded_methods(const Module& m) {
@@ -444,6 +466,8 @@ std::shared_ptr<const Module> ModuleCache::get_component(const ModelPackage& pac
   std::shared_ptr<const Module> m;
   try {
     m = get(plan.backend, plan.file, device, dtype);
+    // Nothing to fall back to: a method that does not load fails the start, not a job.
+    if (c.format == "aoti") aoti_load_all(*m);
   } catch (const Error& e) {
     // The compiled file passed its checks but does not load: the component's own file serves.
     if (plan.file == c.file || e.kind() != ErrorKind::invalid_argument) throw;

@@ -44,8 +44,11 @@ c10::Device parse_torch_device(std::string_view id);  // Error(invalid_argument)
 // package's VAE decoder (CPU, one thread), the first two calls of a fresh process took 0.33 and
 // 0.20 s optimised against 0.15 and 0.07 s as exported, and every call after about 0.078 s
 // either way; the denoiser, called every step, keeps the optimiser (4 % faster calls). CUDA
-// devices keep it too: there the optimised (fused) Wan decode was the faster one (H200, 4.0
-// against 4.66 s, docs/PERFORMANCE.md). The Batcher opens one around preprocess and decode.
+// devices are left as they are: running as exported there was not measured.
+// The Batcher opens one around preprocess and decode. Limit: LibTorch keeps a graph's optimised
+// plan once made and serves it whatever the setting, so after a start-up warm-up or the
+// auto-tuner's probe (both call these modules outside the Batcher) this scope changes nothing
+// for that module in that process (a per-module setting would: not done).
 // Thread-safety: the setting is LibTorch's, per thread; restored when the scope ends.
 class OncePerJobCalls {
  public:
@@ -97,6 +100,9 @@ class Module {
 // with a fallback, whose libraries are loaded so far (each loads on its first call); empty for
 // any other module. Diagnostics and tests.
 std::vector<std::string> aoti_loaded_methods(const Module& m);
+// Loads every method of a compiled module now (Error(invalid_argument) naming the first that does
+// not load); nothing for any other module.
+void aoti_load_all(const Module& m);
 
 using ModuleLoader =
     std::function<std::shared_ptr<const Module>(const std::filesystem::path& file, c10::Device, c10::ScalarType)>;

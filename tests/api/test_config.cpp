@@ -445,6 +445,8 @@ TEST_CASE("batching.max_decode_batch and model_backend.torchscript_gpu_fusion: r
         std::optional<bool>(false));
   CHECK(error_of(write(dir, R"({"model_backend": {"torchscript_gpu_fusion": "yes"}})")).find("model_backend.torchscript_gpu_fusion") !=
         std::string::npos);
+  CHECK(error_of(write(dir, R"({"model_backend": {"torchscript_gpu_fusion": 1}})")).find("must be true, false or \"auto\"") !=
+        std::string::npos);
   CHECK(error_of(write(dir, R"({"model_backend": {"fusion": true}})")).find("model_backend.fusion") != std::string::npos);
   CHECK(error_of(write(dir, R"({"batching": {"max_decode_batch": 0}})")).find("batching.max_decode_batch") != std::string::npos);
   fs::remove_all(dir);

@@ -128,7 +128,9 @@ TEST_CASE("batching.max_decode_batch caps decode groups below max_batch; denoise
   CHECK(b.batcher->group_sizes(BatchKind::denoise) == std::map<std::size_t, std::uint64_t>{{4, 1}});
   CHECK(b.batcher->group_sizes(BatchKind::decode) == std::map<std::size_t, std::uint64_t>{{2, 2}});
   for (auto& j : jobs) CHECK(family_job(*j)->frames.defined());
-  // 0 leaves decode groups at max_batch, as before.
-  b.batcher->set_max_batch(3);
+  // The tuner's switch below the decode cap lowers both; 0 leaves decode groups at max_batch, as before.
+  b.batcher->set_max_batch(1);
+  CHECK(b.batcher->cap_for(BatchKind::decode) == 1);
+  CHECK(b.batcher->cap_for(BatchKind::denoise) == 1);
   CHECK(Batcher(BatcherOptions{.batching = {.max_batch = 3}, .executor = &b.executor, .devices = &b.pool}).cap_for(BatchKind::decode) == 3);
 }
