@@ -19,6 +19,7 @@ import torch
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[2]
+from vgen_export import common as ec
 from vgen_export import manifest as mf
 from vgen_export import wan as ew
 from vgen_export.tiny_wan import write_tiny_wan
@@ -125,3 +126,22 @@ def test_fp8_on_a_package_without_it_is_exit_2_naming_the_field(packages, tmp_pa
                         "--format", "png", *SMALL, "--precision", "fp8"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2
     assert "precision: model" in r.stderr and "has no fp8 variant" in r.stderr and "--quantize fp8" in r.stderr
+
+
+def test_fp8_weights_split_into_safetensors_render_the_same(packages, tmp_path, monkeypatch):
+    """A real-size transformer's weights go to <name>.safetensors beside the TorchScript file
+    (common.save_module, above 256 MiB: the 1.3B fp8 variant is about 1.4 GB), mapped at load
+    (stages/model/mapped_weights.cpp): e4m3 is stored as F8_E4M3 and read back as it was."""
+    monkeypatch.setattr(ec, "SPLIT_ABOVE", 0)  # every component split, as a real-size export's
+    m = ew.export_wan(packages / "wan-src", tmp_path / "split", tiny=True, seed=0, quantize="fp8")
+    assert m["export_checks"]["transformer_fp8"]["weights_file"] == "transformer_fp8.safetensors"
+    raw = (tmp_path / "split" / "transformer_fp8.safetensors").read_bytes()
+    header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+    assert {v["dtype"] for k, v in header.items() if k.endswith(".weight") and ".blocks." in k} >= {"F8_E4M3"}
+    whole = render(packages / "fp8", tmp_path / "whole.png", "--precision", "fp8")
+    split = render(tmp_path / "split", tmp_path / "split.png", "--precision", "fp8")
+    # The same weights: equal frames when this test ran alone; after the other tests of this
+    # file a few values differed by rounding (cause not pinned down: BLAS blocking on mapped vs
+    # loaded memory is a guess). A wrong dtype or a misread F8_E4M3 would be far off.
+    print(f"split vs whole: max abs diff {np.abs(whole - split).max()}, PSNR {psnr(whole, split):.1f} dB")
+    assert np.abs(whole - split).max() <= 2 and psnr(whole, split) > 60  # measured: 1, 98.6 dB
