@@ -192,9 +192,9 @@ std::vector<LoraRef> parse_loras(const json::value& v) {
 void check_precision(const JobSpec& s, const SpecLimits& l) {
   if (s.precision.empty()) return;
   if (std::find(l.precisions.begin(), l.precisions.end(), s.precision) != l.precisions.end()) return;
-  static const std::set<std::string, std::less<>> names = {"float32", "float16", "bfloat16", "int8"};
+  static const std::set<std::string, std::less<>> names = {"float32", "float16", "bfloat16", "int8", "fp8"};
   if (!names.count(s.precision))
-    bad("precision", "unknown '" + truncate_utf8(s.precision, 40) + "' (known: float32, float16, bfloat16, int8)");
+    bad("precision", "unknown '" + truncate_utf8(s.precision, 40) + "' (known: float32, float16, bfloat16, int8, fp8)");
   std::string has;
   for (const auto& p : l.precisions) has += (has.empty() ? "" : ", ") + p;
   bad("precision", model_named(l) + " has no " + s.precision + " variant (" +
@@ -213,7 +213,8 @@ void check_post(const JobSpec& s, const SpecLimits& l) {
 
 }  // namespace
 
-bool is_quantized_precision(std::string_view precision) { return precision == "int8"; }
+// "int8" (issue 24) and "fp8" (e4m3 Linears, issue 30) are weight variants; the rest are dtypes.
+bool is_quantized_precision(std::string_view precision) { return precision == "int8" || precision == "fp8"; }
 
 InputUse parse_input_use(std::string_view text, std::string_view field) {
   if (text == "none") return InputUse::none;

@@ -10,6 +10,8 @@
 #include "stages/media/image_admission.hpp"
 #include "stages/exec/denoise_news.hpp"
 #include "stages/exec/preview.hpp"
+#include "stages/model/model_backend.hpp"
+#include "stages/model/torch_devices.hpp"
 #include "stages/post/libav_post.hpp"
 #include "stages/post/rrdb_upscaler.hpp"
 #include "stages/post/rife_interpolator.hpp"
@@ -40,6 +42,10 @@ struct ModelSet::State {
   std::unique_ptr<BaseFrames> base_frames;  // never null; off unless options.base_frames say so
   StreamedEncodes streamed;  // watched jobs encoded while they decode
   std::unique_ptr<KeptLatents> kept_latents;  // never null
+  // The lowest compute capability of the pool's CUDA devices (major * 10 + minor; -1: none is
+  // CUDA): a job whose precision one of them cannot run is refused at admission, since any
+  // device may be the one its denoise lands on.
+  int cuda_capability = -1;
 
   // The identity a job's content key names: its package's, plus the post-stage variants that
   // make its frames (a model's weights included), so configuring another interpolator or
@@ -348,6 +354,12 @@ ModelSet::ModelSet(LoadedModels models, Executor& executor, DevicePool& devices,
   }
   state_->batcher = std::make_shared<Batcher>(std::move(bo));
   state_->devices = &devices;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const auto& d = devices.device(i);
+    if (d.kind != DeviceKind::cuda) continue;
+    const auto c = cuda_capability(parse_torch_device(d.id).index());
+    if (c >= 0 && (state_->cuda_capability < 0 || c < state_->cuda_capability)) state_->cuda_capability = c;
+  }
   register_libav_post();
   register_rrdb_upscaler();
   register_rife_interpolator();
@@ -377,6 +389,7 @@ const ModelPackage& ModelSet::package(const std::string& name) const { return st
 JobSpec ModelSet::validate(const json::value& spec) const {
   auto parsed = state_->family(model_field(spec))->validate(spec);
   check_post_job(parsed, state_->options.post);
+  check_precision_on_device(parsed.precision, state_->cuda_capability);
   if (parsed.interpolate > 1)
     if (const auto why = state_->interpolator->unavailable(); !why.empty()) throw_error(ErrorKind::invalid_argument, "interpolate: " + why);
   if (parsed.upscale > 1)

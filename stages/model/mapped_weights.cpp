@@ -72,6 +72,7 @@ std::string safetensors_dtype(c10::ScalarType t) {
     case c10::kChar: return "I8";
     case c10::kByte: return "U8";
     case c10::kBool: return "BOOL";
+    case c10::kFloat8_e4m3fn: return "F8_E4M3";  // an fp8 variant's Linear weights (issue 30)
     default: return std::string("unsupported ") + c10::toString(t);
   }
 }

@@ -173,9 +173,9 @@ void read_precisions(const Reader& r, const json::object& m, ModelPackage& p) {
   const auto& t = comps.at("transformer").get_object();  // checked by the caller
   p.base_precision = p.dtype;
   if (const auto* q = t.if_contains("quantization")) {
-    if (!q->is_string() || q->get_string() != "int8-dynamic")
-      r.fail("manifest field 'components.transformer.quantization' must be \"int8-dynamic\"");
-    p.base_precision = "int8";
+    if (!q->is_string() || (q->get_string() != "int8-dynamic" && q->get_string() != "fp8-e4m3"))
+      r.fail("manifest field 'components.transformer.quantization' must be \"int8-dynamic\" or \"fp8-e4m3\"");
+    p.base_precision = q->get_string() == "fp8-e4m3" ? "fp8" : "int8";
   }
   p.limits.precisions = {p.base_precision};
   p.defaults.precision = p.base_precision;
@@ -190,7 +190,8 @@ void read_precisions(const Reader& r, const json::object& m, ModelPackage& p) {
     const auto& variants = r.obj(o, "variants");
     for (const auto& v : variants) {
       const std::string name(v.key()), where = "precisions.variants." + truncate_utf8(name, 40);
-      if (name != "int8" && !is_dtype(name)) r.fail("manifest field '" + where + "' names no precision (float32, float16, bfloat16, int8)");
+      if (name != "int8" && name != "fp8" && !is_dtype(name))
+        r.fail("manifest field '" + where + "' names no precision (float32, float16, bfloat16, int8, fp8)");
       if (name == p.base_precision) r.fail("manifest field '" + where + "' repeats the base precision");
       if (!v.value().is_object() || v.value().get_object().empty())
         r.fail("manifest field '" + where + "' must map components to their variants");

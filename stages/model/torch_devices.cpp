@@ -1,5 +1,7 @@
 #include "stages/model/torch_devices.hpp"
 
+#include "runtime/errors.hpp"
+
 #include <cuda_runtime_api.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
@@ -24,6 +26,20 @@ std::vector<CudaDeviceInfo> discover_cuda_devices() {
 }
 
 std::string torch_version() { return TORCH_VERSION; }
+
+void check_precision_on_device(std::string_view precision, int cuda_capability) {
+  if (precision != "fp8" || cuda_capability < 0 || cuda_capability >= 89) return;
+  throw_error(ErrorKind::invalid_argument,
+              "precision: fp8 needs a CUDA device of compute capability 8.9 or newer (this one has " +
+                  std::to_string(cuda_capability / 10) + "." + std::to_string(cuda_capability % 10) + "; use a float precision)");
+}
+
+int cuda_capability(int index) {
+  if (!torch::cuda::is_available() || index < 0 || index >= static_cast<int>(torch::cuda::device_count())) return -1;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return -1;
+  return prop.major * 10 + prop.minor;
+}
 
 void set_intra_op_threads(int n) { at::set_num_threads(n < 1 ? 1 : n); }
 

@@ -7,11 +7,23 @@
 #include "runtime/device_pool.hpp"
 
 #include <string>
+#include <string_view>
 
 namespace vgen {
 
 std::vector<CudaDeviceInfo> discover_cuda_devices();
 std::string torch_version();
+
+// Compute capability of CUDA device `index` as major * 10 + minor (90 for an H100), or -1 when
+// there is no such device (or no CUDA): what fp8 jobs are checked against (job_spec.hpp).
+int cuda_capability(int index);
+
+// Error(invalid_argument) naming "precision" (exit 2 / HTTP 422) when a device cannot run the
+// job's precision: fp8 on a CUDA device of capability below 8.9 (its exported module's CUDA
+// branch calls torch._scaled_mm on e4m3 operands, which needs Ada or Hopper). cuda_capability
+// is that of the lowest CUDA device that may run the job (as cuda_capability returns), -1 for
+// none (CPU runs the dequantized path). Pure: tested with made-up capabilities.
+void check_precision_on_device(std::string_view precision, int cuda_capability);
 
 // LibTorch's intra-op threads for the calling thread (at::set_num_threads); n >= 1.
 void set_intra_op_threads(int n);

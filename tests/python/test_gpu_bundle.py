@@ -108,3 +108,8 @@ def test_gpu_check_cpu_tiny(bundle, tmp_path):
     assert t["psnr"]["vgen_bf16_vs_diffusers_bf16"]["psnr_db"] > 30
     assert t["psnr"]["vgen_bf16_vs_vgen_float32"]["psnr_db"] > 20
     assert t["batch"]["vgen_batch"]["jobs_per_min"] > 0 and t["batch"]["diffusers_loop"]["jobs_per_min"] > 0
+    # fp8 (issue 30): the bf16 package's fp8 variant, its dequantized path on CPU.
+    sizes = report["phases"]["export"]["result"]["bfloat16"]["component_bytes"]
+    assert sizes["transformer_fp8"] < sizes["transformer"]
+    assert t["vgen_fp8"]["s_per_step"] > 0
+    assert 20 < t["vgen_fp8"]["psnr_vs_vgen_bf16"]["psnr_db"] < 100  # close, not equal (identical frames: 168)

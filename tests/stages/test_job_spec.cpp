@@ -318,7 +318,7 @@ TEST_CASE("precision: one the package carries, the default when absent; only a q
     }
   };
   CHECK(error(R"({"prompt": "p", "precision": "int4"})", limits) ==
-        "precision: unknown 'int4' (known: float32, float16, bfloat16, int8)");
+        "precision: unknown 'int4' (known: float32, float16, bfloat16, int8, fp8)");
   CHECK(error(R"({"prompt": "p", "precision": 8})", limits).find("precision: must be a string") == 0);
   CHECK(error(R"({"prompt": "p", "precision": "bfloat16"})", limits) ==
         "precision: model 'tiny' has no bfloat16 variant (it has: float32, int8)");
@@ -342,7 +342,29 @@ TEST_CASE("precision: one the package carries, the default when absent; only a q
   CHECK(job_content_key("m", int8).hex() != job_content_key("m", f32).hex());
   CHECK(parse_job_spec(json::value_from(to_json(int8)), defaults, limits).precision == "int8");  // round trip
   CHECK(is_quantized_precision("int8"));
+  CHECK(is_quantized_precision("fp8"));
   CHECK_FALSE(is_quantized_precision("float32"));
+}
+
+TEST_CASE("precision fp8: a package's variant like int8, part of the content key") {
+  JobSpec defaults;
+  defaults.prompt = "p";
+  defaults.precision = "float32";
+  SpecLimits limits;
+  limits.precisions = {"float32", "fp8"};
+  const auto fp8 = parse_job_spec(json::parse(R"({"prompt": "p", "precision": "fp8"})"), defaults, limits);
+  CHECK(fp8.precision == "fp8");
+  const auto f32 = parse_job_spec(json::parse(R"({"prompt": "p"})"), defaults, limits);
+  CHECK(job_content_key("m", fp8).hex() != job_content_key("m", f32).hex());  // another video
+  limits.precisions = {"float32"};
+  limits.model_name = "tiny";
+  try {
+    parse_job_spec(json::parse(R"({"prompt": "p", "precision": "fp8"})"), defaults, limits);
+    FAIL("fp8 accepted by a package without the variant");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) == "precision: model 'tiny' has no fp8 variant (it has: float32; export one with --quantize fp8)");
+  }
+
 }
 
 TEST_CASE("interpolate and upscale: 1 (off), 2 or 4; part of the content key only when on") {

@@ -24,7 +24,7 @@ SPLIT_ABOVE = int(os.environ.get("VGEN_SPLIT_WEIGHTS_ABOVE", str(256 << 20)))
 WEIGHTS_EXTRA = "vgen_weights"
 _ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
               torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
-              torch.bool: "BOOL"}
+              torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3"}  # (fp8 variants' Linear weights)
 
 
 def find_spm_file(diffusers_dir: Path) -> Path:

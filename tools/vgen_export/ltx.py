@@ -45,7 +45,7 @@ from . import manifest as mf
 from .common import (DTYPES, ExportRefused, assert_checks, dtype_tolerance, find_spm_file, flow_match_euler_config,
                      load_saved, max_diff, pipeline_index, run_export, save_module, trace_quietly)
 from .latent_preview import preview_section, torchscript_decoder
-from .quantize import QUANTIZATION, QUANTIZE_CHOICES, check_quantize, precision_entries, quantize_int8
+from .quantize import QUANTIZATION, INT8_CHOICES, check_quantize, precision_entries, quantize_int8
 from .reference_loop import check_tokenizer
 
 ACCEPTED_PIPELINES = ("LTXPipeline", "LTXImageToVideoPipeline")
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-noise-scale", type=float, default=None,
                         help="LTXPipeline's decode_noise_scale (default: the decode timestep)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
+    parser.add_argument("--quantize", choices=INT8_CHOICES, default=None,
                         help="int8: add a dynamically int8-quantized variant of the transformer blocks' Linear layers "
                              "(CPU, fbgemm) beside float32, chosen per job (precision); int8-only: the transformer itself int8")
     parser.add_argument("--default-precision", choices=["float32", "int8"], default=None,

@@ -34,7 +34,8 @@ from .wan_aoti import compile_transformer_aoti
 from .wan_vae import export_vae_decoder
 from .common import (DTYPES, Handoff, assert_checks, dtype_tolerance, failed_checks, find_spm_file, load_saved,
                      max_diff, save_module, trace_quietly)
-from .quantize import QUANTIZATION, QUANTIZE_CHOICES, check_quantize, precision_entries, quantize_int8, variant_name
+from .quantize import QUANTIZE_CHOICES, check_quantize, only_precision, precision_entries, precision_of, quantization_field  # noqa: E501
+from .quantize import quantization_of, quantize_linears, variant_name, writes_variant
 from .reference_loop import check_tokenizer, compact_context
 
 WAN_NEGATIVE_PROMPT = (
@@ -222,17 +223,16 @@ def check_padding_invariance(encoder, max_length: int, vocab: int, gen) -> dict[
 def export_transformer_variants(name: str, transformer, out_dir: Path, max_length: int, dtype, gen,
                                 quantize: str | None, per_token_timesteps: bool = False,
                                 compile: str | None = None) -> dict[str, Any]:
-    """The checks of `name` (and of its int8 variant): quantize None -> the float transformer
-    as name.pt; "int8-only" -> name.pt quantized; "int8" -> both, the variant as name_int8.pt.
+    """The checks of `name` (and of its variant, name_int8.pt / name_fp8.pt when quantize is "int8" / "fp8"; "-only": name.pt quantized).
     A Handoff as `transformer` goes to the last export, which frees the eager model."""
-    both = quantize == "int8"
+    both = writes_variant(quantize)
     first = (transformer.module if isinstance(transformer, Handoff) else transformer) if both else transformer
     checks = {name: export_transformer(first, out_dir / f"{name}.pt", max_length, dtype, gen,
-                                       "int8" if quantize == "int8-only" else None, per_token_timesteps, compile)}
+                                       only_precision(quantize), per_token_timesteps, compile)}
     del first
     if both:
-        checks[variant_name(name)] = export_transformer(transformer, out_dir / f"{variant_name(name)}.pt", max_length,
-                                                        dtype, gen, "int8", per_token_timesteps)
+        checks[variant_name(name, quantize)] = export_transformer(transformer, out_dir / f"{variant_name(name, quantize)}.pt",
+                                                                  max_length, dtype, gen, precision_of(quantize), per_token_timesteps)
     return checks
 
 
@@ -246,9 +246,9 @@ def add_precisions(manifest: dict[str, Any], out_dir: Path, quantize: str | None
         return
     for name in transformers:
         float_entry = manifest["components"][name]
-        manifest["components"][variant_name(name)] = mf.component_entry(
-            out_dir, f"{variant_name(name)}.pt", format=float_entry["format"], dtype=float_entry["dtype"],
-            methods=float_entry["methods"], quantization=QUANTIZATION)
+        manifest["components"][variant_name(name, quantize)] = mf.component_entry(
+            out_dir, f"{variant_name(name, quantize)}.pt", format=float_entry["format"], dtype=float_entry["dtype"],
+            methods=float_entry["methods"], quantization=quantization_of(quantize))
     manifest["precisions"] = section
 
 
@@ -268,7 +268,7 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, qua
     del transformer  # the wrapper holds it
     float_wrapper, quantized = wrapper, 0
     if quantize:
-        wrapper, quantized = quantize_int8(wrapper, ".blocks.")
+        wrapper, quantized = quantize_linears(wrapper, ".blocks.", quantize, dtype)
     _, ph, pw = cfg.patch_size
 
     def inputs(b, f, h, w):
@@ -439,7 +439,7 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         del vae
     denoisers = ["transformer"] + (["transformer_2"] if experts else [])  # ("transformers" is the library)
     for name in ["text_encoder", "vae_decoder"] + denoisers + (["vae_encoder"] if ti2v or a14b_i2v or video_input or vace else []) + \
-            ([variant_name(t) for t in denoisers] if quantize == "int8" else []):
+            ([variant_name(t, quantize) for t in denoisers] if writes_variant(quantize) else []):
         assert_checks(name, checks[name])
 
     scheduler = load_scheduler(diffusers_dir, flow_shift)
@@ -467,7 +467,7 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                                                dtype=dtype, methods=["forward"]),
             "transformer": mf.component_entry(out_dir, "transformer.pt", format="torchscript", dtype=dtype,
                                               methods=["forward"] if i2v or vace else ["forward", "forward_compact"],
-                                              **({"quantization": QUANTIZATION} if quantize == "int8-only" else {})),
+                                              **quantization_field(quantize)),
             "vae_decoder": mf.component_entry(out_dir, "vae_decoder.pt", format="torchscript",
                                               dtype="float32",
                                               methods=["forward", "decode_first", "decode_step", "decode_unclamped",
@@ -489,8 +489,8 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                         "out_channels": int(tcfg["out_channels"]), "text_dim": int(tcfg["text_dim"]),
                         "rope_max_seq_len": rope, "prediction": "flow", "timestep_dtype": "float32",
                         "compact_context": all(checks[t]["compact_context"]["usable"] for t in
-                                               ("transformer", "transformer_2", "transformer_int8", "transformer_2_int8")
-                                               if t in checks)},
+                                               ("transformer", "transformer_2") + tuple(variant_name(d, quantize) for d in ("transformer", "transformer_2")
+                                               if writes_variant(quantize)) if t in checks)},
         "resolution": {"height": side(patch[1]), "width": side(patch[2])},
         "frames": {"rule": "4k+1", "k_multiple": temporal, "min": 1,
                    "max": (frames_max - 1) // temporal * temporal + 1},
@@ -506,7 +506,7 @@ def export_wan(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     if experts:  # WanPipeline: transformer while t >= boundary_ratio * num_train_timesteps, then transformer_2
         manifest["components"]["transformer_2"] = mf.component_entry(
             out_dir, "transformer_2.pt", format="torchscript", dtype=dtype, methods=["forward", "forward_compact"],
-            **({"quantization": QUANTIZATION} if quantize == "int8-only" else {}))
+            **quantization_field(quantize))
         manifest["experts"] = {"boundary_ratio": float(variant.boundary_ratio), "high_noise": "transformer",
                                "low_noise": "transformer_2", "guidance_scale_2": "the job's guidance"}
     if ti2v:
@@ -553,14 +553,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-frames", type=int, default=81)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
-                        help="int8: add a dynamically int8-quantized variant of the transformer blocks' Linear layers "
-                             "(CPU, fbgemm) beside float32, chosen per job (precision); int8-only: the transformer itself int8")
+                        help="int8 / fp8: add an int8 (dynamic, fbgemm) or fp8 e4m3 (per-channel scales) variant of the transformer "
+                             "blocks' Linear layers beside the float one, chosen per job (precision); -only: the transformer itself")
     parser.add_argument("--compile", choices=["aoti"], default=None,
                         help="aoti: also compile the transformer(s), the text encoder and the VAE's whole-clip decode ahead of time with torch.export + AOTInductor "
                              "for this machine's CPU (<name>.cpu.pt2 beside the TorchScript file; "
                              "VGEN_AOTI_THREADS compile threads, default 1)")
-    parser.add_argument("--default-precision", choices=["float32", "int8"], default=None,
-                        help="the precision jobs get when they name none (default: float32, or int8 for int8-only)")
+    parser.add_argument("--default-precision", choices=["float32", "bfloat16", "int8", "fp8"], default=None,
+                        help="the precision jobs get when they name none (default: the dtype, or the -only precision)")
     parser.add_argument("--video-input", action="store_true",
                         help="Wan 2.1 text-to-video: ship the VAE encoder too, so jobs may give a video "
                              "(video-to-video, manifest inputs.video)")

@@ -9,10 +9,13 @@ phase, so a run cut short still leaves the phases it finished. Big files (the di
 directory, the package, frames) stay in WORK, never in OUT (OUT comes back from the device).
 
 Phases: environment, build_model (tiny: the tiny test pipeline; real: tools/vgen_export/
-wan21_1_3b.py), export (bf16 package; tiny: a float32 one too), diffusers_single and
+wan21_1_3b.py), export (bf16 package with an fp8 variant of the transformer, --quantize fp8;
+tiny: a float32 one too), diffusers_single and
 vgen_single (one job: same prompt, seed and size, bf16, same device), compare (PSNR of the 8-bit
 frames; tiny: vgen bf16 vs vgen float32 as well), diffusers_batch and vgen_batch (8 jobs at a
-smaller shape: a WanPipeline loop vs one vgen batch with --max-batch 8).
+smaller shape: a WanPipeline loop vs one vgen batch with --max-batch 8), vgen_fp8 (the single
+job at precision fp8: e4m3 block Linears, torch._scaled_mm on capability >= 8.9; PSNR against
+diffusers bf16 and vgen bf16), vgen_single_fusion.
 
 Measures: s/step (median over the steps after the first; diffusers: callback_on_step_end with a
 device synchronise; vgen: its trace's denoise-step spans), VAE decode (diffusers: vae.decode
@@ -46,10 +49,13 @@ PROMPTS = ["a red circle moving left on a black background", "a blue square boun
            "a green car moving right on a blue sky", "an orange fish falling in a white background"]
 SEED = 1234
 # (budget share in seconds, tiny) per phase; the real ones are planned for an H100 in < 8 min.
-# vgen_single_fusion (last: the first to go when time is short) renders the single job again with
-# TorchScript's CUDA fusion on (model_backend.torchscript_gpu_fusion), the setting it replaced.
-PHASES = [("environment", 30), ("build_model", 90), ("export", 150), ("diffusers_single", 110), ("vgen_single", 130),
-          ("compare", 30), ("diffusers_batch", 80), ("vgen_batch", 80), ("vgen_single_fusion", 50)]
+# H200 2026-11-27 run 2 (bench/results/gpu_check_h200_2026-11-27_run2.json) took 341 s in all,
+# export 54 s; the fp8 variant adds one transformer export to it and vgen_fp8 one render (vgen_single:
+# 35 s for two packages' worth of work on the tiny path, one on the real one). vgen_single_fusion
+# (last: the first to go when time is short) renders the single job again with TorchScript's CUDA
+# fusion on (model_backend.torchscript_gpu_fusion), the setting it replaced.
+PHASES = [("environment", 30), ("build_model", 90), ("export", 180), ("diffusers_single", 110), ("vgen_single", 130),
+          ("compare", 30), ("diffusers_batch", 80), ("vgen_batch", 80), ("vgen_fp8", 60), ("vgen_single_fusion", 50)]
 # Best effort: no time is held back for them from the phases before (they get what is left).
 OPTIONAL = {"vgen_single_fusion"}
 
@@ -241,12 +247,15 @@ def phase_export(args) -> dict:
     work, res = Path(args.work), {}
     for dtype, name in [("bfloat16", "pkg")] + ([("float32", "pkg_f32")] if args.tiny else []):
         t0 = time.perf_counter()
-        m = ew.export_wan(work / "diffusers", work / name, dtype=dtype, tiny=args.tiny, seed=0)
+        m = ew.export_wan(work / "diffusers", work / name, dtype=dtype, tiny=args.tiny, seed=0,
+                          quantize="fp8" if name == "pkg" else None)
         worst = {k: max(c["max_abs_diff"] for c in v["checks"]) for k, v in m["export_checks"].items()
                  if isinstance(v, dict) and "checks" in v}
         res[dtype] = {"seconds": round(time.perf_counter() - t0, 2), "max_abs_diff_jit_vs_eager": worst,
                       "compact_context": m["transformer"]["compact_context"],
-                      "component_dtypes": {k: v.get("dtype") for k, v in m["components"].items()}}
+                      "component_dtypes": {k: v.get("dtype") for k, v in m["components"].items()},
+                      "component_bytes": {k: v.get("bytes") for k, v in m["components"].items()
+                                          if k.startswith("transformer")}}
     return res
 
 
@@ -335,13 +344,13 @@ def vgen_job_flags(args, shape: dict) -> list[str]:
             "--guidance", "5.0", "--negative-prompt", NEGATIVE, "--step-cache", "0"]
 
 
-def render_vgen(args, package: str, out_name: str, config: dict | None = None) -> dict:
+def render_vgen(args, package: str, out_name: str, config: dict | None = None, extra: tuple[str, ...] = ()) -> dict:
     work = Path(args.work)
     shape = shapes(args.tiny, args.steps)["single"]
     trace = work / f"{out_name}.trace.json"
     cmd = [args.vgen, "render", PROMPTS[0], "-o", str(work / out_name), "--format", "png", "--model",
            str(work / package), "--seed", str(SEED), "--max-batch", "1", "--trace", str(trace), "--json",
-           *vgen_job_flags(args, shape)]
+           *vgen_job_flags(args, shape), *extra]
     if config:
         (work / f"{out_name}.config.json").write_text(json.dumps(config))
         cmd += ["--config", str(work / f"{out_name}.config.json")]
@@ -359,6 +368,20 @@ def phase_vgen_single(args) -> dict:
 
 def phase_vgen_single_fusion(args) -> dict:
     return render_vgen(args, "pkg", "vgen_frames_fusion", {"model_backend": {"torchscript_gpu_fusion": True}})
+
+
+def phase_vgen_fp8(args) -> dict:
+    """The single job at fp8 (the bf16 package's transformer_fp8): s/step against vgen_bf16's,
+    frames against diffusers bf16 and vgen bf16 (on a CUDA device below capability 8.9 vgen
+    refuses the job, exit 2 naming precision: the phase then fails with that message)."""
+    import numpy as np
+
+    work = Path(args.work)
+    res = render_vgen(args, "pkg", "vgen_frames_fp8", extra=("--precision", "fp8"))
+    ours = read_pngs(work / "vgen_frames_fp8")
+    res["psnr_vs_diffusers_bf16"] = psnr(ours, np.load(work / "diffusers_frames.npy"))
+    res["psnr_vs_vgen_bf16"] = psnr(ours, read_pngs(work / "vgen_frames"))
+    return res
 
 
 def phase_compare(args) -> dict:
@@ -455,7 +478,13 @@ def derive(report: dict):
             "s_per_step": f.get("s_per_step"), "first_step_s": f.get("first_step_s"), "vae_decode_s": f.get("vae_decode_s"), "process_s": f.get("process_s"),
             "end_to_end_s": (f.get("stdout_json") or {}).get("seconds"),
             "stage_s": (f.get("stdout_json") or {}).get("stage_seconds")}
-    table["vgen_fp8"] = "not measured: vgen has no fp8 precision (packages carry float32/bf16 and int8 variants)"
+    q = r.get("vgen_fp8")
+    table["vgen_fp8"] = {
+        "s_per_step": q.get("s_per_step"), "first_step_s": q.get("first_step_s"), "vae_decode_s": q.get("vae_decode_s"),
+        "process_s": q.get("process_s"), "end_to_end_s": (q.get("stdout_json") or {}).get("seconds"),
+        **{k: q.get(k) for k in ("nvidia_smi_peak_above_idle_mib", "torch_max_allocated_mib", "peak_rss_mib") if k in q},
+        "psnr_vs_diffusers_bf16": q.get("psnr_vs_diffusers_bf16"), "psnr_vs_vgen_bf16": q.get("psnr_vs_vgen_bf16"),
+    } if q else "not measured: phase vgen_fp8 did not finish (see phases.vgen_fp8)"
     if r.get("compare"):
         table["psnr"] = r["compare"]
     b = {"diffusers_loop": r.get("diffusers_batch"), "vgen_batch": r.get("vgen_batch")}

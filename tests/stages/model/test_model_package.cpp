@@ -338,7 +338,11 @@ TEST_CASE("precisions: the base one from the transformer, variants mapped onto l
   const auto only = load_model_package(tmp.path() / "only");
   CHECK(only.limits.precisions == std::vector<std::string>{"int8"});
   CHECK(only.defaults.precision == "int8");
-  CHECK(contains(error_with("components.transformer.quantization", "int4"), "quantization' must be \"int8-dynamic\""));
+  CHECK(contains(error_with("components.transformer.quantization", "int4"), "quantization' must be \"int8-dynamic\" or \"fp8-e4m3\""));
+  write_package(tmp.path() / "fp8only", set("components.transformer.quantization", "fp8-e4m3"));
+  const auto fp8_only = load_model_package(tmp.path() / "fp8only");
+  CHECK(fp8_only.limits.precisions == std::vector<std::string>{"fp8"});
+  CHECK(fp8_only.defaults.precision == "fp8");
 
   // Both: transformer_int8 beside the float transformer, chosen per job.
   auto with_variant = [&](const fs::path& dir, const char* precisions) {
@@ -361,6 +365,8 @@ TEST_CASE("precisions: the base one from the transformer, variants mapped onto l
   REQUIRE(with_variant(tmp.path() / "int8-default",
                        R"({"default": "int8", "variants": {"int8": {"transformer": "transformer_int8"}}})") == "");
   CHECK(load_model_package(tmp.path() / "int8-default").defaults.precision == "int8");
+  REQUIRE(with_variant(tmp.path() / "fp8", R"({"variants": {"fp8": {"transformer": "transformer_int8"}}})") == "");
+  CHECK(load_model_package(tmp.path() / "fp8").component_for("transformer", "fp8") == "transformer_int8");
 
   CHECK(contains(with_variant(tmp.path() / "bad1", R"({"default": "int8"})"),
                  "'precisions.default' ('int8') is not a precision the package carries"));

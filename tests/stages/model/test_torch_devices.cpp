@@ -1,6 +1,10 @@
 #include "stages/model/torch_devices.hpp"
 
+#include "runtime/errors.hpp"
+
 #include <doctest/doctest.h>
+
+#include <string>
 
 using namespace vgen;
 
@@ -8,4 +12,30 @@ TEST_CASE("discovered CUDA devices are numbered from 0 (none on a CPU-only machi
   const auto found = discover_cuda_devices();
   for (std::size_t i = 0; i < found.size(); ++i) CHECK(found[i].index == static_cast<int>(i));
   CHECK_FALSE(torch_version().empty());
+}
+
+TEST_CASE("fp8 is refused on a CUDA device below capability 8.9, naming the field precision; CPU runs every precision") {
+  auto device_error = [](std::string_view precision, int capability) {
+    try {
+      check_precision_on_device(precision, capability);
+      return std::string();
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::invalid_argument);  // HTTP 422 / exit 2 through the usual mapping
+      return std::string(e.what());
+    }
+  };
+  CHECK(device_error("fp8", -1).empty());  // CPU: the dequantized path
+  CHECK(device_error("fp8", 89).empty());  // Ada
+  CHECK(device_error("fp8", 90).empty());  // Hopper
+  CHECK(device_error("fp8", 120).empty());
+  CHECK(device_error("fp8", 86) ==
+        "precision: fp8 needs a CUDA device of compute capability 8.9 or newer (this one has 8.6; use a float precision)");
+  CHECK(device_error("fp8", 80).find("precision: ") == 0);  // A100
+  CHECK(device_error("fp8", 75).find("(this one has 7.5;") != std::string::npos);
+  for (const auto* other : {"float32", "bfloat16", "int8"}) CHECK(device_error(other, 75).empty());
+  // This machine's own devices: a capability for each discovered one, none past the last.
+  const auto found = discover_cuda_devices();
+  for (std::size_t i = 0; i < found.size(); ++i) CHECK(cuda_capability(static_cast<int>(i)) >= 10);
+  CHECK(cuda_capability(static_cast<int>(found.size())) == -1);
+  CHECK(cuda_capability(-1) == -1);
 }
