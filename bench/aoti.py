@@ -2,6 +2,7 @@
 and as its compiled .pt2, on this CPU.
 
     python bench/aoti.py --model tiny|medium|large [--dtype float32|bfloat16] [--runs N] [--threads T] [--e2e]
+                         [--unpack-ablation]
 
 Builds the bench model (bench/python/models.py) and exports it a second time with
 --compile aoti (bench/out/models/<preset>/pkg_aoti, pkg_aoti_bfloat16 for --dtype bfloat16;
@@ -105,14 +106,21 @@ def bench_calls(aoti: Path, runs: int, threads: int, shape: dict) -> dict:
     return {"shape": list(args[0].shape), "max_abs_diff": diff, "seconds": {k: stats(v) for k, v in times.items()}}
 
 
-def bench_e2e(aoti: Path, twin: Path, runs: int, threads: int, shape: dict) -> dict:
-    times = {"torchscript": [], "aoti": []}
-    stages = {"torchscript": {}, "aoti": {}}  # the job's own stage seconds (--json): text, denoise, decode, encode
+def bench_e2e(aoti: Path, twin: Path, runs: int, threads: int, shape: dict, unpack_ablation: bool = False) -> dict:
+    # unpack_ablation: a third case, the .pt2s loaded through torch's own loader (a temporary
+    # folder per process) instead of the machine's unpacked copy (stages/model/aoti_library_cache).
+    cases = [("torchscript", twin), ("aoti", aoti)] + ([("aoti_unpack_each_process", aoti)] if unpack_ablation else [])
+    times = {name: [] for name, _ in cases}
+    stages = {name: {} for name, _ in cases}  # the job's own stage seconds (--json): text, denoise, decode, encode
     out = OUT / "aoti_e2e"
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
 
     def render(name: str, pkg: Path, r: int) -> float:
+        if name == "aoti_unpack_each_process":
+            env["VGEN_AOTI_CACHE"] = "off"
+        else:
+            env.pop("VGEN_AOTI_CACHE", None)
         t0 = time.perf_counter()
         p = subprocess.run([str(BIN / "vgen"), "render", "a red circle moving left", "--model", str(pkg),
                             "--seed", "1", "--width", str(shape["width"]), "--height", str(shape["height"]),
@@ -126,10 +134,10 @@ def bench_e2e(aoti: Path, twin: Path, runs: int, threads: int, shape: dict) -> d
                 stages[name].setdefault(stage, []).append(sec)
         return seconds
 
-    for name, pkg in (("torchscript", twin), ("aoti", aoti)):
-        render(name, pkg, -1)  # warm: the tune cache (its key has the backend) and the page cache
+    for name, pkg in cases:
+        render(name, pkg, -1)  # warm: the tune cache (its key has the backend), the page cache, the unpacked copy
     for r in range(runs):
-        for name, pkg in (("torchscript", twin), ("aoti", aoti)):
+        for name, pkg in cases:
             times[name].append(render(name, pkg, r))
     return {"seconds": {k: stats(v) for k, v in times.items()},
             "stage_seconds": {k: {s: stats(v) for s, v in per.items()} for k, per in stages.items()}}
@@ -142,6 +150,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--e2e", action="store_true")
+    ap.add_argument("--unpack-ablation", action="store_true",
+                    help="with --e2e: also render with VGEN_AOTI_CACHE=off (torch's loader unpacks each process)")
     a = ap.parse_args()
     before = machine(with_torch=False)
     aoti, twin = ensure_packages(a.model, a.dtype)
@@ -156,7 +166,7 @@ def main() -> int:
     rows = [["denoiser call (s)", mmm(calls["seconds"]["torchscript"]), mmm(calls["seconds"]["aoti"]),
              f"{calls['seconds']['torchscript']['median'] / calls['seconds']['aoti']['median']:.2f}x"]]
     if a.e2e:
-        e2e = bench_e2e(aoti, twin, max(3, a.runs // 5), a.threads, SHAPE[a.model])
+        e2e = bench_e2e(aoti, twin, max(3, a.runs // 5), a.threads, SHAPE[a.model], a.unpack_ablation)
         result["render"] = e2e
         rows.append(["vgen render (s)", mmm(e2e["seconds"]["torchscript"]), mmm(e2e["seconds"]["aoti"]),
                      f"{e2e['seconds']['torchscript']['median'] / e2e['seconds']['aoti']['median']:.2f}x"])
@@ -167,6 +177,10 @@ def main() -> int:
             ts, ao = st["torchscript"][stage], st["aoti"][stage]
             rows.append([f"render's {stage} stage (s)", mmm(ts), mmm(ao),
                          f"{ts['median'] / ao['median']:.2f}x" if ao["median"] > 0 else "-"])
+        if "aoti_unpack_each_process" in e2e["seconds"]:
+            each = e2e["seconds"]["aoti_unpack_each_process"]
+            rows.append(["vgen render, .pt2 unpacked per process (s)", mmm(e2e["seconds"]["torchscript"]), mmm(each),
+                         f"{e2e['seconds']['torchscript']['median'] / each['median']:.2f}x"])
     result["machine_after"] = machine(with_torch=False)
     print(f"{a.model} {a.dtype}: shape {calls['shape']}, max |aoti - torchscript| = {calls['max_abs_diff']:.3g}; Inductor: "
           f"{report['compile_seconds']} s, {report['bytes'] / 1e6:.1f} MB, {report['kernels']}; VAE decoder: "

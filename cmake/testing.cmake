@@ -24,8 +24,11 @@ endforeach()
 
 # The environment every test runs in: the tooling Python (tests that compare against diffusers
 # run it themselves), the source tree, and the tooling packages of this tree.
+# Compiled models unpack into the build's own folder, not the user's ~/.cache/vgen/aoti
+# (stages/model/aoti_library_cache.hpp).
 set(VGEN_TEST_ENVIRONMENT
-    "VGEN_PYTHON=${VGEN_PYTHON}" "VGEN_SOURCE_DIR=${PROJECT_SOURCE_DIR}" "PYTHONPATH=${VGEN_TOOLS_PYTHONPATH}")
+    "VGEN_PYTHON=${VGEN_PYTHON}" "VGEN_SOURCE_DIR=${PROJECT_SOURCE_DIR}" "PYTHONPATH=${VGEN_TOOLS_PYTHONPATH}"
+    "VGEN_AOTI_CACHE=${PROJECT_BINARY_DIR}/aoti-cache")
 
 # --- parity fixtures -----------------------------------------------------------------------
 # vgen_parity_fixture(<fixture> <module>): the CTest fixture <fixture>, set up by the test

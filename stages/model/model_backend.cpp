@@ -5,6 +5,7 @@
 #include "runtime/registry.hpp"
 #include "stages/model/mapped_weights.hpp"
 
+#include "stages/model/aoti_library_cache.hpp"
 #include "stages/model/aoti_package.hpp"
 #include "stages/model/component_backends.hpp"
 
@@ -160,9 +161,14 @@ class AotiModule final : public Module {
   // two methods (forward_compact when the package compacts the text context, else forward).
   struct Compiled {
     std::vector<std::vector<AotiDimRange>> ranges;  // per input, from the model's metadata; empty: not recorded
-    mutable std::mutex mutex;                        // guards the two below (first use)
+    std::string device_key;                          // AOTInductor's runner registry key ("cpu", "cuda")
+    mutable std::mutex mutex;                        // guards the four below (first use)
+    // The model's runner: loaded from the machine's unpacked copy (aoti_library_cache.hpp) when
+    // the cache serves it, else through torch's loader (which unpacks into a temporary folder).
+    mutable std::unique_ptr<torch::inductor::AOTIModelContainerRunner> own_runner;
     mutable std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
-    mutable std::string failed;  // why the loader could not be made ("" until tried, or made)
+    mutable torch::inductor::AOTIModelContainerRunner* runner = nullptr;
+    mutable std::string failed;  // why the model could not be loaded ("" until tried, or loaded)
   };
   AotiModule(fs::path file, std::map<std::string, Compiled, std::less<>> methods, c10::Device device, c10::ScalarType dtype)
       : file_(std::move(file)), methods_(std::move(methods)), device_(device), dtype_(dtype) {}
@@ -172,14 +178,14 @@ class AotiModule final : public Module {
     if (it == methods_.end()) throw_error(ErrorKind::invalid_argument, "compiled model has no method '" + std::string(method) + "'");
     if (auto why = outside_ranges(it->second.ranges, inputs); !why.empty())
       throw_error(ErrorKind::invalid_argument, "compiled model method '" + std::string(method) + "': " + why);
-    auto& loader = loaded(it->first, it->second);
+    auto& runner = loaded(it->first, it->second);
     c10::InferenceMode guard;
     std::vector<at::Tensor> args;
     args.reserve(inputs.size());
     // The compiled code was generated for dense inputs on its device, in the dtypes it was
     // exported with (the caller's, as for TorchScript).
     for (const auto& t : inputs) args.push_back(t.to(device_).contiguous());
-    auto out = loader.run(args);
+    auto out = runner.run(args);
     if (out.empty()) throw_error(ErrorKind::internal, "compiled model method '" + std::string(method) + "' returned nothing");
     return out.front();
   }
@@ -214,22 +220,36 @@ class AotiModule final : public Module {
     std::vector<std::string> out;
     for (const auto& [name, c] : methods_) {
       std::lock_guard lock(c.mutex);
-      if (c.loader) out.push_back(name);
+      if (c.runner) out.push_back(name);
     }
     return out;
   }
 
  private:
-  // The method's loader, made once (a failure is remembered and repeated, not retried per call).
-  torch::inductor::AOTIModelPackageLoader& loaded(const std::string& method, const Compiled& c) const {
+  // The method's runner, made once (a failure is remembered and repeated, not retried per call).
+  torch::inductor::AOTIModelContainerRunner& loaded(const std::string& method, const Compiled& c) const {
     std::lock_guard lock(c.mutex);
-    if (c.loader) return *c.loader;
+    if (c.runner) return *c.runner;
     if (c.failed.empty()) {
       try {
-        c.loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-            file_.string(), aoti_model_name(method), /*run_single_threaded=*/false, /*num_runners=*/1,
-            device_.is_cuda() ? device_.index() : c10::DeviceIndex(-1));
-        return *c.loader;
+        const auto index = device_.is_cuda() ? device_.index() : c10::DeviceIndex(-1);
+        if (auto unpacked = AotiLibraryCache::process().unpack(file_, aoti_model_name(method))) {
+          // As torch's loader makes it, from the unpacked files (metadata.json names the registry key).
+          auto& runners = torch::inductor::getAOTIModelRunnerRegistry();
+          const auto make = runners.find(c.device_key);
+          if (make == runners.end()) throw std::runtime_error("no AOTInductor runner for device type '" + c.device_key + "'");
+          c10::Device device(c.device_key);
+          device.set_index(index);
+          c.own_runner = make->second(unpacked->library.string(), 1, device.str(), unpacked->model_dir.string(),
+                                      /*run_single_threaded=*/false);
+          if (!unpacked->weights.empty()) c.own_runner->update_constant_buffer_from_blob(unpacked->weights.string());
+          c.runner = c.own_runner.get();
+        } else {
+          c.loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+              file_.string(), aoti_model_name(method), /*run_single_threaded=*/false, /*num_runners=*/1, index);
+          c.runner = c.loader->get_runner();
+        }
+        return *c.runner;
       } catch (const c10::OutOfMemoryError& e) {
         // The device is full now (other jobs' memory), not the file broken: not remembered; the
         // Batcher's out-of-memory handling places or shrinks the group, and a later call retries.
@@ -289,6 +309,8 @@ std::shared_ptr<const Module> load_aoti(const fs::path& file, c10::Device device
     const auto own = m == "forward" ? meta : aoti_metadata(file, m);
     const auto ranges = own.find(kAotiInputRangesKey);
     methods[m].ranges = ranges == own.end() ? std::vector<std::vector<AotiDimRange>>{} : parse_aoti_input_ranges(ranges->second);
+    const auto key = own.find("AOTI_DEVICE_KEY");
+    methods[m].device_key = key == own.end() || key->second.empty() ? type : key->second;
   }
   if (methods.empty()) throw_error(ErrorKind::invalid_argument, "compiled model file '" + file.string() + "' holds no method vgen calls");
   return std::make_shared<AotiModule>(file, std::move(methods), device, dtype);

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "runtime/errors.hpp"
+#include "stages/model/aoti_library_cache.hpp"
 #include "stages/model/aoti_package.hpp"
 #include "stages/model/model_backend.hpp"
 #include "tests/support/python_reference.hpp"
@@ -280,4 +281,46 @@ TEST_CASE("torch versions compare by release") {
   CHECK(device_type_of("cpu:1") == "cpu");
   CHECK(device_type_of("cuda:0") == "cuda");
   CHECK(device_type_of("cpu") == "cpu");
+}
+
+TEST_CASE("a compiled method loads from the machine's unpacked copy, unpacked once; with the copy off, torch's loader serves" *
+          doctest::timeout(600)) {
+  const auto* ref = reference();
+  if (!ref) return;
+  const fs::path dir = (*ref)["dir"].get<std::string>();
+  const auto x = tensor_of((*ref)["x"]), scale = tensor_of((*ref)["scale"]);
+  auto& unpacked = AotiLibraryCache::process();
+  const auto kept = unpacked.root();
+  const auto root = vgen::test::temp_dir("vgen-aoti-unpacked-");
+  unpacked.set_root(root);
+  auto& cache = ModuleCache::instance();
+  auto entries = [&] {  // the models unpacked under the root (one folder per .pt2, an entry per model)
+    std::vector<std::string> out;
+    for (const auto& folder : fs::directory_iterator(root))
+      for (const auto& e : fs::directory_iterator(folder.path()))
+        if (e.is_directory() && e.path().filename().string().rfind(".tmp-", 0) != 0) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  // A copy of its own: the process-wide module cache would serve an earlier case's module.
+  fs::copy_file(dir / "tiny.cpu.pt2", dir / "tiny.unpacked.pt2", fs::copy_options::overwrite_existing);
+  const auto first = cache.get("aoti", dir / "tiny.unpacked.pt2", "cpu:0", at::kFloat);
+  CHECK(entries().empty());  // nothing unpacked before a method is called
+  CHECK(max_diff(first->forward({x, scale}), tensor_of((*ref)["y"])) <= 1e-5);
+  const auto made = entries();
+  REQUIRE(made.size() == 1);
+  CHECK(made[0].find("forward-model") != std::string::npos);
+  // Another device's module of the same file reuses the entry and computes the same.
+  const auto second = cache.get("aoti", dir / "tiny.unpacked.pt2", "cpu:1", at::kFloat);
+  CHECK(max_diff(second->forward({x, scale}), tensor_of((*ref)["y"])) <= 1e-5);
+  CHECK(entries() == made);
+  CHECK(max_diff(second->call("shifted", {x, scale}), tensor_of((*ref)["shifted"])) <= 1e-5);
+  CHECK(entries().size() == 2);
+  // Off: torch's own loader (a temporary folder) serves, with the same results.
+  unpacked.set_root({});
+  const auto off = cache.get("aoti", dir / "tiny.unpacked.pt2", "cpu:2", at::kFloat);
+  CHECK(max_diff(off->call("shifted", {x, scale}), tensor_of((*ref)["shifted"])) <= 1e-5);
+  CHECK(entries().size() == 2);
+  unpacked.set_root(kept);
+  fs::remove_all(root);
 }
