@@ -10,11 +10,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 namespace vgen {
@@ -67,7 +69,10 @@ std::optional<AotiUnpacked> complete_entry(const fs::path& entry) {
     const auto tab = line.find('\t');
     if (tab == std::string::npos) return std::nullopt;
     const auto file = u.model_dir / line.substr(tab + 1);
-    if (fs::file_size(file, ec) != std::stoull(line.substr(0, tab)) || ec) return std::nullopt;
+    std::uint64_t want = 0;
+    const auto digits = std::string_view(line).substr(0, tab);
+    if (std::from_chars(digits.data(), digits.data() + digits.size(), want).ec != std::errc{}) return std::nullopt;
+    if (fs::file_size(file, ec) != want || ec) return std::nullopt;
     if (file.extension() == ".so") u.library = file;
     if (file.extension() == ".blob") u.weights = file;
   }
@@ -78,7 +83,7 @@ std::optional<AotiUnpacked> complete_entry(const fs::path& entry) {
 // Removes, best effort, the entries of other versions of this .pt2's `model` and the folders of
 // .pt2 files that no longer exist (another process may be using them: a loaded library stays
 // mapped after its file is removed).
-void prune(const fs::path& root, const fs::path& own_folder, const std::string& version, const std::string& model) {
+void prune(const fs::path& root, const fs::path& own_folder, const std::string& version, const std::string& model) noexcept try {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(own_folder, ec)) {
     const auto name = e.path().filename().string();
@@ -91,6 +96,7 @@ void prune(const fs::path& root, const fs::path& own_folder, const std::string& 
     const auto source = read_text(e.path() / kSourceFile);
     if (!source.empty() && !fs::exists(source, ec)) fs::remove_all(e.path(), ec);
   }
+} catch (...) {  // a folder another process removed while this one listed it: nothing to prune there
 }
 
 // Writes the records of `model` (and the package's separate constants, flattened beside them,

@@ -94,6 +94,10 @@ TEST_CASE("an altered entry is unpacked again; a changed .pt2 replaces its old e
   REQUIRE(mended);
   CHECK_FALSE(mended->reused);
   CHECK(fs::file_size(mended->library) == 100000);
+  std::ofstream(mended->model_dir.parent_path() / "files.list") << "garbage\tabc.so\n";  // a damaged list: unpacked again, not an error
+  const auto relisted = cache.unpack(dir / "m.pt2", "forward-model");
+  REQUIRE(relisted);
+  CHECK_FALSE(relisted->reused);
 
   const auto before = entries(dir / "cache");
   write_archive(dir / "m.pt2", two_models(std::string(100001, 'N')));  // a new export at the same path
