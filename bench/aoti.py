@@ -178,6 +178,7 @@ def frame_parity(aoti: Path, twin: Path, threads: int, shape: dict, extra: list[
     from PIL import Image
 
     out = OUT / "aoti_parity"
+    out.mkdir(parents=True, exist_ok=True)
     frames = {}
     for name, pkg in (("torchscript", twin), ("aoti", aoti)):
         d = out / name
