@@ -1,6 +1,8 @@
-"""vgen_demo_model.variants: a copy of the bundled model with a bf16 denoiser (issue 30 item 1).
+"""vgen_demo_model.variants: a copy of the bundled model with a bf16 denoiser (issue 30 item 1;
+models/vgen-shapes ships one, its default, made by `--bf16 --default bfloat16`).
 
-The variant is listed under precisions.variants.bfloat16 and picked by a job's precision; it
+The copy is made from the source's float32 components (a variant the source carries is dropped,
+and its files are never written through the hard links), the variant is listed under precisions.variants.bfloat16 and picked by a job's precision; it
 renders close to float32 but not equal to it; --default bfloat16 makes it what jobs that name no
 precision get (the same frames as asking for it); and bf16 and float32 jobs never share a content
 key (a float variant other than the package's own weights is part of the key's model id). The
@@ -32,12 +34,19 @@ SMALL = ["--width", "128", "--height", "128", "--frames", "8", "--steps", "4", "
 MIN_PSNR = 25.0
 
 
+def source_files() -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in MODEL.iterdir() if f.is_file()}
+
+
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
     root = tmp_path_factory.mktemp("variants")
     torch.set_num_threads(1)
+    before = source_files()
     variants.make_variants(MODEL, root / "both", bf16=True, default=None, compile=None)
     variants.make_variants(MODEL, root / "bf16_default", bf16=True, default="bfloat16", compile=None)
+    variants.make_variants(MODEL, root / "float32", bf16=False, default=None, compile=None)
+    assert source_files() == before  # the shipped package is untouched (its bf16 file is hard-linked, not written)
     return root
 
 
@@ -53,13 +62,24 @@ def test_the_variant_is_a_bf16_denoiser_listed_under_precisions(packages):
     assert all(c["max_abs_diff_vs_float32"] > 0 for c in checks)  # and it is not float32
     d = json.loads((packages / "bf16_default" / "manifest.json").read_text())
     assert d["precisions"]["default"] == "bfloat16"
-    assert "precisions" not in json.loads((MODEL / "manifest.json").read_text())  # the source is untouched
+    # the shipped package is what --bf16 --default bfloat16 makes (same weights, same manifest sections)
+    shipped = json.loads((MODEL / "manifest.json").read_text())
+    assert shipped["precisions"] == d["precisions"]
+    assert shipped["components"]["transformer_bf16"]["dtype"] == "bfloat16"
+    ours = torch.jit.load(str(packages / "bf16_default" / "transformer_bf16.pt")).state_dict()
+    theirs = torch.jit.load(str(MODEL / "transformer_bf16.pt")).state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    f32 = json.loads((packages / "float32" / "manifest.json").read_text())
+    assert "precisions" not in f32 and "transformer_bf16" not in f32["components"]
+    assert not (packages / "float32" / "transformer_bf16.pt").exists()
 
 
 def test_refusals_name_what_is_wrong(tmp_path):
     with pytest.raises(ValueError, match="--default bfloat16 needs --bf16"):
         variants.make_variants(MODEL, tmp_path / "x", bf16=False, default="bfloat16", compile=None)
     assert not (tmp_path / "x").exists()
+    with pytest.raises(ValueError, match="is the source package"):
+        variants.make_variants(MODEL, MODEL, bf16=True, default=None, compile=None)
 
 
 def render(package: Path, out: Path, *args: str) -> dict:

@@ -41,7 +41,20 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository: default paths (mod
 BF16 = "transformer_bf16"
 
 
+def _float32_only(manifest: dict) -> None:
+    """Drops the variants a package already carries (models/vgen-shapes ships its bf16 denoiser):
+    the copy is made from the float32 components alone, and --bf16 adds the variant again."""
+    for variant in manifest.pop("precisions", {}).get("variants", {}).values():
+        for name in variant.values():
+            manifest["components"].pop(name, None)
+            manifest["export_checks"].pop(name, None)
+    for c in manifest["components"].values():
+        c.pop("compiled", None)
+
+
 def _link_files(model: Path, out: Path, manifest: dict) -> None:
+    if out.resolve() == model.resolve():
+        raise ValueError(f"--out {out} is the source package: write the copy elsewhere")
     out.mkdir(parents=True, exist_ok=True)
     for entry in manifest["components"].values():
         target = out / entry["file"]
@@ -73,6 +86,7 @@ def add_bf16(out: Path, manifest: dict, den: Denoiser, cfg: dict, default: str |
     bf.load_state_dict(den.state_dict())
     bf = bf.to(torch.bfloat16).eval()
     path = out / "transformer_bf16.pt"
+    path.unlink(missing_ok=True)  # never write through a hard link into another package
     gen = torch.Generator().manual_seed(1234)
     with torch.no_grad():
         saved = save_module(torch.jit.script(bf), path)
@@ -141,6 +155,7 @@ def compile_components(out: Path, manifest: dict, te, den, dec, cfg: dict, bf16:
 
     for name, (module, example, dynamic, checks, dtype) in _aoti_methods(te, den, dec, cfg, bf16).items():
         file = f"{name}.cpu.pt2"
+        (out / file).unlink(missing_ok=True)
         tol = (lambda ref: 1e-4) if dtype == torch.float32 else (lambda ref, d=dtype: dtype_tolerance(d, ref))
         report = compile_aoti({"forward": Method(module, example, dynamic, checks)}, out / file,
                               threads=env_threads(), tolerance=tol)
@@ -160,6 +175,7 @@ def make_variants(model: Path, out: Path, bf16: bool, default: str | None, compi
     if manifest["source"].get("trained") != "vgen-shapes":
         raise ValueError(f"{model}: not a vgen-shapes package (source.trained is {manifest['source'].get('trained')!r})")
     te, den, dec, cfg = _eager(model, manifest)
+    _float32_only(manifest)
     _link_files(model, out, manifest)
     if bf16:
         add_bf16(out, manifest, den, cfg, default)
