@@ -423,4 +423,9 @@ ContentKey job_content_key(const std::string& model_id, const JobSpec& spec) {
   return content_key("vgen-job", boost::json::object{{"model", model_id}, {"spec", std::move(fields)}});
 }
 
+std::string precision_model_id(const std::string& package_id, const std::string& base_precision, const JobSpec& spec) {
+  if (spec.precision.empty() || spec.precision == base_precision || is_quantized_precision(spec.precision)) return package_id;
+  return package_id + "|precision:" + spec.precision;
+}
+
 }  // namespace vgen

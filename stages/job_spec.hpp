@@ -157,6 +157,11 @@ boost::json::object to_json(const JobSpec& spec);
 // Two jobs with the same key produce the same bytes; vgen writes it into each output
 // ("vgen:<hex>" comment tag) and keys its result cache with it.
 ContentKey job_content_key(const std::string& model_id, const JobSpec& spec);
+// The model id a job's content key names for a package whose own weights are `base_precision`:
+// `package_id`, plus "|precision:<p>" when the job runs a float variant other than the base (a
+// float32 package's bfloat16 denoiser renders another video, and job_content_key keeps only a
+// quantized precision). Jobs at the base precision keep the keys they had before.
+std::string precision_model_id(const std::string& package_id, const std::string& base_precision, const JobSpec& spec);
 
 // A file stem that cannot escape its directory: [A-Za-z0-9._-], no leading dot, ≤ 100 bytes.
 // Throws Error(invalid_argument) naming `field` for "", ".", "..", '/' or other characters.

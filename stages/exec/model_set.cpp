@@ -30,6 +30,16 @@ namespace json = boost::json;
 // The stage a running denoise group watches: higher-priority jobs waiting for it preempt rows.
 constexpr std::string_view kDenoise = "denoise";
 
+namespace {
+
+// The package's id, plus the job's float variant when it is not the package's own weights
+// (precision_model_id): what a job's content key and its base frames are keyed by.
+std::string variant_id(const Family& family, const JobSpec& spec) {
+  return precision_model_id(family.package().id(), family.package().base_precision, spec);
+}
+
+}  // namespace
+
 struct ModelSet::State {
   std::vector<std::pair<std::string, std::shared_ptr<Family>>> models;  // the first is the default
   Executor* executor = nullptr;
@@ -49,9 +59,10 @@ struct ModelSet::State {
 
   // The identity a job's content key names: its package's, plus the post-stage variants that
   // make its frames (a model's weights included), so configuring another interpolator or
-  // upscaler never serves a clip the previous one made.
+  // upscaler never serves a clip the previous one made; a float variant (bf16 weights of a
+  // float32 package) names itself too.
   std::string content_model_id(const JobSpec& spec) const {
-    auto id = family(spec.model)->package().id();
+    auto id = variant_id(*family(spec.model), spec);
     if (spec.interpolate > 1) id += "|interpolate:" + interpolator->identity();
     if (spec.upscale > 1) id += "|upscale:" + upscaler->identity();
     return id;
@@ -89,7 +100,7 @@ VideoFrames to_video_frames(const at::Tensor& frames, double fps) {
 // and decode then let it pass (their StageSpec::applies), the post-stages read post_frames.
 bool reuse_base(State& st, const Family& family, FamilyJob& work) {
   if (!st.base_frames->enabled()) return false;
-  auto hit = st.base_frames->get(base_content_key(family.package().id(), work.spec));
+  auto hit = st.base_frames->get(base_content_key(variant_id(family, work.spec), work.spec));
   if (!hit) return false;
   work.post_frames = std::move(hit->frames);
   work.audio = std::move(hit->audio);
@@ -168,7 +179,7 @@ asio::awaitable<void> keep_base(State& st, const Family& family, std::shared_ptr
     w->post_frames = co_await st.executor->pool("post").run(convert);
     w->frames = at::Tensor();  // the clip lives on in post_frames, in bytes
   }
-  st.base_frames->put(base_content_key(family.package().id(), w->spec), BaseClip{w->post_frames, w->audio});
+  st.base_frames->put(base_content_key(variant_id(family, w->spec), w->spec), BaseClip{w->post_frames, w->audio});
 }
 
 // An extend job's output is one clip: its video's frames, then the decoded segment less its

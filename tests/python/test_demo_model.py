@@ -68,7 +68,9 @@ def test_runtime_matches_the_python_reference_on_the_shipped_model(tmp_path, pro
     """Whatever the model's quality, the C++ runtime must render what the algorithm says: a
     broken scheduler, tokenizer, guidance or decode shows up here even where the model is weak."""
     out = tmp_path / "clip.mp4"
-    ev.render(prompt, out, MODEL, seed, ["--step-cache", "0"])  # the reference loop has no step cache (the package suggests one)
+    # the reference loop has no step cache (the package suggests one) and runs the float32 denoiser
+    # (the package's default is its bf16 variant)
+    ev.render(prompt, out, MODEL, seed, ["--step-cache", "0", "--precision", "float32"])
     ours = ev.decode_video(out).astype(np.float64)
     ref = ev.render_python(prompt, MODEL, seed).astype(np.float64)
     assert ours.shape == ref.shape

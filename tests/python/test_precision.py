@@ -69,11 +69,11 @@ def test_int8_renders_close_to_float32_but_not_equal(packages, tmp_path, family)
 
 
 def test_a_precision_the_package_lacks_is_exit_2_naming_the_field(tmp_path):
-    bundled = ROOT / "models" / "vgen-shapes"  # float32 only
+    bundled = ROOT / "models" / "vgen-shapes"  # float32 and its bf16 denoiser (the default), no int8
     size = ["--width", "128", "--height", "128", "--frames", "8", "--steps", "2"]
     r = render(bundled, tmp_path / "x.png", "--precision", "int8", size=size)
     assert r.returncode == 2
-    assert "precision: model 'vgen-shapes' has no int8 variant (it has: float32; export one with --quantize int8)" in r.stderr
+    assert "precision: model 'vgen-shapes' has no int8 variant (it has: float32, bfloat16; export one with --quantize int8)" in r.stderr
     r = render(bundled, tmp_path / "y.png", "--precision", "int4", size=size)
     assert r.returncode == 2 and "precision: unknown 'int4'" in r.stderr
     assert not any(tmp_path.iterdir())

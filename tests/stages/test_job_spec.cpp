@@ -346,6 +346,23 @@ TEST_CASE("precision: one the package carries, the default when absent; only a q
   CHECK_FALSE(is_quantized_precision("float32"));
 }
 
+TEST_CASE("precision_model_id: a float variant other than the package's own names itself; the base and quantized ones do not") {
+  JobSpec s;
+  s.prompt = "p";
+  CHECK(precision_model_id("m", "float32", s) == "m");  // no precision: the package's default, as before
+  s.precision = "float32";
+  CHECK(precision_model_id("m", "float32", s) == "m");  // float32 jobs keep their keys
+  s.precision = "int8";
+  CHECK(precision_model_id("m", "float32", s) == "m");  // job_content_key keeps it in the spec
+  s.precision = "bfloat16";
+  CHECK(precision_model_id("m", "float32", s) == "m|precision:bfloat16");
+  CHECK(precision_model_id("m", "bfloat16", s) == "m");  // a bf16 package's own weights
+  auto f32 = s;
+  f32.precision = "float32";
+  CHECK(job_content_key(precision_model_id("m", "float32", s), s).hex() !=
+        job_content_key(precision_model_id("m", "float32", f32), f32).hex());
+}
+
 TEST_CASE("precision fp8: a package's variant like int8, part of the content key") {
   JobSpec defaults;
   defaults.prompt = "p";

@@ -60,6 +60,14 @@ def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
 
 
+def ramp(n: int, like: torch.Tensor) -> torch.Tensor:
+    """torch.linspace(-1, 1, n) (n >= 2) in `like`'s dtype and device, written with arange so that
+    torch.export keeps n dynamic (linspace's step count specialises it: the AOTInductor export of
+    vgen_demo_model.variants). Values computed in float32 as linspace does: within 1 ulp of it."""
+    i = torch.arange(n, dtype=torch.float32, device=like.device)
+    return (i * (2.0 / (n - 1)) - 1.0).to(like.dtype)
+
+
 class ResBlock(nn.Module):
     """FiLM-conditioned residual block on [B*F, C, H, W] plus a temporal conv over F."""
 
@@ -175,16 +183,15 @@ class Denoiser(nn.Module):
         if n < self.text_len:
             embeds = F.pad(embeds, (0, 0, 0, self.text_len - n))
         flat = embeds[:, : self.text_len].reshape(b, -1)
-        ft = torch.linspace(-1.0, 1.0, frames, dtype=x.dtype, device=x.device) if frames > 1 else \
-            torch.zeros(1, dtype=x.dtype, device=x.device)
+        ft = ramp(frames, x) if frames > 1 else torch.zeros(1, dtype=x.dtype, device=x.device)
         fe = self.frame_mlp(timestep_embedding((ft + 1.0) * 8.0, 16).to(x.dtype))  # [F, cond]
         tx = self.txt_mlp(flat)[:, None, :]  # [B, 1, cond]
         c = self.cond_norm((tx * fe[None] + tx + fe[None]).reshape(b * frames, -1))
-        c = c + self.t_mlp(timestep_embedding(timestep, 64)).repeat_interleave(frames, dim=0)
+        # (the embedding is float32 whatever the timestep's dtype: cast to the weights' for a bf16 denoiser)
+        c = c + self.t_mlp(timestep_embedding(timestep, 64).to(x.dtype)).repeat_interleave(frames, dim=0)
         c = c + self.cond_out(c)  # [B*F, cond]
         inp = x.permute(0, 2, 1, 3, 4).reshape(b * frames, ch, hh, ww)
-        fy = torch.linspace(-1.0, 1.0, hh, dtype=x.dtype, device=x.device)
-        fx = torch.linspace(-1.0, 1.0, ww, dtype=x.dtype, device=x.device)
+        fy, fx = ramp(hh, x), ramp(ww, x)
         grid = torch.stack([ft[:, None, None].expand(frames, hh, ww), fy[None, :, None].expand(frames, hh, ww),
                             fx[None, None, :].expand(frames, hh, ww)], dim=1)  # [F, 3, H, W]
         grid = grid.repeat(b, 1, 1, 1)  # [B*F, 3, H, W]

@@ -127,6 +127,13 @@ TEST_CASE("the bundled model package loads") {
   CHECK(p.defaults.frames == 16);
   CHECK(p.defaults.step_cache == doctest::Approx(0.1));  // suggested: bench/results/step_cache_eval_vgen_shapes.json
   CHECK(p.preview_weight.size() == 9);  // fitted by tools/vgen_export/latent_preview.py
+  // bf16 is its default on the CPU (docs/PERFORMANCE.md, "bf16 on CPU: the bundled model"):
+  // float32 weights with a bf16 denoiser variant (vgen_demo_model.variants --bf16 --default bfloat16)
+  CHECK(p.dtype == "float32");
+  CHECK(p.defaults.precision == "bfloat16");
+  CHECK(p.limits.precisions == std::vector<std::string>{"float32", "bfloat16"});
+  CHECK(p.component_for("transformer", "bfloat16") == "transformer_bf16");
+  CHECK(p.component("transformer_bf16").dtype == "bfloat16");
 }
 
 TEST_CASE("preview factors are read when present and named when malformed; without them previews are off") {
