@@ -60,7 +60,7 @@ void add_job_flags(CLI::App& cmd, JobFlags& f) {
   cmd.add_option("--steps", f.steps, "denoising steps");
   cmd.add_option("--guidance", f.guidance, "classifier-free guidance scale (> 1 enables it)");
   cmd.add_option("--shift", f.shift, "the scheduler's flow shift (default: a LoRA's suggestion, else the package's)");
-  cmd.add_option("--precision", f.precision, "the denoiser's weights: float32, int8 or fp8 (a variant the package carries; default: the package's)");
+  cmd.add_option("--precision", f.precision, "the denoiser's weights: float32, bfloat16, float16, int8 or fp8 (a variant the package carries; default: the package's, its own float weights for a bf16 default on a CPU without native bf16)");
   cmd.add_option("--step-cache", f.step_cache, "step-cache threshold: reuse the denoiser's last change while the estimated change stays below it (0: off)");
   cmd.add_option("--seed", f.seed);
   cmd.add_option("--priority", f.priority, "scheduling priority, -100..100 (default 0): higher first; it may preempt lower-priority denoising");

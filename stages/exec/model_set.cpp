@@ -56,6 +56,7 @@ struct ModelSet::State {
   // CUDA): a job whose precision one of them cannot run is refused at admission, since any
   // device may be the one its denoise lands on.
   int cuda_capability = -1;
+  bool bf16_emulated = false;  // CPU devices only, and a CPU without native bf16 (ModelSetOptions::cpu_bf16_native)
 
   // The identity a job's content key names: its package's, plus the post-stage variants that
   // make its frames (a model's weights included), so configuring another interpolator or
@@ -371,6 +372,9 @@ ModelSet::ModelSet(LoadedModels models, Executor& executor, DevicePool& devices,
     const auto c = cuda_capability(parse_torch_device(d.id).index());
     if (c >= 0 && (state_->cuda_capability < 0 || c < state_->cuda_capability)) state_->cuda_capability = c;
   }
+  bool any_cuda = false;
+  for (std::size_t i = 0; i < devices.size(); ++i) any_cuda |= devices.device(i).kind == DeviceKind::cuda;
+  state_->bf16_emulated = !any_cuda && !options.cpu_bf16_native.value_or(cpu_computes_bf16_natively());
   register_libav_post();
   register_rrdb_upscaler();
   register_rife_interpolator();
@@ -398,7 +402,14 @@ bool ModelSet::previews(const std::string& name) const { return state_->previews
 const ModelPackage& ModelSet::package(const std::string& name) const { return state_->family(name)->package(); }
 
 JobSpec ModelSet::validate(const json::value& spec) const {
-  auto parsed = state_->family(model_field(spec))->validate(spec);
+  const auto& family = state_->family(model_field(spec));
+  auto parsed = family->validate(spec);
+  // A package's bf16 default, on a CPU that would emulate bf16: the package's own float weights
+  // (ModelSetOptions::cpu_bf16_native); a job that names bf16 gets it.
+  const auto* object = spec.if_object();
+  if (state_->bf16_emulated && parsed.precision == "bfloat16" && !(object && object->contains("precision")) &&
+      family->package().dtype != "bfloat16")
+    parsed.precision = family->package().dtype;
   check_post_job(parsed, state_->options.post);
   check_precision_on_device(parsed.precision, state_->cuda_capability);
   if (parsed.interpolate > 1)

@@ -46,6 +46,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,6 +102,11 @@ struct ModelSetOptions {
   // it (stages/media/fragment_tap.hpp), completed once the file is in place, failed if the encode
   // fails. Jobs nobody watches are encoded exactly as without.
   LiveStreams* live = nullptr;
+  // Whether this machine's CPU computes bf16 natively (AVX-512 BF16 or AMX; unset: asked of the
+  // CPU, stages/model/torch_devices.hpp). A package that defaults to bf16 renders the jobs that
+  // name no precision in its own float dtype on a set of CPU devices without it: emulated bf16
+  // is several times slower than float32 there.
+  std::optional<bool> cpu_bf16_native;
 };
 
 // What a finished job produced (valid once the job is done).

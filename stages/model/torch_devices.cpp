@@ -10,6 +10,9 @@
 
 #include <algorithm>
 
+#include <fstream>
+#include <sstream>
+
 namespace vgen {
 
 std::vector<CudaDeviceInfo> discover_cuda_devices() {
@@ -39,6 +42,22 @@ int cuda_capability(int index) {
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return -1;
   return prop.major * 10 + prop.minor;
+}
+
+bool cpu_computes_bf16_natively() {
+  static const bool native = [] {
+    std::ifstream info("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(info, line)) {
+      if (line.rfind("flags", 0) != 0 && line.rfind("Features", 0) != 0) continue;
+      std::istringstream words(line.substr(line.find(':') == std::string::npos ? line.size() : line.find(':') + 1));
+      for (std::string w; words >> w;)
+        if (w == "avx512_bf16" || w == "amx_bf16" || w == "bf16") return true;
+      return false;  // the first processor's flags speak for all
+    }
+    return false;
+  }();
+  return native;
 }
 
 void set_intra_op_threads(int n) { at::set_num_threads(n < 1 ? 1 : n); }

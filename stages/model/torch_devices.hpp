@@ -25,6 +25,10 @@ int cuda_capability(int index);
 // none (CPU runs the dequantized path). Pure: tested with made-up capabilities.
 void check_precision_on_device(std::string_view precision, int cuda_capability);
 
+// Whether this machine's CPU computes bf16 natively: x86 AVX-512 BF16 or AMX-BF16, aarch64's
+// BF16 extension (Linux: /proc/cpuinfo's flags). Elsewhere, bf16 matrix products are emulated.
+bool cpu_computes_bf16_natively();
+
 // LibTorch's intra-op threads for the calling thread (at::set_num_threads); n >= 1.
 void set_intra_op_threads(int n);
 

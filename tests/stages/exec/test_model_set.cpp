@@ -8,6 +8,8 @@
 
 #include <doctest/doctest.h>
 
+#include <boost/json.hpp>
+
 #include <filesystem>
 #include <map>
 
@@ -94,4 +96,23 @@ TEST_CASE("an unknown package directory is an error naming it") {
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("/nonexistent/pkg") != std::string::npos);
   }
+}
+
+TEST_CASE("a package's bf16 default renders its float32 weights on CPU devices without native bf16; a job naming bf16 gets it") {
+  const auto devs = parse_device_list("cpu");
+  Executor executor({.io_threads = 1});
+  add_device_pools(executor, devs);
+  DevicePool pool(devs);
+  ModelSetOptions native, emulated;
+  native.cpu_bf16_native = true;
+  emulated.cpu_bf16_native = false;
+  ModelSet fast({{"shapes", bundled()}}, executor, pool, native), slow({{"shapes", bundled()}}, executor, pool, emulated);
+  REQUIRE(fast.package("shapes").defaults.precision == "bfloat16");  // models/vgen-shapes' manifest
+  const auto plain = boost::json::parse(R"({"prompt": "a red circle moving left", "model": "shapes"})");
+  CHECK(fast.validate(plain).precision == "bfloat16");
+  CHECK(slow.validate(plain).precision == "float32");
+  CHECK(fast.model_id(slow.validate(plain)) == fast.model_id(JobSpec{}));  // the package's own weights: its own key
+  CHECK(fast.model_id(fast.validate(plain)) != fast.model_id(JobSpec{}));   // the bf16 variant names itself
+  const auto asked = boost::json::parse(R"({"prompt": "a red circle moving left", "model": "shapes", "precision": "bfloat16"})");
+  CHECK(slow.validate(asked).precision == "bfloat16");
 }
