@@ -21,6 +21,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -66,7 +67,8 @@ def phase_environment(args) -> dict:
            "cuda_available": torch.cuda.is_available(), "glibc": os.confstr("CS_GNU_LIBC_VERSION"),
            "platform": platform.platform(), "cpu_count": os.cpu_count(),
            # AOTInductor compiles its wrapper with a C++ compiler, Triton its launcher with a C one
-           "compilers": {c: shutil.which(c) for c in ("c++", "g++", "cc", "gcc")}}
+           "compilers": {c: shutil.which(c) for c in ("c++", "g++", "cc", "gcc")},
+           "python_h": (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file()}  # Triton's launcher
     try:
         import triton
 
