@@ -155,8 +155,10 @@ def derive(report: dict):
         elif phase in report["phases"]:
             table[name] = f"not measured: phase {phase} did not finish (see phases.{phase})"
     c = r.get("aoti_compile")
-    if c and isinstance(table.get("vgen_aoti"), dict):
-        table["vgen_aoti"].update(pick(c, "compile_seconds", "pt2_bytes", "compile_threads"))
+    if c:
+        table["aoti_compile"] = pick(c, "compile_seconds", "pt2_bytes", "compile_threads", "max_abs_diff_vs_eager", "device")
+        if isinstance(table.get("vgen_aoti"), dict):
+            table["vgen_aoti"].update(pick(c, "compile_seconds", "pt2_bytes"))
     if r.get("compare"):
         table["psnr"] = r["compare"]
     loop, batch = r.get("diffusers_batch"), r.get("vgen_batch")
