@@ -185,6 +185,9 @@ def batch_after_warmup(events: list[dict], warm_jobs: int) -> dict:
     (the device is free for the measured group) to the last measured job's end; the warm-up's
     own decodes that the device runs between the measured group's steps are taken out of it
     (jobs_span_s), and reported (warmup_decode_in_window_s)."""
+    threads = {e["track"] for e in events if e["process"] == "devices"}
+    if len(threads) != 1:  # the window below is one compute thread's timeline
+        raise RuntimeError(f"trace: model calls on {len(threads)} compute threads ({sorted(threads)}), expected one")
     jobs = sorted(job_timelines(events).values(), key=lambda j: j["stages"].get("denoise", [0, 0])[1])
     warm, measured = jobs[:warm_jobs], jobs[warm_jobs:]
     if not warm or not measured:

@@ -37,6 +37,8 @@ SEED = 1234
 # vgen_batch's warm-up: as many jobs as the batch at its shape with this many steps, before the
 # measured jobs (TorchScript's profiling executor profiles a graph's first call and optimises it
 # at the second; a third covers a group whose first step ran before all its jobs had joined).
+# Never the measured jobs' step count: jobs of equal steps share a denoise group (the tiny
+# batch's 3 steps: 2 there).
 WARMUP_STEPS = 3
 
 
@@ -47,7 +49,8 @@ def shapes(tiny: bool, steps: int | None) -> dict:
     else:  # 50 steps do not fit twice in the budget: s/step x 50 is the full render's denoise
         single = dict(width=832, height=480, frames=81, steps=steps or 10)
         batch = dict(width=832, height=480, frames=33, steps=10)
-    return {"single": single, "batch": {**batch, "jobs": len(PROMPTS), "warmup_steps": WARMUP_STEPS}, "guidance": 5.0,
+    warmup = WARMUP_STEPS if batch["steps"] != WARMUP_STEPS else WARMUP_STEPS - 1
+    return {"single": single, "batch": {**batch, "jobs": len(PROMPTS), "warmup_steps": warmup}, "guidance": 5.0,
             "seed": SEED, "negative_prompt": NEGATIVE, "scheduler": "the package's (UniPC, flow_shift 3.0)"}
 
 
@@ -299,21 +302,25 @@ def phase_compare(args) -> dict:
 
 def phase_vgen_batch(args) -> dict:
     """The 8 jobs through one `vgen batch --max-batch 8`, on the terms diffusers' loop gets: 8
-    warm-up jobs at the same shape (WARMUP_STEPS steps, their own denoise group: a job of another
+    warm-up jobs at the same shape (warmup_steps steps, their own denoise group: a job of another
     step count never joins it) come first in the same process, and the measured jobs' span is read
     from the trace after it (measure.batch_after_warmup). vgen has no setting that warms a given
     shape at start-up ("warmup" calls each module at the package's smallest size)."""
     work = Path(args.work)
     shape = shapes(args.tiny, args.steps)["batch"]
     prompts = work / "batch_prompts.jsonl"
-    lines = [{"prompt": p, "seed": i, "steps": WARMUP_STEPS, "name": f"warmup-{i}"} for i, p in enumerate(PROMPTS)]
+    lines = [{"prompt": p, "seed": i, "steps": shape["warmup_steps"], "name": f"warmup-{i}"} for i, p in enumerate(PROMPTS)]
     lines += [{"prompt": p, "seed": SEED + i, "name": f"job-{i}"} for i, p in enumerate(PROMPTS)]
     prompts.write_text("".join(json.dumps(x) + "\n" for x in lines))
     trace = work / "vgen_batch.trace.json"
     shutil.rmtree(work / "vgen_batch", ignore_errors=True)  # else a rerun finds the outputs done and skips them
+    # One compute thread on the device, as vgen gives a GPU (api/runtime_tuning.cpp): on a CPU
+    # the tuner may give two, and the measured group would run beside the warm-up instead of after it.
+    config = work / "vgen_batch.config.json"
+    config.write_text(json.dumps({"threads": {"per_device": 1}}))
     cmd = [args.vgen, "batch", str(prompts), "--out", str(work / "vgen_batch"), "--model", str(work / "pkg"),
-           "--max-batch", str(len(PROMPTS)), "--trace", str(trace), "--json", "--format", "mp4",
-           *vgen_job_flags(args, shape)]
+           "--config", str(config), "--max-batch", str(len(PROMPTS)), "--trace", str(trace), "--json",
+           "--format", "mp4", *vgen_job_flags(args, shape)]
     res = run_vgen(args, cmd, "vgen_batch.log")
     summary = res.pop("stdout_json", None) or {}
     res.update(batch_after_warmup(read_trace(trace), len(PROMPTS)))
