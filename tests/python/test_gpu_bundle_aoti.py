@@ -2,8 +2,8 @@
 the bf16 transformer compiled ahead of time with AOTInductor for the check's device (here the
 CPU: C++ kernels) by vgen_export.wan_aoti, and the single job rendered with that package by the
 bundled vgen. A file of its own so that `ctest -j2` runs it beside python.gpu_bundle. Measured
-cost: see the timing line in the report below (the compile dominates: 144 s for the tiny
-transformer on the shared 2-core machine at load 4, 2026-11-27)."""
+cost: 423 s under ctest on the shared 2-core machine at a load average of 2.3-3.9 (2026-11-27
+23:45-23:52): the bundle about 3 min, the compile of the tiny transformer 93-145 s."""
 from __future__ import annotations
 
 import json
