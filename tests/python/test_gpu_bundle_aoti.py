@@ -1,6 +1,6 @@
 """The GPU check's second command (`tools/gpu_check.sh --only compiled`, issue 31 item 6) on CPU:
 the bf16 transformer compiled ahead of time with AOTInductor for the check's device (here the
-CPU: C++ kernels) by vgen_export.wan_aoti, and the single job rendered with that package by the
+CPU: C++ kernels) by vgen_export.wan_compile, and the single job rendered with that package by the
 bundled vgen. A file of its own so that `ctest -j2` runs it beside python.gpu_bundle. Measured
 cost: 423 s under ctest on the shared 2-core machine at a load average of 2.3-3.9 (2026-11-27
 23:45-23:52): the bundle about 3 min, the compile of the tiny transformer 93-145 s."""

@@ -3,7 +3,7 @@
 AOTInductor for the check's device (on it: CUDA kernels on a GPU, C++ on --device cpu), and the
 single job rendered with that package.
 
-aoti_compile: vgen_export.wan_aoti.add_compiled_transformer copies WORK/pkg (hard links) to
+aoti_compile: vgen_export.wan_compile.add_compiled_transformer copies WORK/pkg (hard links) to
 WORK/pkg_aoti with transformer.<device>.pt2 and its manifest entry (compiled.<device>); reports
 compile seconds, the .pt2's size, the compiled methods' largest difference from eager.
 vgen_aoti: the single job of vgen_single on pkg_aoti: s/step against vgen bf16 TorchScript
@@ -30,11 +30,11 @@ def phase_aoti_compile(args) -> dict:
     work = Path(args.work)
     threads = str(os.cpu_count() or 1) if args.device == "cuda" else os.environ.get("VGEN_AOTI_THREADS", "1")
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "vgen_export.wan_aoti", "--diffusers", str(work / "diffusers"),
+    done = subprocess.run([sys.executable, "-m", "vgen_export.wan_compile", "--diffusers", str(work / "diffusers"),
                            "--package", str(work / "pkg"), "--out", str(work / "pkg_aoti"), "--device", args.device],
                           capture_output=True, text=True, env={**os.environ, "VGEN_AOTI_THREADS": threads})
     if done.returncode != 0:
-        raise RuntimeError(f"vgen_export.wan_aoti exited {done.returncode}: {(done.stdout + done.stderr)[-2500:]}")
+        raise RuntimeError(f"vgen_export.wan_compile exited {done.returncode}: {(done.stdout + done.stderr)[-2500:]}")
     manifest = json.loads((work / "pkg_aoti" / "manifest.json").read_text())
     entry = manifest["components"]["transformer"]["compiled"][args.device]
     pt2 = work / "pkg_aoti" / entry["file"]

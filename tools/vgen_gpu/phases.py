@@ -57,7 +57,7 @@ def shapes(tiny: bool, steps: int | None) -> dict:
 def selected(args) -> set[str]:
     """The phases this run was asked for (check.py's --only, groups expanded): the export writes
     the variants only the selected phases render."""
-    from vgen_gpu.check import expand_only
+    from vgen_gpu.plan import expand_only
 
     return expand_only(args.only)
 
