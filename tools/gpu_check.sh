@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/gpu_check.sh [--device cuda|cpu] [--tiny] [--bundle FILE] [--python PY] [--work DIR] [--budget-s S]
-#                    [--steps N] [--text-layers N] OUT_DIR
+#                    [--steps N] [--text-layers N] [--only first|compiled|PHASE,...] OUT_DIR
 #
 # The one GPU check: on a bare device machine, unpacks the bundle (tools/gpu_bundle.sh), makes
 # its wheels importable over the device's torch, builds a bf16 vgen package of a real-size Wan 2.1
@@ -8,17 +8,25 @@
 # prompts, seeds and sizes with diffusers' WanPipeline and with vgen (bf16, same device, same run),
 # and writes OUT_DIR/gpu_check.json (rewritten after every phase: partial results survive a
 # failure or a time-out) and OUT_DIR/gpu_check.log. Phases, time boxes and what each number
-# means: tools/vgen_gpu/check.py. The whole run is planned for < 8 minutes on an H100 (--budget-s,
-# default 450 s of phases after the set-up); the exit status is 0 only if every phase passed.
+# means: tools/vgen_gpu/check.py. Each command is planned for < 8 minutes on an H100/H200
+# (--budget-s, default 450 s of phases after the set-up); the exit status is 0 only if every
+# phase it was asked for passed (or was reused).
 #
 # On the GPU machine (its image: Python 3.12 and torch 2.11.0+cu130 in /opt/torch/.venv, no
-# diffusers, no Boost, no FFmpeg, no network; 64 MiB carried):
+# diffusers, no Boost, no FFmpeg, no network; 64 MiB carried), two commands a session, the same
+# --work (outside the copied tree: it stays while the machine is warm):
 #   here:   bash tools/gpu_bundle.sh --clean build-gpu     # -> build-gpu/vgen-gpu-bundle.tar.xz (< 60 MiB)
-#   device: run(command="bash tools/gpu_check.sh --bundle build-gpu/vgen-gpu-bundle.tar.xz $OUT",
+#   device: run(command="bash tools/gpu_check.sh --bundle build-gpu/vgen-gpu-bundle.tar.xz --work /tmp/vgen-gpu-work $OUT",
 #               carry=["build-gpu"], timeout_s=540)
-#   then read $OUT/gpu_check.json ("table": s/step, VAE decode, end-to-end, peak memory, PSNR, batch).
-# On this machine (the suite runs it as tests/python/test_gpu_bundle.py):
-#   bash tools/gpu_check.sh --device cpu --tiny --bundle build-gpu/vgen-gpu-bundle.tar.xz /tmp/gpu-out
+#           run(command="bash tools/gpu_check.sh --bundle build-gpu/vgen-gpu-bundle.tar.xz --work /tmp/vgen-gpu-work --only compiled $OUT",
+#               carry=["build-gpu"], timeout_s=540)
+#   then read each $OUT/gpu_check.json ("table": s/step, VAE decode, end to end, peak memory, PSNR, batch;
+#   the second: vgen_aoti, its compile time and .pt2 size, and the fusion row). The second reuses
+#   the model, packages and single-job results the first left in --work (phases "reused"); on a
+#   fresh machine it builds and exports them again first (about 2.5 minutes more).
+# On this machine (the suite runs both as tests/python/test_gpu_bundle.py and test_gpu_bundle_aoti.py):
+#   bash tools/gpu_check.sh --device cpu --tiny --bundle build-gpu/vgen-gpu-bundle.tar.xz --work /tmp/gpu-work /tmp/gpu-out
+#   bash tools/gpu_check.sh --device cpu --tiny --bundle build-gpu/vgen-gpu-bundle.tar.xz --work /tmp/gpu-work --only compiled /tmp/gpu-out2
 #
 # --python: the interpreter whose torch serves as "the device's torch" (default /opt/torch/.venv/bin/python,
 # else $VGEN_PYTHON, else python3). vgen runs with LD_LIBRARY_PATH = bundle/lib : that torch's lib
@@ -35,7 +43,7 @@ while (($#)); do
     --python) PY=$2; shift 2 ;;
     --work) WORK=$2; shift 2 ;;
     --budget-s|--steps|--text-layers|--only) EXTRA+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     -*) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
     *) OUT=$1; shift ;;
   esac

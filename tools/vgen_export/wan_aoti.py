@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from .common import dtype_tolerance
-from .reference_loop import compact_context
+from .reference_loop import compact_context as reference_compact_context
 
 
 class CompactMethod(torch.nn.Module):
@@ -27,13 +27,26 @@ class CompactMethod(torch.nn.Module):
 
 
 def compile_transformer_aoti(wrapper: torch.nn.Module, path: Path, cfg, inputs, padded, max_length: int,
-                             dtype) -> dict[str, Any]:
+                             dtype, device: str = "cpu") -> dict[str, Any]:
     """The transformer's forward and forward_compact as one AOTInductor package (vgen_export/aoti.py)
     with every dimension vgen varies dynamic: batch rows, latent frames, height and width (in
-    patches) and text rows; checked against eager at shapes other than the export's."""
+    patches) and text rows; checked against eager at shapes other than the export's. `device`:
+    the device type it is compiled for, where `wrapper` must already be; `inputs` may make its
+    tensors on the CPU (they are moved)."""
     from torch.export import Dim
 
     from .aoti import Method, compile_aoti, env_threads
+
+    def on_device(*tensors):
+        return tuple(t.to(device) for t in tensors)
+
+    def compact_context(embeds, lengths):
+        return on_device(*reference_compact_context(embeds, lengths))
+
+    cpu_inputs = inputs
+
+    def inputs(*shape):  # noqa: F811 - the caller's, on the device
+        return on_device(*cpu_inputs(*shape))
 
     _, ph, pw = cfg.patch_size
     rope = int(cfg.rope_max_seq_len)  # RoPE's table bounds the patches along each axis
@@ -61,5 +74,6 @@ def compile_transformer_aoti(wrapper: torch.nn.Module, path: Path, cfg, inputs, 
                                   ({**video}, {0: rows}, {0: rows, 1: text}, {0: rows, 1: text}), compact_checks),
     }
     # float32's tolerance in every dtype for the compact checks, as check_compact_context does
-    return compile_aoti(methods, path, threads=env_threads(),
+    return compile_aoti(methods, path, device=device, threads=env_threads(),
                         tolerance=lambda ref: 1e-4 if dtype == torch.float32 else dtype_tolerance(dtype, ref))
+

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <regex>
 #include <string>
@@ -403,6 +404,20 @@ TEST_CASE("png: a directory of lossless frames") {
   const std::string rgb = decode_raw(out / "frame_00005.png", "rgb24");
   CHECK(std::equal(rgb.begin(), rgb.end(), clip().frame(5), clip().frame(5) + clip().frame_bytes(),
                    [](char a, std::uint8_t b) { return static_cast<std::uint8_t>(a) == b; }));
+}
+
+TEST_CASE("png: frames are deflated at zlib's fastest level") {
+  TempDir dir;
+  vgen::encode_to_file(clip(), dir / "frames", options_for("png"));
+  std::ifstream in(dir / "frames" / "frame_00000.png", std::ios::binary);
+  const std::string png((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto idat = png.find("IDAT");
+  REQUIRE(idat != std::string::npos);
+  REQUIRE(png.size() > idat + 6);
+  // The zlib stream's header (RFC 1950): CMF 0x78, then FLG whose top two bits are the level
+  // class: 0 for level 1 ("fastest"), 2 for the default level 6 FFmpeg would use otherwise.
+  CHECK(static_cast<std::uint8_t>(png[idat + 4]) == 0x78);
+  CHECK((static_cast<std::uint8_t>(png[idat + 5]) >> 6) == 0);
 }
 
 TEST_CASE("an existing output is replaced whole") {

@@ -1,0 +1,46 @@
+"""The GPU check's second command (`tools/gpu_check.sh --only compiled`, issue 31 item 6) on CPU:
+the bf16 transformer compiled ahead of time with AOTInductor for the check's device (here the
+CPU: C++ kernels) by vgen_export.wan_compile, and the single job rendered with that package by the
+bundled vgen. A file of its own so that `ctest -j2` runs it beside python.gpu_bundle. Measured
+cost: 423 s under ctest on the shared 2-core machine at a load average of 2.3-3.9 (2026-11-27
+23:45-23:52): the bundle about 3 min, the compile of the tiny transformer 93-145 s."""
+from __future__ import annotations
+
+import json
+
+from test_gpu_bundle import BUILD, VGEN, bundle, pytestmark, run_gpu_check  # noqa: F401 - the fixture and skip
+
+
+def test_compiled_phases_cold_then_warm(bundle, tmp_path):
+    work = tmp_path / "work"
+    # A fresh machine: nothing in --work, so the model, package and single-job results are made first.
+    done, report = run_gpu_check(bundle, work, tmp_path / "cold", "--only", "compiled")
+    assert done.returncode == 0, json.dumps(report["phases"], default=str)[-3000:]
+    phases = report["phases"]
+    assert list(phases) == ["environment", "build_model", "export", "diffusers_single", "vgen_single", "aoti_compile",
+                            "vgen_aoti", "vgen_single_fusion"], list(phases)
+    assert phases.pop("vgen_single_fusion")["status"] == "skipped"  # a CUDA setting
+    assert all(p["status"] == "ok" for p in phases.values()), phases
+    # The export wrote only what this command renders: no fp8 variant, no float32 package.
+    assert set(phases["export"]["result"]) == {"bfloat16"}
+    assert "transformer_fp8" not in phases["export"]["result"]["bfloat16"]["component_bytes"]
+    compiled = phases["aoti_compile"]["result"]
+    assert compiled["device"] == "cpu" and compiled["pt2_file"] == "transformer.cpu.pt2" and compiled["pt2_bytes"] > 0
+    assert compiled["manifest_entry"]["backend"] == "aoti"
+    row = report["table"]["vgen_aoti"]
+    assert row["s_per_step"] > 0 and row["compile_seconds"] > 0 and row["pt2_bytes"] == compiled["pt2_bytes"]
+    assert row["s_per_step_vs_vgen_bf16"] > 0 and 0 < row["end_to_end_s"] < row["end_to_end_with_files_s"]
+    # Compiled and TorchScript bf16 are the same model: close frames, not identical ones.
+    assert row["psnr_vs_vgen_bf16"]["psnr_db"] > 30 and row["psnr_vs_diffusers_bf16"]["psnr_db"] > 30, row
+    log = (work / "vgen_frames_aoti.log").read_text()
+    assert "model backend:" not in log, log[-2000:]  # no refusal: the .pt2 served
+
+    # The machine still warm: the same --work, everything made before is reused, the render runs again.
+    done, again = run_gpu_check(bundle, work, tmp_path / "warm", "--only", "compiled")
+    assert done.returncode == 0, json.dumps(again["phases"], default=str)[-3000:]
+    statuses = {k: v["status"] for k, v in again["phases"].items()}
+    assert statuses == {"environment": "ok", "build_model": "reused", "export": "reused", "diffusers_single": "reused",
+                        "vgen_single": "reused", "aoti_compile": "reused", "vgen_aoti": "ok",
+                        "vgen_single_fusion": "skipped"}, statuses
+    assert again["table"]["vgen_aoti"]["compile_seconds"] == row["compile_seconds"]
+    assert again["table"]["vgen_aoti"]["psnr_vs_vgen_bf16"]["psnr_db"] > 30

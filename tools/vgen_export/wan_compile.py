@@ -1,0 +1,103 @@
+"""A float Wan text-to-video package copied with its transformer compiled ahead of time for a
+device type (``python -m vgen_export.wan_compile --diffusers DIR --package PKG --out DIR --device
+cuda``): the GPU check's compiled phase (tools/vgen_gpu/compiled.py) and anyone who wants a
+package's AOTInductor transformer for a GPU without re-exporting it (``vgen_export.wan
+--compile aoti`` compiles for the CPU, every component, at export). The compile itself is
+wan_aoti.compile_transformer_aoti, on the device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .wan_aoti import compile_transformer_aoti
+
+
+def add_compiled_transformer(diffusers_dir: Path, package_dir: Path, out_dir: Path, device: str = "cpu") -> dict[str, Any]:
+    """A copy of a float Wan text-to-video package in `out_dir` (its files hard-linked where the
+    file system allows, else copied) whose transformer is also compiled for `device` ("cpu" or
+    "cuda"; the compile runs there): transformer.<device>.pt2 and the manifest's
+    components.transformer.compiled.<device>, which vgen uses on a device of that type. Compiled
+    from the diffusers transformer the package was exported from, in the package's dtype; the
+    package itself is not touched. Returns compile_aoti's report. Raises naming what is wrong for
+    a quantized transformer or a package of another family."""
+    import os
+    import shutil
+
+    from diffusers import WanTransformer3DModel
+
+    from . import manifest as mf
+    from .aoti import compiled_entry
+    from .common import DTYPES, assert_checks
+    from .wan import TransformerExport, pipeline_max_sequence_length
+
+    diffusers_dir, package_dir, out_dir = Path(diffusers_dir), Path(package_dir), Path(out_dir)
+    manifest = mf.read_manifest(package_dir, verify_files=False)
+    entry = manifest["components"].get("transformer")
+    if entry is None or entry.get("quantization") or entry.get("dtype") not in DTYPES:
+        raise ValueError(f"{package_dir}: compile: needs a float transformer component (found {entry and entry.get('dtype')}"
+                         f"{', quantized' if entry and entry.get('quantization') else ''})")
+    if "forward_compact" not in entry.get("methods", []):
+        raise ValueError(f"{package_dir}: compile: only Wan text-to-video transformers (forward, forward_compact)")
+    dtype = DTYPES[entry["dtype"]]
+    shutil.rmtree(out_dir, ignore_errors=True)
+
+    def link_or_copy(src, dst):
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(package_dir, out_dir, copy_function=link_or_copy)
+    (out_dir / mf.MANIFEST_NAME).unlink()  # rewritten below (never through a link to the source's)
+    gen = torch.Generator().manual_seed(1234)
+    with torch.no_grad():
+        transformer = WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer", dtype=dtype).eval()
+        cfg = transformer.config
+        wrapper = TransformerExport(transformer).eval().to(device)
+        _, ph, pw = cfg.patch_size
+        max_length = pipeline_max_sequence_length()
+
+        def inputs(b, f, h, w):
+            x = torch.randn(b, cfg.in_channels, f, h * ph, w * pw, generator=gen).to(dtype)
+            t = torch.rand(b, generator=gen) * 1000.0
+            return x, t, torch.randn(b, max_length, cfg.text_dim, generator=gen).to(dtype)
+
+        def padded(args, lengths):  # WanPipeline's context: each prompt's rows, then zeros
+            ctx = args[2].clone()
+            for row, n in enumerate(lengths):
+                ctx[row, n:] = 0
+            return args[0], args[1], ctx
+
+        file_name = f"transformer.{device}.pt2"
+        report = compile_transformer_aoti(wrapper, out_dir / file_name, cfg, inputs, padded, max_length, dtype, device)
+    assert_checks(f"transformer (aoti, {device})", report)
+    manifest["components"]["transformer"]["compiled"] = {
+        **entry.get("compiled", {}), device: compiled_entry(out_dir, file_name, report, entry["methods"])}
+    mf.write_manifest(out_dir, manifest)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(prog="python -m vgen_export.wan_compile",
+                                 description="Copy a float Wan T2V package with its transformer compiled ahead of time "
+                                             "(AOTInductor) for a device type (VGEN_AOTI_THREADS: compile threads, default 1)")
+    ap.add_argument("--diffusers", type=Path, required=True, help="the diffusers directory the package was exported from")
+    ap.add_argument("--package", type=Path, required=True, help="the package (not modified)")
+    ap.add_argument("--out", type=Path, required=True, help="the new package directory (replaced)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="compile for (and on) this device type")
+    args = ap.parse_args(argv)
+    report = add_compiled_transformer(args.diffusers, args.package, args.out, args.device)
+    print(json.dumps({**{k: report[k] for k in ("compile_seconds", "bytes", "device", "torch")},
+                      "max_abs_diff": {m: max(c["max_abs_diff"] for c in report["checks"] if c["method"] == m)
+                                       for m in {c["method"] for c in report["checks"]}}}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,35 @@
+"""Which phases the GPU check runs (tools/vgen_gpu/check.py): their order, budget shares, the two
+commands' groups and what the second command may reuse from the first one's work directory."""
+
+from __future__ import annotations
+
+# (budget share in seconds) per phase; the real ones planned for an H100/H200. H200 2026-11-27
+# run 2 (bench/results/gpu_check_h200_2026-11-27_run2.json): export 54 s, each render 35-45 s,
+# diffusers_batch 64 s, vgen_batch 53 s (the warm-up group adds 3 steps and 8 decodes to it).
+SHARES = {"environment": 30, "build_model": 90, "export": 180, "diffusers_single": 110, "vgen_single": 130,
+          "compare": 30, "diffusers_batch": 80, "vgen_batch": 100, "vgen_fp8": 60,
+          "aoti_compile": 300, "vgen_aoti": 70, "vgen_single_fusion": 50}
+GROUPS = {"first": ["environment", "build_model", "export", "diffusers_single", "vgen_single", "compare",
+                    "diffusers_batch", "vgen_batch", "vgen_fp8"],
+          "compiled": ["environment", "build_model", "export", "diffusers_single", "vgen_single", "aoti_compile",
+                       "vgen_aoti", "vgen_single_fusion"]}
+ORDER = list(dict.fromkeys(GROUPS["first"] + GROUPS["compiled"]))
+# Best effort: no time is held back for them from the phases before (they get what is left).
+OPTIONAL = {"vgen_single_fusion"}
+CUDA_ONLY = {"vgen_single_fusion": "TorchScript fusion is a CUDA setting"}
+# What a phase leaves in WORK for the later ones: with its phase file (status ok, same shapes)
+# the second command reuses it instead of running it again.
+PRODUCTS = {"build_model": "diffusers/model_index.json", "export": "pkg/manifest.json",
+            "diffusers_single": "diffusers_frames.npy", "vgen_single": "vgen_frames", "aoti_compile": "pkg_aoti/manifest.json"}
+
+
+def expand_only(only: str) -> set[str]:
+    names = set()
+    for n in filter(None, (only or "first").split(",")):
+        if n in GROUPS:
+            names |= set(GROUPS[n])
+        elif n in SHARES:
+            names.add(n)
+        else:
+            raise SystemExit(f"--only: unknown phase or group '{n}' (groups: {', '.join(GROUPS)}; phases: {', '.join(ORDER)})")
+    return names
