@@ -204,8 +204,9 @@ std::optional<AotiUnpacked> AotiLibraryCache::unpack(const fs::path& pt2, const 
     return refuse(std::string("could not unpack: ") + e.what());
   }
   if (::rename(tmp.c_str(), entry.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
     fs::remove_all(tmp, ec);
-    return refuse("cannot put the unpacked entry in place: " + std::string(std::strerror(errno)));
+    return refuse("cannot put the unpacked entry in place: " + reason);
   }
   auto made = complete_entry(entry);
   if (!made) return refuse("the unpacked entry '" + entry.string() + "' is incomplete");
