@@ -218,7 +218,7 @@ TEST_CASE("steps are row-wise: a batch stepped together equals each row stepped 
   }
 }
 
-TEST_CASE("a row's saved state resumes it bit-identically, alone or regrouped (checkpoints rely on it)") {
+TEST_CASE("a row's saved state resumes it bit-identically regrouped, and within 1e-4 alone (checkpoints rely on it)") {
   const SchedulerParams flow{{"use_flow_sigmas", true}, {"prediction_type", std::string("flow_prediction")}, {"flow_shift", 3.0}};
   const std::pair<const char*, SchedulerParams> cases[] = {
       {"UniPCMultistepScheduler", flow},
@@ -229,7 +229,8 @@ TEST_CASE("a row's saved state resumes it bit-identically, alone or regrouped (c
   };
   auto model = [](const at::Tensor& x, int i) { return at::sin(x * (i + 1)) * 0.5; };
   for (const auto& [name, params] : cases) {
-    CAPTURE(name);
+    const std::string scheduler = name;
+    CAPTURE(scheduler);
     const int steps = 7;
     at::manual_seed(5);
     const at::Tensor x0 = at::randn({2, 4, 2, 4, 4});
@@ -264,7 +265,11 @@ TEST_CASE("a row's saved state resumes it bit-identically, alone or regrouped (c
       alone->restore_rows(stop, {&saved[1]});
       at::Tensor w = y.narrow(0, 1, 1).clone();
       for (int i = stop; i < steps; ++i) w = alone->step(model(alone->scale_model_input(w, i), i), i, w);
-      CHECK((w - x.narrow(0, 1, 1)).abs().max().item<float>() <= 1e-6f);
+      // Alone (a batch of one) is close, not bit-identical: UniPC's corrector sums its earlier
+      // points with einsum (as diffusers does), a matrix product whose kernel the math library
+      // picks by batch size; measured 1.57e-5 at solver_order 3 on an Intel Xeon with AMX (0 on
+      // the AMD EPYC machines before). Regrouped rows above stay bit-identical.
+      CHECK((w - x.narrow(0, 1, 1)).abs().max().item<float>() <= 1e-4f);
     }
   }
 }
