@@ -18,8 +18,10 @@
 #   here:   bash tools/gpu_bundle.sh --clean build-gpu     # -> build-gpu/vgen-gpu-bundle.tar.xz (< 60 MiB)
 #   device: run(command="bash tools/gpu_check.sh --bundle build-gpu/vgen-gpu-bundle.tar.xz --work /tmp/vgen-gpu-work $OUT",
 #               carry=["build-gpu"], timeout_s=540)
-#           run(command="bash tools/gpu_check.sh --bundle build-gpu/vgen-gpu-bundle.tar.xz --work /tmp/vgen-gpu-work --only compiled $OUT",
-#               carry=["build-gpu"], timeout_s=540)
+#           run(command="bash tools/gpu_check.sh --bundle build-gpu/vgen-gpu-bundle.tar.xz --work /tmp/vgen-gpu-work --only compiled --budget-s B $OUT",
+#               carry=["build-gpu"], timeout_s=T)
+#   with T = status's budget_left_s - 30 and B = T - 60 (900 s of device time in all: both cannot
+#   have 540 s; under about 240 s left, skip it and give_back).
 #   then read each $OUT/gpu_check.json ("table": s/step, VAE decode, end to end, peak memory, PSNR, batch;
 #   the second: vgen_aoti, its compile time and .pt2 size, and the fusion row). The second reuses
 #   the model, packages and single-job results the first left in --work (phases "reused"); on a
@@ -43,7 +45,7 @@ while (($#)); do
     --python) PY=$2; shift 2 ;;
     --work) WORK=$2; shift 2 ;;
     --budget-s|--steps|--text-layers|--only) EXTRA+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     -*) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
     *) OUT=$1; shift ;;
   esac

@@ -407,9 +407,11 @@ JobSpec ModelSet::validate(const json::value& spec) const {
   // A package's bf16 default, on a CPU that would emulate bf16: the package's own float weights
   // (ModelSetOptions::cpu_bf16_native); a job that names bf16 gets it.
   const auto* object = spec.if_object();
-  if (state_->bf16_emulated && parsed.precision == "bfloat16" && !(object && object->contains("precision")) &&
-      family->package().dtype != "bfloat16")
-    parsed.precision = family->package().dtype;
+  const auto& own = family->package().dtype;
+  const auto& carried = family->package().limits.precisions;
+  if (state_->bf16_emulated && parsed.precision == "bfloat16" && !(object && object->contains("precision")) && own != "bfloat16" &&
+      std::find(carried.begin(), carried.end(), own) != carried.end())
+    parsed.precision = own;
   check_post_job(parsed, state_->options.post);
   check_precision_on_device(parsed.precision, state_->cuda_capability);
   if (parsed.interpolate > 1)

@@ -80,6 +80,26 @@ std::optional<AotiUnpacked> complete_entry(const fs::path& entry) {
   return u;
 }
 
+// The model an entry's name ("<size>-<mtime>-<inode>-<model>") is for; "" for another name.
+std::string model_of(const std::string& entry) {
+  std::size_t at = 0;
+  for (int field = 0; field < 3; ++field) {
+    const auto dash = entry.find('-', at);
+    if (dash == std::string::npos || dash == at) return {};
+    for (auto i = at; i < dash; ++i)
+      if (!std::isdigit(static_cast<unsigned char>(entry[i]))) return {};
+    at = dash + 1;
+  }
+  return entry.substr(at);
+}
+
+// Whether `dir` is a real folder (not a link) of this user that nobody else may write or read:
+// what is loaded from it is code.
+bool private_folder(const fs::path& dir) {
+  struct stat st{};
+  return ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 077) == 0;
+}
+
 // Removes, best effort, the entries of other versions of this .pt2's `model` and the folders of
 // .pt2 files that no longer exist (another process may be using them: a loaded library stays
 // mapped after its file is removed).
@@ -87,9 +107,7 @@ void prune(const fs::path& root, const fs::path& own_folder, const std::string& 
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(own_folder, ec)) {
     const auto name = e.path().filename().string();
-    const auto suffix = "-" + model;
-    const bool same_model = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-    if (same_model && name != version + model && name.rfind(".tmp-", 0) != 0) fs::remove_all(e.path(), ec);
+    if (name != version + model && name.rfind(".tmp-", 0) != 0 && model_of(name) == model) fs::remove_all(e.path(), ec);
   }
   for (const auto& e : fs::directory_iterator(root, ec)) {
     if (!e.is_directory(ec) || e.path() == own_folder) continue;
@@ -155,13 +173,17 @@ std::optional<AotiUnpacked> AotiLibraryCache::unpack(const fs::path& pt2, const 
   std::error_code ec;
   const auto source = fs::canonical(pt2, ec);
   if (ec) throw_error(ErrorKind::invalid_argument, "compiled model file '" + pt2.string() + "' does not exist");
-  const auto size = fs::file_size(source, ec);
-  const auto mtime = fs::last_write_time(source, ec).time_since_epoch().count();
+  // The file's version: size, modification time (ns) and inode (a re-export written beside and
+  // renamed over it is a new inode even with the size and time kept).
+  struct stat st{};
+  if (::stat(source.c_str(), &st) != 0) throw_error(ErrorKind::invalid_argument, "compiled model file '" + pt2.string() + "' cannot be read");
+  const auto mtime = static_cast<long long>(st.st_mtim.tv_sec) * 1'000'000'000LL + st.st_mtim.tv_nsec;
   const auto folder = root_ / path_key(source.string());
-  const auto version = std::to_string(size) + "-" + std::to_string(mtime) + "-";
+  const auto version = std::to_string(st.st_size) + "-" + std::to_string(mtime) + "-" + std::to_string(st.st_ino) + "-";
   const auto model = safe_name(model_name);
   const auto entry = folder / (version + model);
   if (!make_private_dirs(folder)) return refuse("cannot create the folder '" + folder.string() + "'");
+  if (!private_folder(folder)) return refuse("the folder '" + folder.string() + "' is not this user's alone (mode 0700, not a link)");
   // One unpack of a .pt2 at a time, across threads and processes (flock: each open is its own
   // lock holder): the check, the unpack and the rename are one step for the others.
   const int lock_fd = ::open((folder / ".lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);

@@ -3,7 +3,7 @@
 // frozen weights: 145 MB for one method of the large bench transformer) into a new temporary
 // folder on every load and deletes it afterwards, so every `vgen render` pays for writing it
 // again. This cache unpacks each compiled model of a .pt2 once into
-//   <root>/<hash of the .pt2's path>/<size>-<mtime>-<model>/
+//   <root>/<hash of the .pt2's path>/<size>-<mtime>-<inode>-<model>/
 // and the "aoti" backend (stages/model/model_backend.cpp) loads the library from there.
 //
 // An entry is made in a private temporary folder and renamed into place when complete, under a
@@ -11,8 +11,10 @@
 // two devices of one) unpacking the same model at once end with the one entry. Each entry lists its files and sizes; a hit whose
 // files do not match that list is unpacked again. An entry of an older version of the same
 // .pt2 (other size or mtime) and the entries of .pt2 files that no longer exist are removed when
-// a new entry is made. Folders are created private to the user (0700): what is loaded from them
-// is code.
+// a new entry is made (a process that found the old entry and has not loaded it yet then fails
+// to, and loads through torch's loader instead: model_backend.cpp). Folders are created private
+// to the user (0700), and a .pt2's folder that is not (another user's, a link, open to others)
+// is refused: what is loaded from it is code.
 //
 // Disabled (an empty root): the backend uses torch's own loader (a temporary folder per load).
 // A model the cache cannot serve (no shared library in the package: torch compiles it from its
@@ -42,7 +44,7 @@ class AotiLibraryCache {
   static std::filesystem::path default_root();
 
   explicit AotiLibraryCache(std::filesystem::path root) : root_(std::move(root)) {}
-  // Config key "model_backend.aoti_cache" (stages/model/model_backend_options.hpp).
+  // Not thread-safe: before the first unpack (tests point the process's cache elsewhere).
   void set_root(std::filesystem::path root) { root_ = std::move(root); }
   const std::filesystem::path& root() const { return root_; }
   bool enabled() const { return !root_.empty(); }

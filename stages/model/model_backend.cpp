@@ -235,16 +235,25 @@ class AotiModule final : public Module {
         const auto index = device_.is_cuda() ? device_.index() : c10::DeviceIndex(-1);
         if (auto unpacked = AotiLibraryCache::process().unpack(file_, aoti_model_name(method))) {
           // As torch's loader makes it, from the unpacked files (metadata.json names the registry key).
-          auto& runners = torch::inductor::getAOTIModelRunnerRegistry();
-          const auto make = runners.find(c.device_key);
-          if (make == runners.end()) throw std::runtime_error("no AOTInductor runner for device type '" + c.device_key + "'");
-          c10::Device device(c.device_key);
-          device.set_index(index);
-          c.own_runner = make->second(unpacked->library.string(), 1, device.str(), unpacked->model_dir.string(),
-                                      /*run_single_threaded=*/false);
-          if (!unpacked->weights.empty()) c.own_runner->update_constant_buffer_from_blob(unpacked->weights.string());
-          c.runner = c.own_runner.get();
-        } else {
+          try {
+            auto& runners = torch::inductor::getAOTIModelRunnerRegistry();
+            const auto make = runners.find(c.device_key);
+            if (make == runners.end()) throw std::runtime_error("no AOTInductor runner for device type '" + c.device_key + "'");
+            c10::Device device(c.device_key);
+            device.set_index(index);
+            c.own_runner = make->second(unpacked->library.string(), 1, device.str(), unpacked->model_dir.string(),
+                                        /*run_single_threaded=*/false);
+            if (!unpacked->weights.empty()) c.own_runner->update_constant_buffer_from_blob(unpacked->weights.string());
+            c.runner = c.own_runner.get();
+          } catch (const c10::OutOfMemoryError&) {
+            throw;
+          } catch (const std::exception&) {
+            // The unpacked copy went (another process pruned it) or is damaged: torch's own
+            // loader decides from the .pt2 itself.
+            c.own_runner.reset();
+          }
+        }
+        if (!c.runner) {
           c.loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
               file_.string(), aoti_model_name(method), /*run_single_threaded=*/false, /*num_runners=*/1, index);
           c.runner = c.loader->get_runner();

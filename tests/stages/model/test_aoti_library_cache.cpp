@@ -159,3 +159,44 @@ TEST_CASE("threads unpacking the same model at once end with one complete entry"
   for (const auto& e : fs::recursive_directory_iterator(dir / "cache"))
     CHECK(e.path().filename().string().rfind(".tmp-", 0) != 0);
 }
+
+TEST_CASE("a .pt2 replaced by a file of the same size and time is a new version; pruning spares a model whose name ends like another's") {
+  test::TempDir dir("vgen-aoti-cache-");
+  auto models = two_models();
+  models["data/aotinductor/a-forward-model/x.so"] = std::string(300, 'A');
+  write_archive(dir / "m.pt2", models);
+  const AotiLibraryCache cache(dir / "cache");
+  REQUIRE(cache.unpack(dir / "m.pt2", "forward-model"));
+  REQUIRE(cache.unpack(dir / "m.pt2", "a-forward-model"));
+  CHECK(entries(dir / "cache").size() == 2);
+  // The same bytes count and modification time, another file (a re-export renamed into place).
+  const auto when = fs::last_write_time(dir / "m.pt2");
+  auto again = two_models(std::string(100000, 'R'));
+  again["data/aotinductor/a-forward-model/x.so"] = std::string(300, 'B');
+  // (Written under the same file name elsewhere: the writer names the archive's folder after it.)
+  fs::create_directories(dir / "staging");
+  write_archive(dir / "staging" / "m.pt2", again);
+  fs::last_write_time(dir / "staging" / "m.pt2", when);
+  REQUIRE(fs::file_size(dir / "staging" / "m.pt2") == fs::file_size(dir / "m.pt2"));
+  fs::rename(dir / "staging" / "m.pt2", dir / "m.pt2");
+  const auto replaced = cache.unpack(dir / "m.pt2", "forward-model");
+  REQUIRE(replaced);
+  CHECK_FALSE(replaced->reused);
+  CHECK(read(replaced->library) == std::string(100000, 'R'));
+  const auto left = entries(dir / "cache");
+  CHECK(left.size() == 2);  // forward-model's old entry went; a-forward-model's stays until it is unpacked again
+  CHECK(std::count_if(left.begin(), left.end(), [](const std::string& e) { return e.size() > 15 && e.substr(e.size() - 15) == "a-forward-model"; }) == 1);
+}
+
+TEST_CASE("a .pt2's folder open to other users is refused: what is loaded from it is code") {
+  test::TempDir dir("vgen-aoti-cache-");
+  write_archive(dir / "m.pt2", two_models());
+  const AotiLibraryCache cache(dir / "cache");
+  const auto first = cache.unpack(dir / "m.pt2", "forward-model");
+  REQUIRE(first);
+  const auto folder = first->model_dir.parent_path().parent_path();
+  fs::permissions(folder, fs::perms::group_write | fs::perms::others_read | fs::perms::others_exec, fs::perm_options::add);
+  std::string why;
+  CHECK_FALSE(cache.unpack(dir / "m.pt2", "forward-model", &why));
+  CHECK(why.find("not this user's alone") != std::string::npos);
+}
