@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from vgen_export.quantize import QUANTIZATION, precision_entries, quantize_int8
 
 from .model import build_models
 from .train import CONFIG
+from .variants import link_components
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: default paths (models/, build/)
 
@@ -37,14 +36,7 @@ def add_int8(model: Path, out: Path) -> dict:
     den.load_state_dict(torch.jit.load(str(model / "transformer.pt")).state_dict())
     den = den.eval()
     quantized, count = quantize_int8(den, "")
-    out.mkdir(parents=True, exist_ok=True)
-    for entry in manifest["components"].values():
-        target = out / entry["file"]
-        target.unlink(missing_ok=True)
-        try:
-            os.link(model / entry["file"], target)
-        except OSError:
-            shutil.copyfile(model / entry["file"], target)
+    link_components(model, out, manifest)
     path = out / "transformer_int8.pt"
     with torch.no_grad():
         saved = save_module(torch.jit.script(quantized), path)

@@ -52,7 +52,8 @@ def _float32_only(manifest: dict) -> None:
         c.pop("compiled", None)
 
 
-def _link_files(model: Path, out: Path, manifest: dict) -> None:
+def link_components(model: Path, out: Path, manifest: dict) -> None:
+    """The package's component files into `out` (hard links, else copies), never over the source."""
     if out.resolve() == model.resolve():
         raise ValueError(f"--out {out} is the source package: write the copy elsewhere")
     out.mkdir(parents=True, exist_ok=True)
@@ -176,7 +177,7 @@ def make_variants(model: Path, out: Path, bf16: bool, default: str | None, compi
         raise ValueError(f"{model}: not a vgen-shapes package (source.trained is {manifest['source'].get('trained')!r})")
     te, den, dec, cfg = _eager(model, manifest)
     _float32_only(manifest)
-    _link_files(model, out, manifest)
+    link_components(model, out, manifest)
     if bf16:
         add_bf16(out, manifest, den, cfg, default)
     if compile == "aoti":
