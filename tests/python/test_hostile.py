@@ -551,8 +551,13 @@ def test_two_hundred_failing_jobs_leak_no_memory_leases_or_permits(package, tmp_
     config = tmp_path / "c.json"
     # Batching and leases fixed: with "auto" the tuner's search runs whenever the service is idle,
     # and the larger batches it measures grow the resident set by how long the test takes.
+    # The bounded caches off: every job has its own prompt, so the text-embedding cache (256
+    # entries) and the decoded base clips of the jobs that failed in encode (256 entries; 41 KB
+    # each here) fill through the whole test by design, 10-25 MB that a leak check must not count
+    # (measured: 23 MB with them on, 1.5 MB with them off; their bounds have their own tests).
     config.write_text(json.dumps({"retry": {"attempts": 2, "initial_backoff_ms": 1, "max_backoff_ms": 2},
-                                  "batching": {"max_batch": 1}, "threads": {"per_device": 1}}))
+                                  "batching": {"max_batch": 1}, "threads": {"per_device": 1},
+                                  "cache": {"text": {"entries": 0}, "base_frames": {"mb": 0}}}))
     env = {"VGEN_FAULTS": json.dumps(EVERY_STAGE_FAILS)}
     with Server(package, tmp_path / "out", "--config", str(config), env=env) as server:
         warm = run_jobs(server, 0, 20)
