@@ -11,6 +11,8 @@
 
 #include <boost/asio/this_coro.hpp>
 
+#include <chrono>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -78,11 +80,29 @@ struct LiveRelay::State {
   QueueConfig queue;
   std::string worker;
   asio::thread_pool pool{1};  // the publishing thread: it waits for the broker's acks
-  std::mutex mutex;
-  std::set<std::string> relayed;  // job ids, once each for the relay's life
+  const std::chrono::steady_clock::duration remember_for;
+  mutable std::mutex mutex;
+  std::set<std::string> relayed;  // job ids relaying, or ended within remember_for
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::string>> ended;  // oldest first
+  std::size_t ended_count = 0;
   bool stopped = false;
 
-  State(NatsClient& n, QueueConfig q, std::string w) : nats(n), queue(std::move(q)), worker(std::move(w)) {}
+  State(NatsClient& n, QueueConfig q, std::string w, std::chrono::steady_clock::duration r)
+      : nats(n), queue(std::move(q)), worker(std::move(w)), remember_for(r) {}
+
+  void record_end(std::string id) {
+    std::lock_guard lock(mutex);
+    ended.emplace_back(std::chrono::steady_clock::now(), std::move(id));
+    ++ended_count;
+  }
+
+  void forget_old_locked() {
+    const auto now = std::chrono::steady_clock::now();
+    while (!ended.empty() && now - ended.front().first >= remember_for) {
+      relayed.erase(ended.front().second);
+      ended.pop_front();
+    }
+  }
 
   void publish(const std::string& subject, char kind, std::string_view payload) {
     std::string message(1, kind);
@@ -113,8 +133,9 @@ struct LiveRelay::State {
   }
 };
 
-LiveRelay::LiveRelay(NatsClient& nats, QueueConfig queue, std::string worker)
-    : state_(std::make_shared<State>(nats, std::move(queue), std::move(worker))) {
+LiveRelay::LiveRelay(NatsClient& nats, QueueConfig queue, std::string worker,
+                     std::chrono::steady_clock::duration remember_for)
+    : state_(std::make_shared<State>(nats, std::move(queue), std::move(worker), remember_for)) {
   if (!ensure_live_stream(nats, state_->queue)) state_->stopped = true;  // relays nothing: front ends serve the file
 }
 
@@ -123,11 +144,25 @@ LiveRelay::~LiveRelay() { stop(); }
 void LiveRelay::relay(const std::string& id, std::shared_ptr<LiveBroadcast> live) {
   {
     std::lock_guard lock(state_->mutex);
-    if (state_->stopped || !state_->relayed.insert(id).second) return;
+    if (state_->stopped) return;
+    state_->forget_old_locked();
+    if (!state_->relayed.insert(id).second) return;
   }
   spdlog::info("live relay of job {}: relaying its video to the front ends", id);  // tests wait for this line
-  asio::co_spawn(state_->pool, state_->relay_one(id, std::move(live)),
-                 [id](std::exception_ptr e) { log_failure(e, "live relay of job " + id + " stopped"); });
+  asio::co_spawn(state_->pool, state_->relay_one(id, std::move(live)), [id, weak = std::weak_ptr<State>(state_)](std::exception_ptr e) {
+    log_failure(e, "live relay of job " + id + " stopped");
+    if (auto state = weak.lock()) state->record_end(id);  // ended or failed: remembered for remember_for from now
+  });
+}
+
+std::size_t LiveRelay::remembered() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->relayed.size();
+}
+
+std::size_t LiveRelay::ended() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->ended_count;
 }
 
 void LiveRelay::stop() {

@@ -67,13 +67,22 @@ bool ensure_live_stream(NatsClient& nats, const QueueConfig& queue);
 
 class LiveRelay {
  public:
-  LiveRelay(NatsClient& nats, QueueConfig queue, std::string worker);
+  // `remember_for`: how long a job id is remembered after its relay ended (a want for it then
+  // does nothing); after that it is forgotten, so a long-lived worker holds the ids of the
+  // relays of the last kLiveMaxAge only, not of every job it ever relayed. By then the stream
+  // has dropped the relay's messages too, so a relay again (a job still held so long after its
+  // broadcast ended: none in practice) would not double them for a reader.
+  LiveRelay(NatsClient& nats, QueueConfig queue, std::string worker,
+            std::chrono::steady_clock::duration remember_for = kLiveMaxAge);
   ~LiveRelay();
   LiveRelay(const LiveRelay&) = delete;
   LiveRelay& operator=(const LiveRelay&) = delete;
 
   // Publishes `live` (job `id`) until it ends; a second call for the same id does nothing.
   void relay(const std::string& id, std::shared_ptr<LiveBroadcast> live);
+  // Job ids remembered now (relaying, or ended within remember_for; pruned on relay()).
+  std::size_t remembered() const;
+  std::size_t ended() const;  // relays finished so far (their end published, or failed)
   // Stops the thread; relays in flight end where they are. Idempotent.
   void stop();
 

@@ -10,6 +10,7 @@
 #include <boost/asio/use_future.hpp>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace vgen;
@@ -73,6 +74,48 @@ TEST_CASE("a relayed broadcast is replayed whole, its big segments rejoined, by 
   const auto second = read_to_end(pool, late->broadcast());
   CHECK(second.end == End::complete);
   CHECK(texts(second) == segments);
+}
+
+TEST_CASE("a worker remembers a relayed job's id while it relays and for remember_for after, then forgets it" *
+          doctest::timeout(120)) {
+  REQUIRE_BROKER();
+  test::NatsServer broker;
+  NatsClient nats({.url = broker.url()});
+  QueueConfig queue;
+  // Waits for the relays' completions (an event the relay thread records), not for a time.
+  auto wait_ended = [](const LiveRelay& relay, std::size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (relay.ended() < n && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    REQUIRE(relay.ended() == n);
+  };
+  auto ended_broadcast = [] {
+    auto live = std::make_shared<LiveBroadcast>();
+    live->append("init");
+    live->finish(End::complete);
+    return live;
+  };
+
+  SUBCASE("forgotten at once after its end (remember_for 0): a long-lived worker holds no id per job") {
+    LiveRelay relay(nats, queue, "w1", 0s);
+    auto open = std::make_shared<LiveBroadcast>();
+    relay.relay("running", open);  // relaying: remembered however old
+    for (int i = 0; i < 50; ++i) relay.relay("job" + std::to_string(i), ended_broadcast());
+    wait_ended(relay, 50);
+    relay.relay("one-more", ended_broadcast());  // prunes the 50 that ended
+    CHECK(relay.remembered() == 2);  // "running" and "one-more"
+    open->finish(End::complete);
+    wait_ended(relay, 52);
+  }
+  SUBCASE("remembered within remember_for: a second want does not relay it again") {
+    LiveRelay relay(nats, queue, "w1", std::chrono::hours(1));
+    relay.relay("job1", ended_broadcast());
+    wait_ended(relay, 1);
+    relay.relay("job1", ended_broadcast());  // once per job: nothing started
+    relay.relay("job2", ended_broadcast());
+    wait_ended(relay, 2);
+    CHECK(relay.remembered() == 2);
+    CHECK(relay.ended() == 2);
+  }
 }
 
 TEST_CASE("a replay of a job that ends with nothing relayed ends failed, empty (the route serves the file)" *
