@@ -23,9 +23,10 @@ pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not bu
 GLIBC = re.compile(r"^(ld-linux.*|libc|libm|libpthread|libdl|librt|libutil|libresolv|libanl|libmvec|libnss_\w+)\.so")
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bundle")
+def make_bundle(out: Path) -> Path:
+    """Builds the bundle into `out` (about 107 s of one core: mostly xz) and returns its path."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "vgen-gpu-bundle.tar.xz").unlink(missing_ok=True)  # a failed build never leaves an old one
     env = {**os.environ, "VGEN_BUILD_DIR": str(BUILD), "VGEN_PYTHON": sys.executable}
     if (ROOT / "build-gpu" / "wheels").is_dir():  # wheels a previous bundle downloaded
         env["VGEN_BUNDLE_WHEELS"] = str(ROOT / "build-gpu" / "wheels")
@@ -33,6 +34,17 @@ def bundle(tmp_path_factory):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     return out / "vgen-gpu-bundle.tar.xz"
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    # Under CTest the bundle is built once, by the fixture test python.gpu_bundle_archive
+    # (tests/CMakeLists.txt), for this file and test_gpu_bundle_aoti.py: the tests only read it.
+    shared = os.environ.get("VGEN_TEST_GPU_BUNDLE")
+    if shared:
+        assert Path(shared).is_file(), f"{shared}: the fixture test python.gpu_bundle_archive did not build it"
+        return Path(shared)
+    return make_bundle(tmp_path_factory.mktemp("bundle"))
 
 
 def torch_lib() -> Path:
@@ -139,3 +151,9 @@ def test_gpu_check_cpu_tiny(bundle, tmp_path):
     assert sizes["transformer_fp8"] < sizes["transformer"]
     assert t["vgen_fp8"]["s_per_step"] > 0
     assert 20 < t["vgen_fp8"]["psnr_vs_vgen_bf16"]["psnr_db"] < 100  # close, not equal (identical frames: 168)
+
+
+if __name__ == "__main__":  # `python test_gpu_bundle.py --make-bundle DIR`: the suite's shared bundle
+    if len(sys.argv) != 3 or sys.argv[1] != "--make-bundle":
+        sys.exit("usage: test_gpu_bundle.py --make-bundle DIR")
+    print(make_bundle(Path(sys.argv[2])))
