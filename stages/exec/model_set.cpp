@@ -56,7 +56,7 @@ struct ModelSet::State {
   // CUDA): a job whose precision one of them cannot run is refused at admission, since any
   // device may be the one its denoise lands on.
   int cuda_capability = -1;
-  bool bf16_emulated = false;  // CPU devices only, and a CPU without native bf16 (ModelSetOptions::cpu_bf16_native)
+  bool bf16_emulated = false;  // devices_emulate_bf16: a CUDA device before 8.0, or a CPU without native bf16
 
   // The identity a job's content key names: its package's, plus the post-stage variants that
   // make its frames (a model's weights included), so configuring another interpolator or
@@ -374,7 +374,8 @@ ModelSet::ModelSet(LoadedModels models, Executor& executor, DevicePool& devices,
   }
   bool any_cuda = false;
   for (std::size_t i = 0; i < devices.size(); ++i) any_cuda |= devices.device(i).kind == DeviceKind::cuda;
-  state_->bf16_emulated = !any_cuda && !options.cpu_bf16_native.value_or(cpu_computes_bf16_natively());
+  state_->bf16_emulated = devices_emulate_bf16(any_cuda, state_->cuda_capability,
+                                               options.cpu_bf16_native.value_or(cpu_computes_bf16_natively()));
   register_libav_post();
   register_rrdb_upscaler();
   register_rife_interpolator();
@@ -404,7 +405,8 @@ const ModelPackage& ModelSet::package(const std::string& name) const { return st
 JobSpec ModelSet::validate(const json::value& spec) const {
   const auto& family = state_->family(model_field(spec));
   auto parsed = family->validate(spec);
-  // A package's bf16 default, on a CPU that would emulate bf16: the package's own float weights
+  // A package's bf16 default, on devices that would emulate bf16 (a CPU without it, a CUDA device
+  // before 8.0): the package's own float weights
   // (ModelSetOptions::cpu_bf16_native); a job that names bf16 gets it.
   const auto* object = spec.if_object();
   const auto& own = family->package().dtype;

@@ -44,6 +44,11 @@ int cuda_capability(int index) {
   return prop.major * 10 + prop.minor;
 }
 
+bool devices_emulate_bf16(bool any_cuda, int cuda_capability, bool cpu_bf16_native) {
+  if (any_cuda) return cuda_capability >= 0 && cuda_capability < 80;
+  return !cpu_bf16_native;
+}
+
 bool cpu_computes_bf16_natively() {
   static const bool native = [] {
     std::ifstream info("/proc/cpuinfo");

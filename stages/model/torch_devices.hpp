@@ -29,6 +29,13 @@ void check_precision_on_device(std::string_view precision, int cuda_capability);
 // BF16 extension (Linux: /proc/cpuinfo's flags). Elsewhere, bf16 matrix products are emulated.
 bool cpu_computes_bf16_natively();
 
+// Whether a set of devices would emulate bf16 (so a package's bf16 default is worse than its float
+// weights there): with CUDA devices, when the lowest capability (cuda_capability as above, -1
+// unknown: not emulated) is below 8.0 (before Ampere, bf16 matrix products have no tensor-core
+// path); CPU-only, when the CPU lacks native bf16 (`cpu_bf16_native`). Pure: tested with made-up
+// devices.
+bool devices_emulate_bf16(bool any_cuda, int cuda_capability, bool cpu_bf16_native);
+
 // LibTorch's intra-op threads for the calling thread (at::set_num_threads); n >= 1.
 void set_intra_op_threads(int n);
 

@@ -39,3 +39,13 @@ TEST_CASE("fp8 is refused on a CUDA device below capability 8.9, naming the fiel
   CHECK(cuda_capability(static_cast<int>(found.size())) == -1);
   CHECK(cuda_capability(-1) == -1);
 }
+
+TEST_CASE("bf16 counts as emulated on a CUDA device before 8.0 and on a CPU without native bf16") {
+  CHECK(devices_emulate_bf16(true, 75, true));    // Turing
+  CHECK(devices_emulate_bf16(true, 70, false));   // Volta: the CPU's flags do not matter
+  CHECK_FALSE(devices_emulate_bf16(true, 80, false));  // Ampere
+  CHECK_FALSE(devices_emulate_bf16(true, 90, true));   // Hopper
+  CHECK_FALSE(devices_emulate_bf16(true, -1, false));  // capability unknown: the package's default stands
+  CHECK(devices_emulate_bf16(false, -1, false));       // CPU only, no AVX-512 BF16 / AMX
+  CHECK_FALSE(devices_emulate_bf16(false, -1, true));
+}
