@@ -10,6 +10,7 @@
 #include "stages/media/image_admission.hpp"
 #include "stages/exec/denoise_news.hpp"
 #include "stages/exec/preview.hpp"
+#include "stages/model/frame_bytes.hpp"
 #include "stages/model/model_backend.hpp"
 #include "stages/model/torch_devices.hpp"
 #include "stages/post/libav_post.hpp"
@@ -90,7 +91,7 @@ std::string model_field(const json::value& spec) {
 }
 
 VideoFrames to_video_frames(const at::Tensor& frames, double fps) {
-  auto bytes = (frames * 255.0).round().clamp(0, 255).to(at::kByte).contiguous();
+  const auto bytes = to_frame_bytes(frames);
   VideoFrames v = VideoFrames::allocate(static_cast<int>(frames.size(2)), static_cast<int>(frames.size(1)),
                                         static_cast<int>(frames.size(0)), fps);
   std::memcpy(v.rgb.data(), bytes.data_ptr<std::uint8_t>(), v.rgb.size());

@@ -2,6 +2,7 @@
 
 #include "stages/families/family.hpp"
 #include "stages/media/libav.hpp"
+#include "stages/model/frame_bytes.hpp"
 
 #include <ATen/ATen.h>
 
@@ -46,7 +47,7 @@ at::Tensor LatentPreview::image(const at::Tensor& latents, int latent_frame, int
 
 std::shared_ptr<const JobPreview> LatentPreview::render(const at::Tensor& latents, int step, int total) const {
   const auto rgb = image(latents, middle_frame(latents), preview_scale(latents.size(3), latents.size(4)));
-  const auto bytes = (rgb * 255.0).round().clamp(0, 255).to(at::kByte).contiguous();
+  const auto bytes = to_frame_bytes(rgb);
   auto out = std::make_shared<JobPreview>();
   out->step = step;
   out->total = total;

@@ -5,6 +5,7 @@
 #include "stages/families/family.hpp"
 #include "stages/media/live_broadcast.hpp"
 #include "stages/media/streamed_encode.hpp"
+#include "stages/model/frame_bytes.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/asio/this_coro.hpp>
@@ -19,9 +20,6 @@ namespace asio = boost::asio;
 
 namespace {
 
-// Frames [f, H, W, 3] float32 in [0, 1] as bytes, exactly as the encode stage's to_video_frames.
-at::Tensor frame_bytes(const at::Tensor& frames) { return (frames * 255.0).round().clamp(0, 255).to(at::kByte).contiguous(); }
-
 // The frames the family did not hand over (none, when it decoded whole after all) go in now;
 // false (the encode ended) for a clip of another length than the encoder was told.
 bool complete_clip(GrowingClip& clip, const FamilyJob& w) {
@@ -32,7 +30,7 @@ bool complete_clip(GrowingClip& clip, const FamilyJob& w) {
     return false;
   }
   if (const int ready = clip.ready(); ready < count) {
-    const auto rest = frame_bytes(w.frames.narrow(0, ready, count - ready));
+    const auto rest = to_frame_bytes(w.frames.narrow(0, ready, count - ready));
     clip.append(rest.data_ptr<std::uint8_t>(), count - ready);
   }
   return true;
@@ -50,7 +48,7 @@ std::shared_ptr<StreamedEncode> StreamedEncodes::start(FamilyJob& w, EncodeOptio
   w.on_frames = [clip](const at::Tensor& frames) {
     if (frames.size(1) != clip->frames().height || frames.size(2) != clip->frames().width)
       throw_error(ErrorKind::internal, "streamed encode: decoded frames of another size than the job's");
-    const auto bytes = frame_bytes(frames);
+    const auto bytes = to_frame_bytes(frames);
     clip->append(bytes.data_ptr<std::uint8_t>(), static_cast<int>(frames.size(0)));
   };
   return streamed;

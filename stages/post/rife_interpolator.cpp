@@ -1,6 +1,7 @@
 #include "stages/post/rife_interpolator.hpp"
 
 #include "runtime/errors.hpp"
+#include "stages/model/frame_bytes.hpp"
 #include "stages/model/model_package.hpp"  // sha256_file
 #include "stages/model/model_backend.hpp"
 
@@ -116,7 +117,7 @@ VideoFrames RifeInterpolator::run(const VideoFrames& in, int factor, const std::
   };
   for_each_batch(in.count, factor, options_.interpolate_batch, [&](const Batch& b) {
     const auto y = between(frames(b.first), frames(b.second), at::tensor(at::ArrayRef<float>(b.time)), device);
-    const auto rgb = y.permute({0, 2, 3, 1}).mul(255.0).round().clamp(0, 255).to(at::kCPU).to(at::kByte).contiguous();
+    const auto rgb = to_frame_bytes(y.permute({0, 2, 3, 1}));
     for (std::size_t j = 0; j < b.position.size(); ++j)
       std::memcpy(out.frame(static_cast<int>(b.position[j])), rgb.data_ptr<std::uint8_t>() + j * out.frame_bytes(), out.frame_bytes());
   });

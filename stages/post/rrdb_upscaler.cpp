@@ -1,6 +1,7 @@
 #include "stages/post/rrdb_upscaler.hpp"
 
 #include "runtime/errors.hpp"
+#include "stages/model/frame_bytes.hpp"
 #include "stages/model/model_package.hpp"  // sha256_file
 #include "stages/model/model_backend.hpp"
 
@@ -78,7 +79,7 @@ VideoFrames RrdbUpscaler::run(const VideoFrames& in, int factor, const std::stri
   for (int f = 0; f < in.count; ++f) {  // one frame at a time: the memory of one frame's activations
     const auto x = bytes[f].permute({2, 0, 1}).unsqueeze(0).to(at::kFloat).div(255.0);
     const auto y = upscale(x, factor, device, options_.tile, options_.tile_overlap);
-    const auto rgb = y[0].permute({1, 2, 0}).mul(255.0).round().clamp(0, 255).to(at::kCPU).to(at::kByte).contiguous();
+    const auto rgb = to_frame_bytes(y[0].permute({1, 2, 0}));
     std::memcpy(out.frame(f), rgb.data_ptr<std::uint8_t>(), out.frame_bytes());
   }
   check_post_output(*this, in, factor, out);
