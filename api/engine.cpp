@@ -231,6 +231,7 @@ class RuntimeImpl {
   }
 
   JobSpec validate(const json::value& spec) const { return models_->validate(spec); }
+  JobSpec admit(json::value& spec) const { return models_->admit(spec); }
 
   std::string content_key(const JobSpec& spec) const { return job_content_key(models_->model_id(spec), spec).hex(); }
 
@@ -520,6 +521,7 @@ asio::awaitable<JobHandle> Runtime::async_submit(json::value spec, SubmitOptions
   return impl_->async_submit(std::move(spec), std::move(options));
 }
 JobSpec Runtime::validate(const json::value& spec) const { return impl_->validate(spec); }
+JobSpec Runtime::admit(json::value& spec) const { return impl_->admit(spec); }
 std::string Runtime::content_key(const JobSpec& spec) const { return impl_->content_key(spec); }
 bool Runtime::has_rendered(const JobSpec& spec, const fs::path& path) const { return impl_->has_rendered(spec, path); }
 std::optional<JobHandle> Runtime::find(const std::string& id) const { return impl_->find(id); }

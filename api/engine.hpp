@@ -128,6 +128,7 @@ class Runtime : public JobService {  // JobService: the interface the fleet clie
   boost::asio::awaitable<JobHandle> async_submit(boost::json::value spec, SubmitOptions options = {}) override;
   // Parses a spec against the model's defaults and limits without submitting it.
   JobSpec validate(const boost::json::value& spec) const override;
+  JobSpec admit(boost::json::value& spec) const override;
   // The content key (hex) of a parsed spec on its model: what the output's "vgen:" tag holds.
   std::string content_key(const JobSpec& spec) const;
   // Whether the job store records `path` as the finished output of a job with spec's key.

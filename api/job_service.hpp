@@ -44,6 +44,12 @@ class JobService {
   virtual boost::asio::awaitable<JobHandle> async_submit(boost::json::value spec, SubmitOptions options) = 0;
   // Parses a spec as submit would (the fleet checks less: its workers check the rest).
   virtual JobSpec validate(const boost::json::value& spec) const = 0;
+  // Admits a spec as submit does before it accepts the job: validates it, reads and hashes the
+  // job's files, and writes into `spec` what the job's bytes depend on beyond it (a Runtime: an
+  // extend's video frame rate and kept latents), so its content key is the accepted job's. The
+  // fleet admits the job's images and video only (its workers resolve the rest). Blocks on
+  // reading the files.
+  virtual JobSpec admit(boost::json::value& spec) const = 0;
   virtual std::optional<JobHandle> find(const std::string& id) const = 0;
   virtual std::vector<JobHandle> unfinished() const = 0;
   virtual JobPage list_jobs(const JobListQuery& query) const = 0;  // newest accepted first

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <set>
 
 namespace vgen {
@@ -398,6 +399,16 @@ json::object to_json(const JobSpec& s) {
     o["loras"] = std::move(a);
   }
   return o;
+}
+
+void set_output_shape(JobSpec& s, std::int64_t clip_frames, int overlap) {
+  std::int64_t frames = s.frames;
+  if (s.extend) frames = clip_frames > 0 ? clip_frames + s.frames - std::max(overlap, 1) : 0;
+  if (frames > 0 && s.interpolate > 1) frames = (frames - 1) * s.interpolate + 1;
+  s.output_frames = frames > 0 && frames <= std::numeric_limits<int>::max() ? static_cast<int>(frames) : 0;
+  s.output_width = s.width * s.upscale;
+  s.output_height = s.height * s.upscale;
+  s.output_fps = s.fps * s.interpolate;
 }
 
 ContentKey job_content_key(const std::string& model_id, const JobSpec& spec) {

@@ -97,6 +97,11 @@ struct JobSpec {
   // are part of the content key only when on: a job without them keeps the key it had before.
   int interpolate = 1;
   int upscale = 1;
+  // The finished file's shape, filled at admission (set_output_shape; not part of the content
+  // key, which the fields above make): the clip after an extension's join and the post-stages.
+  // output_frames 0: unknown (an extend whose video's frame count was not known).
+  int output_frames = 0, output_width = 0, output_height = 0;
+  double output_fps = 0.0;
 };
 
 // Whether a model takes an input (manifest "inputs": {"image": ..., "last_image": ...}).
@@ -150,6 +155,12 @@ bool is_quantized_precision(std::string_view precision);
 // Whether the job starts from a picture: its own `image`, or an extend job's video's last frame.
 // Families ask this, not image.empty(), so an extend job runs as the image job it is.
 inline bool has_first_frame(const JobSpec& spec) { return !spec.image.empty() || spec.extend; }
+
+// Fills the output_* fields from the rest: an extend job's output is its video's `clip_frames`
+// followed by the segment less its first `overlap` frames (0 clip frames: output_frames stays
+// unknown); interpolate gives (frames - 1) x factor + 1 frames at fps x factor; upscale
+// multiplies both sides.
+void set_output_shape(JobSpec& spec, std::int64_t clip_frames, int overlap);
 
 // Every field, in a fixed form: the input of the job's content key.
 boost::json::object to_json(const JobSpec& spec);

@@ -4,7 +4,6 @@
 
 #include "runtime/errors.hpp"
 #include "stages/media/encode.hpp"
-#include "stages/media/image_admission.hpp"
 #include "stages/media/probe.hpp"
 #include "stages/text/tokenizer.hpp"
 
@@ -32,12 +31,15 @@ bool output_is_complete(const Runtime& runtime, const JobSpec& spec, const fs::p
   std::error_code ec;
   if (!fs::exists(path, ec)) return false;
   try {
+    // The admitted shape (set_output_shape: an extension's join, the post-stages); a length
+    // admission could not know (output_frames 0) is left to the key below.
     const auto info = probe_video(path);
-    if (info.frames != spec.frames || info.width != spec.width || info.height != spec.height) return false;
+    if (info.width != spec.output_width || info.height != spec.output_height) return false;
+    if (spec.output_frames > 0 && info.frames != spec.output_frames) return false;
     // Sound (a family with sound): probe decoded all of it; a short track is an interrupted or
-    // damaged output. Post-stages keep the clip's length, so frames / fps is its duration.
-    if (!info.audio.codec.empty() &&
-        std::abs(info.audio.seconds() - spec.frames / spec.fps) > 1.0 / spec.fps + 0.1)
+    // damaged output. The clip's length is output_frames / output_fps.
+    if (!info.audio.codec.empty() && spec.output_frames > 0 && spec.output_fps > 0 &&
+        std::abs(info.audio.seconds() - spec.output_frames / spec.output_fps) > 1.0 / spec.output_fps + 0.1)
       return false;
     // mp4 and webm carry the job key; gif and png frames have no tag to check.
     if (spec.format == "mp4" || spec.format == "webm")
@@ -100,12 +102,11 @@ class BatchRun {
     r.name = item.name;
     if (!item.error.empty()) return end_item(i, "invalid", ErrorKind::invalid_argument, item.error);
     try {
-      // Admitted here (images read and hashed) so that a rerun's skip check keys the image
-      // by its bytes, as the finished job's record does; submit checks them again.
+      // Admitted here as submit admits it (files read and hashed, an extend's kept latents
+      // resolved) so that a rerun's skip check keys the line as the finished job's record does;
+      // submit admits it again.
       json::value admitted(std::move(item.spec));
-      auto spec = jobs_.validate(admitted);
-      admit_images(admitted, spec, jobs_.config().images);
-      admit_video(admitted, spec, jobs_.config().videos);
+      auto spec = jobs_.admit(admitted);
       r.output = jobs_.config().output_dir / (item.name + extension_for(spec.format));
       if (!options_.force && complete_(admitted, spec, r.output)) return end_item(i, "skipped");
       SubmitOptions so;

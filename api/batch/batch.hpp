@@ -11,10 +11,11 @@
 // flight and is rethrown after the summary is written.
 // Output names: the line's "name", else "NNNN-<prompt slug>" (NNNN = line number).
 // Reruns: an existing output is skipped only when probing it shows a complete video of the
-// expected size and frame count whose comment tag carries this job's key (so a file from
+// expected size and frame count (an extension's joined clip, the post-stages' frames and size:
+// JobSpec::output_*) whose comment tag carries this job's key (so a file from
 // another prompt or settings is rendered again), and whose sound, if it has any (an audio
 // stream, or the WAV beside a gif / in a png folder), decodes to the end and lasts the clip
-// (frames / fps, within one video frame plus 0.1 s of codec framing); anything else, and leftover temporaries from
+// (output_frames / output_fps, within one video frame plus 0.1 s of codec framing); anything else, and leftover temporaries from
 // an interrupted run, is redone. `force` renders everything again. The service answers that
 // question through an OutputCheck: output_is_complete for a Runtime; for the fleet,
 // FleetClient::has_output (the key comes from the done record its worker wrote).
@@ -100,7 +101,8 @@ BatchSummary run_batch(JobService& jobs, const OutputCheck& complete, BatchReade
 // The same on a Runtime, with output_is_complete as the rerun rule.
 BatchSummary run_batch(Runtime& runtime, BatchReader& input, const BatchOptions& options = {});
 
-// Whether `path` is a complete output of `spec` on the runtime's model (see above).
+// Whether `path` is a complete output of `spec` on the runtime's model (see above). `spec` as
+// JobService::admit returns it: its output_* fields are the shape the file must have.
 bool output_is_complete(const Runtime& runtime, const JobSpec& spec, const std::filesystem::path& path);
 
 }  // namespace vgen

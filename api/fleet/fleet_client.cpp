@@ -8,6 +8,7 @@
 #include "runtime/job_id.hpp"
 #include "api/fleet/nats_client.hpp"
 #include "runtime/trace.hpp"
+#include "stages/media/image_admission.hpp"
 #include "stages/media/probe.hpp"
 
 #include <boost/asio/bind_executor.hpp>
@@ -397,6 +398,14 @@ std::shared_ptr<LiveBroadcast> FleetClient::live_stream(const std::string& id) c
 JobSpec FleetClient::validate(const json::value& spec) const {
   light_validate(spec);
   return parse_job_spec(spec, JobSpec{}, SpecLimits{});
+}
+
+JobSpec FleetClient::admit(json::value& spec) const {
+  auto parsed = validate(spec);
+  admit_images(spec, parsed, config().images);
+  admit_video(spec, parsed, config().videos);
+  set_output_shape(parsed, 0, 0);  // an extend's length: its worker's package knows the overlap
+  return parsed;
 }
 
 std::vector<JobHandle> FleetClient::unfinished() const {

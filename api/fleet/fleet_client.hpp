@@ -58,6 +58,7 @@ class FleetClient : public JobService {
   JobHandle try_submit(boost::json::value spec, SubmitOptions options = {}) override;
   boost::asio::awaitable<JobHandle> async_submit(boost::json::value spec, SubmitOptions options = {}) override;
   JobSpec validate(const boost::json::value& spec) const override;  // the light checks, then the generic fields
+  JobSpec admit(boost::json::value& spec) const override;           // validate, the job's images and video
   std::optional<JobHandle> find(const std::string& id) const override;
   // A running job's video relayed from the worker that encodes it (api/fleet/live_relay.hpp);
   // nullptr for a job unknown here or ended. Never waits on the broker (the subscription is made

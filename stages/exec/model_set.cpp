@@ -445,14 +445,17 @@ JobSpec ModelSet::admit(json::value& spec) const {
   admit_reference_images(spec, parsed, state_->options.images);
   // An extend job plays at its video's frame rate unless it names one: the joined clip is one
   // stream, and the video's frames would otherwise run faster or slower than they were made.
-  if (auto* object = spec.if_object(); parsed.extend && object && !object->contains("fps")) {
+  std::int64_t clip_frames = 0;
+  if (parsed.extend) {
     const auto header = read_video_header(parsed.video, "video", state_->options.videos);
-    if (header.fps > 0.0) {
+    clip_frames = header.frames;
+    if (auto* object = spec.if_object(); object && !object->contains("fps") && header.fps > 0.0) {
       (*object)["fps"] = header.fps;
       parsed = validate(spec);  // the fps's range and interpolate x fps, naming "fps"
     }
   }
   admit_kept_latents(*state_, spec, parsed);
+  set_output_shape(parsed, clip_frames, state_->family(model_field(spec))->package().limits.extend_overlap);
   return parsed;
 }
 

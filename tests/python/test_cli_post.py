@@ -126,6 +126,13 @@ def test_batch_lines_carry_the_post_fields(package, tmp_path):
     plain, post = probe(out / "plain.mp4"), probe(out / "post.mp4")
     assert (plain["size"], plain["fps"], plain["frames"]) == ((32, 32), "8/1", 5)
     assert (post["size"], post["fps"], post["frames"]) == ((64, 64), "16/1", 9)
+    # A rerun finds both finished: the skip check expects the post-stages' frames and size (it
+    # once compared the file with the job's own 5 frames at 32x32 and rendered "post" again).
+    r = subprocess.run([str(VGEN), "batch", str(jobs), "--out", str(out), "--model", str(package), "--width", "32",
+                        "--height", "32", "--frames", "5", "--steps", "2", "--fps", "8", "--json"],
+                       capture_output=True, text=True, timeout=600)
+    statuses = {j["name"]: j["status"] for j in json.loads(r.stdout)["jobs"]}
+    assert statuses == {"plain": "skipped", "post": "skipped", "bad": "invalid"}, statuses
 
 
 def test_serve_takes_the_http_fields_and_refuses_with_400(package, tmp_path):

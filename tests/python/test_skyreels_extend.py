@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 import shutil
 import time
@@ -152,3 +153,26 @@ def test_deleting_a_video_removes_its_kept_latents(package, tmp_path):
         assert kept.is_file() and kept_file.is_file()  # another video's stay
     finally:
         server.stop()
+
+
+def test_a_batch_rerun_skips_a_finished_extend_of_a_clip_with_kept_latents(package, base, tmp_path):
+    """The batch's skip check admits a line as submit does, kept latents included: an extend of a
+    clip whose latents are kept has them in its content key, so a rerun finds its output complete
+    instead of rendering it again (it was, while the check keyed the line without them)."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    shutil.copy(base, jobs / base.name)
+    shutil.copytree(base.parent / ".vgen-latents", jobs / ".vgen-latents")  # the clip's latents beside it
+    assert kept_latents(jobs / base.name).is_file()
+    line = {"prompt": "next", "name": "longer", "video": base.name, "extend": True,
+            "width": W, "height": H, "frames": SEGMENT, "steps": 2, "seed": 3}
+    prompts = jobs / "prompts.jsonl"
+    prompts.write_text(json.dumps(line) + "\n")
+    out = tmp_path / "out"
+    statuses = []
+    for _ in range(2):
+        r = vgen("batch", prompts, "--out", out, "--model", package, "--json")
+        assert r.returncode == 0, r.stderr
+        statuses.append({j["name"]: j["status"] for j in json.loads(r.stdout)["jobs"]}["longer"])
+    assert statuses == ["done", "skipped"], statuses
+    one_video_stream(out / "longer.mp4", SEGMENT + SEGMENT - OVERLAP)
