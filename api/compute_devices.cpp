@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <string>
 
 namespace vgen {
 
@@ -24,9 +25,11 @@ ComputeDevices::ComputeDevices(const RuntimeConfig& config, Executor& executor, 
   // threads.per_gpu existed. With more, each compute thread gets its own stream, and each task
   // ends once its stream is done, since the next step of a group may run on the other thread.
   DeviceThreadHooks hooks;
-  hooks.on_start = [intra = static_cast<int>(config.intra_op_threads)](const DeviceSpec& d, std::size_t) {
+  hooks.on_start = [intra = static_cast<int>(config.intra_op_threads)](const DeviceSpec& d, std::size_t i) {
     set_intra_op_threads(intra);
-    if (d.kind == DeviceKind::cuda && d.max_concurrency > 1) use_own_cuda_stream(cuda_index(d));
+    if (d.kind != DeviceKind::cuda || d.max_concurrency < 2) return;
+    use_own_cuda_stream(cuda_index(d));
+    spdlog::info("{} compute thread {}: its own CUDA stream (id {})", d.id, i, current_cuda_stream_id(cuda_index(d)));
   };
   hooks.after_task = [](const DeviceSpec& d) -> std::function<void()> {
     if (d.kind != DeviceKind::cuda || d.max_concurrency < 2) return {};
