@@ -4,7 +4,11 @@
 // running LibTorch with threads.intra_op intra-op threads) plus the "codec" pool
 // (threads.codec), and the DevicePool that leases them under config.device_policy. A CPU device
 // admits as many concurrent leases as it has compute threads, so that with threads.per_device
-// > 1 the preprocess, denoise and decode of different jobs overlap.
+// > 1 the preprocess, denoise and decode of different jobs overlap. A CUDA device admits
+// threads.per_gpu leases (default 1), with a compute thread each; with more than one, each
+// thread runs on its own CUDA stream (stages/model/torch_devices.hpp) and waits for it at the
+// end of each task, so that one job's kernels run while another lease's thread is on the host
+// (text encoding, scheduler math, copies to host). The leases share the GPU's memory budget.
 //
 // Ownership: the pools belong to the executor (which must outlive every lease and warm-up);
 // the DevicePool is this object's. Thread-safety: the constructor and warm_up block and run
@@ -31,7 +35,8 @@ class ComputeDevices {
 
   DevicePool& pool() noexcept { return *pool_; }
   const std::vector<DeviceSpec>& devices() const noexcept { return devices_; }
-  // Compute leases of all devices together (threads.per_device x devices).
+  // Compute leases of all devices together (threads.per_device per CPU device, threads.per_gpu
+  // per CUDA device).
   std::size_t leases() const noexcept { return leases_; }
 
   // Runs `warm(device id)` on each device's compute thread in turn and waits for it (config

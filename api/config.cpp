@@ -178,6 +178,7 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
       {"threads", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {{"io", count(r, c.io_threads, 1, 64)},
                          {"per_device", count_or_auto(r, c.threads_per_device, 1, 64)},
+                         {"per_gpu", count(r, c.threads_per_gpu, 1, 8)},
                          {"codec", count(r, c.codec_threads, 1, 64)},
                          {"intra_op", count_or_auto(r, c.intra_op_threads, 0, 256)},
                          {"spin_us", count(r, c.spin_us, 0, 100000)}});
@@ -339,7 +340,8 @@ json::object to_json(const RuntimeConfig& c) {
       {"output_dir", c.output_dir.string()},
       {"lora_dir", c.loras.dir.empty() ? json::value(nullptr) : json::value(c.loras.dir.string())},  // unset: null, as journal
       {"journal", c.journal.empty() ? json::value(nullptr) : json::value(c.journal.string())},
-      {"threads", {{"io", c.io_threads}, {"per_device", count_or_auto(c.threads_per_device)}, {"codec", c.codec_threads},
+      {"threads", {{"io", c.io_threads}, {"per_device", count_or_auto(c.threads_per_device)},
+                   {"per_gpu", c.threads_per_gpu}, {"codec", c.codec_threads},
                    {"intra_op", count_or_auto(c.intra_op_threads)}, {"spin_us", c.spin_us}}},
       {"stages", std::move(stages)},
       {"batching", {{"max_batch", count_or_auto(c.batching.max_batch)}, {"max_decode_batch", count_or_auto(c.batching.max_decode_batch)},

@@ -8,14 +8,14 @@
 
 namespace vgen {
 
-DeviceListing list_devices(std::string_view list, const std::vector<std::filesystem::path>& models) {
+DeviceListing list_devices(std::string_view list, const std::vector<std::filesystem::path>& models, std::size_t per_gpu) {
   DeviceListing listing;
   CudaDiscovery discover;
 #ifdef VGEN_WITH_TORCH
   discover = discover_cuda_devices;
   listing.backend = "libtorch " + torch_version();
 #endif
-  listing.devices = parse_device_list(list, discover);
+  listing.devices = parse_device_list(list, discover, 0.9, 1, per_gpu);
 #ifdef VGEN_WITH_TORCH
   for (const auto& dir : models) {
     const auto package = load_model_package(dir);

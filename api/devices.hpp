@@ -32,6 +32,8 @@ struct DeviceListing {
 // model package that does not load. `models`: packages whose components' backends to list
 // (read, not loaded: a compiled file that passes its checks may still fail to load later, and
 // then falls back); none in a build without LibTorch.
-DeviceListing list_devices(std::string_view list = "auto", const std::vector<std::filesystem::path>& models = {});
+// per_gpu: leases per CUDA device (config threads.per_gpu), shown as its max_concurrency.
+DeviceListing list_devices(std::string_view list = "auto", const std::vector<std::filesystem::path>& models = {},
+                           std::size_t per_gpu = 1);
 
 }  // namespace vgen

@@ -75,7 +75,7 @@ class RuntimeImpl {
                        .live = &live_};
     // The models load before the device threads exist: "auto" settings are measured on them
     // (api/runtime_tuning.hpp), and the threads follow what was chosen.
-    const auto device_list = parse_device_list(config_.devices, discover_cuda_devices, 0.9, 1);
+    const auto device_list = parse_device_list(config_.devices, discover_cuda_devices, 0.9, 1, config_.threads_per_gpu);
     const bool gpu = std::any_of(device_list.begin(), device_list.end(), [](const DeviceSpec& d) { return d.kind == DeviceKind::cuda; });
     // Before any module runs (the tuner's probe included): TorchScript's CUDA fusion (an
     // optimised plan, once made, keeps its kernels), and a GPU decodes one clip per call unless

@@ -42,10 +42,11 @@ std::string_view to_string(DeviceKind kind) noexcept {
 
 std::vector<DeviceSpec> parse_device_list(std::string_view list, const CudaDiscovery& cuda,
                                           double memory_fraction,
-                                          std::size_t cpu_concurrency) {
+                                          std::size_t cpu_concurrency, std::size_t cuda_concurrency) {
   if (!(memory_fraction > 0.0 && memory_fraction <= 1.0))
     invalid("device memory fraction must be in (0, 1], got " + std::to_string(memory_fraction));
   if (cpu_concurrency == 0) invalid("cpu concurrency must be at least 1");
+  if (cuda_concurrency == 0) invalid("cuda concurrency (threads.per_gpu) must be at least 1");
   if (normalise(list).empty()) invalid("empty device list");
 
   std::optional<std::vector<CudaDeviceInfo>> discovered;
@@ -119,7 +120,10 @@ std::vector<DeviceSpec> parse_device_list(std::string_view list, const CudaDisco
     spec.kind = e.kind;
     if (e.kind == DeviceKind::cpu) {
       spec.max_concurrency = cpu_concurrency;
-    } else if (e.total_memory > 0) {
+    } else {
+      spec.max_concurrency = cuda_concurrency;
+    }
+    if (e.kind == DeviceKind::cuda && e.total_memory > 0) {
       const long double budget = static_cast<long double>(e.total_memory) * memory_fraction;
       spec.memory_bytes = std::max<std::size_t>(1, static_cast<std::size_t>(budget));
     }

@@ -38,14 +38,16 @@ using CudaDiscovery = std::function<std::vector<CudaDeviceInfo>()>;
 //   cuda:N   CUDA device N, which discovery must report
 //   cuda     every CUDA device discovery reports (at least one)
 //   auto     every CUDA device if there is one, else one CPU replica
-// CPU devices get an unlimited memory budget and cpu_concurrency slots; CUDA devices one slot
-// and total_memory * memory_fraction bytes. `cuda` is called at most once, and only when the
+// CPU devices get an unlimited memory budget and cpu_concurrency slots; CUDA devices
+// cuda_concurrency slots (config "threads.per_gpu": leases on one GPU, each on its own compute
+// thread and CUDA stream) sharing total_memory * memory_fraction bytes. `cuda` is called at most once, and only when the
 // list names cuda or auto; no callback means no CUDA devices. Throws
 // vgen::Error(invalid_argument) naming the offending entry for an empty list or entry, an
 // unknown entry, a CUDA index discovery did not report, a device listed twice,
-// memory_fraction outside (0, 1] or cpu_concurrency 0.
+// memory_fraction outside (0, 1], cpu_concurrency 0 or cuda_concurrency 0.
 std::vector<DeviceSpec> parse_device_list(std::string_view list, const CudaDiscovery& cuda = {},
                                           double memory_fraction = 0.9,
-                                          std::size_t cpu_concurrency = 1);
+                                          std::size_t cpu_concurrency = 1,
+                                          std::size_t cuda_concurrency = 1);
 
 }  // namespace vgen

@@ -67,6 +67,11 @@ DevicePoolState::DevicePoolState(std::vector<DeviceSpec> devices, DevicePoolOpti
       d.memory_gauge = &m->gauge("vgen_device_memory_used_bytes",
                                  "Bytes of resident models and active work on a device", l);
       d.leases_counter = &m->counter("vgen_device_leases_total", "Leases granted", l);
+      // Fixed for the pool's life: set once here, never touched under the mutex.
+      m->gauge("vgen_device_slots", "Leases a device admits at once (max_concurrency)", l)
+          .set(static_cast<double>(d.spec.max_concurrency));
+      m->gauge("vgen_device_memory_budget_bytes", "A device's memory budget shared by its leases (0: unlimited)", l)
+          .set(static_cast<double>(d.spec.memory_bytes));
       d.evictions_counter =
           &m->counter("vgen_device_evictions_total", "Idle models evicted to make room", l);
       publish_locked(d);

@@ -83,10 +83,15 @@ void Executor::stop() {
 std::string device_pool_name(const std::string& device_id) { return "device:" + device_id; }
 
 void add_device_pools(Executor& executor, const std::vector<DeviceSpec>& devices, std::size_t threads_per_device,
-                      std::size_t codec_threads, std::function<void(std::size_t)> on_compute_thread) {
-  for (const auto& d : devices)
-    executor.add_pool({.name = device_pool_name(d.id), .threads = threads_per_device, .spin = executor.spin(),
-                       .on_thread_start = on_compute_thread});
+                      std::size_t codec_threads, DeviceThreadHooks hooks) {
+  for (const auto& d : devices) {
+    WorkerPool::Options options{.name = device_pool_name(d.id),
+                                .threads = d.kind == DeviceKind::cuda ? d.max_concurrency : threads_per_device,
+                                .spin = executor.spin()};
+    if (hooks.on_start) options.on_thread_start = [start = hooks.on_start, d](std::size_t i) { start(d, i); };
+    if (hooks.after_task) options.after_task = hooks.after_task(d);
+    executor.add_pool(std::move(options));
+  }
   executor.add_pool({.name = "codec", .threads = codec_threads, .spin = executor.spin()});
 }
 

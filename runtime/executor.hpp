@@ -80,12 +80,22 @@ class Executor {
 
 // The worker pool that runs compute for a device: "device:<id>". One place for the name.
 std::string device_pool_name(const std::string& device_id);
-// Adds one pool per device (threads_per_device threads each) and a "codec" pool, all polling
-// as long as the executor's io threads (Options::spin) before they block.
-// `on_compute_thread` (optional) runs first on every device-pool thread (e.g. to set the
-// compute library's intra-op thread count for that thread).
+// What runs on a device pool's threads besides its tasks (runtime/ reaches LibTorch only
+// through such callbacks). Both optional.
+struct DeviceThreadHooks {
+  // Runs first on every device-pool thread, with its device and its index in the pool (set the
+  // compute library's intra-op threads, make a CUDA stream current for the thread, ...).
+  std::function<void(const DeviceSpec&, std::size_t thread_index)> on_start;
+  // For a device: what runs after each of its tasks (WorkerPool::Options::after_task), or an
+  // empty function for nothing (e.g. wait for the thread's own CUDA stream).
+  std::function<std::function<void()>(const DeviceSpec&)> after_task;
+};
+
+// Adds one pool per device and a "codec" pool, all polling as long as the executor's io
+// threads (Options::spin) before they block. A CPU device's pool has threads_per_device
+// threads; a CUDA device's has one per lease (its max_concurrency, threads.per_gpu).
 void add_device_pools(Executor& executor, const std::vector<DeviceSpec>& devices,
                       std::size_t threads_per_device = 1, std::size_t codec_threads = 1,
-                      std::function<void(std::size_t)> on_compute_thread = {});
+                      DeviceThreadHooks hooks = {});
 
 }  // namespace vgen

@@ -76,6 +76,10 @@ class WorkerPool {
     std::chrono::microseconds spin{50};
     // Runs first on every worker thread (bind a CUDA device, set intra-op threads, ...).
     std::function<void(std::size_t thread_index)> on_thread_start;
+    // Runs on the worker thread after each task's function returns and before its completion
+    // is posted (e.g. wait for the thread's CUDA stream, so that the awaiting coroutine may hand
+    // the task's tensors to another thread). What it throws becomes the task's exception.
+    std::function<void()> after_task;
   };
 
   explicit WorkerPool(Options options);
@@ -135,10 +139,12 @@ class WorkerPool {
     struct Task final : detail::PoolTask {
       Completion<void(std::exception_ptr, R)> done;
       F fn;
-      Task(H&& h, F f) : done(std::forward<H>(h)), fn(std::move(f)) {}
+      WorkerPool* pool;
+      Task(H&& h, F f, WorkerPool* p) : done(std::forward<H>(h)), fn(std::move(f)), pool(p) {}
       void run() override {
         try {
           R result = fn();
+          if (pool->options_.after_task) pool->options_.after_task();
           done.complete(std::exception_ptr(), std::move(result));
         } catch (...) {
           done.complete(std::current_exception(), R{});
@@ -146,7 +152,7 @@ class WorkerPool {
       }
       void fail(std::exception_ptr e) override { done.complete(e, R{}); }
     };
-    enqueue(std::make_unique<Task>(std::forward<H>(handler), std::move(fn)));
+    enqueue(std::make_unique<Task>(std::forward<H>(handler), std::move(fn), this));
   }
 
   template <class F, class H>
@@ -154,15 +160,19 @@ class WorkerPool {
     struct Task final : detail::PoolTask {
       Completion<void(std::exception_ptr)> done;
       F fn;
-      Task(H&& h, F f) : done(std::forward<H>(h)), fn(std::move(f)) {}
+      WorkerPool* pool;
+      Task(H&& h, F f, WorkerPool* p) : done(std::forward<H>(h)), fn(std::move(f)), pool(p) {}
       void run() override {
         std::exception_ptr error;
-        try { fn(); } catch (...) { error = std::current_exception(); }
+        try {
+          fn();
+          if (pool->options_.after_task) pool->options_.after_task();
+        } catch (...) { error = std::current_exception(); }
         done.complete(error);
       }
       void fail(std::exception_ptr e) override { done.complete(e); }
     };
-    enqueue(std::make_unique<Task>(std::forward<H>(handler), std::move(fn)));
+    enqueue(std::make_unique<Task>(std::forward<H>(handler), std::move(fn), this));
   }
 
   void enqueue(std::unique_ptr<detail::PoolTask> task);

@@ -11,11 +11,13 @@ Run add_devices_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("devices", "List the devices a --devices list resolves to");
   auto list = std::make_shared<std::string>("auto");
   auto models = std::make_shared<std::vector<std::filesystem::path>>();
+  auto per_gpu = std::make_shared<std::size_t>(1);
   cmd->add_option("--devices", *list, "e.g. auto, cpu, cpu,cpu, cuda:0,cuda:1");
   cmd->add_option("--model", *models, "model package(s): also list which backend (aoti or torchscript) would serve each "
                                       "component on each device");
-  return [list, models] {
-    const auto listing = list_devices(*list, *models);
+  cmd->add_option("--per-gpu", *per_gpu, "leases per CUDA device (config threads.per_gpu)")->check(CLI::Range(1, 8));
+  return [list, models, per_gpu] {
+    const auto listing = list_devices(*list, *models, *per_gpu);
     if (!listing.backend.empty()) std::cout << listing.backend << "\n";
     for (const auto& d : listing.devices) {
       std::cout << d.id << "\tkind=" << (d.kind == DeviceKind::cuda ? "cuda" : "cpu")

@@ -116,7 +116,7 @@ def test_gpu_check_cpu_tiny(bundle, tmp_path):
     assert (out / "gpu_check.log").stat().st_size > 0
     # The first command: every phase of it ran (the compiled ones are the second's, test_gpu_bundle_aoti.py).
     assert set(report["phases"]) == {"environment", "build_model", "export", "diffusers_single", "vgen_single", "compare",
-                                     "diffusers_batch", "vgen_batch", "vgen_fp8"}, report["phases"]
+                                     "diffusers_batch", "vgen_batch", "vgen_fp8", "vgen_leases"}, report["phases"]
     assert all(p["status"] == "ok" for p in report["phases"].values()), report["phases"]
     env = report["phases"]["environment"]["result"]
     assert env["diffusers_file"].startswith(str(tmp_path / "work")), "diffusers must come from the bundle"
@@ -151,6 +151,18 @@ def test_gpu_check_cpu_tiny(bundle, tmp_path):
     assert sizes["transformer_fp8"] < sizes["transformer"]
     assert t["vgen_fp8"]["s_per_step"] > 0
     assert 20 < t["vgen_fp8"]["psnr_vs_vgen_bf16"]["psnr_db"] < 100  # close, not equal (identical frames: 168)
+    # Two leases on one device (issue 30 item 6; on CPU threads.per_device 1 vs 2, on a GPU
+    # threads.per_gpu): the same 8 jobs after 2 warm-up ones, each run's steady rate from its trace.
+    le = t["leases"]
+    for n in ("1", "2"):
+        assert le[n]["jobs_per_min"] > 0 and le[n]["window_s"] > 0 and le[n]["process_s"] > le[n]["window_s"], le
+        assert le[n]["peak_rss_mib"] > 0, le
+    assert le["1"]["compute_threads"] == 1 and le["1"]["concurrent_model_calls_s"] == 0, le
+    assert 1 <= le["2"]["compute_threads"] <= 2, le
+    assert le["throughput_ratio_2_vs_1"] > 0 and le["peak_memory_ratio_2_vs_1"] > 0, le
+    runs = report["phases"]["vgen_leases"]["result"]
+    assert runs["1"]["threads"] == {"per_device": 1} and runs["2"]["threads"] == {"per_device": 2}, runs
+    assert runs["1"]["measured_jobs"] == runs["2"]["measured_jobs"] == 8, runs
 
 
 if __name__ == "__main__":  # `python test_gpu_bundle.py --make-bundle DIR`: the suite's shared bundle

@@ -1,12 +1,13 @@
 """tools/vgen_gpu/measure.py's reading of a vgen trace (runtime/trace.hpp's format), on traces
 written here with known times: the single job's time to the end of its decode, and the batch
-measured after its warm-up jobs with the warm-up's decodes taken out of the window."""
+measured after its warm-up jobs with the warm-up's decodes taken out of the window, and the
+steady completion rate of queued jobs on one or two leases (vgen_leases)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from vgen_gpu.measure import batch_after_warmup, read_trace, summarise_trace
+from vgen_gpu.measure import batch_after_warmup, completion_rate, overlap_seconds, read_trace, summarise_trace
 
 PIDS = {"stages": 1, "devices": 2, "jobs": 3}
 
@@ -77,3 +78,45 @@ def test_batch_measured_after_its_warmup(tmp_path):
     assert r["window_s"] == 5.5  # 2.0 (the warm-up's denoise ends) .. 7.5 (the last measured job ends)
     assert r["warmup_decode_in_window_s"] == 0.5 and r["jobs_span_s"] == 5.0
     assert r["decode_s"] == [0.5, 1.0] and r["measured_job_to_decode_end_s"] == [4.0, 5.0]
+
+
+def leases_trace(tmp_path: Path, leases: int, jobs: int, job_s: float = 2.0) -> Path:
+    """`jobs` equal jobs of job_s seconds each on `leases` compute threads, submitted at 0; the
+    second thread starts half a job later (staggered), each thread runs its jobs back to back."""
+    t = Trace()
+    for j in range(jobs):
+        lane, k = j % leases, j // leases
+        start = lane * job_s / 2 + k * job_s
+        t.job(f"j{j}", {"preprocess": (start, start + 0.5), "denoise": (start + 0.5, start + 1.5),
+                        "decode": (start + 1.5, start + job_s)}, submitted=0.0)
+        dev = f"cuda:0 thread {lane}"
+        t.span("devices", dev, "preprocess", start, start + 0.5)
+        t.span("devices", dev, "denoise", start + 0.5, start + 1.5)  # the group's loop: not counted twice
+        t.span("devices", dev, "denoise step", start + 0.5, start + 1.5, batch=1)
+        t.span("devices", dev, "decode", start + 1.5, start + job_s)
+    return t.write(tmp_path / f"leases{leases}.json")
+
+
+def test_completion_rate_of_one_and_two_leases(tmp_path):
+    one = completion_rate(read_trace(leases_trace(tmp_path, 1, 10)), skip=2)
+    assert one["measured_jobs"] == 8 and one["window_s"] == 16.0 and one["jobs_per_min"] == 30.0
+    assert one["compute_threads"] == 1 and one["concurrent_model_calls_s"] == 0.0
+    assert one["all_jobs_span_s"] == 20.0
+    two = completion_rate(read_trace(leases_trace(tmp_path, 2, 10)), skip=2)
+    # ends at 2, 3, 4, 5, ..., 11: from the 2nd end (3.0) to the last (11.0), 8 jobs in 8 s
+    assert two["measured_jobs"] == 8 and two["window_s"] == 8.0 and two["jobs_per_min"] == 60.0
+    assert two["compute_threads"] == 2
+    assert two["concurrent_model_calls_s"] == 9.0  # both threads busy from 1.0 to 10.0
+
+
+def test_completion_rate_needs_jobs_after_the_warmup(tmp_path):
+    import pytest
+
+    with pytest.raises(RuntimeError, match="need at least 4"):
+        completion_rate(read_trace(leases_trace(tmp_path, 1, 3)), skip=2)
+
+
+def test_overlap_counts_only_two_tracks_at_once():
+    assert overlap_seconds([[(0.0, 2.0)], [(1.0, 3.0)]]) == 1.0
+    assert overlap_seconds([[(0.0, 1.0)], [(1.0, 2.0)]]) == 0.0  # touching, not overlapping
+    assert overlap_seconds([[(0.0, 1.0), (2.0, 3.0)], [(0.5, 2.5)]]) == 1.0

@@ -93,4 +93,19 @@ TEST_CASE("parse_device_list: errors name the entry") {
   check_invalid([] { vgen::parse_device_list("cpu", {}, 0.0); }, "fraction");
   check_invalid([] { vgen::parse_device_list("cpu", {}, 1.5); }, "fraction");
   check_invalid([] { vgen::parse_device_list("cpu", {}, 0.9, 0); }, "concurrency");
+  check_invalid([&] { vgen::parse_device_list("cuda:0", one_gpu, 0.9, 1, 0); }, "threads.per_gpu");
+}
+
+TEST_CASE("parse_device_list: cuda_concurrency gives each GPU that many slots sharing one budget") {
+  const vgen::CudaDiscovery one_gpu = [] { return std::vector<vgen::CudaDeviceInfo>{{0, 1000}}; };
+  for (std::size_t per_gpu : {1, 2, 4}) {
+    CAPTURE(per_gpu);
+    const auto specs = vgen::parse_device_list("cuda:0,cpu", one_gpu, 0.5, 3, per_gpu);
+    REQUIRE(specs.size() == 2);
+    CHECK(specs[0].id == "cuda:0");
+    CHECK(specs[0].max_concurrency == per_gpu);
+    CHECK(specs[0].memory_bytes == 500);  // one budget for the device, whatever the slot count
+    CHECK(specs[1].id == "cpu:0");
+    CHECK(specs[1].max_concurrency == 3);  // CPU devices keep cpu_concurrency
+  }
 }

@@ -535,4 +535,55 @@ TEST_CASE("metrics track active leases, memory, grants and the queue") {
   const std::string text = metrics.render_prometheus();
   CHECK(text.find("vgen_device_active{device=\"cpu:0\"} 1") != std::string::npos);
   CHECK(text.find("vgen_device_queue_depth 0") != std::string::npos);
+  CHECK(text.find("vgen_device_slots{device=\"cpu:0\"} 1") != std::string::npos);
+  CHECK(text.find("vgen_device_memory_budget_bytes{device=\"cpu:0\"} 100") != std::string::npos);
+}
+
+// threads.per_gpu: a simulated GPU from parse_device_list with two slots and one budget.
+TEST_CASE("two leases on cuda:0 run at once and share its memory budget") {
+  const vgen::CudaDiscovery one_gpu = [] { return std::vector<vgen::CudaDeviceInfo>{{0, 1000}}; };
+  vgen::MetricsRegistry metrics;
+  DevicePoolOptions options;
+  options.metrics = &metrics;
+  DevicePool pool(vgen::parse_device_list("cuda:0", one_gpu, 1.0, 1, 2), options);
+  CHECK(metrics.render_prometheus().find("vgen_device_slots{device=\"cuda:0\"} 2") != std::string::npos);
+  // The same model for two jobs: resident once (400), each lease books its own work memory.
+  auto a = pool.try_acquire(req("wan", 400, 250));
+  auto b = pool.try_acquire(req("wan", 400, 250));
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(pool.status()[0].active == 2);
+  CHECK(used(pool, 0) == 900);
+  // A third lease has no slot, even with memory to spare.
+  CHECK_FALSE(pool.try_acquire(req("wan", 400, 50)));
+  b.reset();
+  // Two leases cannot together exceed the budget: 400 + 250 + 400 > 1000.
+  CHECK_FALSE(pool.try_acquire(req("wan", 400, 400)));
+  CHECK(used(pool, 0) == 650);
+  auto c = pool.try_acquire(req("wan", 400, 350));  // 400 + 250 + 350 = 1000: fits exactly
+  REQUIRE(c);
+  CHECK(used(pool, 0) == 1000);
+  for (const auto& s : pool.status()) CHECK(s.memory_used <= s.memory_bytes);
+}
+
+TEST_CASE("two leases on cuda:0 under concurrency never exceed its slots or budget" * doctest::timeout(120)) {
+  const vgen::CudaDiscovery one_gpu = [] { return std::vector<vgen::CudaDeviceInfo>{{0, 1000}}; };
+  for (int threads : {1, 2, 4}) {
+    CAPTURE(threads);
+    std::atomic<bool> over{false};
+    std::atomic<int> active{0}, most{0};
+    auto body = [&](DevicePool& pool, int i) -> asio::awaitable<void> {
+      DeviceLease lease = co_await pool.acquire(req("wan", 400, 200 + 100 * (i % 3)), asio::use_awaitable);
+      const int now = ++active;
+      for (int seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
+      }
+      for (const auto& s : pool.status())
+        if (s.memory_used > s.memory_bytes || s.active > 2) over = true;
+      co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+      --active;
+    };
+    stress(vgen::parse_device_list("cuda:0", one_gpu, 1.0, 1, 2), 60, threads, body);
+    CHECK_FALSE(over.load());
+    CHECK(most.load() <= 2);
+  }
 }

@@ -28,6 +28,32 @@ TEST_CASE("run returns the result on the caller's executor, off the event loop t
   });
 }
 
+TEST_CASE("after_task runs on the task's thread before its completion; its throw is the task's" * doctest::timeout(30)) {
+  for (std::size_t threads : {1, 2}) {
+    CAPTURE(threads);
+    std::atomic<int> fences{0};
+    std::atomic<bool> fail_fence{false};
+    std::thread::id fence_thread;
+    WorkerPool pool({.name = "t", .threads = threads, .after_task = [&] {
+                       fence_thread = std::this_thread::get_id();
+                       ++fences;
+                       if (fail_fence) throw vgen::Error(vgen::ErrorKind::internal, "fence failed");
+                     }});
+    run_async([&](asio::io_context&) -> asio::awaitable<void> {
+      auto value = [] { return std::this_thread::get_id(); };
+      const auto ran_on = co_await pool.run(value);
+      CHECK(fences == 1);  // already done when the coroutine resumes
+      CHECK(fence_thread == ran_on);
+      co_await pool.run([] {});
+      CHECK(fences == 2);
+      fail_fence = true;
+      CHECK_THROWS_WITH_AS(co_await pool.run(value), "fence failed", vgen::Error);
+      CHECK_THROWS_WITH_AS(co_await pool.run([] {}), "fence failed", vgen::Error);
+      CHECK(fences == 4);
+    });
+  }
+}
+
 TEST_CASE("exceptions thrown by the task reach the awaiting coroutine") {
   WorkerPool pool({.name = "t", .threads = 1});
   run_async([&](asio::io_context&) -> asio::awaitable<void> {

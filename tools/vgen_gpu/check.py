@@ -14,7 +14,9 @@ rerun"): the first (default, --only first): environment, build_model, export (bf
 an fp8 variant of the transformer; tiny: a float32 package too), diffusers_single and
 vgen_single (one job: same prompt, seed and size, bf16, same device), compare (PSNR of the 8-bit
 frames), diffusers_batch and vgen_batch (8 jobs at a smaller shape: a WanPipeline loop vs one
-vgen batch with --max-batch 8, both warmed at the shape before their clocks), vgen_fp8. The
+vgen batch with --max-batch 8, both warmed at the shape before their clocks), vgen_fp8,
+vgen_leases (8 queued jobs at a small shape with 1 and with 2 leases on the device: jobs/min,
+peak memory, their ratio; threads.per_gpu). The
 second (--only compiled, same --work): environment, then build_model, export, diffusers_single
 and vgen_single reused from WORK when the first command left them there (status "reused": a warm
 machine) and run again when not (a fresh machine: export then writes the bf16 package only),
@@ -146,6 +148,14 @@ def derive(report: dict):
                                   "warmup_decode_in_window_s", "decode_s", "process_s"),
                            "terms": "models loaded, 8 warm-up jobs at the shape before the window (the trace's)",
                            **pick(batch, *PEAKS)} if batch else None}
+    le = r.get("vgen_leases")
+    if le:
+        row = lambda x: pick(x, "jobs_per_min", "window_s", "compute_threads", "concurrent_model_calls_s", "process_s", *PEAKS)
+        table["leases"] = {"1": row(le["1"]), "2": row(le["2"]), "throughput_ratio_2_vs_1": le.get("throughput_ratio_2_vs_1"),
+                           "peak_memory_ratio_2_vs_1": le.get("peak_memory_ratio_2_vs_1"), "shape": le.get("shape"),
+                           "terms": "vgen batch --max-batch 1, one process each; the first 2 jobs to end are the warm-up"}
+    elif "vgen_leases" in report["phases"]:
+        table["leases"] = "not measured: phase vgen_leases did not finish (see phases.vgen_leases)"
     report["table"] = table
 
 

@@ -212,3 +212,37 @@ def batch_after_warmup(events: list[dict], warm_jobs: int) -> dict:
             "jobs_span_s": round(window - lost, 4),
             "measured_job_to_decode_end_s": [round(j["stages"]["decode"][1] - warm_end, 4) for j in measured
                                              if "decode" in j["stages"]]}
+
+
+def completion_rate(events: list[dict], skip: int) -> dict:
+    """Queued identical jobs through one vgen process (the vgen_leases phase): the steady rate
+    at which they finish. The first `skip` completions are the warm-up (graphs profiled and
+    optimised, allocator grown): the window runs from the skip-th job's end to the last one's, and
+    counts the jobs that end in it, so that leases that finish in pairs or staggered are measured
+    alike. Also how long model calls of two compute threads ran at the same time (the overlap two
+    leases are for) and how many compute threads made calls."""
+    jobs = job_timelines(events)
+    ends = sorted(j["end"] for j in jobs.values())
+    if skip < 1 or len(ends) < skip + 2:
+        raise RuntimeError(f"trace: {len(ends)} jobs, need at least {skip + 2} to skip {skip} warm-up jobs")
+    window = ends[-1] - ends[skip - 1]
+    calls: dict[str, list[tuple[float, float]]] = {}
+    for e in events:
+        if e["process"] == "devices" and e["name"] != "denoise":  # "denoise" spans a group's whole loop
+            calls.setdefault(e["track"], []).append((e["start"], e["end"]))
+    return {"jobs_seen": len(ends), "warmup_jobs": skip, "measured_jobs": len(ends) - skip, "window_s": round(window, 4),
+            "jobs_per_min": round(60 * (len(ends) - skip) / window, 3) if window > 0 else None,
+            "all_jobs_span_s": round(ends[-1] - min(j["start"] for j in jobs.values()), 4),
+            "compute_threads": len(calls), "concurrent_model_calls_s": round(overlap_seconds(list(calls.values())), 4)}
+
+
+def overlap_seconds(tracks: list[list[tuple[float, float]]]) -> float:
+    """Time during which model calls of at least two tracks were in flight together."""
+    points = sorted([(a, 1) for t in tracks for a, _ in t] + [(b, -1) for t in tracks for _, b in t],
+                    key=lambda p: (p[0], p[1]))  # an end before a start at the same instant
+    busy, last, total = 0, None, 0.0
+    for at, step in points:
+        if busy >= 2 and last is not None:
+            total += at - last
+        busy, last = busy + step, at
+    return total

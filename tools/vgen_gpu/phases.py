@@ -25,8 +25,8 @@ import sysconfig
 import time
 from pathlib import Path
 
-from vgen_gpu.measure import (PeakMemory, batch_after_warmup, median_after_first, psnr, read_pngs, read_trace,
-                              run_vgen, summarise_trace, sync, to_uint8)
+from vgen_gpu.measure import (PeakMemory, batch_after_warmup, completion_rate, median_after_first, psnr, read_pngs,
+                              read_trace, run_vgen, summarise_trace, sync, to_uint8)
 
 NEGATIVE = "low quality, blurry, static"
 PROMPTS = ["a red circle moving left on a black background", "a blue square bouncing on a green field",
@@ -40,6 +40,10 @@ SEED = 1234
 # Never the measured jobs' step count: jobs of equal steps share a denoise group (the tiny
 # batch's 3 steps: 2 there).
 WARMUP_STEPS = 3
+# vgen_leases: the same jobs with 1 and with 2 leases on the device; the first LEASE_WARMUP jobs
+# to finish are its warm-up (measure.completion_rate).
+LEASES = (1, 2)
+LEASE_WARMUP = 2
 
 
 def shapes(tiny: bool, steps: int | None) -> dict:
@@ -50,7 +54,11 @@ def shapes(tiny: bool, steps: int | None) -> dict:
         single = dict(width=832, height=480, frames=81, steps=steps or 10)
         batch = dict(width=832, height=480, frames=33, steps=10)
     warmup = WARMUP_STEPS if batch["steps"] != WARMUP_STEPS else WARMUP_STEPS - 1
-    return {"single": single, "batch": {**batch, "jobs": len(PROMPTS), "warmup_steps": warmup}, "guidance": 5.0,
+    # Small enough that one job leaves the GPU idle between its calls (where a second lease pays)
+    # and that both runs fit about a minute (docs/PERFORMANCE.md, "Two leases on one GPU").
+    leases = dict(width=32, height=32, frames=5, steps=3) if tiny else dict(width=480, height=272, frames=17, steps=6)
+    return {"single": single, "batch": {**batch, "jobs": len(PROMPTS), "warmup_steps": warmup},
+            "leases": {**leases, "jobs": len(PROMPTS), "warmup_jobs": LEASE_WARMUP, "leases": list(LEASES)}, "guidance": 5.0,
             "seed": SEED, "negative_prompt": NEGATIVE, "scheduler": "the package's (UniPC, flow_shift 3.0)"}
 
 
@@ -329,4 +337,48 @@ def phase_vgen_batch(args) -> dict:
     # each job's seconds from its submission (the measured ones' include the warm-up they queued behind)
     res["job_seconds"] = {i["name"]: i["seconds"] for i in summary.get("jobs", [])} if isinstance(summary, dict) else None
     res["jobs_per_min_process"] = round(60 * len(PROMPTS) / res["process_s"], 3)
+    return res
+
+
+def phase_vgen_leases(args) -> dict:
+    """8 queued jobs (after LEASE_WARMUP more) through `vgen batch --max-batch 1` with one lease
+    on the device and with two (threads.per_gpu on a GPU: two compute threads, each on its own
+    CUDA stream; on a CPU threads.per_device, the same two leases with no streams), one process
+    each: jobs/min at the steady rate (measure.completion_rate), peak memory, the time two model
+    calls ran at once, and the ratio of the two rates. --max-batch 1: each job is its own denoise
+    group, so that two leases can run two jobs; a batch of 8 would be one group on one lease."""
+    work = Path(args.work)
+    shape = shapes(args.tiny, args.steps)["leases"]
+    jobs = LEASE_WARMUP + len(PROMPTS)
+    prompts = work / "leases_prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": PROMPTS[i % len(PROMPTS)], "seed": SEED + i, "name": f"job-{i}"}) + "\n"
+                               for i in range(jobs)))
+    res = {"shape": shape}
+    for leases in LEASES:
+        name = f"vgen_leases_{leases}"
+        threads = {"per_device": 1, "per_gpu": leases} if args.device == "cuda" else {"per_device": leases}
+        config = work / f"{name}.config.json"
+        config.write_text(json.dumps({"threads": threads}))
+        trace = work / f"{name}.trace.json"
+        shutil.rmtree(work / name, ignore_errors=True)  # else a rerun finds the outputs done and skips them
+        cmd = [args.vgen, "batch", str(prompts), "--out", str(work / name), "--model", str(work / "pkg"),
+               "--config", str(config), "--max-batch", "1", "--trace", str(trace), "--json", "--format", "mp4",
+               *vgen_job_flags(args, shape)]
+        run = run_vgen(args, cmd, f"{name}.log")
+        run.pop("stdout_json", None)
+        run.update(completion_rate(read_trace(trace), LEASE_WARMUP))
+        run["threads"] = threads
+        # api/compute_devices.cpp logs each GPU compute thread's stream when it has its own
+        run["stream_lines"] = [l.strip()[-160:] for l in (work / f"{name}.log").read_text().splitlines()
+                               if "CUDA stream" in l][:8]
+        if run["measured_jobs"] != len(PROMPTS):
+            raise RuntimeError(f"{name}: {run['jobs_seen']} jobs in the trace, expected {jobs}")
+        if run["compute_threads"] > leases:
+            raise RuntimeError(f"{name}: model calls on {run['compute_threads']} compute threads with {leases} lease(s)")
+        res[str(leases)] = run
+    one, two = res["1"].get("jobs_per_min"), res["2"].get("jobs_per_min")
+    res["throughput_ratio_2_vs_1"] = round(two / one, 4) if one and two else None
+    peak = "nvidia_smi_peak_above_idle_mib" if args.device == "cuda" else "peak_rss_mib"
+    if res["1"].get(peak) and res["2"].get(peak):
+        res["peak_memory_ratio_2_vs_1"] = round(res["2"][peak] / res["1"][peak], 4)
     return res

@@ -6,11 +6,12 @@ from __future__ import annotations
 # (budget share in seconds) per phase; the real ones planned for an H100/H200. H200 2026-11-27
 # run 2 (bench/results/gpu_check_h200_2026-11-27_run2.json): export 54 s, each render 35-45 s,
 # diffusers_batch 64 s, vgen_batch 53 s (the warm-up group adds 3 steps and 8 decodes to it).
+# vgen_leases: an estimate, not yet run on a GPU (docs/PERFORMANCE.md, "Two leases on one GPU").
 SHARES = {"environment": 30, "build_model": 90, "export": 180, "diffusers_single": 110, "vgen_single": 130,
-          "compare": 30, "diffusers_batch": 80, "vgen_batch": 100, "vgen_fp8": 60,
+          "compare": 30, "diffusers_batch": 80, "vgen_batch": 100, "vgen_fp8": 60, "vgen_leases": 70,
           "aoti_compile": 300, "vgen_aoti": 70, "vgen_single_fusion": 50}
 GROUPS = {"first": ["environment", "build_model", "export", "diffusers_single", "vgen_single", "compare",
-                    "diffusers_batch", "vgen_batch", "vgen_fp8"],
+                    "diffusers_batch", "vgen_batch", "vgen_fp8", "vgen_leases"],
           "compiled": ["environment", "build_model", "export", "diffusers_single", "vgen_single", "aoti_compile",
                        "vgen_aoti", "vgen_single_fusion"]}
 ORDER = list(dict.fromkeys(GROUPS["first"] + GROUPS["compiled"]))
