@@ -266,19 +266,23 @@ TEST_CASE("a kept base render is reused when only the post-stage settings differ
     CHECK(rt.metrics_text().find("vgen_base_reused_total 2") != std::string::npos);
 
     // A base cancelled mid-denoise keeps nothing: the next job of its key renders.
-    std::promise<void> in_denoise, cancelled;
+    // `returned`: the cancelled job's compute may still be in this hook after the job ended
+    // cancelled; it must have left it before the hook is replaced (a crash once under load).
+    std::promise<void> in_denoise, cancelled, returned;
     auto resume = cancelled.get_future().share();
     std::atomic<bool> armed{true};
     fake->on_predict = [&](std::size_t, std::size_t) {
       if (!armed.exchange(false)) return;
       in_denoise.set_value();
       resume.wait();
+      returned.set_value();
     };
     auto h = rt.submit(post(spec("job 5", "c", 5), 1, 2));
     in_denoise.get_future().wait();
     h.cancel();
     cancelled.set_value();
     CHECK(h.wait().state == JobState::cancelled);
+    returned.get_future().wait();
     fake->on_predict = nullptr;
     auto d = rt.submit(post(spec("job 5", "d", 5), 2, 1)).wait();
     REQUIRE_MESSAGE(d.state == JobState::done, d.error);
