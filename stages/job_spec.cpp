@@ -403,7 +403,7 @@ json::object to_json(const JobSpec& s) {
 
 void set_output_shape(JobSpec& s, std::int64_t clip_frames, int overlap) {
   std::int64_t frames = s.frames;
-  if (s.extend) frames = clip_frames > 0 ? clip_frames + s.frames - std::max(overlap, 1) : 0;
+  if (s.extend) frames = clip_frames > 0 ? clip_frames + s.frames - overlap : 0;
   if (frames > 0 && s.interpolate > 1) frames = (frames - 1) * s.interpolate + 1;
   s.output_frames = frames > 0 && frames <= std::numeric_limits<int>::max() ? static_cast<int>(frames) : 0;
   s.output_width = s.width * s.upscale;

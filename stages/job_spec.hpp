@@ -157,8 +157,8 @@ bool is_quantized_precision(std::string_view precision);
 inline bool has_first_frame(const JobSpec& spec) { return !spec.image.empty() || spec.extend; }
 
 // Fills the output_* fields from the rest: an extend job's output is its video's `clip_frames`
-// followed by the segment less its first `overlap` frames (0 clip frames: output_frames stays
-// unknown); interpolate gives (frames - 1) x factor + 1 frames at fps x factor; upscale
+// followed by the segment less the `overlap` frames the join drops (at least 1; 0 clip frames:
+// output_frames stays unknown); interpolate gives (frames - 1) x factor + 1 frames at fps x factor; upscale
 // multiplies both sides.
 void set_output_shape(JobSpec& spec, std::int64_t clip_frames, int overlap);
 

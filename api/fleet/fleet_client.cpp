@@ -404,7 +404,7 @@ JobSpec FleetClient::admit(json::value& spec) const {
   auto parsed = validate(spec);
   admit_images(spec, parsed, config().images);
   admit_video(spec, parsed, config().videos);
-  set_output_shape(parsed, 0, 0);  // an extend's length: its worker's package knows the overlap
+  set_output_shape(parsed, 0, 1);  // an extend's length: its worker's package knows the overlap
   return parsed;
 }
 

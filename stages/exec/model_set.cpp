@@ -90,6 +90,10 @@ std::string model_field(const json::value& spec) {
   return {};
 }
 
+// The frames of an extend job's segment that the join drops: by latents (a diffusion-forcing
+// package), the clip's last extend_overlap frames; else its last frame.
+int join_overlap(const Family& family) { return std::max(family.package().limits.extend_overlap, 1); }
+
 VideoFrames to_video_frames(const at::Tensor& frames, double fps) {
   const auto bytes = to_frame_bytes(frames);
   VideoFrames v = VideoFrames::allocate(static_cast<int>(frames.size(2)), static_cast<int>(frames.size(1)),
@@ -255,8 +259,7 @@ asio::awaitable<void> decode(State& st, Job& job) {
   }
   co_await st.streamed.end_decode(job, *w, std::move(streamed), failed);
   if (failed) std::rethrow_exception(failed);
-  // By latents, the segment starts with the clip's last extend_overlap frames; else with its last.
-  if (w->spec.extend) co_await join_input_clip(st, w, std::max(family->package().limits.extend_overlap, 1));
+  if (w->spec.extend) co_await join_input_clip(st, w, join_overlap(*family));
   if (st.base_frames->enabled()) co_await keep_base(st, *family, w);
 }
 
@@ -455,7 +458,7 @@ JobSpec ModelSet::admit(json::value& spec) const {
     }
   }
   admit_kept_latents(*state_, spec, parsed);
-  set_output_shape(parsed, clip_frames, state_->family(model_field(spec))->package().limits.extend_overlap);
+  set_output_shape(parsed, clip_frames, join_overlap(*state_->family(model_field(spec))));
   return parsed;
 }
 
