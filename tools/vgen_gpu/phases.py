@@ -361,7 +361,8 @@ def phase_vgen_leases(args) -> dict:
         config.write_text(json.dumps({"threads": threads}))
         trace = work / f"{name}.trace.json"
         shutil.rmtree(work / name, ignore_errors=True)  # else a rerun finds the outputs done and skips them
-        cmd = [args.vgen, "batch", str(prompts), "--out", str(work / name), "--model", str(work / "pkg"),
+        # --log-level info: the per-thread stream lines below are info (vgen's default is warn)
+        cmd = [args.vgen, "--log-level", "info", "batch", str(prompts), "--out", str(work / name), "--model", str(work / "pkg"),
                "--config", str(config), "--max-batch", "1", "--trace", str(trace), "--json", "--format", "mp4",
                *vgen_job_flags(args, shape)]
         run = run_vgen(args, cmd, f"{name}.log")
