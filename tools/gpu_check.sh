@@ -22,8 +22,9 @@
 #               carry=["build-gpu"], timeout_s=T)
 #   with T = status's budget_left_s - 30 and B = T - 60 (900 s of device time in all: both cannot
 #   have 540 s; under about 240 s left, skip it and give_back).
-#   then read each $OUT/gpu_check.json ("table": s/step, VAE decode, end to end, peak memory, PSNR, batch;
-#   the second: vgen_aoti, its compile time and .pt2 size, and the fusion row). The second reuses
+#   then read each $OUT/gpu_check.json ("table": s/step, VAE decode, end to end, peak memory, PSNR,
+#   fp8, tiled decode; the second: vgen_aoti, its compile time and .pt2 size, then the batch, two
+#   leases and the fusion row, as far as its budget goes). The second reuses
 #   the model, packages and single-job results the first left in --work (phases "reused"); on a
 #   fresh machine it builds and exports them again first (about 2.5 minutes more).
 # On this machine (the suite runs both as tests/python/test_gpu_bundle.py and test_gpu_bundle_aoti.py):

@@ -18,15 +18,19 @@ def test_compiled_phases_cold_then_warm(bundle, tmp_path):
     assert done.returncode == 0, json.dumps(report["phases"], default=str)[-3000:]
     phases = report["phases"]
     assert list(phases) == ["environment", "build_model", "export", "diffusers_single", "vgen_single", "aoti_compile",
-                            "vgen_aoti", "vgen_single_fusion"], list(phases)
+                            "vgen_aoti", "diffusers_batch", "vgen_batch", "vgen_leases", "vgen_single_fusion"], list(phases)
     assert phases.pop("vgen_single_fusion")["status"] == "skipped"  # a CUDA setting
     assert all(p["status"] == "ok" for p in phases.values()), phases
+    t = report["table"]
     # The export wrote only what this command renders: no fp8 variant, no float32 package.
     assert set(phases["export"]["result"]) == {"bfloat16"}
     assert "transformer_fp8" not in phases["export"]["result"]["bfloat16"]["component_bytes"]
     compiled = phases["aoti_compile"]["result"]
     assert compiled["device"] == "cpu" and compiled["pt2_file"] == "transformer.cpu.pt2" and compiled["pt2_bytes"] > 0
     assert compiled["manifest_entry"]["backend"] == "aoti"
+    # Only the method the job calls is compiled, and the manifest says which.
+    assert compiled["methods"] in (["forward"], ["forward_compact"]), compiled["methods"]
+    assert compiled["manifest_entry"]["methods"] == compiled["methods"]
     row = report["table"]["vgen_aoti"]
     assert row["s_per_step"] > 0 and row["compile_seconds"] > 0 and row["pt2_bytes"] == compiled["pt2_bytes"]
     assert row["s_per_step_vs_vgen_bf16"] > 0 and 0 < row["end_to_end_s"] < row["end_to_end_with_files_s"]
@@ -35,12 +39,40 @@ def test_compiled_phases_cold_then_warm(bundle, tmp_path):
     log = (work / "vgen_frames_aoti.log").read_text()
     assert "model backend:" not in log, log[-2000:]  # no refusal: the .pt2 served
 
+    # The batch on equal terms: diffusers' loop records each job's steps and decode, vgen's 8 jobs
+    # are measured after 8 warm-up jobs at the same shape, from the trace.
+    loop, batch = t["batch"]["diffusers_loop"], t["batch"]["vgen_batch"]
+    assert loop["jobs_per_min"] > 0 and loop["s_per_step"] > 0 and loop["vae_decode_s"] > 0, loop
+    per_job = report["phases"]["diffusers_batch"]["result"]["per_job"]
+    steps = report["shapes"]["batch"]["steps"]
+    assert len(per_job) == 8 and all(len(j["step_s"]) == steps and j["vae_decode_s"] > 0 for j in per_job), per_job
+    assert batch["jobs_per_min"] > 0 and batch["group_s_per_step"] > 0, batch
+    # The steps after the warm-up are the measured jobs' only, and the warm-up's all came before
+    # (a job that reached denoise late joins at a step boundary, which changes the batches, jobs
+    # per step, but not their sum).
+    assert sum(batch["group_step_batches"]) == 8 * steps, batch
+    assert sum(batch["warmup_step_batches"]) == 8 * report["shapes"]["batch"]["warmup_steps"], batch
+    assert len(batch["decode_s"]) >= 1 and batch["warmup_decode_in_window_s"] >= 0, batch
+    assert 0 < batch["total_s"] <= batch["window_s"] < batch["process_s"], batch
+    # Two leases on one device (issue 30 item 6; on CPU threads.per_device 1 vs 2, on a GPU
+    # threads.per_gpu): the same 8 jobs after 2 warm-up ones, each run's steady rate from its trace.
+    le = t["leases"]
+    for n in ("1", "2"):
+        assert le[n]["jobs_per_min"] > 0 and le[n]["window_s"] > 0 and le[n]["process_s"] > le[n]["window_s"], le
+        assert le[n]["peak_rss_mib"] > 0, le
+    assert le["1"]["compute_threads"] == 1 and le["1"]["concurrent_model_calls_s"] == 0, le
+    assert 1 <= le["2"]["compute_threads"] <= 2, le
+    assert le["throughput_ratio_2_vs_1"] > 0 and le["peak_memory_ratio_2_vs_1"] > 0, le
+    runs = report["phases"]["vgen_leases"]["result"]
+    assert runs["1"]["threads"] == {"per_device": 1} and runs["2"]["threads"] == {"per_device": 2}, runs
+    assert runs["1"]["measured_jobs"] == runs["2"]["measured_jobs"] == 8, runs
+
     # The machine still warm: the same --work, everything made before is reused, the render runs again.
     done, again = run_gpu_check(bundle, work, tmp_path / "warm", "--only", "compiled")
     assert done.returncode == 0, json.dumps(again["phases"], default=str)[-3000:]
     statuses = {k: v["status"] for k, v in again["phases"].items()}
     assert statuses == {"environment": "ok", "build_model": "reused", "export": "reused", "diffusers_single": "reused",
-                        "vgen_single": "reused", "aoti_compile": "reused", "vgen_aoti": "ok",
-                        "vgen_single_fusion": "skipped"}, statuses
+                        "vgen_single": "reused", "aoti_compile": "reused", "vgen_aoti": "ok", "diffusers_batch": "ok",
+                        "vgen_batch": "ok", "vgen_leases": "ok", "vgen_single_fusion": "skipped"}, statuses
     assert again["table"]["vgen_aoti"]["compile_seconds"] == row["compile_seconds"]
     assert again["table"]["vgen_aoti"]["psnr_vs_vgen_bf16"]["psnr_db"] > 30

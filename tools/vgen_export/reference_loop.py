@@ -145,7 +145,7 @@ def compact_context(embeds: torch.Tensor, lengths: list[int]) -> tuple[torch.Ten
     """[B,L,D] zero-padded prompt embeddings and each row's true length -> (context [B,T,D],
     bias float32 [B,T]) for forward_compact (what stages/text_context.cpp builds in C++)."""
     full = embeds.size(1)
-    t = min(full, max(n + (1 if n < full else 0) for n in lengths))
+    t = min(full, max(2, *(n + (1 if n < full else 0) for n in lengths)))  # >= 2, as context_rows
     context = embeds[:, :t].clone()
     bias = torch.zeros(len(lengths), t)
     for row, n in enumerate(lengths):

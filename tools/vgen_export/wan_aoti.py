@@ -27,12 +27,14 @@ class CompactMethod(torch.nn.Module):
 
 
 def compile_transformer_aoti(wrapper: torch.nn.Module, path: Path, cfg, inputs, padded, max_length: int,
-                             dtype, device: str = "cpu") -> dict[str, Any]:
+                             dtype, device: str = "cpu", only: list[str] | None = None) -> dict[str, Any]:
     """The transformer's forward and forward_compact as one AOTInductor package (vgen_export/aoti.py)
     with every dimension vgen varies dynamic: batch rows, latent frames, height and width (in
     patches) and text rows; checked against eager at shapes other than the export's. `device`:
     the device type it is compiled for, where `wrapper` must already be; `inputs` may make its
-    tensors on the CPU (they are moved)."""
+    tensors on the CPU (they are moved). `only`: compile these methods alone (a job calls one of
+    the two, forward_compact when the package compacts its text context; the runtime serves a
+    method the .pt2 lacks from TorchScript), which halves the compile."""
     from torch.export import Dim
 
     from .aoti import Method, compile_aoti, env_threads
@@ -52,7 +54,7 @@ def compile_transformer_aoti(wrapper: torch.nn.Module, path: Path, cfg, inputs, 
     rope = int(cfg.rope_max_seq_len)  # RoPE's table bounds the patches along each axis
     rows, frames = Dim("rows", min=1, max=256), Dim("frames", min=1, max=rope)
     h, w = Dim("h", min=1, max=rope), Dim("w", min=1, max=rope)
-    text = Dim("text", min=1, max=max_length + 1)
+    text = Dim("text", min=2, max=max_length + 1)
     video = {0: rows, 2: frames, 3: h * ph if ph > 1 else h, 4: w * pw if pw > 1 else w}
     # The example is the size Inductor tunes for (oneDNN prepacks the frozen Linear weights for its
     # rows): a job-like 3 latent frames of 8x8 patches, not a minimal one (measured, medium bench
@@ -73,6 +75,11 @@ def compile_transformer_aoti(wrapper: torch.nn.Module, path: Path, cfg, inputs, 
         "forward_compact": Method(CompactMethod(wrapper), (*example[:2], ex_ctx, ex_bias),
                                   ({**video}, {0: rows}, {0: rows, 1: text}, {0: rows, 1: text}), compact_checks),
     }
+    if only:
+        unknown = sorted(set(only) - set(methods))
+        if unknown:
+            raise ValueError(f"compile: unknown transformer method(s) {unknown} (known: {sorted(methods)})")
+        methods = {name: m for name, m in methods.items() if name in only}
     # float32's tolerance in every dtype for the compact checks, as check_compact_context does
     return compile_aoti(methods, path, device=device, threads=env_threads(),
                         tolerance=lambda ref: 1e-4 if dtype == torch.float32 else dtype_tolerance(dtype, ref))

@@ -15,13 +15,15 @@ import torch
 from .wan_aoti import compile_transformer_aoti
 
 
-def add_compiled_transformer(diffusers_dir: Path, package_dir: Path, out_dir: Path, device: str = "cpu") -> dict[str, Any]:
+def add_compiled_transformer(diffusers_dir: Path, package_dir: Path, out_dir: Path, device: str = "cpu",
+                             methods: list[str] | None = None) -> dict[str, Any]:
     """A copy of a float Wan text-to-video package in `out_dir` (its files hard-linked where the
     file system allows, else copied) whose transformer is also compiled for `device` ("cpu" or
     "cuda"; the compile runs there): transformer.<device>.pt2 and the manifest's
     components.transformer.compiled.<device>, which vgen uses on a device of that type. Compiled
     from the diffusers transformer the package was exported from, in the package's dtype; the
-    package itself is not touched. Returns compile_aoti's report. Raises naming what is wrong for
+    package itself is not touched. `methods`: compile only these of the transformer's methods
+    (default: all; the manifest's compiled entry lists the ones compiled). Returns compile_aoti's report. Raises naming what is wrong for
     a quantized transformer or a package of another family."""
     import os
     import shutil
@@ -72,10 +74,12 @@ def add_compiled_transformer(diffusers_dir: Path, package_dir: Path, out_dir: Pa
             return args[0], args[1], ctx
 
         file_name = f"transformer.{device}.pt2"
-        report = compile_transformer_aoti(wrapper, out_dir / file_name, cfg, inputs, padded, max_length, dtype, device)
+        report = compile_transformer_aoti(wrapper, out_dir / file_name, cfg, inputs, padded, max_length, dtype, device,
+                                          only=methods)
     assert_checks(f"transformer (aoti, {device})", report)
+    compiled = [m for m in entry["methods"] if not methods or m in methods]
     manifest["components"]["transformer"]["compiled"] = {
-        **entry.get("compiled", {}), device: compiled_entry(out_dir, file_name, report, entry["methods"])}
+        **entry.get("compiled", {}), device: compiled_entry(out_dir, file_name, report, compiled)}
     mf.write_manifest(out_dir, manifest)
     return report
 
@@ -91,8 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--package", type=Path, required=True, help="the package (not modified)")
     ap.add_argument("--out", type=Path, required=True, help="the new package directory (replaced)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="compile for (and on) this device type")
+    ap.add_argument("--methods", default="", help="comma-separated transformer methods to compile (default: all; "
+                                                  "a job calls forward_compact when the package compacts its text, else forward)")
     args = ap.parse_args(argv)
-    report = add_compiled_transformer(args.diffusers, args.package, args.out, args.device)
+    only = [m for m in args.methods.split(",") if m] or None
+    report = add_compiled_transformer(args.diffusers, args.package, args.out, args.device, only)
     print(json.dumps({**{k: report[k] for k in ("compile_seconds", "bytes", "device", "torch")},
                       "max_abs_diff": {m: max(c["max_abs_diff"] for c in report["checks"] if c["method"] == m)
                                        for m in {c["method"] for c in report["checks"]}}}))

@@ -10,17 +10,20 @@ phase, so a run cut short still leaves the phases it finished. Big files (the di
 directory, the packages, frames) stay in WORK, never in OUT (OUT comes back from the device).
 
 Two commands a session (each under the device's 600 s a command; docs/PERFORMANCE.md, "how to
-rerun"): the first (default, --only first): environment, build_model, export (bf16 package with
-an fp8 variant of the transformer; tiny: a float32 package too), diffusers_single and
-vgen_single (one job: same prompt, seed and size, bf16, same device), compare (PSNR of the 8-bit
-frames), diffusers_batch and vgen_batch (8 jobs at a smaller shape: a WanPipeline loop vs one
-vgen batch with --max-batch 8, both warmed at the shape before their clocks), vgen_fp8,
-vgen_leases (8 queued jobs at a small shape with 1 and with 2 leases on the device: jobs/min,
-peak memory, their ratio; threads.per_gpu). The
-second (--only compiled, same --work): environment, then build_model, export, diffusers_single
-and vgen_single reused from WORK when the first command left them there (status "reused": a warm
-machine) and run again when not (a fresh machine: export then writes the bf16 package only),
-then aoti_compile and vgen_aoti (tools/vgen_gpu/compiled.py) and vgen_single_fusion (CUDA only).
+rerun"; the groups: tools/vgen_gpu/plan.py). The first (default, --only first) measures one job
+every way: environment, build_model, export (bf16 package with an fp8 variant of the
+transformer; tiny: a float32 package too), diffusers_single and vgen_single (one job: same
+prompt, seed and size, bf16, same device), compare (PSNR of the 8-bit frames), vgen_fp8,
+vgen_tiled_decode (tools/vgen_gpu/tiled.py: peak memory with the VAE's tiling off and on at 720p,
+on at 480p). The second (--only compiled, same --work): environment, then build_model, export,
+diffusers_single and vgen_single reused from WORK when the first command left them there (status
+"reused": a warm machine) and run again when not (a fresh machine: export then writes the bf16
+package only), then aoti_compile and vgen_aoti (tools/vgen_gpu/compiled.py; only the transformer
+method the job calls is compiled), then, best effort with what is left: diffusers_batch and
+vgen_batch (8 jobs at a smaller shape: a WanPipeline loop vs one vgen batch with --max-batch 8,
+both warmed at the shape before their clocks), vgen_leases (8 queued jobs at a small shape with 1
+and with 2 leases on the device: jobs/min, peak memory, their ratio; threads.per_gpu) and
+vgen_single_fusion (CUDA only).
 Phases: tools/vgen_gpu/phases.py; measurements: tools/vgen_gpu/measure.py.
 """
 
@@ -46,9 +49,12 @@ def shapes_of(args) -> dict:
 
 
 def phase_function(name: str):
-    from vgen_gpu import compiled, phases
+    from vgen_gpu import compiled, phases, tiled
 
-    return getattr(phases, f"phase_{name}", None) or getattr(compiled, f"phase_{name}")
+    for module in (phases, compiled, tiled):
+        if hasattr(module, f"phase_{name}"):
+            return getattr(module, f"phase_{name}")
+    raise KeyError(f"no phase function for '{name}'")
 
 
 # ----------------------------------------------------------------------------- driver
@@ -156,6 +162,13 @@ def derive(report: dict):
                            "terms": "vgen batch --max-batch 1, one process each; the first 2 jobs to end are the warm-up"}
     elif "vgen_leases" in report["phases"]:
         table["leases"] = "not measured: phase vgen_leases did not finish (see phases.vgen_leases)"
+    td = r.get("vgen_tiled_decode")
+    if td:
+        table["tiled_decode"] = {n: {**pick(x, "shape", "decode", "vae_decode_s", "process_s", *PEAKS)} for n, x in td.items()
+                                 if isinstance(x, dict)}
+        table["tiled_decode"].update(pick(td, "peak_ratio_720p_on_vs_off"))
+    elif "vgen_tiled_decode" in report["phases"]:
+        table["tiled_decode"] = "not measured: phase vgen_tiled_decode did not finish (see phases.vgen_tiled_decode)"
     report["table"] = table
 
 

@@ -25,13 +25,25 @@ from vgen_gpu.measure import psnr, read_pngs
 from vgen_gpu.phases import render_vgen
 
 
+def job_method(pkg: Path) -> str:
+    """The transformer method the check's job calls (stages/families/wan/wan_family.cpp): the
+    compact one when the text encoder's output is masked and the transformer compacts it. Only
+    that one is compiled: the compile is the longest part of the phase, and a job calls one."""
+    m = json.loads((pkg / "manifest.json").read_text())
+    compact = (m.get("transformer", {}).get("compact_context") and m.get("text_encoder", {}).get("output_masked")
+               and "forward_compact" in m["components"]["transformer"].get("methods", []))
+    return "forward_compact" if compact else "forward"
+
+
 def phase_aoti_compile(args) -> dict:
     """In a child Python of its own so that Inductor's compile workers go with it on a time-out."""
     work = Path(args.work)
     threads = str(os.cpu_count() or 1) if args.device == "cuda" else os.environ.get("VGEN_AOTI_THREADS", "1")
+    method = job_method(work / "pkg")
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "vgen_export.wan_compile", "--diffusers", str(work / "diffusers"),
-                           "--package", str(work / "pkg"), "--out", str(work / "pkg_aoti"), "--device", args.device],
+                           "--package", str(work / "pkg"), "--out", str(work / "pkg_aoti"), "--device", args.device,
+                           "--methods", method],
                           capture_output=True, text=True, env={**os.environ, "VGEN_AOTI_THREADS": threads})
     if done.returncode != 0:
         raise RuntimeError(f"vgen_export.wan_compile exited {done.returncode}: {(done.stdout + done.stderr)[-2500:]}")
@@ -42,6 +54,7 @@ def phase_aoti_compile(args) -> dict:
     return {"seconds": round(time.perf_counter() - t0, 2), "compile_seconds": printed["compile_seconds"],
             "pt2_bytes": pt2.stat().st_size, "pt2_file": entry["file"], "compile_threads": int(threads),
             "torch": printed["torch"], "device": printed["device"], "max_abs_diff_vs_eager": printed["max_abs_diff"],
+            "methods": [method],
             "manifest_entry": entry}
 
 

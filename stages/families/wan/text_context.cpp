@@ -12,7 +12,9 @@ namespace vgen {
 
 std::int64_t context_rows(std::span<const std::int64_t> lengths, std::int64_t max_length, bool compact) {
   if (!compact || lengths.empty()) return max_length;
-  std::int64_t rows = 1;
+  // At least two rows: AOTInductor's CUDA export of the transformer specialises a one-row text
+  // away (torch 2.11 guards text != 1 on an H200), and the extra row is masked like any padding.
+  std::int64_t rows = std::min<std::int64_t>(2, max_length);
   for (auto n : lengths) rows = std::max(rows, std::min(max_length, n + 1));
   return rows;
 }

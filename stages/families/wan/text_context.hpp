@@ -29,7 +29,7 @@ struct TextRows {
 };
 
 // Rows of the group's context: the full max_length, or the longest text plus one zero row
-// (max_length when a text fills it).
+// (max_length when a text fills it), never fewer than 2 (a compiled transformer's least).
 std::int64_t context_rows(std::span<const std::int64_t> lengths, std::int64_t max_length, bool compact);
 
 // `embeds` [R, L, D] zero-padded to `count` >= L rows: [R, count, D].

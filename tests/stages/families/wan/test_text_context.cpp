@@ -48,6 +48,9 @@ TEST_CASE("context rows: full max_length, or the longest text plus one zero row"
   CHECK(context_rows(full, 512, true) == 512);  // a text that fills max_length has no padding
   const std::vector<std::int64_t> almost{511};
   CHECK(context_rows(almost, 512, true) == 512);
+  const std::vector<std::int64_t> empty_texts{0, 0};  // two rows even then: the zero row and a masked one
+  CHECK(context_rows(empty_texts, 512, true) == 2);
+  CHECK(context_rows(empty_texts, 1, true) == 1);
 }
 
 TEST_CASE("texts of different lengths stack with zero rows, lengths kept per row") {
