@@ -49,9 +49,9 @@ def shapes_of(args) -> dict:
 
 
 def phase_function(name: str):
-    from vgen_gpu import compiled, phases, tiled
+    from vgen_gpu import compiled, phases, probe_step, tiled
 
-    for module in (phases, compiled, tiled):
+    for module in (phases, compiled, tiled, probe_step):
         if hasattr(module, f"phase_{name}"):
             return getattr(module, f"phase_{name}")
     raise KeyError(f"no phase function for '{name}'")
