@@ -105,6 +105,14 @@ Reader::Setter count_or_auto(const Reader& r, T& out, std::int64_t min, std::int
     else out = static_cast<T>(r.integer(v, p, min, max));
   };
 }
+// true, false or "auto" (unset).
+Reader::Setter bool_or_auto(const Reader& r, std::optional<bool>& out) {
+  return [&r, &out](const json::value& v, const std::string& p) {
+    if (v.is_string() && v.get_string() == "auto") out.reset();
+    else if (!v.is_bool()) r.fail(p, "must be true, false or \"auto\" (got " + json::serialize(v) + ")");
+    else out = v.as_bool();
+  };
+}
 Reader::Setter seconds(const Reader& r, std::chrono::seconds& out, std::int64_t min, std::int64_t max) {
   return [&r, &out, min, max](const json::value& v, const std::string& p) { out = std::chrono::seconds(r.integer(v, p, min, max)); };
 }
@@ -165,11 +173,14 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
       {"lora_dir", [&](const json::value& v, const std::string& p) { c.loras.dir = v.is_null() ? fs::path() : r.path(v, p); }},
       {"warmup", [&](const json::value& v, const std::string& p) { c.warmup = r.boolean(v, p); }},
       {"model_backend", [&](const json::value& v, const std::string& p) {
-         r.object(v, p, {{"torchscript_gpu_fusion", [&](const json::value& b, const std::string& bp) {
-                            if (b.is_string() && b.as_string() == "auto") c.model_backend.torchscript_gpu_fusion.reset();
-                            else if (!b.is_bool()) r.fail(bp, "must be true, false or \"auto\" (got " + json::serialize(b) + ")");
-                            else c.model_backend.torchscript_gpu_fusion = b.as_bool();
-                          }}});
+         auto& o = c.model_backend;
+         r.object(v, p, {{"torchscript_gpu_fusion", bool_or_auto(r, o.torchscript_gpu_fusion)},
+                         {"torchscript_gpu_optimize", bool_or_auto(r, o.torchscript_gpu_optimize)}});
+         try {
+           check_model_backend_options(o);
+         } catch (const Error& e) {
+           r.fail(p, e.what());
+         }
        }},
       {"live", [&](const json::value& v, const std::string& p) {
          r.object(v, p, {{"max_total_mb", mebibytes(r, c.live_max_total_bytes, 1, 1'000'000)}});
@@ -319,6 +330,7 @@ RuntimeConfig parse_config(std::string_view text, const std::string& origin, con
 
 namespace {
 json::value count_or_auto(std::size_t n) { return n == RuntimeConfig::kAuto ? json::value("auto") : json::value(n); }
+json::value bool_or_auto(const std::optional<bool>& b) { return b ? json::value(*b) : json::value("auto"); }
 }  // namespace
 
 json::object to_json(const RuntimeConfig& c) {
@@ -350,8 +362,8 @@ json::object to_json(const RuntimeConfig& c) {
       {"tune", {{"budget_s", c.tune.budget_s}, {"first_wait_s", c.tune.first_wait_s}, {"dir", c.tune.dir.empty() ? json::value(nullptr) : json::value(c.tune.dir.string())},
                 {"max_batch", c.tune.max_batch}}},
       {"warmup", c.warmup},
-      {"model_backend", {{"torchscript_gpu_fusion", c.model_backend.torchscript_gpu_fusion ? json::value(*c.model_backend.torchscript_gpu_fusion)
-                                                                                           : json::value("auto")}}},
+      {"model_backend", {{"torchscript_gpu_fusion", bool_or_auto(c.model_backend.torchscript_gpu_fusion)},
+                         {"torchscript_gpu_optimize", bool_or_auto(c.model_backend.torchscript_gpu_optimize)}}},
       {"live", {{"max_total_mb", c.live_max_total_bytes >> 20}}},
       {"cache", {{"text", {{"entries", c.text_cache.entries}, {"ttl_s", c.text_cache.ttl.count()}}},
                  {"loras", {{"mb", c.loras.cache_bytes >> 20}}},

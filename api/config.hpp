@@ -94,7 +94,8 @@ struct RuntimeConfig {
   } tune;
 
   // The model backends' settings (stages/model/model_backend_options.hpp), config key
-  // "model_backend": {"torchscript_gpu_fusion": false}.
+  // "model_backend": {"torchscript_gpu_fusion": false, "torchscript_gpu_optimize": "auto"};
+  // optimize false with fusion true is refused, naming both.
   ModelBackendOptions model_backend;
 
   // Before the runtime accepts jobs, call every module twice on each device at the package's

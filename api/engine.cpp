@@ -23,6 +23,7 @@
 #include "runtime/trace.hpp"
 #include "stages/media/encode.hpp"
 #include "stages/model/component_backends.hpp"
+#include "stages/model/model_backend_options.hpp"
 #include "stages/model/torch_devices.hpp"
 #include "stages/exec/model_set.hpp"
 
@@ -80,6 +81,10 @@ class RuntimeImpl {
     // Before any module runs (the tuner's probe included): TorchScript's CUDA fusion (an
     // optimised plan, once made, keeps its kernels), and a GPU decodes one clip per call unless
     // configured (stages/exec/batching_options.hpp says why); the probe decodes as the jobs will.
+    // Every TorchScript call reads the options (model_backend_options.hpp); a pair set in code
+    // rather than read from a file is checked here as a file's is.
+    check_model_backend_options(config_.model_backend);
+    set_model_backend_options(config_.model_backend);
     if (gpu) set_torchscript_gpu_fusion(config_.model_backend.torchscript_gpu_fusion.value_or(false));
     if (gpu && config_.batching.max_decode_batch == RuntimeConfig::kAuto) config_.batching.max_decode_batch = 1;
     auto loaded = load_models(model_list(), wo);

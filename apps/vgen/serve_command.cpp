@@ -82,7 +82,7 @@ RuntimeConfig serve_config(const ServeFlags& f) {
   apply_queue_flag(c, f.queue);
   add_webhook_flags(c, f);
   // A service lives on: TorchScript's CUDA fusion pays for its compile (model_backend_options.hpp).
-  if (!c.model_backend.torchscript_gpu_fusion) c.model_backend.torchscript_gpu_fusion = true;
+  fuse_when_auto(c.model_backend);
   if (!c.queue.url.empty()) return c;  // the fleet keeps job state in the broker
   if (!c.preview_every) c.preview_every = RuntimeConfig::kServePreviewEvery;  // watching is what a service is for
   default_journal(c, /*resume=*/true);  // accepted jobs survive a crash and resume on restart

@@ -31,7 +31,7 @@ RuntimeConfig worker_config(const WorkerFlags& f) {
   apply_queue_flag(c, f.queue);
   if (c.queue.url.empty()) throw_error(ErrorKind::invalid_argument, "--queue: required (nats://HOST:PORT), or queue.url in --config");
   c.overwrite_outputs = true;  // a redelivered job rewrites its own file (named by job)
-  if (!c.model_backend.torchscript_gpu_fusion) c.model_backend.torchscript_gpu_fusion = true;  // lives on (model_backend_options.hpp)
+  fuse_when_auto(c.model_backend);  // lives on (model_backend_options.hpp)
   c.journal.clear();           // the fleet's job state is in the broker, not in a local journal
   // Never from a worker: its Runtime also sees jobs it hands back to the queue when it stops
   // (cancelled here, run elsewhere) and misses those ended without running; the front end that

@@ -95,6 +95,7 @@ class TorchScriptModule final : public Module {
     auto found = m.find_method(std::string(method));
     if (!found) throw_error(ErrorKind::invalid_argument, "model has no method '" + std::string(method) + "'");
     c10::InferenceMode guard;
+    const TorchScriptOptimizerScope optimizer(device_, TorchScriptCalls::every_step);  // as exported on CUDA when configured
     std::vector<c10::IValue> args;
     args.reserve(inputs.size());
     // Only the device changes here. Dtypes are the caller's: exported modules may keep some
@@ -380,16 +381,20 @@ Registry<ModuleLoader>& registry() {
 
 }  // namespace
 
-OncePerJobCalls::OncePerJobCalls(std::string_view device) {
-  if (!parse_torch_device(device).is_cpu()) return;
-  old_ = torch::jit::getGraphExecutorOptimize();
-  restore_ = true;
+TorchScriptOptimizerScope::TorchScriptOptimizerScope(c10::Device device, TorchScriptCalls calls) {
+  // Only ever turned off here: a thread that runs with it off (a bench's --jit-optimize 0)
+  // stays so. Written only on a change (LibTorch's setter also checks its debug logging).
+  if (torchscript_optimizes(device.is_cuda(), calls, model_backend_options()) || !torch::jit::getGraphExecutorOptimize()) return;
   torch::jit::setGraphExecutorOptimize(false);
+  restore_ = true;
 }
 
-OncePerJobCalls::~OncePerJobCalls() {
-  if (restore_) torch::jit::setGraphExecutorOptimize(old_);
+TorchScriptOptimizerScope::~TorchScriptOptimizerScope() {
+  if (restore_) torch::jit::setGraphExecutorOptimize(true);
 }
+
+OncePerJobCalls::OncePerJobCalls(std::string_view device)
+    : scope_(parse_torch_device(device), TorchScriptCalls::once_per_job) {}
 
 void aoti_load_all(const Module& m) {
   if (const auto* a = dynamic_cast<const AotiModule*>(&m)) a->load_all();

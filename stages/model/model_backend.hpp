@@ -20,6 +20,7 @@
 #pragma once
 
 #include "stages/model/component_backends.hpp"
+#include "stages/model/model_backend_options.hpp"
 #include "stages/model/model_package.hpp"
 
 #include <ATen/core/Tensor.h>
@@ -38,28 +39,45 @@ namespace vgen {
 
 c10::Device parse_torch_device(std::string_view id);  // Error(invalid_argument) on bad ids
 
-// In its scope, TorchScript calls on this thread to a CPU device skip LibTorch's profiling
-// executor (its profiling first call and the optimising passes of the second) and run the graph
-// as exported. For the modules a job calls once (text encoder, VAE): measured on the large bench
-// package's VAE decoder (CPU, one thread), the first two calls of a fresh process took 0.33 and
-// 0.20 s optimised against 0.15 and 0.07 s as exported, and every call after about 0.078 s
-// either way; the denoiser, called every step, keeps the optimiser (4 % faster calls). CUDA
-// devices are left as they are: running as exported there was not measured.
-// The Batcher opens one around preprocess and decode. Limit: LibTorch keeps a graph's optimised
-// plan once made and serves it whatever the setting, so after a start-up warm-up or the
-// auto-tuner's probe (both call these modules outside the Batcher) this scope changes nothing
-// for that module in that process (a per-module setting would: not done).
-// Thread-safety: the setting is LibTorch's, per thread; restored when the scope ends.
-class OncePerJobCalls {
+// In its scope, TorchScript calls on this thread skip LibTorch's profiling executor (its
+// profiling first call and the optimising passes of the second) and run the graph as exported
+// when torchscript_optimizes(device, calls, model_backend_options()) says no
+// (stages/model/model_backend_options.hpp); otherwise the thread's setting is left as it is.
+// Every TorchScript call opens one for its module's device (TorchScriptCalls::every_step):
+// with model_backend.torchscript_gpu_optimize false, every call on a CUDA device runs as
+// exported, whichever thread makes it (compute threads, warm-up, the tuner's probe threads).
+// Limit: LibTorch keeps a graph's optimised plan once made and serves it whatever the setting
+// (and its unoptimised plan is served only while the setting is off), so the setting decides
+// for a module when it is first called, and must not change while a process runs modules.
+// Thread-safety: the setting is LibTorch's, per thread (a thread_local in LibTorch 2.11's
+// update_graph_executor_opt.cpp); restored when the scope ends.
+class TorchScriptOptimizerScope {
  public:
-  explicit OncePerJobCalls(std::string_view device);
-  ~OncePerJobCalls();
-  OncePerJobCalls(const OncePerJobCalls&) = delete;
-  OncePerJobCalls& operator=(const OncePerJobCalls&) = delete;
+  TorchScriptOptimizerScope(c10::Device device, TorchScriptCalls calls);
+  ~TorchScriptOptimizerScope();
+  TorchScriptOptimizerScope(const TorchScriptOptimizerScope&) = delete;
+  TorchScriptOptimizerScope& operator=(const TorchScriptOptimizerScope&) = delete;
 
  private:
   bool restore_ = false;
-  bool old_ = true;
+};
+
+// The scope for the modules a job calls once (text encoder, VAE), which the Batcher opens
+// around preprocess and decode. On a CPU they run as exported: measured on the large bench
+// package's VAE decoder (CPU, one thread), the first two calls of a fresh process took 0.33 and
+// 0.20 s optimised against 0.15 and 0.07 s as exported, and every call after about 0.078 s
+// either way; the denoiser, called every step, keeps the optimiser (4 % faster calls). On CUDA
+// they follow model_backend.torchscript_gpu_optimize (as exported when it is false; "auto":
+// optimised, as before the setting existed). Limit: after a start-up warm-up or the
+// auto-tuner's probe (both call these modules outside the Batcher; on a CPU with the optimiser
+// on) this scope changes nothing for that module in that process (see above).
+// Thread-safety: as TorchScriptOptimizerScope.
+class OncePerJobCalls {
+ public:
+  explicit OncePerJobCalls(std::string_view device);
+
+ private:
+  TorchScriptOptimizerScope scope_;
 };
 c10::ScalarType parse_dtype(std::string_view name);     // "float32" | "float16" | "bfloat16"
 

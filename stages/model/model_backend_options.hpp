@@ -1,7 +1,11 @@
 // ModelBackendOptions: the model backends' own settings (stages/model/model_backend.hpp), in a
-// header without LibTorch so that api/config.hpp holds them as they are (config key
-// "model_backend"). Applied process-wide by ComputeDevices (api/compute_devices.cpp) through
-// stages/model/torch_devices.hpp before any module is called.
+// component without LibTorch so that api/config.hpp holds them as they are (config key
+// "model_backend"), with the pure decisions they lead to. The Runtime (api/engine.cpp) checks
+// them, then applies them process-wide before any module is called: fusion through
+// stages/model/torch_devices.hpp, the rest through set_model_backend_options below (read by
+// every TorchScript call, stages/model/model_backend.cpp).
+// Thread-safety: the functions here are pure, except set_/model_backend_options (atomic: safe
+// from any thread). Not cancellable; nothing blocks.
 #pragma once
 
 #include <optional>
@@ -15,10 +19,52 @@ struct ModelBackendOptions {
   // against 1.27 s; 16 % at batch 8, 33 frames), but the compile costs 11 to 13 s in the first
   // steps of every new shape in every process. It pays after about 80 steps of one shape, so
   // it suits a process that lives on and not a one-off render. Unset ("auto"): on for
-  // `vgen serve` and `vgen worker` (they set it), off otherwise. CPU graphs are not fused by
-  // LibTorch by default and are unaffected. Config key "model_backend.torchscript_gpu_fusion"
-  // (true, false or "auto"). Process-wide: the last Runtime built sets it.
+  // `vgen serve` and `vgen worker` (they set it, unless torchscript_gpu_optimize is false),
+  // off otherwise. CPU graphs are not fused by LibTorch by default and are unaffected. Config
+  // key "model_backend.torchscript_gpu_fusion" (true, false or "auto"). Process-wide: the last
+  // Runtime built sets it.
   std::optional<bool> torchscript_gpu_fusion;
+
+  // Whether LibTorch's profiling executor may optimise the TorchScript graphs called on a CUDA
+  // device. It profiles a graph's first call and optimises it at the second; with the fuser off
+  // that has little to gain there and costs the first two calls (GPU check on an H200,
+  // 2026-11-28, Wan 2.1 1.3B bf16, 832x480x81, fusion off: vgen's first three steps 5.28, 1.96,
+  // 1.24 s against diffusers' 3.90, 1.23, 1.24; its one VAE decode 4.41 s against 2.95). false: every TorchScript call on
+  // a CUDA device runs the graph as exported (no profiling run, no optimising passes), the
+  // once-per-job modules (text encoders, VAEs) included. true: optimised, as LibTorch does by
+  // default. Unset ("auto", the default): as true, until a GPU measures false (the GPU check's
+  // vgen_single_unoptimised phase). Fusion runs inside the optimiser: false with
+  // torchscript_gpu_fusion true is refused (check_model_backend_options). CPU devices are not
+  // affected (there the once-per-job modules always run as exported, the denoiser optimised:
+  // model_backend.hpp's OncePerJobCalls). Config key "model_backend.torchscript_gpu_optimize"
+  // (true, false or "auto"). Process-wide: the last Runtime built sets it.
+  std::optional<bool> torchscript_gpu_optimize;
 };
+
+// Error(invalid_argument) naming both fields when torchscript_gpu_optimize is false and
+// torchscript_gpu_fusion true (fusion needs the optimiser). "auto" fusion is no conflict: it
+// resolves to off where the optimiser is off.
+void check_model_backend_options(const ModelBackendOptions& options);
+
+// For a process that lives on (`vgen serve`, `vgen worker`): "auto" fusion becomes on, unless
+// torchscript_gpu_optimize is false (then off: fusion needs the optimiser). Pure.
+void fuse_when_auto(ModelBackendOptions& options);
+
+// Which TorchScript calls: those of a module called at every step (the denoiser), or those
+// of a module a job calls once (text encoders, VAEs; OncePerJobCalls).
+enum class TorchScriptCalls { every_step, once_per_job };
+
+// Whether LibTorch's profiling executor may optimise these calls on a CUDA device (`cuda`)
+// or a CPU one. CPU: the denoiser yes, once-per-job modules no (measured: model_backend.hpp),
+// whatever the options say. CUDA: torchscript_gpu_optimize; "auto" is yes (today's behaviour);
+// with fusion on always yes (a pair check_model_backend_options refuses gets fusion's answer).
+// A no means "turn it off for these calls"; a yes leaves the calling thread's setting as it
+// is (LibTorch's default is on; a bench may have turned it off). Pure.
+bool torchscript_optimizes(bool cuda, TorchScriptCalls calls, const ModelBackendOptions& options);
+
+// The options TorchScript calls follow in this process (default: all "auto"). The Runtime sets
+// them before any module runs; the last Runtime built wins, as for fusion. Thread-safe.
+void set_model_backend_options(const ModelBackendOptions& options);
+ModelBackendOptions model_backend_options();
 
 }  // namespace vgen

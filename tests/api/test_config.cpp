@@ -458,3 +458,38 @@ TEST_CASE("batching.max_decode_batch and model_backend.torchscript_gpu_fusion: r
   CHECK(error_of(write(dir, R"({"batching": {"max_decode_batch": 0}})")).find("batching.max_decode_batch") != std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST_CASE("model_backend.torchscript_gpu_optimize: auto by default, read, round-tripped, checked against fusion") {
+  const auto dir = test::temp_dir("vgen-config-");
+  CHECK_FALSE(RuntimeConfig{}.model_backend.torchscript_gpu_optimize.has_value());
+  CHECK(to_json(RuntimeConfig{}).at("model_backend").at("torchscript_gpu_optimize") == "auto");
+  const auto c = load_config(write(dir, R"({"model_backend": {"torchscript_gpu_optimize": false}})"));
+  CHECK(c.model_backend.torchscript_gpu_optimize == std::optional<bool>(false));
+  CHECK_FALSE(c.model_backend.torchscript_gpu_fusion.has_value());
+  auto j = to_json(c);
+  CHECK(j.at("model_backend").at("torchscript_gpu_optimize") == false);
+  j.erase("model");
+  CHECK(apply_config(RuntimeConfig{}, j, "again", "/").model_backend.torchscript_gpu_optimize == std::optional<bool>(false));
+  CHECK(load_config(write(dir, R"({"model_backend": {"torchscript_gpu_optimize": true, "torchscript_gpu_fusion": true}})"))
+            .model_backend.torchscript_gpu_optimize == std::optional<bool>(true));
+  CHECK_FALSE(load_config(write(dir, R"({"model_backend": {"torchscript_gpu_optimize": "auto"}})")).model_backend.torchscript_gpu_optimize);
+  CHECK(load_config(write(dir, R"({"model_backend": {"torchscript_gpu_optimize": false, "torchscript_gpu_fusion": false}})"))
+            .model_backend.torchscript_gpu_optimize == std::optional<bool>(false));
+  CHECK(error_of(write(dir, R"({"model_backend": {"torchscript_gpu_optimize": "off"}})"))
+            .find("model_backend.torchscript_gpu_optimize: must be true, false or \"auto\" (got \"off\")") != std::string::npos);
+  // Fusion runs in the optimiser: the pair is refused naming both fields, in a file ...
+  const auto both = error_of(write(dir, R"({"model_backend": {"torchscript_gpu_optimize": false, "torchscript_gpu_fusion": true}})"));
+  CHECK(both.find("model_backend.torchscript_gpu_optimize false") != std::string::npos);
+  CHECK(both.find("model_backend.torchscript_gpu_fusion true") != std::string::npos);
+  // ... and when a later layer (here applied over a config with fusion on) makes the pair.
+  RuntimeConfig fused;
+  fused.model_backend.torchscript_gpu_fusion = true;
+  try {
+    apply_config(fused, boost::json::parse(R"({"model_backend": {"torchscript_gpu_optimize": false}})").as_object(), "layer", "/");
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::invalid_argument);
+    CHECK(std::string(e.what()).find("model_backend.torchscript_gpu_fusion true") != std::string::npos);
+  }
+  fs::remove_all(dir);
+}

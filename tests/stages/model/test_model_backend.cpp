@@ -130,8 +130,9 @@ TEST_CASE("a CPU model file larger than the memory left is refused before it is 
   fs::remove_all(dir);
 }
 
-TEST_CASE("OncePerJobCalls: TorchScript runs unoptimised in its scope on a CPU, on this thread only; CUDA keeps the optimiser") {
+TEST_CASE("OncePerJobCalls: TorchScript runs unoptimised in its scope on a CPU, on this thread only; CUDA keeps the optimiser (auto)") {
   REQUIRE(torch::jit::getGraphExecutorOptimize());
+  REQUIRE_FALSE(model_backend_options().torchscript_gpu_optimize.has_value());
   {
     const OncePerJobCalls once("cpu:0");
     CHECK_FALSE(torch::jit::getGraphExecutorOptimize());
@@ -145,4 +146,57 @@ TEST_CASE("OncePerJobCalls: TorchScript runs unoptimised in its scope on a CPU, 
     CHECK(torch::jit::getGraphExecutorOptimize());
   }
   CHECK(torch::jit::getGraphExecutorOptimize());
+}
+
+// Restores the process's options when a case ends, whatever it checked.
+struct OptionsSetForCase {
+  explicit OptionsSetForCase(const ModelBackendOptions& o) { set_model_backend_options(o); }
+  ~OptionsSetForCase() { set_model_backend_options(before); }
+  ModelBackendOptions before = model_backend_options();
+};
+
+TEST_CASE("torchscript_gpu_optimize false: every TorchScript call on CUDA runs as exported, once-per-job ones too; CPU as before") {
+  REQUIRE(torch::jit::getGraphExecutorOptimize());
+  const OptionsSetForCase set(ModelBackendOptions{.torchscript_gpu_optimize = false});
+  const c10::Device cuda("cuda:0");  // only the device's type is read: no GPU needed
+  {
+    const TorchScriptOptimizerScope scope(cuda, TorchScriptCalls::every_step);
+    CHECK_FALSE(torch::jit::getGraphExecutorOptimize());
+    bool other = true;
+    std::thread([&] { other = torch::jit::getGraphExecutorOptimize(); }).join();
+    CHECK(other);  // LibTorch's setting is per thread: a thread's own call opens its own scope
+    {
+      const TorchScriptOptimizerScope nested(cuda, TorchScriptCalls::every_step);  // a call inside a once-per-job scope
+      CHECK_FALSE(torch::jit::getGraphExecutorOptimize());
+    }
+    CHECK_FALSE(torch::jit::getGraphExecutorOptimize());  // the inner scope restored nothing it did not change
+  }
+  CHECK(torch::jit::getGraphExecutorOptimize());
+  {
+    const OncePerJobCalls once("cuda:0");
+    CHECK_FALSE(torch::jit::getGraphExecutorOptimize());
+  }
+  CHECK(torch::jit::getGraphExecutorOptimize());
+  {
+    const TorchScriptOptimizerScope scope(c10::Device("cpu"), TorchScriptCalls::every_step);  // a CPU denoiser: optimised
+    CHECK(torch::jit::getGraphExecutorOptimize());
+  }
+  {
+    const OncePerJobCalls once("cpu:1");
+    CHECK_FALSE(torch::jit::getGraphExecutorOptimize());
+  }
+  CHECK(torch::jit::getGraphExecutorOptimize());
+}
+
+TEST_CASE("TorchScriptOptimizerScope only turns the optimiser off: a thread that runs with it off (a bench) stays so") {
+  const OptionsSetForCase set(ModelBackendOptions{.torchscript_gpu_optimize = true});
+  torch::jit::setGraphExecutorOptimize(false);
+  {
+    const TorchScriptOptimizerScope scope(c10::Device("cuda:0"), TorchScriptCalls::every_step);
+    CHECK_FALSE(torch::jit::getGraphExecutorOptimize());
+    const OncePerJobCalls once("cpu:0");
+    CHECK_FALSE(torch::jit::getGraphExecutorOptimize());
+  }
+  CHECK_FALSE(torch::jit::getGraphExecutorOptimize());
+  torch::jit::setGraphExecutorOptimize(true);
 }
