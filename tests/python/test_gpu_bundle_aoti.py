@@ -17,9 +17,12 @@ def test_compiled_phases_cold_then_warm(bundle, tmp_path):
     done, report = run_gpu_check(bundle, work, tmp_path / "cold", "--only", "compiled")
     assert done.returncode == 0, json.dumps(report["phases"], default=str)[-3000:]
     phases = report["phases"]
-    assert list(phases) == ["environment", "build_model", "export", "diffusers_single", "vgen_single", "aoti_compile",
-                            "vgen_aoti", "diffusers_batch", "vgen_batch", "vgen_leases", "vgen_single_fusion"], list(phases)
+    assert list(phases) == ["environment", "build_model", "export", "diffusers_single", "vgen_single",
+                            "vgen_single_unoptimised", "aoti_compile", "vgen_aoti", "diffusers_batch", "vgen_batch",
+                            "vgen_leases", "vgen_single_fusion"], list(phases)
     assert phases.pop("vgen_single_fusion")["status"] == "skipped"  # a CUDA setting
+    assert phases.pop("vgen_single_unoptimised")["status"] == "skipped"  # a CUDA setting: a CPU has nothing to measure
+    assert "vgen_bf16_torchscript_gpu_unoptimised" not in report["table"]
     assert all(p["status"] == "ok" for p in phases.values()), phases
     t = report["table"]
     # The export wrote only what this command renders: no fp8 variant, no float32 package.
@@ -72,7 +75,8 @@ def test_compiled_phases_cold_then_warm(bundle, tmp_path):
     assert done.returncode == 0, json.dumps(again["phases"], default=str)[-3000:]
     statuses = {k: v["status"] for k, v in again["phases"].items()}
     assert statuses == {"environment": "ok", "build_model": "reused", "export": "reused", "diffusers_single": "reused",
-                        "vgen_single": "reused", "aoti_compile": "reused", "vgen_aoti": "ok", "diffusers_batch": "ok",
+                        "vgen_single": "reused", "vgen_single_unoptimised": "skipped", "aoti_compile": "reused",
+                        "vgen_aoti": "ok", "diffusers_batch": "ok",
                         "vgen_batch": "ok", "vgen_leases": "ok", "vgen_single_fusion": "skipped"}, statuses
     assert again["table"]["vgen_aoti"]["compile_seconds"] == row["compile_seconds"]
     assert again["table"]["vgen_aoti"]["psnr_vs_vgen_bf16"]["psnr_db"] > 30

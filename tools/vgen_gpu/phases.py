@@ -284,6 +284,12 @@ def phase_vgen_single_fusion(args) -> dict:
     return render_vgen(args, "pkg", "vgen_frames_fusion", {"model_backend": {"torchscript_gpu_fusion": True}})
 
 
+def phase_vgen_single_unoptimised(args) -> dict:
+    """vgen_single's job with model_backend.torchscript_gpu_optimize false: every TorchScript call
+    on the GPU runs as exported (no profiling first call, no optimising second one)."""
+    return render_vgen(args, "pkg", "vgen_frames_unoptimised", {"model_backend": {"torchscript_gpu_optimize": False}})
+
+
 def phase_vgen_fp8(args) -> dict:
     """The single job at fp8 (the bf16 package's transformer_fp8): s/step against vgen_bf16's,
     frames against diffusers bf16 and vgen bf16 (on a CUDA device below capability 8.9 vgen
