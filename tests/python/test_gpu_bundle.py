@@ -116,7 +116,7 @@ def test_gpu_check_cpu_tiny(bundle, tmp_path):
     assert (out / "gpu_check.log").stat().st_size > 0
     # The first command: every phase of it ran (the compiled ones are the second's, test_gpu_bundle_aoti.py).
     assert set(report["phases"]) == {"environment", "build_model", "export", "diffusers_single", "vgen_single", "compare",
-                                     "vgen_fp8", "step_profile", "vgen_tiled_decode"}, report["phases"]
+                                     "vgen_fp8", "fp8_linear_probe", "step_profile", "vgen_tiled_decode"}, report["phases"]
     assert all(p["status"] == "ok" for p in report["phases"].values()), report["phases"]
     env = report["phases"]["environment"]["result"]
     assert env["diffusers_file"].startswith(str(tmp_path / "work")), "diffusers must come from the bundle"
@@ -136,6 +136,12 @@ def test_gpu_check_cpu_tiny(bundle, tmp_path):
     assert sizes["transformer_fp8"] < sizes["transformer"]
     assert t["vgen_fp8"]["s_per_step"] > 0
     assert 20 < t["vgen_fp8"]["psnr_vs_vgen_bf16"]["psnr_db"] < 100  # close, not equal (identical frames: 168)
+    # One fp8 Linear timed alone (on CPU: the dequantised path and the quantisation; the GEMM's
+    # variants need CUDA and say so).
+    (lin,) = t["fp8_linear"].values()
+    assert lin["bf16_linear"]["ms"] > 0 and lin["quantise_only"]["ms"] > 0 and lin["fp8_now"]["ms"] > 0, lin
+    assert 0 < lin["fp8_now"]["rel_err_vs_float32"] < 0.1 and lin["bf16_linear"]["rel_err_vs_float32"] < 0.02, lin
+    assert set(lin["skipped"]) == {"fp8_before", "scaled_mm_only"}, lin
     # Where a denoiser call's time goes (on CPU: op self times), beside the FLOPs it must do.
     sp = report["phases"]["step_profile"]["result"]
     assert sp["call_ms"] > 0 and sp["kernel_ms"] > 0 and sp["kernel_launches"] > 0, sp

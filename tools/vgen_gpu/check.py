@@ -51,9 +51,9 @@ def shapes_of(args) -> dict:
 
 
 def phase_function(name: str):
-    from vgen_gpu import compiled, phases, probe_step, tiled
+    from vgen_gpu import compiled, phases, probe_fp8, probe_step, tiled
 
-    for module in (phases, compiled, tiled, probe_step):
+    for module in (phases, compiled, tiled, probe_step, probe_fp8):
         if hasattr(module, f"phase_{name}"):
             return getattr(module, f"phase_{name}")
     raise KeyError(f"no phase function for '{name}'")
@@ -174,6 +174,8 @@ def derive(report: dict):
                            "terms": "vgen batch --max-batch 1, one process each; the first 2 jobs to end are the warm-up"}
     elif "vgen_leases" in report["phases"]:
         table["leases"] = "not measured: phase vgen_leases did not finish (see phases.vgen_leases)"
+    if r.get("fp8_linear_probe"):
+        table["fp8_linear"] = r["fp8_linear_probe"]["shapes"]
     td = r.get("vgen_tiled_decode")
     if td:
         table["tiled_decode"] = {n: {**pick(x, "shape", "decode", "vae_decode_s", "process_s", *PEAKS)} for n, x in td.items()
