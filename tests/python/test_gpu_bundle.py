@@ -116,7 +116,8 @@ def test_gpu_check_cpu_tiny(bundle, tmp_path):
     assert (out / "gpu_check.log").stat().st_size > 0
     # The first command: every phase of it ran (the compiled ones are the second's, test_gpu_bundle_aoti.py).
     assert set(report["phases"]) == {"environment", "build_model", "export", "diffusers_single", "vgen_single", "compare",
-                                     "vgen_fp8", "fp8_linear_probe", "step_profile", "vgen_tiled_decode"}, report["phases"]
+                                     "vgen_fp8", "fp8_linear_probe", "step_profile", "decode_probe",
+                                     "vgen_tiled_decode"}, report["phases"]
     assert all(p["status"] == "ok" for p in report["phases"].values()), report["phases"]
     env = report["phases"]["environment"]["result"]
     assert env["diffusers_file"].startswith(str(tmp_path / "work")), "diffusers must come from the bundle"
@@ -147,6 +148,14 @@ def test_gpu_check_cpu_tiny(bundle, tmp_path):
     assert sp["call_ms"] > 0 and sp["kernel_ms"] > 0 and sp["kernel_launches"] > 0, sp
     assert sp["by_category_ms"]["matmul"] > 0 and sp["flops"]["matmul"] > 0 and sp["flops"]["attention"] > 0, sp
     assert 0 < sp["flops_share_attention"] < 1, sp
+    # The decoder alone: diffusers' against vgen's exported one (optimised and as exported), the
+    # same function (float32), and the frames step on the host and on the device, equal.
+    dp = t["decode_probe"]
+    for k in ("diffusers_call1", "diffusers_call2", "vgen_optimised_call1", "vgen_optimised_call2",
+              "vgen_as_exported_call1", "vgen_as_exported_call2", "frames_on_host", "frames_on_device"):
+        assert dp[k]["s"] > 0, (k, dp)
+    assert dp["vgen_optimised_max_abs_diff_vs_diffusers"] < 1e-4 and dp["vgen_as_exported_max_abs_diff_vs_diffusers"] < 1e-4, dp
+    assert dp["frames_equal"] is True, dp
     # Tiled VAE decode (issue 30 item 3): two copies of the package differing only in the manifest's
     # "decode" section; on a GPU the peak memory at 720p, here that the section takes effect.
     td = t["tiled_decode"]

@@ -51,9 +51,9 @@ def shapes_of(args) -> dict:
 
 
 def phase_function(name: str):
-    from vgen_gpu import compiled, phases, probe_fp8, probe_step, tiled
+    from vgen_gpu import compiled, phases, probe_decode, probe_fp8, probe_step, tiled
 
-    for module in (phases, compiled, tiled, probe_step, probe_fp8):
+    for module in (phases, compiled, tiled, probe_step, probe_fp8, probe_decode):
         if hasattr(module, f"phase_{name}"):
             return getattr(module, f"phase_{name}")
     raise KeyError(f"no phase function for '{name}'")
@@ -174,6 +174,8 @@ def derive(report: dict):
                            "terms": "vgen batch --max-batch 1, one process each; the first 2 jobs to end are the warm-up"}
     elif "vgen_leases" in report["phases"]:
         table["leases"] = "not measured: phase vgen_leases did not finish (see phases.vgen_leases)"
+    if r.get("decode_probe"):
+        table["decode_probe"] = r["decode_probe"]
     if r.get("fp8_linear_probe"):
         table["fp8_linear"] = r["fp8_linear_probe"]["shapes"]
     td = r.get("vgen_tiled_decode")

@@ -12,12 +12,14 @@ from __future__ import annotations
 SHARES = {"environment": 30, "build_model": 90, "export": 180, "diffusers_single": 110, "vgen_single": 130,
           "compare": 30, "diffusers_batch": 80, "vgen_batch": 100, "vgen_fp8": 60, "vgen_leases": 70,
           "aoti_compile": 300, "vgen_aoti": 70, "vgen_single_fusion": 50, "vgen_tiled_decode": 110,
-          "step_profile": 40, "vgen_single_unoptimised": 50, "fp8_linear_probe": 40}
+          "step_profile": 40, "vgen_single_unoptimised": 50, "fp8_linear_probe": 40,
+          "decode_probe": 60}
 # The first command measures one job every way (and the diagnostics of where its time goes); the
 # second compiles for the device, renders with it, then runs what was measured before and changes
 # only with the step or decode speed (the batch, two leases, fusion), best effort, with what is left.
 GROUPS = {"first": ["environment", "build_model", "export", "diffusers_single", "vgen_single", "compare",
-                    "vgen_fp8", "fp8_linear_probe", "step_profile", "vgen_tiled_decode"],
+                    "vgen_fp8", "fp8_linear_probe", "step_profile", "decode_probe",
+                    "vgen_tiled_decode"],
           "compiled": ["environment", "build_model", "export", "diffusers_single", "vgen_single",
                        "vgen_single_unoptimised", "aoti_compile", "vgen_aoti", "diffusers_batch", "vgen_batch",
                        "vgen_leases", "vgen_single_fusion"]}
