@@ -35,7 +35,13 @@ std::shared_ptr<TtlCache<at::Tensor>> make_text_cache(const FamilyOptions& optio
 // is fitted already. Error(invalid_argument) naming "image" when the job has none or the file is bad.
 RgbImage job_first_frame(const FamilyJob& job);
 
-// video: [jobs.size(), 3, F, H, W]; sets each job's `frames`. Error(internal) on a count mismatch.
+// One decoded clip [3, F, H, W] in [-1, 1], on any device -> its frames [F, H, W, 3] in [0, 1]
+// in the clip's dtype on the CPU, computed on the clip's device before one copy (the families
+// pass float32 clips: frames are float32).
+at::Tensor clip_frames(const at::Tensor& clip);
+
+// video: [jobs.size(), 3, F, H, W] on any device; sets each job's `frames` (clip_frames).
+// Error(internal) on a count mismatch.
 void set_frames(const at::Tensor& video, const std::vector<FamilyJob*>& jobs);
 
 }  // namespace vgen

@@ -356,7 +356,7 @@ at::Tensor Ltx2Family::decode_video(const std::string& device, const at::Tensor&
   auto std = at::tensor(p.latents_std, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
   auto z = ltx_unpack(tokens, f, h, w) * std / config_.scaling_factor + mean;  // _denormalize_latents
   auto vae = module("vae_decoder", device);
-  return vae->forward({z.to(vae->dtype())}).to(at::kCPU).to(at::kFloat);
+  return vae->forward({z.to(vae->dtype())}).to(at::kFloat);  // on the device: set_frames makes the frames there
 }
 
 void Ltx2Family::decode(const std::string& device, const std::vector<FamilyJob*>& jobs) {

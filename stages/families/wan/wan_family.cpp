@@ -467,13 +467,13 @@ at::Tensor decode_in_chunks(const Module& vae, const at::Tensor& z, const std::v
       if (i > 0 || e.kind() != ErrorKind::invalid_argument) throw;
       return vae.forward({z});
     }
-    const auto chunk = chunks.back().to(at::kCPU).to(at::kFloat);
+    const auto& chunk = chunks.back();
     for (std::size_t j = 0; j < jobs.size(); ++j) {
       if (!sinks[j]) continue;
       // A sink is one watched job's encoder: its failure must not fail the batch-mates' decode.
       // That job's streamed encode then ends short and the encode stage encodes it whole.
       try {
-        sinks[j]((chunk[static_cast<std::int64_t>(j)] / 2 + 0.5).clamp(0, 1).permute({1, 2, 3, 0}).contiguous());
+        sinks[j](clip_frames(chunk[static_cast<std::int64_t>(j)]));
       } catch (const std::exception&) {
         sinks[j] = nullptr;
       }
@@ -508,9 +508,7 @@ void WanFamily::decode(const std::string& device, const std::vector<FamilyJob*>&
   } else {
     video = vae->forward({z.to(vae->dtype())});
   }
-  video = video.to(at::kCPU).to(at::kFloat);
-  for (std::size_t j = 0; j < jobs.size(); ++j)
-    jobs[j]->frames = (video[static_cast<std::int64_t>(j)] / 2 + 0.5).clamp(0, 1).permute({1, 2, 3, 0}).contiguous();
+  set_frames(video, jobs);  // on the decoder's device, then to the host (family_kit.hpp)
 }
 
 // decode_unclamped: packages exported since the tiled decode (tools/vgen_export/wan_vae.py). An

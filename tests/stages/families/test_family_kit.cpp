@@ -60,3 +60,16 @@ TEST_CASE("set_frames: [-1, 1] video rows become [F, H, W, 3] frames in [0, 1], 
   CHECK(jobs[1]->frames.is_contiguous());
   CHECK_THROWS_AS(set_frames(video, {jobs[0].get()}), Error);
 }
+
+TEST_CASE("clip_frames: one clip's frames on the host, channels last, clamped, in the clip's dtype") {
+  auto clip = at::linspace(-1.5, 1.5, 3 * 2 * 4 * 5).reshape({3, 2, 4, 5});
+  const auto frames = clip_frames(clip);
+  CHECK((frames.scalar_type() == at::kFloat));
+  CHECK(frames.device().is_cpu());
+  CHECK(frames.is_contiguous());
+  REQUIRE(frames.sizes() == at::IntArrayRef({2, 4, 5, 3}));
+  const auto want = (clip / 2 + 0.5).clamp(0, 1).permute({1, 2, 3, 0});
+  CHECK(at::equal(frames, want.contiguous()));
+  CHECK(frames.min().item<float>() == 0.0f);
+  CHECK(frames.max().item<float>() == 1.0f);
+}
