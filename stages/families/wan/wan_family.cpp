@@ -473,7 +473,7 @@ at::Tensor decode_in_chunks(const Module& vae, const at::Tensor& z, const std::v
       // A sink is one watched job's encoder: its failure must not fail the batch-mates' decode.
       // That job's streamed encode then ends short and the encode stage encodes it whole.
       try {
-        sinks[j](clip_frames(chunk[static_cast<std::int64_t>(j)]));
+        sinks[j](clip_frames(chunk[static_cast<std::int64_t>(j)].to(at::kFloat)));
       } catch (const std::exception&) {
         sinks[j] = nullptr;
       }
@@ -508,7 +508,7 @@ void WanFamily::decode(const std::string& device, const std::vector<FamilyJob*>&
   } else {
     video = vae->forward({z.to(vae->dtype())});
   }
-  set_frames(video, jobs);  // on the decoder's device, then to the host (family_kit.hpp)
+  set_frames(video.to(at::kFloat), jobs);  // float32 frames, made on the decoder's device, then to the host (family_kit.hpp)
 }
 
 // decode_unclamped: packages exported since the tiled decode (tools/vgen_export/wan_vae.py). An
