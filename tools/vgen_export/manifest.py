@@ -143,6 +143,26 @@ def scheduler_section(scheduler) -> dict[str, Any]:
     return {"type": type(scheduler).__name__, "config": _jsonable(config)}
 
 
+def link_package(src: Path | str, dst: Path | str) -> None:
+    """A copy of package `src` in `dst` (replaced) whose files are hard links where the file
+    system allows, else copies, without its manifest: the caller writes dst's own (writing
+    through a link would change the source's)."""
+    import os
+    import shutil
+
+    src, dst = Path(src), Path(dst)
+    shutil.rmtree(dst, ignore_errors=True)
+
+    def link_or_copy(a, b):
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    shutil.copytree(src, dst, copy_function=link_or_copy)
+    (dst / MANIFEST_NAME).unlink()
+
+
 def write_manifest(pkg_dir: Path | str, manifest: dict[str, Any]) -> Path:
     validate_manifest(manifest)
     path = Path(pkg_dir) / MANIFEST_NAME

@@ -25,9 +25,6 @@ def add_compiled_transformer(diffusers_dir: Path, package_dir: Path, out_dir: Pa
     package itself is not touched. `methods`: compile only these of the transformer's methods
     (default: all; the manifest's compiled entry lists the ones compiled). Returns compile_aoti's report. Raises naming what is wrong for
     a quantized transformer or a package of another family."""
-    import os
-    import shutil
-
     from diffusers import WanTransformer3DModel
 
     from . import manifest as mf
@@ -44,16 +41,7 @@ def add_compiled_transformer(diffusers_dir: Path, package_dir: Path, out_dir: Pa
     if "forward_compact" not in entry.get("methods", []):
         raise ValueError(f"{package_dir}: compile: only Wan text-to-video transformers (forward, forward_compact)")
     dtype = DTYPES[entry["dtype"]]
-    shutil.rmtree(out_dir, ignore_errors=True)
-
-    def link_or_copy(src, dst):
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-    shutil.copytree(package_dir, out_dir, copy_function=link_or_copy)
-    (out_dir / mf.MANIFEST_NAME).unlink()  # rewritten below (never through a link to the source's)
+    mf.link_package(package_dir, out_dir)  # its manifest is written below
     gen = torch.Generator().manual_seed(1234)
     with torch.no_grad():
         transformer = WanTransformer3DModel.from_pretrained(diffusers_dir, subfolder="transformer", dtype=dtype).eval()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -37,19 +36,12 @@ TINY_RUNS = [("small_off", dict(width=64, height=48, frames=5, steps=2), {"tilin
 def package_with_decode(work: Path, name: str, decode: dict) -> Path:
     """WORK/pkg hard-linked (copied where links fail) into WORK/<name> with the manifest's
     "decode" section replaced; the source package is not touched."""
+    from vgen_export.manifest import link_package
+
     src, dst = work / "pkg", work / name
-    shutil.rmtree(dst, ignore_errors=True)
-
-    def link_or_copy(a, b):
-        try:
-            os.link(a, b)
-        except OSError:
-            shutil.copy2(a, b)
-
-    shutil.copytree(src, dst, copy_function=link_or_copy)
+    link_package(src, dst)
     manifest = json.loads((src / "manifest.json").read_text())
     manifest["decode"] = decode
-    (dst / "manifest.json").unlink()  # never write through a link to the source's manifest
     (dst / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return dst
 
