@@ -5,7 +5,9 @@ decoder (WORK/pkg/vae_decoder.pt through torch.jit, as the runtime calls `forwar
 LibTorch's optimiser on (first and second call of a fresh load) and off (another fresh load);
 and the step after the decoder that vgen's decode span also holds: the clip to frames ([F,H,W,3]
 in [0,1] on the host) done on the host after copying the float32 clip (vgen before 2026-11-28)
-and on the device before the copy (stages/families/family_kit.cpp clip_frames, now). Times are
+and on the device before the copy (stages/families/family_kit.cpp clip_frames, now), also into
+page-locked (pinned) host memory; and the frames' bytes (stages/model/frame_bytes.cpp) made on
+the host after the copy, as now, against on the device before a copy a quarter the size. Times are
 synchronised wall clock; peak memory is torch.cuda.max_memory_allocated per variant; outputs are
 compared (max |vgen - diffusers|). On --device cpu --tiny: the tiny package at its small shape.
 """
@@ -71,10 +73,36 @@ def phase_decode_probe(args) -> dict:
         def on_device():
             return (clip / 2 + 0.5).clamp(0, 1).permute(1, 2, 3, 0).contiguous().to("cpu")
 
-        for name, fn in (("frames_on_host", on_host), ("frames_on_device", on_device)):
+        def on_device_pinned():  # the same, copied into page-locked memory (issue 30 item 4)
+            f = (clip / 2 + 0.5).clamp(0, 1).permute(1, 2, 3, 0).contiguous()
+            if f.device.type != "cuda":
+                return f.to("cpu")
+            host = torch.empty(f.shape, dtype=f.dtype, pin_memory=True)
+            host.copy_(f)
+            return host
+
+        def bytes_after_host(frames):  # stages/model/frame_bytes.cpp's quantisation, on the host
+            return frames.mul(255.0).round().clamp(0, 255).to(torch.uint8)
+
+        def bytes_on_device():  # frames and their bytes made on the device: a quarter of the copy
+            f = (clip / 2 + 0.5).clamp(0, 1).permute(1, 2, 3, 0)
+            return bytes_after_host(f).contiguous().to("cpu")
+
+        for name, fn in (("frames_on_host", on_host), ("frames_on_device", on_device),
+                         ("frames_on_device_pinned", on_device_pinned)):
             fn()
             frames, s, _ = timed(dev, fn)
             res[name] = {"s": s, "threads": torch.get_num_threads()}
+        # Frames to bytes as the encode stage gets them: today (float frames copied, bytes made on
+        # the host, off the compute thread) against bytes made on the device before the copy.
+        host_frames = on_device()
+        _, s, _ = timed(dev, lambda: bytes_after_host(host_frames))
+        res["bytes_on_host_after_copy"] = {"s": s, "threads": torch.get_num_threads()}
+        bytes_on_device()
+        device_bytes, s, _ = timed(dev, bytes_on_device)
+        res["bytes_on_device_then_copy"] = {"s": s, "mb": round(device_bytes.numel() / 1e6, 1),
+                                            "float_frames_mb": round(host_frames.numel() * 4 / 1e6, 1)}
+        res["bytes_equal"] = bool(torch.equal(device_bytes, bytes_after_host(host_frames)))
         res["frames_equal"] = bool(torch.equal(on_host(), on_device()))
     res["terms"] = ("float32 VAE, one clip; diffusers' decode excludes its pipeline's postprocess, vgen's decode span "
                     "includes the frames step (frames_on_*)")
