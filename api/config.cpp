@@ -113,6 +113,16 @@ Reader::Setter bool_or_auto(const Reader& r, std::optional<bool>& out) {
     else out = v.as_bool();
   };
 }
+// A list of strings, or "auto" (empty).
+Reader::Setter strings_or_auto(const Reader& r, std::vector<std::string>& out) {
+  return [&r, &out](const json::value& v, const std::string& p) {
+    out.clear();
+    if (v.is_string() && v.get_string() == "auto") return;
+    if (!v.is_array()) r.fail(p, "must be a list of names or \"auto\" (got " + json::serialize(v) + ")");
+    for (std::size_t i = 0; i < v.get_array().size(); ++i)
+      out.push_back(r.string(v.get_array()[i], p + "[" + std::to_string(i) + "]"));
+  };
+}
 Reader::Setter seconds(const Reader& r, std::chrono::seconds& out, std::int64_t min, std::int64_t max) {
   return [&r, &out, min, max](const json::value& v, const std::string& p) { out = std::chrono::seconds(r.integer(v, p, min, max)); };
 }
@@ -175,7 +185,8 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
       {"model_backend", [&](const json::value& v, const std::string& p) {
          auto& o = c.model_backend;
          r.object(v, p, {{"torchscript_gpu_fusion", bool_or_auto(r, o.torchscript_gpu_fusion)},
-                         {"torchscript_gpu_optimize", bool_or_auto(r, o.torchscript_gpu_optimize)}});
+                         {"torchscript_gpu_optimize", bool_or_auto(r, o.torchscript_gpu_optimize)},
+                         {"attention", strings_or_auto(r, o.attention)}});
          try {
            check_model_backend_options(o);
          } catch (const Error& e) {
@@ -363,7 +374,9 @@ json::object to_json(const RuntimeConfig& c) {
                 {"max_batch", c.tune.max_batch}}},
       {"warmup", c.warmup},
       {"model_backend", {{"torchscript_gpu_fusion", bool_or_auto(c.model_backend.torchscript_gpu_fusion)},
-                         {"torchscript_gpu_optimize", bool_or_auto(c.model_backend.torchscript_gpu_optimize)}}},
+                         {"torchscript_gpu_optimize", bool_or_auto(c.model_backend.torchscript_gpu_optimize)},
+                         {"attention", c.model_backend.attention.empty() ? json::value("auto")
+                                                                         : json::value_from(c.model_backend.attention)}}},
       {"live", {{"max_total_mb", c.live_max_total_bytes >> 20}}},
       {"cache", {{"text", {{"entries", c.text_cache.entries}, {"ttl_s", c.text_cache.ttl.count()}}},
                  {"loras", {{"mb", c.loras.cache_bytes >> 20}}},

@@ -22,6 +22,7 @@
 #include "runtime/pipeline.hpp"
 #include "runtime/trace.hpp"
 #include "stages/media/encode.hpp"
+#include "stages/model/attention_uses.hpp"
 #include "stages/model/component_backends.hpp"
 #include "stages/model/model_backend_options.hpp"
 #include "stages/model/torch_devices.hpp"
@@ -41,6 +42,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 
 namespace vgen {
 
@@ -85,6 +87,7 @@ class RuntimeImpl {
     // rather than read from a file is checked here as a file's is.
     check_model_backend_options(config_.model_backend);
     set_model_backend_options(config_.model_backend);
+    set_attention_priority(config_.model_backend.attention);  // CUDA calls' kernel order (CPU ones ignore it)
     if (gpu) set_torchscript_gpu_fusion(config_.model_backend.torchscript_gpu_fusion.value_or(false));
     if (gpu && config_.batching.max_decode_batch == RuntimeConfig::kAuto) config_.batching.max_decode_batch = 1;
     auto loaded = load_models(model_list(), wo);
@@ -337,6 +340,7 @@ class RuntimeImpl {
       publish_cache_stats(metrics_, "lora", lora, last_lora_);
       metrics_.gauge("vgen_cache_bytes", "Bytes held by the cache's entries", {{"cache", "lora"}}).set(static_cast<double>(lora.cost));
       publish_component_backends();
+      publish_attention_uses();
     }
     return metrics_.render_prometheus();
   }
@@ -360,6 +364,41 @@ class RuntimeImpl {
         if (!was.empty() && was != b.backend) series(was).set(0);
         was = b.backend;
         series(b.backend).set(1);
+      }
+    }
+  }
+
+  // Which scaled-dot-product attention kernels each component's methods ran, per call, in their
+  // latest watched call (stages/model/attention_uses.hpp): one series per kernel; a kernel a
+  // later watched call no longer ran is set to 0.
+  void publish_attention_uses() {
+    const auto served = component_backends();
+    const auto uses = attention_uses();
+    auto same_device = [](const std::string& torch, const std::string& ours) {  // "cpu" is "cpu:0"
+      return torch == ours || (torch.find(':') == std::string::npos && torch + ":0" == ours);
+    };
+    std::lock_guard lock(published_backends_mutex_);
+    for (const auto& name : models_->model_names()) {
+      const auto& dir = models_->package(name).dir;
+      for (const auto& b : served) {
+        if (b.package != dir) continue;
+        for (const auto& u : uses) {
+          if (u.file != b.file || !same_device(u.device, b.device)) continue;
+          auto series = [&](const std::string& kernel) -> Gauge& {
+            return metrics_.gauge("vgen_attention_calls",
+                                  "Scaled-dot-product attention kernel calls in one call of a component's method, by kernel",
+                                  {{"model", name}, {"component", b.component}, {"device", b.device}, {"method", u.method},
+                                   {"kernel", kernel}});
+          };
+          auto& was = published_kernels_[name + '\n' + b.component + '\n' + b.device + '\n' + u.method];
+          for (const auto& k : was)
+            if (!u.kernels.count(k)) series(k).set(0);
+          was.clear();
+          for (const auto& [kernel, calls] : u.kernels) {
+            series(kernel).set(calls);
+            was.insert(kernel);
+          }
+        }
       }
     }
   }
@@ -494,6 +533,7 @@ class RuntimeImpl {
   std::unique_ptr<RuntimeTuning> tuning_;  // before models_: its Batcher reports caps to it
   std::mutex published_backends_mutex_;
   std::map<std::string, std::string> published_backends_;  // model\ncomponent\ndevice -> the backend published as 1
+  std::map<std::string, std::set<std::string>> published_kernels_;  // ...\nmethod -> kernels published
   std::unique_ptr<ComputeDevices> devices_;
   std::unique_ptr<ModelSet> models_;
   std::unique_ptr<Pipeline> pipeline_;

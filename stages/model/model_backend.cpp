@@ -7,6 +7,7 @@
 
 #include "stages/model/aoti_library_cache.hpp"
 #include "stages/model/aoti_package.hpp"
+#include "stages/model/attention_watch.hpp"
 #include "stages/model/component_backends.hpp"
 
 #include <ATen/ATen.h>
@@ -86,8 +87,8 @@ torch::jit::Module copy_with(const torch::jit::Module& m, const std::string& pre
 
 class TorchScriptModule final : public Module {
  public:
-  TorchScriptModule(torch::jit::Module m, c10::Device device, c10::ScalarType dtype)
-      : module_(std::move(m)), device_(device), dtype_(dtype) {}
+  TorchScriptModule(torch::jit::Module m, fs::path file, c10::Device device, c10::ScalarType dtype)
+      : module_(std::move(m)), file_(std::move(file)), device_(device), dtype_(dtype) {}
 
   at::Tensor call(std::string_view method, const std::vector<at::Tensor>& inputs) const override {
     // forward() is const on the module's state; TorchScript's method lookup is not const-qualified.
@@ -102,7 +103,10 @@ class TorchScriptModule final : public Module {
     // inputs and submodules in float32 (e.g. Wan's timestep and time embedder in a bf16
     // package), so casting every floating input to the module's dtype would be wrong.
     for (const auto& t : inputs) args.emplace_back(t.to(device_));
-    return (*found)(std::move(args)).toTensor();
+    AttentionWatch watch(file_, device_, method, inputs);  // which attention kernels run (first call per shape)
+    auto out = (*found)(std::move(args)).toTensor();
+    watch.finish();
+    return out;
   }
   c10::Device device() const override { return device_; }
   c10::ScalarType dtype() const override { return dtype_; }
@@ -115,11 +119,12 @@ class TorchScriptModule final : public Module {
     return out;
   }
   std::shared_ptr<const Module> with_parameters(const std::map<std::string, at::Tensor>& replaced) const override {
-    return std::make_shared<TorchScriptModule>(copy_with(module_, "", replaced), device_, dtype_);
+    return std::make_shared<TorchScriptModule>(copy_with(module_, "", replaced), file_, device_, dtype_);
   }
 
  private:
   torch::jit::Module module_;
+  fs::path file_;
   c10::Device device_;
   c10::ScalarType dtype_;
 };
@@ -142,7 +147,7 @@ std::shared_ptr<const Module> load_torchscript(const fs::path& file, c10::Device
       attach_mapped_weights(m, weights, device);
     }
     m.eval();  // the file's own parameter dtypes are kept: `dtype` describes them
-    return std::make_shared<TorchScriptModule>(std::move(m), device, dtype);
+    return std::make_shared<TorchScriptModule>(std::move(m), file, device, dtype);
   } catch (const c10::Error& e) {
     throw_error(ErrorKind::invalid_argument, "model file '" + file.string() + "' is corrupt or not TorchScript: " +
                                                  truncate_utf8(e.what_without_backtrace(), 300));
@@ -186,7 +191,9 @@ class AotiModule final : public Module {
     // The compiled code was generated for dense inputs on its device, in the dtypes it was
     // exported with (the caller's, as for TorchScript).
     for (const auto& t : inputs) args.push_back(t.to(device_).contiguous());
+    AttentionWatch watch(file_, device_, method, inputs);  // a compiled model may call none (Inductor's own kernels)
     auto out = runner.run(args);
+    watch.finish();
     if (out.empty()) throw_error(ErrorKind::internal, "compiled model method '" + std::string(method) + "' returned nothing");
     return out.front();
   }

@@ -67,8 +67,8 @@ class TorchScriptOptimizerScope {
 // package's VAE decoder (CPU, one thread), the first two calls of a fresh process took 0.33 and
 // 0.20 s optimised against 0.15 and 0.07 s as exported, and every call after about 0.078 s
 // either way; the denoiser, called every step, keeps the optimiser (4 % faster calls). On CUDA
-// they follow model_backend.torchscript_gpu_optimize (as exported when it is false; "auto":
-// optimised, as before the setting existed). Limit: after a start-up warm-up or the
+// they follow model_backend.torchscript_gpu_optimize (as exported when it is false or "auto",
+// optimised when it is true or fusion is on). Limit: after a start-up warm-up or the
 // auto-tuner's probe (both call these modules outside the Batcher; on a CPU with the optimiser
 // on) this scope changes nothing for that module in that process (see above).
 // Thread-safety: as TorchScriptOptimizerScope.

@@ -4,11 +4,13 @@
 // them, then applies them process-wide before any module is called: fusion through
 // stages/model/torch_devices.hpp, the rest through set_model_backend_options below (read by
 // every TorchScript call, stages/model/model_backend.cpp).
-// Thread-safety: the functions here are pure, except set_/model_backend_options (atomic: safe
+// Thread-safety: the functions here are pure, except set_/model_backend_options (an atomic and a mutex: safe
 // from any thread). Not cancellable; nothing blocks.
 #pragma once
 
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace vgen {
 
@@ -32,18 +34,41 @@ struct ModelBackendOptions {
   // 1.24 s against diffusers' 3.90, 1.23, 1.24; its one VAE decode 4.41 s against 2.95). false: every TorchScript call on
   // a CUDA device runs the graph as exported (no profiling run, no optimising passes), the
   // once-per-job modules (text encoders, VAEs) included. true: optimised, as LibTorch does by
-  // default. Unset ("auto", the default): as true, until a GPU measures false (the GPU check's
-  // vgen_single_unoptimised phase). Fusion runs inside the optimiser: false with
+  // default, every module. Unset ("auto", the default): as on a CPU, the denoiser (called every
+  // step) optimised and the once-per-job modules as exported, unless fusion is on (then every
+  // module optimised: fusion is the optimiser's). Why: a module called once per job only ever
+  // runs its profiling first call, so the optimiser costs it that run's overhead and gives it
+  // nothing (measured on a CPU, model_backend.hpp's OncePerJobCalls; the GPU check's
+  // decode_probe measures the VAE both ways on the card, vgen_single_unoptimised the denoiser
+  // too). Fusion runs inside the optimiser: false with
   // torchscript_gpu_fusion true is refused (check_model_backend_options). CPU devices are not
   // affected (there the once-per-job modules always run as exported, the denoiser optimised:
   // model_backend.hpp's OncePerJobCalls). Config key "model_backend.torchscript_gpu_optimize"
   // (true, false or "auto"). Process-wide: the last Runtime built sets it.
   std::optional<bool> torchscript_gpu_optimize;
+
+  // Which of PyTorch's scaled-dot-product attention kernels a CUDA call tries first: backends
+  // named by attention_backend_names() ("flash", "efficient", "cudnn", "math"), most preferred
+  // first; those not named follow in PyTorch's own order, so a backend that cannot serve a call
+  // (a mask, a head size, a dtype) still falls through to one that can. Empty (the default):
+  // PyTorch's order (flash, efficient, math, cudnn: cuDNN's kernel is never reached, as math
+  // serves everything). CPU calls have their own choice (flash for CPU, math) and ignore it.
+  // Config key "model_backend.attention" (a list, or "auto" for empty). Process-wide: applied
+  // by the Runtime (torch_devices.hpp's set_attention_priority); the last Runtime built sets it.
+  std::vector<std::string> attention;
 };
+
+// The backend names model_backend.attention accepts.
+const std::vector<std::string>& attention_backend_names();
+
+// PyTorch's own order of those names, then what it becomes with `first` in front: the full
+// order set_attention_priority applies. Pure.
+std::vector<std::string> attention_priority_order(const std::vector<std::string>& first);
 
 // Error(invalid_argument) naming both fields when torchscript_gpu_optimize is false and
 // torchscript_gpu_fusion true (fusion needs the optimiser). "auto" fusion is no conflict: it
-// resolves to off where the optimiser is off.
+// resolves to off where the optimiser is off. Error(invalid_argument) naming
+// model_backend.attention for a name it does not know (listing those it does) or one given twice.
 void check_model_backend_options(const ModelBackendOptions& options);
 
 // For a process that lives on (`vgen serve`, `vgen worker`): "auto" fusion becomes on, unless
@@ -56,8 +81,8 @@ enum class TorchScriptCalls { every_step, once_per_job };
 
 // Whether LibTorch's profiling executor may optimise these calls on a CUDA device (`cuda`)
 // or a CPU one. CPU: the denoiser yes, once-per-job modules no (measured: model_backend.hpp),
-// whatever the options say. CUDA: torchscript_gpu_optimize; "auto" is yes (today's behaviour);
-// with fusion on always yes (a pair check_model_backend_options refuses gets fusion's answer).
+// whatever the options say. CUDA: torchscript_gpu_optimize when set; "auto" answers as a CPU
+// does; with fusion on always yes (a pair check_model_backend_options refuses gets fusion's answer).
 // A no means "turn it off for these calls"; a yes leaves the calling thread's setting as it
 // is (LibTorch's default is on; a bench may have turned it off). Pure.
 bool torchscript_optimizes(bool cuda, TorchScriptCalls calls, const ModelBackendOptions& options);

@@ -1,12 +1,14 @@
 #include "stages/model/torch_devices.hpp"
 
 #include "runtime/errors.hpp"
+#include "stages/model/model_backend_options.hpp"
 
 #include <cuda_runtime_api.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/jit/codegen/fuser/interface.h>
 
@@ -88,6 +90,36 @@ void wait_for_current_cuda_stream(int index) {
 long long current_cuda_stream_id(int index) {
   if (!has_cuda_device(index)) return -1;
   return static_cast<long long>(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(index)).id());
+}
+
+namespace {
+const std::vector<std::pair<std::string, at::SDPBackend>>& sdp_backends() {
+  static const std::vector<std::pair<std::string, at::SDPBackend>> names{
+      {"flash", at::SDPBackend::flash_attention}, {"efficient", at::SDPBackend::efficient_attention},
+      {"math", at::SDPBackend::math}, {"cudnn", at::SDPBackend::cudnn_attention}};
+  return names;
+}
+}  // namespace
+
+void set_attention_priority(const std::vector<std::string>& first) {
+  std::vector<int64_t> order;
+  for (const auto& name : attention_priority_order(first)) {
+    const auto& all = sdp_backends();
+    const auto it = std::find_if(all.begin(), all.end(), [&](const auto& b) { return b.first == name; });
+    if (it == all.end()) throw_error(ErrorKind::invalid_argument, "model_backend.attention: unknown attention backend '" + name + "'");
+    order.push_back(static_cast<int64_t>(it->second));
+  }
+  // at::Context wants every backend once: the one this list does not name goes last.
+  order.push_back(static_cast<int64_t>(at::SDPBackend::overrideable));
+  at::globalContext().setSDPPriorityOrder(order);
+}
+
+std::vector<std::string> attention_priority() {
+  std::vector<std::string> out;
+  for (const auto b : at::globalContext().sDPPriorityOrder())
+    for (const auto& [name, backend] : sdp_backends())
+      if (backend == b) out.push_back(name);
+  return out;
 }
 
 void set_intra_op_threads(int n) { at::set_num_threads(n < 1 ? 1 : n); }

@@ -8,6 +8,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace vgen {
 
@@ -53,6 +54,15 @@ long long current_cuda_stream_id(int index);
 
 // LibTorch's intra-op threads for the calling thread (at::set_num_threads); n >= 1.
 void set_intra_op_threads(int n);
+
+// The order in which PyTorch tries its scaled-dot-product attention kernels on CUDA devices
+// (at::Context's SDP priority order): `first` (names from model_backend_options.hpp's
+// attention_backend_names, checked there) in front, the others after in PyTorch's order;
+// empty restores PyTorch's. Process-wide, for calls that choose a kernel after it (every
+// SDPA call chooses anew). Error(invalid_argument) for an unknown name.
+void set_attention_priority(const std::vector<std::string>& first);
+// The order now in force, by those names ("overrideable", for other device types, left out).
+std::vector<std::string> attention_priority();
 
 // Whether TorchScript may fuse CUDA graphs (ModelBackendOptions::torchscript_gpu_fusion says
 // why it is off by default). Process-wide; takes effect for graphs optimised after the call.

@@ -459,6 +459,28 @@ TEST_CASE("batching.max_decode_batch and model_backend.torchscript_gpu_fusion: r
   fs::remove_all(dir);
 }
 
+TEST_CASE("model_backend.attention: auto by default, a list of known backends read and round-tripped, bad ones named") {
+  const auto dir = test::temp_dir("vgen-config-");
+  CHECK(RuntimeConfig{}.model_backend.attention.empty());
+  CHECK(to_json(RuntimeConfig{}).at("model_backend").at("attention") == "auto");
+  const auto c = load_config(write(dir, R"({"model_backend": {"attention": ["cudnn", "flash"]}})"));
+  CHECK(c.model_backend.attention == std::vector<std::string>{"cudnn", "flash"});
+  auto j = to_json(c);
+  CHECK(j.at("model_backend").at("attention") == boost::json::parse(R"(["cudnn", "flash"])"));
+  j.erase("model");
+  CHECK(apply_config(RuntimeConfig{}, j, "again", "/").model_backend.attention == std::vector<std::string>{"cudnn", "flash"});
+  CHECK(load_config(write(dir, R"({"model_backend": {"attention": "auto"}})")).model_backend.attention.empty());
+  CHECK(error_of(write(dir, R"({"model_backend": {"attention": ["cudnn", "sage"]}})"))
+            .find("model_backend: model_backend.attention: unknown attention backend 'sage' (known: flash, efficient, math, cudnn)") !=
+        std::string::npos);
+  CHECK(error_of(write(dir, R"({"model_backend": {"attention": ["math", "math"]}})")).find("'math' is listed twice") != std::string::npos);
+  CHECK(error_of(write(dir, R"({"model_backend": {"attention": "cudnn"}})"))
+            .find("model_backend.attention: must be a list of names or \"auto\" (got \"cudnn\")") != std::string::npos);
+  CHECK(error_of(write(dir, R"({"model_backend": {"attention": ["cudnn", 3]}})")).find("model_backend.attention[1]: must be a string") !=
+        std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("model_backend.torchscript_gpu_optimize: auto by default, read, round-tripped, checked against fusion") {
   const auto dir = test::temp_dir("vgen-config-");
   CHECK_FALSE(RuntimeConfig{}.model_backend.torchscript_gpu_optimize.has_value());

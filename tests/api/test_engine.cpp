@@ -19,6 +19,7 @@
 #include <iterator>
 #include <mutex>
 #include <set>
+#include <sstream>
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
@@ -61,6 +62,19 @@ TEST_CASE("a submitted job renders, reports progress and ends once" * doctest::t
   const auto j = to_json(r);
   CHECK(j.at("status").as_string() == "done");
   CHECK(j.at("output").as_string() == r.output.string());
+  // /metrics names the attention kernels the transformer's calls ran (on a CPU, PyTorch's CPU
+  // flash kernel or math), one series per kernel.
+  const auto metrics = rt.metrics_text();
+  std::istringstream lines(metrics);
+  int series = 0;
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("vgen_attention_calls{", 0) == 0 && line.find("component=\"transformer\"") != std::string::npos &&
+        line.find("device=\"cpu:0\"") != std::string::npos) {
+      CHECK((line.find("kernel=\"flash_cpu\"") != std::string::npos || line.find("kernel=\"math\"") != std::string::npos));
+      CHECK(std::stod(line.substr(line.rfind(' ') + 1)) > 0);
+      ++series;
+    }
+  CHECK_MESSAGE(series >= 1, metrics);
 }
 
 TEST_CASE("identical jobs are served from the result cache, in flight and afterwards" * doctest::timeout(300)) {

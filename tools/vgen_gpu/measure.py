@@ -96,10 +96,22 @@ def read_pngs(folder: Path):
     return np.stack([np.asarray(Image.open(f).convert("RGB")) for f in files])
 
 
+def attention_lines(log: Path) -> list[str]:
+    """vgen's "attention: <file> <method> on <device> at <shape>: <kernels>" info lines
+    (stages/model/attention_uses.cpp), the part after "attention: ", in order."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        if (at := line.find("] attention: ")) >= 0:  # after spdlog's "[info]"
+            out.append(line[at + len("] attention: "):].strip())
+    return out
+
+
 def run_vgen(args, cmd: list[str], log_name: str, env: dict | None = None) -> dict:
     """Runs vgen (gpu_check.sh set LD_LIBRARY_PATH to bundle/lib + the torch libraries), returns
     wall time, rc, peak memory (nvidia-smi on CUDA, the child's peak RSS on CPU), its JSON line."""
     log = Path(args.work) / log_name
+    if "--log-level" not in cmd:  # info: the log then names the attention kernels each module ran
+        cmd = [cmd[0], "--log-level", "info", *cmd[1:]]
     with PeakMemory(args.device) as mem, open(log, "w") as out:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=out, text=True, env={**os.environ, **(env or {})},
@@ -113,6 +125,8 @@ def run_vgen(args, cmd: list[str], log_name: str, env: dict | None = None) -> di
         res["peak_rss_mib"] = round(usage.ru_maxrss / 1024, 1)
     if proc.returncode != 0:
         raise RuntimeError(f"vgen exited {proc.returncode}: {log.read_text()[-2000:]}")
+    if attention := attention_lines(log):
+        res["attention"] = attention
     try:
         res["stdout_json"] = json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else None
     except (json.JSONDecodeError, IndexError):

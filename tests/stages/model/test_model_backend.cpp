@@ -130,7 +130,7 @@ TEST_CASE("a CPU model file larger than the memory left is refused before it is 
   fs::remove_all(dir);
 }
 
-TEST_CASE("OncePerJobCalls: TorchScript runs unoptimised in its scope on a CPU, on this thread only; CUDA keeps the optimiser (auto)") {
+TEST_CASE("OncePerJobCalls: TorchScript runs unoptimised in its scope, on this thread only, on a CPU and (auto) on CUDA") {
   REQUIRE(torch::jit::getGraphExecutorOptimize());
   REQUIRE_FALSE(model_backend_options().torchscript_gpu_optimize.has_value());
   {
@@ -142,10 +142,14 @@ TEST_CASE("OncePerJobCalls: TorchScript runs unoptimised in its scope on a CPU, 
   }
   CHECK(torch::jit::getGraphExecutorOptimize());
   {
-    const OncePerJobCalls once("cuda:0");
-    CHECK(torch::jit::getGraphExecutorOptimize());
+    const OncePerJobCalls once("cuda:0");  // "auto": as on a CPU (only the device's type is read: no GPU needed)
+    CHECK_FALSE(torch::jit::getGraphExecutorOptimize());
   }
   CHECK(torch::jit::getGraphExecutorOptimize());
+  {
+    const TorchScriptOptimizerScope denoiser(c10::Device("cuda:0"), TorchScriptCalls::every_step);
+    CHECK(torch::jit::getGraphExecutorOptimize());  // the denoiser keeps the optimiser
+  }
 }
 
 // Restores the process's options when a case ends, whatever it checked.
@@ -186,6 +190,22 @@ TEST_CASE("torchscript_gpu_optimize false: every TorchScript call on CUDA runs a
     CHECK_FALSE(torch::jit::getGraphExecutorOptimize());
   }
   CHECK(torch::jit::getGraphExecutorOptimize());
+}
+
+TEST_CASE("torchscript_gpu_optimize true, or fusion on: once-per-job calls on CUDA are optimised too; a CPU's are not") {
+  REQUIRE(torch::jit::getGraphExecutorOptimize());
+  for (const auto& o : {ModelBackendOptions{.torchscript_gpu_optimize = true}, ModelBackendOptions{.torchscript_gpu_fusion = true}}) {
+    const OptionsSetForCase set(o);
+    {
+      const OncePerJobCalls once("cuda:0");
+      CHECK(torch::jit::getGraphExecutorOptimize());
+    }
+    {
+      const OncePerJobCalls once("cpu:0");
+      CHECK_FALSE(torch::jit::getGraphExecutorOptimize());
+    }
+    CHECK(torch::jit::getGraphExecutorOptimize());
+  }
 }
 
 TEST_CASE("TorchScriptOptimizerScope only turns the optimiser off: a thread that runs with it off (a bench) stays so") {

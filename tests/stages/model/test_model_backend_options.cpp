@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 using namespace vgen;
 
@@ -29,7 +30,7 @@ std::string check_error(const ModelBackendOptions& o) {
 
 }  // namespace
 
-TEST_CASE("torchscript_optimizes: a CPU ignores the options; CUDA follows torchscript_gpu_optimize, auto and fusion on optimise") {
+TEST_CASE("torchscript_optimizes: a CPU ignores the options; CUDA follows torchscript_gpu_optimize, auto answers as a CPU, fusion on optimises") {
   for (const auto fusion : {kAuto, std::optional<bool>(false), std::optional<bool>(true)}) {
     for (const auto optimize : {kAuto, std::optional<bool>(false), std::optional<bool>(true)}) {
       CAPTURE(fusion.value_or(-1));
@@ -38,17 +39,50 @@ TEST_CASE("torchscript_optimizes: a CPU ignores the options; CUDA follows torchs
       // CPU: the denoiser optimised, once-per-job modules as exported, as before the setting.
       CHECK(torchscript_optimizes(false, TorchScriptCalls::every_step, o));
       CHECK_FALSE(torchscript_optimizes(false, TorchScriptCalls::once_per_job, o));
-      // CUDA: one answer for both kinds of calls.
-      const bool want = fusion == true || optimize != false;
-      CHECK(torchscript_optimizes(true, TorchScriptCalls::every_step, o) == want);
-      CHECK(torchscript_optimizes(true, TorchScriptCalls::once_per_job, o) == want);
+      // CUDA: fusion on optimises everything; a set optimize is one answer for both kinds of
+      // calls; "auto" answers as a CPU does.
+      const bool every = fusion == true || optimize != false;
+      const bool once = fusion == true || optimize == true;
+      CHECK(torchscript_optimizes(true, TorchScriptCalls::every_step, o) == every);
+      CHECK(torchscript_optimizes(true, TorchScriptCalls::once_per_job, o) == once);
     }
   }
   // The cases the setting is for, spelled out.
   CHECK_FALSE(torchscript_optimizes(true, TorchScriptCalls::every_step, options(kAuto, false)));
   CHECK_FALSE(torchscript_optimizes(true, TorchScriptCalls::once_per_job, options(false, false)));
-  CHECK(torchscript_optimizes(true, TorchScriptCalls::once_per_job, ModelBackendOptions{}));  // auto: as today
+  CHECK_FALSE(torchscript_optimizes(true, TorchScriptCalls::once_per_job, ModelBackendOptions{}));  // auto: the VAE as exported
+  CHECK(torchscript_optimizes(true, TorchScriptCalls::every_step, ModelBackendOptions{}));          // auto: the denoiser optimised
+  CHECK(torchscript_optimizes(true, TorchScriptCalls::once_per_job, options(kAuto, true)));
   CHECK(torchscript_optimizes(true, TorchScriptCalls::every_step, options(true, kAuto)));
+  CHECK(torchscript_optimizes(true, TorchScriptCalls::once_per_job, options(true, kAuto)));
+}
+
+TEST_CASE("model_backend.attention: names PyTorch's backends, most preferred first; the rest follow in PyTorch's order") {
+  CHECK(attention_backend_names() == std::vector<std::string>{"flash", "efficient", "math", "cudnn"});
+  CHECK(attention_priority_order({}) == attention_backend_names());
+  CHECK(attention_priority_order({"cudnn"}) == std::vector<std::string>{"cudnn", "flash", "efficient", "math"});
+  CHECK(attention_priority_order({"efficient", "cudnn"}) == std::vector<std::string>{"efficient", "cudnn", "flash", "math"});
+
+  ModelBackendOptions o;
+  o.attention = {"cudnn", "flash"};
+  CHECK(check_error(o).empty());
+  o.attention = {"cudnn", "flash3"};
+  auto error = check_error(o);
+  CHECK(error.find("model_backend.attention") != std::string::npos);
+  CHECK(error.find("'flash3'") != std::string::npos);
+  CHECK(error.find("known: flash, efficient, math, cudnn") != std::string::npos);
+  o.attention = {"flash", "cudnn", "flash"};
+  error = check_error(o);
+  CHECK(error.find("'flash' is listed twice") != std::string::npos);
+
+  // Stored with the rest, read back whole.
+  o.attention = {"cudnn"};
+  o.torchscript_gpu_optimize = false;
+  set_model_backend_options(o);
+  CHECK(model_backend_options().attention == std::vector<std::string>{"cudnn"});
+  CHECK(model_backend_options().torchscript_gpu_optimize == std::optional<bool>(false));
+  set_model_backend_options({});
+  CHECK(model_backend_options().attention.empty());
 }
 
 TEST_CASE("check_model_backend_options: optimize false with fusion true is refused naming both fields; every other pair passes") {

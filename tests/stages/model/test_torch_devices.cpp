@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 using namespace vgen;
 
@@ -48,4 +49,17 @@ TEST_CASE("bf16 counts as emulated on a CUDA device before 8.0 and on a CPU with
   CHECK_FALSE(devices_emulate_bf16(true, -1, false));  // capability unknown: the package's default stands
   CHECK(devices_emulate_bf16(false, -1, false));       // CPU only, no AVX-512 BF16 / AMX
   CHECK_FALSE(devices_emulate_bf16(false, -1, true));
+}
+
+TEST_CASE("set_attention_priority: the named backends first, the rest in PyTorch's order; empty restores PyTorch's") {
+  const std::vector<std::string> pytorch{"flash", "efficient", "math", "cudnn"};
+  CHECK(attention_priority() == pytorch);  // at::Context's own default, read back (nothing set it yet)
+  set_attention_priority({"cudnn"});
+  CHECK(attention_priority() == std::vector<std::string>{"cudnn", "flash", "efficient", "math"});
+  set_attention_priority({"efficient", "cudnn"});
+  CHECK(attention_priority() == std::vector<std::string>{"efficient", "cudnn", "flash", "math"});
+  CHECK_THROWS_AS(set_attention_priority({"sage"}), Error);
+  CHECK(attention_priority() == std::vector<std::string>{"efficient", "cudnn", "flash", "math"});  // unchanged by the refusal
+  set_attention_priority({});
+  CHECK(attention_priority() == pytorch);
 }

@@ -23,6 +23,7 @@
 #include "stages/exec/tiled_decode.hpp"
 #include "stages/families/wan/text_context.hpp"
 #include "stages/exec/model_set.hpp"
+#include "stages/model/attention_uses.hpp"
 #include "stages/model/component_backends.hpp"
 #include "tests/support/family_group.hpp"
 #include "tests/support/python_reference.hpp"
@@ -69,6 +70,21 @@ TEST_CASE("vgen's Wan stages reproduce diffusers' WanPipeline (UniPC and FlowMat
     check_against_reference(*ref, cap, *job, name);
     CHECK(fs::is_regular_file(runtime->result(*job).output));
   }
+
+  // The exported transformer's attention is PyTorch's fused attention, each call served by a
+  // kernel (issue 30 item 2): a self- and a cross-attention per block.
+  const auto transformer = runtime->package().component("transformer").file;
+  bool seen = false;
+  for (const auto& u : attention_uses()) {
+    if (u.file != transformer || u.method != "forward_compact") continue;
+    seen = true;
+    int kernels = 0;
+    for (const auto& [_, calls] : u.kernels) kernels += calls;
+    CHECK(u.sdpa_calls > 0);
+    CHECK(u.sdpa_calls % 2 == 0);
+    CHECK(kernels == u.sdpa_calls);
+  }
+  CHECK(seen);
 }
 
 TEST_CASE("a bfloat16 package follows diffusers' bfloat16 WanPipeline" * doctest::timeout(600)) {
