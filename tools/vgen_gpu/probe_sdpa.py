@@ -23,7 +23,10 @@ the 512 rows and with the compact context) and its share of the measured s/step 
 float32's tolerance, as the H200's bf16 package did in run 3) and of diffusers_single, when
 those phases ran before this one, to set beside step_profile's attention share.
 On --device cpu --tiny: the tiny model at its shape, with what a CPU offers (flash for CPU and
-math; efficient and cuDNN refused).
+math; efficient and cuDNN refused); there a call of microseconds' work is timed with the driver's
+thread count, so on a loaded machine the figures measure the threads' wake-up (the tiny self
+case on the shared 2-core machine at a load average of 2.5, 2026-11-28 11:15: ~8 ms a call with
+2 threads, 0.025 ms with 1) and the shares are not a step's: it exercises the code only.
 """
 
 from __future__ import annotations
@@ -199,7 +202,7 @@ def phase_sdpa_probe(args) -> dict:
     plan = {"self": (s["tokens"], False), "cross_padded": (s["text_rows"], False), "cross_compact": (s["compact_rows"], True)}
     res = {"shape": s["shape"], **{k: s[k] for k in ("heads", "head_dim", "layers", "rows", "token_grid", "tokens",
                                                        "text_rows", "prompt_tokens", "compact_rows")},
-           "dtype": "bfloat16", "torch": torch.__version__,
+           "dtype": "bfloat16", "torch": torch.__version__, "cpu_threads": torch.get_num_threads(),
            "default_priority": [torch.nn.attention.SDPBackend(i).name for i in torch._C._get_sdp_priority_order()],
            "flash_impls": attention.list_flash_attention_impls(), "flash_impl_active": attention.current_flash_attention_impl(),
            "cases": {}}
