@@ -11,13 +11,13 @@ no mask (diffusers' forward) and to the compact context with its additive key bi
 in the activation dtype (vgen's forward_compact; T and the bias from the package's tokenizer on
 the check's prompt and negative prompt, as reference_loop.compact_context builds them). q, k, v
 are [B,L,H,D] views permuted to [B,H,L,D], as diffusers passes them. Per case and backend
-(torch.nn.attention.sdpa_kernel with that backend alone): one warm-up call, then synchronised
-timed calls (median), peak memory above the inputs (CUDA), max |diff| against the flash result
-(efficient for the masked case); a backend that refuses the case is recorded as refused with
-PyTorch's message and warnings, not a failure; math is skipped where its float32 scores would
-not fit in the free memory. Also: the backend PyTorch's default priority picks
-(torch._fused_sdp_choice), the one it picks with vgen's cuDNN-first order, and per backend the
-attention time of one denoiser step computed from these calls (layers x (self + cross), with
+(torch.nn.attention.sdpa_kernel with that backend alone): one warm-up call, then timed calls
+(median; CUDA events on a GPU, the host clock on a CPU), peak memory above the inputs (CUDA),
+max |diff| against the flash result (efficient for the masked case); a backend that refuses the
+case is recorded as refused with PyTorch's message and warnings, not a failure; math is skipped
+where its float32 scores would not fit in the free memory. Also: the backend PyTorch's default
+priority picks (torch._fused_sdp_choice), the one it picks with vgen's cuDNN-first order, and per
+backend the attention time of one denoiser step computed from these calls (layers x (self + cross), with
 the 512 rows and with the compact context) and its share of the measured s/step of vgen_single
 (with the cross case its package runs: the export keeps forward_compact off where it misses
 float32's tolerance, as the H200's bf16 package did in run 3) and of diffusers_single, when
@@ -121,11 +121,18 @@ def run_backend(args, name: str, case: dict, reps: int) -> tuple[dict, object]:
             out = call()  # the warm-up
             sync(args.device)
             times = []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                out = call()
-                sync(args.device)
-                times.append(time.perf_counter() - t0)
+            for _ in range(reps):  # CUDA events on a GPU: the compact cross call has 21/32760 of self's FLOPs
+                if cuda:
+                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    a.record()
+                    out = call()
+                    b.record()
+                    b.synchronize()
+                    times.append(a.elapsed_time(b) / 1000.0)
+                else:
+                    t0 = time.perf_counter()
+                    out = call()
+                    times.append(time.perf_counter() - t0)
         except torch.OutOfMemoryError as e:
             torch.cuda.empty_cache()
             return {"status": "out_of_memory", "error": str(e)[:300]}, None
@@ -232,7 +239,7 @@ def phase_sdpa_probe(args) -> dict:
     res["vgen_cross"] = s["vgen_cross"]
     res["measured_s_per_step"] = measured_step_s(Path(args.work))
     res["per_step"] = projection(s, res["cases"], res["measured_s_per_step"], s["vgen_cross"])
-    res["terms"] = (f"one call's attention: rows={ROWS} (the CFG pair), synchronised wall clock, median of {reps} after one "
+    res["terms"] = (f"one call's attention: rows={ROWS} (the CFG pair), CUDA events (CPU: host clock), median of {reps} after one "
                     "warm-up; per_step: layers x (self + cross), computed from those calls, not measured as a step; "
                     "vgen_cross: the cross case vgen's package runs (manifest transformer.compact_context)")
     return res
