@@ -116,7 +116,7 @@ def test_gpu_check_cpu_tiny(bundle, tmp_path):
     assert (out / "gpu_check.log").stat().st_size > 0
     # The first command: every phase of it ran (the compiled ones are the second's, test_gpu_bundle_aoti.py).
     assert set(report["phases"]) == {"environment", "build_model", "export", "diffusers_single", "vgen_single", "compare",
-                                     "vgen_fp8", "fp8_linear_probe", "step_profile", "decode_probe",
+                                     "vgen_fp8", "fp8_linear_probe", "sdpa_probe", "step_profile", "decode_probe",
                                      "vgen_tiled_decode"}, report["phases"]
     assert all(p["status"] == "ok" for p in report["phases"].values()), report["phases"]
     env = report["phases"]["environment"]["result"]
@@ -148,6 +148,20 @@ def test_gpu_check_cpu_tiny(bundle, tmp_path):
     assert sp["call_ms"] > 0 and sp["kernel_ms"] > 0 and sp["kernel_launches"] > 0, sp
     assert sp["by_category_ms"]["matmul"] > 0 and sp["flops"]["matmul"] > 0 and sp["flops"]["attention"] > 0, sp
     assert 0 < sp["flops_share_attention"] < 1, sp
+    # Attention alone per SDPA backend (on CPU: flash for CPU and math run, efficient and cuDNN
+    # refuse, which is recorded, not a failure), at the tiny model's heads and tokens.
+    sd = report["phases"]["sdpa_probe"]["result"]
+    assert sd["tokens"] == sd["token_grid"][0] * sd["token_grid"][1] * sd["token_grid"][2] > 0, sd
+    assert sd["default_priority"][:4] == ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH", "CUDNN_ATTENTION"], sd
+    for case, row in sd["cases"].items():
+        assert row["backends"]["FLASH_ATTENTION"]["ms"] > 0 and row["backends"]["MATH"]["ms"] > 0, (case, row)
+        assert row["backends"]["MATH"]["max_abs_diff_vs_reference"] < 0.05, (case, row)
+        assert {row["backends"][b]["status"] for b in ("EFFICIENT_ATTENTION", "CUDNN_ATTENTION")} == {"refused"}, (case, row)
+    assert sd["cases"]["cross_compact"]["mask"] == [2, 1, 1, sd["compact_rows"]], sd
+    assert t["sdpa"]["per_step"]["FLASH_ATTENTION"]["step_ms_512_rows"] > 0, t["sdpa"]
+    # vgen_single and diffusers_single ran before it: the step's attention beside their measured s/step
+    flash = t["sdpa"]["per_step"]["FLASH_ATTENTION"]
+    assert flash["share_of_vgen_single_step"] > 0 and flash["share_of_diffusers_single_step"] > 0, t["sdpa"]
     # The decoder alone: diffusers' against vgen's exported one (optimised and as exported), the
     # same function (float32), and the frames step on the host and on the device, equal.
     dp = t["decode_probe"]

@@ -1,6 +1,7 @@
 """The GPU check's plan and summary table (tools/vgen_gpu/plan.py, check.py) without running a
-phase: where the single job with TorchScript's optimiser off runs, and the rows the table
-builds from phase results (made-up figures, not measurements)."""
+phase: where the single job with TorchScript's optimiser off, the attention probe and the
+cuDNN-first render run, and the rows the table builds from phase results (made-up figures, not
+measurements)."""
 from __future__ import annotations
 
 from vgen_gpu.check import derive
@@ -16,6 +17,40 @@ def test_unoptimised_single_job_runs_in_the_compiled_group_right_after_vgen_sing
     assert "vgen_single_unoptimised" in CUDA_ONLY and "torchscript_gpu_optimize" in CUDA_ONLY["vgen_single_unoptimised"]
     assert "vgen_single_unoptimised" not in OPTIONAL  # its time is held back from the phases before it
     assert set(ORDER) == set(SHARES) and "vgen_single_unoptimised" in expand_only("compiled")
+
+
+def test_attention_probe_runs_in_the_first_group_before_the_step_profile_and_cudnn_render_in_the_compiled_one():
+    first, compiled = GROUPS["first"], GROUPS["compiled"]
+    assert "sdpa_probe" in first and first.index("sdpa_probe") < first.index("step_profile")
+    assert first.index("sdpa_probe") > first.index("vgen_single")  # its shares read vgen_single's s/step
+    assert first.index("sdpa_probe") > first.index("diffusers_single")
+    assert "sdpa_probe" not in OPTIONAL and "sdpa_probe" not in CUDA_ONLY and SHARES["sdpa_probe"] == 30
+    # cuDNN first: after the compiled render, before the best-effort batch phases; optional, CUDA only
+    assert compiled.index("vgen_aoti") < compiled.index("vgen_single_cudnn") < compiled.index("diffusers_batch")
+    assert "vgen_single_cudnn" not in first and "vgen_single_cudnn" in OPTIONAL and SHARES["vgen_single_cudnn"] == 50
+    assert "cuDNN" in CUDA_ONLY["vgen_single_cudnn"]
+    assert expand_only("sdpa_probe") == {"sdpa_probe"} and "vgen_single_cudnn" in expand_only("compiled")
+
+
+def test_the_cudnn_render_and_the_attention_probe_make_table_rows():
+    probe = {"tokens": 32760, "compact_rows": 21, "vgen_cross": "cross_padded", "default_priority": ["FLASH_ATTENTION"],
+             "per_step": {"FLASH_ATTENTION": {"step_ms_512_rows": 900.0}},
+             "cases": {"self": {"default_choice": "FLASH_ATTENTION", "cudnn_first_choice": "CUDNN_ATTENTION",
+                                "backends": {"FLASH_ATTENTION": {"status": "ok", "ms": 29.0},
+                                             "MATH": {"status": "skipped", "reason": "memory"}}}}}
+    report = {"phases": {"vgen_single": {"status": "ok", "result": {"bfloat16": single([5.0, 2.0, 1.25], 4.0)}},
+                         "vgen_single_cudnn": {"status": "ok", "result": {**single([4.0, 1.5, 1.0], 4.0),
+                                                                           "psnr_vs_vgen_bf16": {"psnr_db": 40.0}}},
+                         "sdpa_probe": {"status": "ok", "result": probe}}}
+    derive(report)
+    t = report["table"]
+    assert t["vgen_bf16_attention_cudnn_first"]["s_per_step_vs_vgen_bf16"] == 0.8
+    assert t["vgen_bf16_attention_cudnn_first"]["psnr_vs_vgen_bf16"] == {"psnr_db": 40.0}
+    assert t["sdpa"]["ms"] == {"self": {"FLASH_ATTENTION": 29.0, "MATH": "skipped"}}
+    assert t["sdpa"]["cudnn_first_choice"] == {"self": "CUDNN_ATTENTION"} and t["sdpa"]["vgen_cross"] == "cross_padded"
+    skipped = {"phases": {"vgen_single_cudnn": {"status": "skipped", "error": CUDA_ONLY["vgen_single_cudnn"]}}}
+    derive(skipped)
+    assert "vgen_bf16_attention_cudnn_first" not in skipped["table"]
 
 
 def single(step_s: list[float], decode: float) -> dict:
@@ -47,3 +82,26 @@ def test_a_skipped_unoptimised_phase_makes_no_row_and_one_step_no_second_step():
     derive(report)
     assert "vgen_bf16_torchscript_gpu_unoptimised" not in report["table"]
     assert report["table"]["vgen_bf16"]["second_step_s"] is None
+
+
+def test_attention_per_step_is_layers_times_self_plus_cross_for_the_cross_case_each_side_runs():
+    from vgen_gpu.probe_sdpa import projection
+
+    def case(default, **ms):
+        return {"default_choice": default, "backends": {b: ({"status": "ok", "ms": ms[b]} if b in ms else
+                                                            {"status": "refused"}) for b in
+                                                        ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")}}
+
+    cases = {"self": case("FLASH_ATTENTION", FLASH_ATTENTION=20.0, EFFICIENT_ATTENTION=30.0, CUDNN_ATTENTION=15.0),
+             "cross_padded": case("FLASH_ATTENTION", FLASH_ATTENTION=2.0, EFFICIENT_ATTENTION=3.0, CUDNN_ATTENTION=1.0,
+                                  MATH=8.0),
+             "cross_compact": case("EFFICIENT_ATTENTION", EFFICIENT_ATTENTION=0.5, CUDNN_ATTENTION=0.25)}
+    steps = {"vgen_single": 1.0, "diffusers_single": 2.0}
+    p = projection({"layers": 30}, cases, steps, "cross_compact")
+    assert p["CUDNN_ATTENTION"] == {"step_ms_512_rows": 480.0, "step_ms_compact": 457.5,
+                                    "share_of_vgen_single_step": 0.4575, "share_of_diffusers_single_step": 0.24}
+    assert p["FLASH_ATTENTION"]["step_ms_compact"] is None and "share_of_vgen_single_step" not in p["FLASH_ATTENTION"]
+    assert p["MATH"] == {"step_ms_512_rows": None, "step_ms_compact": None}  # self skipped or refused: no step figure
+    assert p["default"]["step_ms_compact"] == 30 * (20.0 + 0.5)  # flash for self, efficient for the masked cross
+    padded = projection({"layers": 30}, cases, {"vgen_single": 1.0}, "cross_padded")
+    assert padded["FLASH_ATTENTION"] == {"step_ms_512_rows": 660.0, "step_ms_compact": None, "share_of_vgen_single_step": 0.66}

@@ -51,9 +51,9 @@ def shapes_of(args) -> dict:
 
 
 def phase_function(name: str):
-    from vgen_gpu import compiled, phases, probe_decode, probe_fp8, probe_step, tiled
+    from vgen_gpu import compiled, phases, probe_decode, probe_fp8, probe_sdpa, probe_step, tiled
 
-    for module in (phases, compiled, tiled, probe_step, probe_fp8, probe_decode):
+    for module in (phases, compiled, tiled, probe_step, probe_fp8, probe_decode, probe_sdpa):
         if hasattr(module, f"phase_{name}"):
             return getattr(module, f"phase_{name}")
     raise KeyError(f"no phase function for '{name}'")
@@ -145,6 +145,11 @@ def derive(report: dict):
                 table[name]["s_per_step_vs_vgen_bf16"] = round(q["s_per_step"] / v["s_per_step"], 4)
         elif phase in report["phases"]:
             table[name] = f"not measured: phase {phase} did not finish (see phases.{phase})"
+    q = r.get("vgen_single_cudnn")
+    if q:  # optional and CUDA-only: no row when it did not run
+        table["vgen_bf16_attention_cudnn_first"] = {**vgen_row(q), **pick(q, "psnr_vs_diffusers_bf16", "psnr_vs_vgen_bf16")}
+        if v and q.get("s_per_step") and v.get("s_per_step"):
+            table["vgen_bf16_attention_cudnn_first"]["s_per_step_vs_vgen_bf16"] = round(q["s_per_step"] / v["s_per_step"], 4)
     c = r.get("aoti_compile")
     if c:
         table["aoti_compile"] = pick(c, "compile_seconds", "pt2_bytes", "compile_threads", "max_abs_diff_vs_eager", "device")
@@ -176,6 +181,13 @@ def derive(report: dict):
         table["leases"] = "not measured: phase vgen_leases did not finish (see phases.vgen_leases)"
     if r.get("decode_probe"):
         table["decode_probe"] = r["decode_probe"]
+    sd = r.get("sdpa_probe")
+    if sd:
+        table["sdpa"] = {"per_step": sd["per_step"], **pick(sd, "tokens", "compact_rows", "vgen_cross", "default_priority"),
+                         "ms": {c: {b: x.get("ms", x["status"]) for b, x in row["backends"].items()}
+                                for c, row in sd["cases"].items()},
+                         "default_choice": {c: row["default_choice"] for c, row in sd["cases"].items()},
+                         "cudnn_first_choice": {c: row["cudnn_first_choice"] for c, row in sd["cases"].items()}}
     if r.get("fp8_linear_probe"):
         table["fp8_linear"] = r["fp8_linear_probe"]["shapes"]
     td = r.get("vgen_tiled_decode")

@@ -284,6 +284,20 @@ def phase_vgen_single_fusion(args) -> dict:
     return render_vgen(args, "pkg", "vgen_frames_fusion", {"model_backend": {"torchscript_gpu_fusion": True}})
 
 
+def phase_vgen_single_cudnn(args) -> dict:
+    """vgen_single's job with cuDNN's attention first (model_backend.attention; PyTorch's default
+    priority puts it after math, so it is never picked otherwise): s/step against vgen_bf16's,
+    frames against diffusers bf16 and vgen bf16, as vgen_fp8's."""
+    import numpy as np
+
+    work = Path(args.work)
+    res = render_vgen(args, "pkg", "vgen_frames_cudnn", {"model_backend": {"attention": ["cudnn", "flash", "efficient", "math"]}})
+    ours = read_pngs(work / "vgen_frames_cudnn")
+    res["psnr_vs_diffusers_bf16"] = psnr(ours, np.load(work / "diffusers_frames.npy"))
+    res["psnr_vs_vgen_bf16"] = psnr(ours, read_pngs(work / "vgen_frames"))
+    return res
+
+
 def phase_vgen_single_unoptimised(args) -> dict:
     """vgen_single's job with model_backend.torchscript_gpu_optimize false: every TorchScript call
     on the GPU runs as exported (no profiling first call, no optimising second one)."""
