@@ -115,9 +115,11 @@ def test_gpu_check_cpu_tiny(bundle, tmp_path):
     assert done.returncode == 0, json.dumps(report["phases"], default=str)[-3000:]
     assert (out / "gpu_check.log").stat().st_size > 0
     # The first command: every phase of it ran (the compiled ones are the second's, test_gpu_bundle_aoti.py).
-    assert set(report["phases"]) == {"environment", "build_model", "export", "diffusers_single", "vgen_single", "compare",
-                                     "vgen_fp8", "fp8_linear_probe", "sdpa_probe", "step_profile", "decode_probe",
-                                     "vgen_tiled_decode"}, report["phases"]
+    assert list(report["phases"]) == ["environment", "build_model", "export", "diffusers_single", "vgen_single", "compare",
+                                      "sdpa_probe", "vgen_single_cudnn", "step_profile", "decode_probe", "fp8_linear_probe",
+                                      "vgen_fp8", "vgen_tiled_decode"], list(report["phases"])
+    assert report["phases"].pop("vgen_single_cudnn")["status"] == "skipped"  # cuDNN's attention is a CUDA backend
+    assert "vgen_bf16_attention_cudnn_first" not in report["table"]
     assert all(p["status"] == "ok" for p in report["phases"].values()), report["phases"]
     env = report["phases"]["environment"]["result"]
     assert env["diffusers_file"].startswith(str(tmp_path / "work")), "diffusers must come from the bundle"

@@ -18,11 +18,9 @@ def test_compiled_phases_cold_then_warm(bundle, tmp_path):
     assert done.returncode == 0, json.dumps(report["phases"], default=str)[-3000:]
     phases = report["phases"]
     assert list(phases) == ["environment", "build_model", "export", "diffusers_single", "vgen_single",
-                            "vgen_single_unoptimised", "aoti_compile", "vgen_aoti", "vgen_single_cudnn", "diffusers_batch",
+                            "vgen_single_unoptimised", "aoti_compile", "vgen_aoti", "diffusers_batch",
                             "vgen_batch", "vgen_leases", "vgen_single_fusion"], list(phases)
     assert phases.pop("vgen_single_fusion")["status"] == "skipped"  # a CUDA setting
-    assert phases.pop("vgen_single_cudnn")["status"] == "skipped"  # cuDNN's attention is a CUDA backend
-    assert "vgen_bf16_attention_cudnn_first" not in report["table"]
     assert phases.pop("vgen_single_unoptimised")["status"] == "skipped"  # a CUDA setting: a CPU has nothing to measure
     assert "vgen_bf16_torchscript_gpu_unoptimised" not in report["table"]
     assert all(p["status"] == "ok" for p in phases.values()), phases

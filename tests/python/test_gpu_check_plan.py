@@ -19,17 +19,19 @@ def test_unoptimised_single_job_runs_in_the_compiled_group_right_after_vgen_sing
     assert set(ORDER) == set(SHARES) and "vgen_single_unoptimised" in expand_only("compiled")
 
 
-def test_attention_probe_runs_in_the_first_group_before_the_step_profile_and_cudnn_render_in_the_compiled_one():
+def test_attention_probe_and_cudnn_render_run_in_the_first_group_before_the_step_profile():
     first, compiled = GROUPS["first"], GROUPS["compiled"]
     assert "sdpa_probe" in first and first.index("sdpa_probe") < first.index("step_profile")
     assert first.index("sdpa_probe") > first.index("vgen_single")  # its shares read vgen_single's s/step
     assert first.index("sdpa_probe") > first.index("diffusers_single")
     assert "sdpa_probe" not in OPTIONAL and "sdpa_probe" not in CUDA_ONLY and SHARES["sdpa_probe"] == 30
-    # cuDNN first: after the compiled render, before the best-effort batch phases; optional, CUDA only
-    assert compiled.index("vgen_aoti") < compiled.index("vgen_single_cudnn") < compiled.index("diffusers_batch")
-    assert "vgen_single_cudnn" not in first and "vgen_single_cudnn" in OPTIONAL and SHARES["vgen_single_cudnn"] == 50
+    # cuDNN first: right after the probe, before what the first command's budget may cut (fp8, the
+    # tiled decode); optional, CUDA only; not run again by the second command
+    assert first.index("sdpa_probe") < first.index("vgen_single_cudnn") < first.index("step_profile")
+    assert first.index("vgen_single_cudnn") < first.index("vgen_fp8") and first[-1] == "vgen_tiled_decode"
+    assert "vgen_single_cudnn" not in compiled and "vgen_single_cudnn" in OPTIONAL and SHARES["vgen_single_cudnn"] == 50
     assert "cuDNN" in CUDA_ONLY["vgen_single_cudnn"]
-    assert expand_only("sdpa_probe") == {"sdpa_probe"} and "vgen_single_cudnn" in expand_only("compiled")
+    assert expand_only("sdpa_probe") == {"sdpa_probe"} and "vgen_single_cudnn" in expand_only("first")
 
 
 def test_the_cudnn_render_and_the_attention_probe_make_table_rows():

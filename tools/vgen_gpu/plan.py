@@ -16,14 +16,18 @@ SHARES = {"environment": 30, "build_model": 90, "export": 180, "diffusers_single
           "aoti_compile": 300, "vgen_aoti": 70, "vgen_single_fusion": 50, "vgen_tiled_decode": 110,
           "step_profile": 40, "vgen_single_unoptimised": 50, "fp8_linear_probe": 40,
           "decode_probe": 60, "sdpa_probe": 30, "vgen_single_cudnn": 50}
-# The first command measures one job every way (and the diagnostics of where its time goes); the
-# second compiles for the device, renders with it, then runs what was measured before and changes
-# only with the step or decode speed (the batch, two leases, fusion), best effort, with what is left.
+# The first command measures one job every way (and the diagnostics of where its time goes), in
+# the order of what the next decision needs: the job both ways, attention per kernel and a render
+# with cuDNN's attention first (attention is 71 % of a step's FLOPs), the step's kernel split, the
+# decode, then fp8 (measured in run 3, bounded by arithmetic) and the tiled decode's memory (measured
+# on CPU too), which its budget may cut. The second compiles for the device, renders with it, then
+# runs what was measured before and changes only with the step or decode speed (the batch, two
+# leases, fusion), best effort, with what is left.
 GROUPS = {"first": ["environment", "build_model", "export", "diffusers_single", "vgen_single", "compare",
-                    "vgen_fp8", "fp8_linear_probe", "sdpa_probe", "step_profile", "decode_probe",
-                    "vgen_tiled_decode"],
+                    "sdpa_probe", "vgen_single_cudnn", "step_profile", "decode_probe", "fp8_linear_probe",
+                    "vgen_fp8", "vgen_tiled_decode"],
           "compiled": ["environment", "build_model", "export", "diffusers_single", "vgen_single",
-                       "vgen_single_unoptimised", "aoti_compile", "vgen_aoti", "vgen_single_cudnn", "diffusers_batch", "vgen_batch",
+                       "vgen_single_unoptimised", "aoti_compile", "vgen_aoti", "diffusers_batch", "vgen_batch",
                        "vgen_leases", "vgen_single_fusion"]}
 ORDER = list(dict.fromkeys(GROUPS["first"] + GROUPS["compiled"]))
 # Best effort: no time is held back for them from the phases before (they get what is left).
