@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import copy
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-QUANTIZE_CHOICES = ("int8", "int8-only", "fp8", "fp8-only")
-INT8_CHOICES = ("int8", "int8-only")  # the LTX exporter's (no fp8 there yet)
+from . import manifest as mf
+
+QUANTIZE_CHOICES = ("int8", "int8-only", "fp8", "fp8-only")  # the Wan and LTX-Video exporters' --quantize
 QUANTIZATION = "int8-dynamic"  # components.<name>.quantization of an int8 transformer
 FP8_QUANTIZATION = "fp8-e4m3"  # ... and of an fp8 one
 E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
@@ -180,3 +182,20 @@ def precision_entries(quantize: str | None, components: list[str], default_preci
     p = precision_of(quantize)
     return {"default": default_precision or dtype,
             "variants": {p: {c: variant_name(c, quantize) for c in components}}}
+
+
+def add_precisions(manifest: dict[str, Any], out_dir: Path, quantize: str | None, transformers: list[str],
+                   default_precision: str | None, dtype: str) -> None:
+    """The int8 / fp8 variants' component entries (a copy of each float entry's fields, the
+    variant's file <name>_<precision>.pt) and the manifest's "precisions" section; or, for an
+    -only package, nothing more (its base precision is the quantized one, said by the float
+    entry's quantization field). The Wan and LTX-Video exporters' shared last step."""
+    section = precision_entries(quantize, transformers, default_precision, dtype)
+    if section is None:
+        return
+    for name in transformers:
+        float_entry = manifest["components"][name]
+        manifest["components"][variant_name(name, quantize)] = mf.component_entry(
+            out_dir, f"{variant_name(name, quantize)}.pt", format=float_entry["format"], dtype=float_entry["dtype"],
+            methods=float_entry["methods"], quantization=quantization_of(quantize))
+    manifest["precisions"] = section

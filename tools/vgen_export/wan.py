@@ -34,8 +34,8 @@ from .wan_aoti import compile_transformer_aoti
 from .wan_vae import export_vae_decoder
 from .common import (DTYPES, Handoff, assert_checks, dtype_tolerance, failed_checks, find_spm_file, load_saved,
                      max_diff, save_module, trace_quietly)
-from .quantize import QUANTIZE_CHOICES, check_quantize, only_precision, precision_entries, precision_of, quantization_field  # noqa: E501
-from .quantize import quantization_of, quantize_linears, variant_name, writes_variant
+from .quantize import QUANTIZE_CHOICES, add_precisions, check_quantize, only_precision, precision_of, quantization_field
+from .quantize import quantize_linears, variant_name, writes_variant
 from .reference_loop import check_tokenizer, compact_context
 
 WAN_NEGATIVE_PROMPT = (
@@ -234,22 +234,6 @@ def export_transformer_variants(name: str, transformer, out_dir: Path, max_lengt
         checks[variant_name(name, quantize)] = export_transformer(transformer, out_dir / f"{variant_name(name, quantize)}.pt",
                                                                   max_length, dtype, gen, precision_of(quantize), per_token_timesteps)
     return checks
-
-
-def add_precisions(manifest: dict[str, Any], out_dir: Path, quantize: str | None, transformers: list[str],
-                   default_precision: str | None, dtype: str) -> None:
-    """The int8 variants' component entries (a copy of each float entry's fields, the variant's
-    file) and the manifest's "precisions" section; or, for an int8-only package whose jobs
-    should default to it, nothing more (its base precision is int8)."""
-    section = precision_entries(quantize, transformers, default_precision, dtype)
-    if section is None:
-        return
-    for name in transformers:
-        float_entry = manifest["components"][name]
-        manifest["components"][variant_name(name, quantize)] = mf.component_entry(
-            out_dir, f"{variant_name(name, quantize)}.pt", format=float_entry["format"], dtype=float_entry["dtype"],
-            methods=float_entry["methods"], quantization=quantization_of(quantize))
-    manifest["precisions"] = section
 
 
 def export_transformer(transformer, path: Path, max_length: int, dtype, gen, quantize: str | None = None,
