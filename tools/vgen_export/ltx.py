@@ -45,7 +45,7 @@ from . import manifest as mf
 from .common import (DTYPES, ExportRefused, assert_checks, dtype_tolerance, find_spm_file, flow_match_euler_config,
                      load_saved, max_diff, pipeline_index, run_export, save_module, trace_quietly)
 from .latent_preview import preview_section, torchscript_decoder
-from .quantize import QUANTIZE_CHOICES, add_precisions, check_quantize, only_precision, precision_of, quantization_field
+from .quantize import add_precisions, add_quantize_arguments, check_quantize, only_precision, precision_of, quantization_field
 from .quantize import quantize_linears, variant_name, writes_variant
 from .reference_loop import check_tokenizer
 
@@ -343,12 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-noise-scale", type=float, default=None,
                         help="LTXPipeline's decode_noise_scale (default: the decode timestep)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
-                        help="int8 / fp8: add an int8 (dynamic, fbgemm; float32 exports) or fp8 e4m3 (per-channel scales; "
-                             "float32 or bfloat16 exports) variant of the transformer blocks' Linear layers beside the float "
-                             "one, chosen per job (precision); -only: the transformer itself")
-    parser.add_argument("--default-precision", choices=["float32", "bfloat16", "int8", "fp8"], default=None,
-                        help="the precision jobs get when they name none (default: the dtype, or the -only precision)")
+    add_quantize_arguments(parser)
     args = parser.parse_args(argv)
     if args.tiny == (args.diffusers is not None):
         parser.error("give exactly one of --diffusers DIR or --tiny")

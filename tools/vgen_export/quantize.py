@@ -1,4 +1,5 @@
-"""Quantized weight variants of a denoiser (issues 24 and 30), shared by the Wan and LTX exporters.
+"""Quantized weight variants of a denoiser (issues 24 and 30), shared by the Wan, LTX-Video and
+LTX-2 exporters (the Linears inside ".blocks." / ".transformer_blocks.").
 
 int8 (issue 24): dynamic int8 quantization (fbgemm: int8 weights, activations quantized per
 call, float32 in and out) of the Linear layers inside the transformer blocks. fp8 (issue 30):
@@ -12,6 +13,7 @@ Fp8Linear. ``precision_entries`` says in the manifest which precisions a package
 
 from __future__ import annotations
 
+import argparse
 import copy
 import warnings
 from pathlib import Path
@@ -22,7 +24,7 @@ import torch.nn.functional as F
 
 from . import manifest as mf
 
-QUANTIZE_CHOICES = ("int8", "int8-only", "fp8", "fp8-only")  # the Wan and LTX-Video exporters' --quantize
+QUANTIZE_CHOICES = ("int8", "int8-only", "fp8", "fp8-only")  # --quantize of the Wan, LTX-Video and LTX-2 exporters
 QUANTIZATION = "int8-dynamic"  # components.<name>.quantization of an int8 transformer
 FP8_QUANTIZATION = "fp8-e4m3"  # ... and of an fp8 one
 E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
@@ -199,3 +201,13 @@ def add_precisions(manifest: dict[str, Any], out_dir: Path, quantize: str | None
             out_dir, f"{variant_name(name, quantize)}.pt", format=float_entry["format"], dtype=float_entry["dtype"],
             methods=float_entry["methods"], quantization=quantization_of(quantize))
     manifest["precisions"] = section
+
+
+def add_quantize_arguments(parser: argparse.ArgumentParser) -> None:
+    """--quantize and --default-precision, the same for every exporter that takes them."""
+    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
+                        help="int8 / fp8: add an int8 (dynamic, fbgemm; float32 exports) or fp8 e4m3 (per-channel scales; "
+                             "float32 or bfloat16 exports) variant of the transformer blocks' Linear layers beside the float "
+                             "one, chosen per job (precision); -only: the transformer itself")
+    parser.add_argument("--default-precision", choices=["float32", "bfloat16", "int8", "fp8"], default=None,
+                        help="the precision jobs get when they name none (default: the dtype, or the -only precision)")

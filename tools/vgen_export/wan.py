@@ -34,7 +34,7 @@ from .wan_aoti import compile_transformer_aoti
 from .wan_vae import export_vae_decoder
 from .common import (DTYPES, Handoff, assert_checks, dtype_tolerance, failed_checks, find_spm_file, load_saved,
                      max_diff, save_module, trace_quietly)
-from .quantize import QUANTIZE_CHOICES, add_precisions, check_quantize, only_precision, precision_of, quantization_field
+from .quantize import add_precisions, add_quantize_arguments, check_quantize, only_precision, precision_of, quantization_field
 from .quantize import quantize_linears, variant_name, writes_variant
 from .reference_loop import check_tokenizer, compact_context
 
@@ -536,15 +536,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-side", type=int, default=1280)
     parser.add_argument("--max-frames", type=int, default=81)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
-                        help="int8 / fp8: add an int8 (dynamic, fbgemm) or fp8 e4m3 (per-channel scales) variant of the transformer "
-                             "blocks' Linear layers beside the float one, chosen per job (precision); -only: the transformer itself")
+    add_quantize_arguments(parser)
     parser.add_argument("--compile", choices=["aoti"], default=None,
                         help="aoti: also compile the transformer(s), the text encoder and the VAE's whole-clip decode ahead of time with torch.export + AOTInductor "
                              "for this machine's CPU (<name>.cpu.pt2 beside the TorchScript file; "
                              "VGEN_AOTI_THREADS compile threads, default 1)")
-    parser.add_argument("--default-precision", choices=["float32", "bfloat16", "int8", "fp8"], default=None,
-                        help="the precision jobs get when they name none (default: the dtype, or the -only precision)")
     parser.add_argument("--video-input", action="store_true",
                         help="Wan 2.1 text-to-video: ship the VAE encoder too, so jobs may give a video "
                              "(video-to-video, manifest inputs.video)")
