@@ -43,11 +43,11 @@ FAMILY = {"ltx": ("ltx-video", "LTXVideoTransformer3DModel"), "ltx2": ("ltx2", "
 torch.set_num_threads(1)
 
 
-def export(family: str, src: Path, out: Path, quantize: str) -> None:
+def export(family: str, src: Path, out: Path, quantize: str, dtype: str = "float32") -> None:
     if family == "ltx":
-        el.export_ltx(src, out, tiny=True, seed=0, quantize=quantize)
+        el.export_ltx(src, out, dtype=dtype, tiny=True, seed=0, quantize=quantize)
     else:
-        el2.export_ltx2(src, out, tiny=True, seed=0, max_length=TINY_MAX_LENGTH, quantize=quantize)
+        el2.export_ltx2(src, out, dtype=dtype, tiny=True, seed=0, max_length=TINY_MAX_LENGTH, quantize=quantize)
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILY))
@@ -154,3 +154,14 @@ def test_fp8_on_a_package_without_it_is_exit_2_naming_the_field(packages, tmp_pa
             in r.stderr), r.stderr
     assert not any(out.iterdir())
     assert render(plain, out / "y.png").returncode == 0  # the package itself is fine
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY))
+@pytest.mark.parametrize("dtype,quantize,named", [("float16", "fp8", "quantize: fp8 of a float32 or bfloat16"),
+                                                  ("bfloat16", "int8", "quantize: int8 of a float32 export"),
+                                                  ("float32", "int4", "quantize:")])
+def test_what_fp8_and_int8_cannot_quantize_is_refused_before_anything_is_written(tmp_path, family, dtype, quantize,
+                                                                                   named):
+    with pytest.raises(ValueError, match=named):
+        export(family, tmp_path / "nowhere", tmp_path / "out", quantize, dtype=dtype)
+    assert not (tmp_path / "out").exists()
