@@ -97,23 +97,30 @@ def test_fp8_renders_close_to_float32_and_bf16_is_measured_too(packages, tmp_pat
     assert MIN_PSNR_BF16 < got["bf16"] < math.inf, got
 
 
-@pytest.mark.parametrize("wrong", ["doubled", "dropped"])
-def test_a_wrong_scale_falls_below_the_floor(packages, tmp_path, wrong):
-    """The floor can fail: the same package with every fp8 scale doubled (or left out: the
-    e4m3 values used as they are) renders below it."""
-    broken = tmp_path / "broken"
-    shutil.copytree(packages / "fp8", broken)  # (a package's files may not be symlinks out of it)
-    module = torch.jit.load(str(packages / "fp8" / "transformer_fp8.pt"))
+def with_wrong_scales(package: Path, broken: Path, wrong: str) -> Path:
+    """A copy of `package` at `broken` whose transformer_fp8.pt has every fp8 scale doubled
+    ("doubled") or left out ("dropped": the e4m3 values used as they are), its manifest entry
+    rehashed. For the tests that show a PSNR floor can fail (this file's and LTX-Video's)."""
+    shutil.copytree(package, broken)  # (a package's files may not be symlinks out of it)
+    module = torch.jit.load(str(package / "transformer_fp8.pt"))
     with torch.no_grad():
         for k, v in module.state_dict().items():
             if k.endswith(".scale"):
                 v.mul_(2.0) if wrong == "doubled" else v.fill_(1.0)
     torch.jit.save(module, str(broken / "transformer_fp8.pt"))
-    m = json.loads((packages / "fp8" / "manifest.json").read_text())
+    m = json.loads((package / "manifest.json").read_text())
     old = m["components"]["transformer_fp8"]
     m["components"]["transformer_fp8"] = mf.component_entry(broken, "transformer_fp8.pt", **{
         k: v for k, v in old.items() if k not in ("file", "sha256", "bytes")})
     (broken / "manifest.json").write_text(json.dumps(m))
+    return broken
+
+
+@pytest.mark.parametrize("wrong", ["doubled", "dropped"])
+def test_a_wrong_scale_falls_below_the_floor(packages, tmp_path, wrong):
+    """The floor can fail: the same package with every fp8 scale doubled (or left out: the
+    e4m3 values used as they are) renders below it."""
+    broken = with_wrong_scales(packages / "fp8", tmp_path / "broken", wrong)
     f32 = render(packages / "fp8", tmp_path / "f32.png", "--precision", "float32")
     bad = render(broken, tmp_path / "bad.png", "--precision", "fp8")
     quality = psnr(f32, bad)

@@ -45,7 +45,8 @@ from . import manifest as mf
 from .common import (DTYPES, ExportRefused, assert_checks, dtype_tolerance, find_spm_file, flow_match_euler_config,
                      load_saved, max_diff, pipeline_index, run_export, save_module, trace_quietly)
 from .latent_preview import preview_section, torchscript_decoder
-from .quantize import QUANTIZATION, INT8_CHOICES, check_quantize, precision_entries, quantize_int8
+from .quantize import add_precisions, add_quantize_arguments, check_quantize, only_precision, precision_of, quantization_field
+from .quantize import quantize_linears, variant_name, writes_variant
 from .reference_loop import check_tokenizer
 
 ACCEPTED_PIPELINES = ("LTXPipeline", "LTXImageToVideoPipeline")
@@ -151,15 +152,16 @@ def export_text_encoder(encoder, path: Path, max_length: int, dtype, gen) -> dic
 
 
 def export_transformer(transformer, path: Path, max_length: int, dtype, gen, temporal: int,
-                       spatial: int, quantize: bool = False) -> dict[str, Any]:
-    """quantize: the transformer blocks' Linears dynamically int8 (vgen_export/quantize.py); the
-    checks then compare the TorchScript module with eager int8, and report (not check) how far
-    it is from the float transformer called the pipeline's way."""
+                       spatial: int, quantize: str | None = None) -> dict[str, Any]:
+    """quantize ("int8" or "fp8", vgen_export/quantize.py): the transformer blocks' Linears
+    dynamically int8, or e4m3 with a float32 scale per output channel; the checks then compare
+    the TorchScript module with the eager quantized one, and report (not check) how far it is
+    from the float transformer called the pipeline's way."""
     cfg = transformer.config
     wrapper = TransformerExport(transformer).eval()
     quantized = 0
     if quantize:
-        wrapper, quantized = quantize_int8(wrapper, ".transformer_blocks.")
+        wrapper, quantized = quantize_linears(wrapper, ".transformer_blocks.", quantize, dtype)
 
     def inputs(b, f, h, w, fps, lengths, per_token=False):
         x = torch.randn(b, f * h * w, cfg.in_channels, generator=gen).to(dtype)
@@ -189,7 +191,7 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, tem
         check = {"shape": list(x.shape), "fps": fps, "timestep": list(t.shape),
                  "max_abs_diff": max_diff(got, wrapper(x, t, ctx, mask, coords) if quantized else ref),
                  "tolerance": dtype_tolerance(dtype, ref)}
-        if quantized:  # how far int8 moves the prediction from float (reported, not a check)
+        if quantized:  # how far int8 / fp8 moves the prediction from float (reported, not a check)
             check["max_abs_diff_vs_float"] = max_diff(got, ref)
         checks.append(check)
     return {"trace_shape": list(trace[0].shape), **saved, "checks": checks,
@@ -232,7 +234,8 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
                default_precision: str | None = None) -> dict[str, Any]:
     """Export the diffusers LTX-Video directory into a package directory; returns the manifest.
     quantize / default_precision: as export_wan's (vgen_export/quantize.py), for the LTX
-    transformer's block Linears."""
+    transformer's block Linears: "int8" / "fp8" write transformer_int8.pt / transformer_fp8.pt
+    beside the float transformer (precisions.variants), "-only" quantizes transformer.pt itself."""
     check_quantize(quantize, dtype, default_precision)
     import sentencepiece
     from diffusers import AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXVideoTransformer3DModel
@@ -272,12 +275,13 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
         rope = transformer.rope
         rope_base = {"frames": int(rope.base_num_frames), "height": int(rope.base_height), "width": int(rope.base_width)}
         checks["transformer"] = export_transformer(transformer, out_dir / "transformer.pt", max_length, tdtype, gen,
-                                                   temporal, spatial, quantize == "int8-only")
-        if quantize == "int8":
-            checks["transformer_int8"] = export_transformer(transformer, out_dir / "transformer_int8.pt", max_length,
-                                                            tdtype, gen, temporal, spatial, True)
+                                                   temporal, spatial, only_precision(quantize))
+        variants = [variant_name("transformer", quantize)] if writes_variant(quantize) else []
+        for name in variants:  # transformer_int8 / transformer_fp8 beside the float one
+            checks[name] = export_transformer(transformer, out_dir / f"{name}.pt", max_length, tdtype, gen,
+                                              temporal, spatial, precision_of(quantize))
         del transformer
-    for name in ("text_encoder", "transformer", "vae_decoder", "vae_encoder") + (("transformer_int8",) if quantize == "int8" else ()):
+    for name in ["text_encoder", "transformer", "vae_decoder", "vae_encoder"] + variants:
         assert_checks(name, checks[name])
 
     scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(diffusers_dir, subfolder="scheduler")
@@ -290,8 +294,7 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     conditioned = bool(vcfg.get("timestep_conditioning", False))
     manifest = {
         **mf.package_head(mf.FAMILY_LTX_VIDEO, dtype, diffusers_dir, tiny, seed, pipeline=index.get("_class_name")),
-        "components": mf.torchscript_components(
-            out_dir, dtype, transformer={"quantization": QUANTIZATION} if quantize == "int8-only" else None),
+        "components": mf.torchscript_components(out_dir, dtype, transformer=quantization_field(quantize)),
         "tokenizer": mf.t5_tokenizer_section(sp, max_length),
         # Unmasked T5 output: all max_length rows, the mask goes to the transformer.
         "text_encoder": {"output_dim": text_dim, "output_masked": False, "padding_invariant": False},
@@ -320,10 +323,7 @@ def export_ltx(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "flo
     # Live previews: the latent -> RGB factors, fitted against the decoder just written (the same
     # least-squares fit as the Wan exporter's, over LTX's own un-normalisation).
     manifest["preview"] = preview_section(manifest, torchscript_decoder(out_dir, manifest))
-    if (precisions := precision_entries(quantize, ["transformer"], default_precision, dtype)) is not None:
-        manifest["components"]["transformer_int8"] = mf.component_entry(
-            out_dir, "transformer_int8.pt", format="torchscript", dtype=dtype, methods=["forward"], quantization=QUANTIZATION)
-        manifest["precisions"] = precisions
+    add_precisions(manifest, out_dir, quantize, ["transformer"], default_precision, dtype)
     mf.write_manifest(out_dir, manifest)
     return manifest
 
@@ -343,11 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-noise-scale", type=float, default=None,
                         help="LTXPipeline's decode_noise_scale (default: the decode timestep)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--quantize", choices=INT8_CHOICES, default=None,
-                        help="int8: add a dynamically int8-quantized variant of the transformer blocks' Linear layers "
-                             "(CPU, fbgemm) beside float32, chosen per job (precision); int8-only: the transformer itself int8")
-    parser.add_argument("--default-precision", choices=["float32", "int8"], default=None,
-                        help="the precision jobs get when they name none (default: float32, or int8 for int8-only)")
+    add_quantize_arguments(parser)
     args = parser.parse_args(argv)
     if args.tiny == (args.diffusers is not None):
         parser.error("give exactly one of --diffusers DIR or --tiny")

@@ -19,6 +19,9 @@ The package (family "ltx2") holds TorchScript modules, Gemma's SentencePiece mod
   sample, which the elementwise Euler step allows). The coordinates are the rope bounds
   LTX2Pipeline builds (``video_coords``/``audio_coords`` below are the formulas the runtime
   implements); the audio timestep is also the transformer's sigma, use_cross_timestep as recorded;
+- transformer_int8.pt / transformer_fp8.pt with --quantize int8 / fp8: the same module with the
+  ".transformer_blocks." Linears quantized (vgen_export/quantize.py, as for Wan and LTX-Video),
+  chosen per job ("precision"); -only quantizes transformer.pt itself;
 - vae_decoder.pt   (z [B,C,F,H,W] un-normalised latents) -> video [B,3,8(F-1)+1,32H,32W];
 - vae_encoder.pt   (video [B,3,F,H,W] in [-1,1]) -> the posterior's mode [B,C,F',H',W']: what
   LTX2ImageToVideoPipeline encodes a first frame to ("argmax"), so the package also runs
@@ -55,6 +58,8 @@ from . import manifest as mf
 from .common import (DTYPES, ExportRefused, Handoff, assert_checks, dtype_tolerance, flow_match_euler_config, load_saved,
                      max_diff, pipeline_index, run_export, save_module, trace_quietly)
 from .ltx2_audio import audio_geometry, export_ltx2_audio
+from .quantize import add_precisions, add_quantize_arguments, check_quantize, only_precision, precision_of, quantization_field
+from .quantize import quantize_linears, variant_name, writes_variant
 
 ACCEPTED_PIPELINES = ("LTX2Pipeline", "LTX2ImageToVideoPipeline")
 REAL_DEFAULTS = {"steps": 40, "guidance_scale": 4.0, "height": 512, "width": 768, "frames": 121,
@@ -231,15 +236,21 @@ def rope_of(transformer) -> dict[str, Any]:
 
 
 def export_transformer(transformer, path: Path, max_length: int, dtype, gen, rope: dict[str, Any],
-                       cross_timestep: bool) -> dict[str, Any]:
+                       cross_timestep: bool, quantize: str | None = None) -> dict[str, Any]:
     """A Handoff as `transformer` gives this function the only reference: the eager model is
     freed once every reference is computed and the file written, before the saved copy is loaded
     for the checks, so the export never holds two copies of the weights (LTX-2's 19 B would
-    otherwise need twice their size)."""
+    otherwise need twice their size; a quantized export holds the float model and its quantized
+    copy until then). quantize ("int8" / "fp8"): the blocks' Linears quantized; the file is then
+    checked against the eager quantized module, and its distance from diffusers' float
+    prediction reported, not checked (max_abs_diff_vs_float)."""
     owned = isinstance(transformer, Handoff)
     transformer = transformer.take() if owned else transformer
     cfg = transformer.config
     wrapper = TransformerExport(transformer, cross_timestep).eval()
+    quantized = 0
+    if quantize:
+        wrapper, quantized = quantize_linears(wrapper, ".transformer_blocks.", quantize, dtype)
 
     def inputs(b, f, h, w, la, fps, lengths, image=False):
         x = torch.randn(b, f * h * w, cfg.in_channels, generator=gen).to(dtype)
@@ -281,13 +292,19 @@ def export_transformer(transformer, path: Path, max_length: int, dtype, gen, rop
                  "coords_diff": max(max_diff(vc, ref_vc), max_diff(ac, ref_ac)), "tolerance": dtype_tolerance(dtype, ref)}
         if check["coords_diff"] != 0:
             raise RuntimeError(f"transformer: vgen's rope coordinates differ from diffusers' ({check})")
-        refs.append(((x, a, vt, t, vctx, actx, mask, vc, ac), ref, check))
+        args = (x, a, vt, t, vctx, actx, mask, vc, ac)
+        refs.append((args, wrapper(*args) if quantized else ref, ref, check))
     saved = save_module(traced, path)
     del traced, wrapper, transformer  # with a Handoff the last references: the weights go before the reload
     gc.collect()
     loaded = load_saved(path)
-    checks = [{**check, "max_abs_diff": max_diff(loaded(*args), ref)} for args, ref, check in refs]
-    return {"trace_shape": list(trace[0].shape), **saved, "checks": checks}
+    checks = []
+    for args, target, ref, check in refs:
+        got = loaded(*args)
+        checks.append({**check, "max_abs_diff": max_diff(got, target),
+                       **({"max_abs_diff_vs_float": max_diff(got, ref)} if quantized else {})})
+    return {"trace_shape": list(trace[0].shape), **saved, "checks": checks,
+            **({"quantized_linears": quantized} if quantized else {})}
 
 
 def export_vae(vae, out_dir: Path, gen) -> dict[str, dict[str, Any]]:
@@ -329,9 +346,13 @@ def export_vae(vae, out_dir: Path, gen) -> dict[str, dict[str, Any]]:
 
 def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "float32", tiny: bool = False,
                 max_side: int = 1536, max_frames: int = 257, seed: int = 0, max_length: int | None = None,
-                cross_timestep: bool = True) -> dict[str, Any]:
+                cross_timestep: bool = True, quantize: str | None = None,
+                default_precision: str | None = None) -> dict[str, Any]:
     """Export the diffusers LTX-2 directory into a package directory; returns the manifest.
-    max_length: the text length (LTX2Pipeline's max_sequence_length; 1024, the tiny one 32)."""
+    max_length: the text length (LTX2Pipeline's max_sequence_length; 1024, the tiny one 32).
+    quantize / default_precision: as export_wan's (vgen_export/quantize.py), for the transformer's
+    block Linears (video and audio blocks alike)."""
+    check_quantize(quantize, dtype, default_precision)
     import sentencepiece
     from diffusers import (AutoencoderKLLTX2Audio, AutoencoderKLLTX2Video, FlowMatchEulerDiscreteScheduler,
                            LTX2VideoTransformer3DModel)
@@ -383,9 +404,14 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
         tcfg, rope = dict(transformer.config), rope_of(transformer)
         handoff = Handoff(transformer)
         del transformer  # the Handoff holds the only reference
-        checks["transformer"] = export_transformer(handoff, out_dir / "transformer.pt", max_length, tdtype, gen,
-                                                   rope, cross_timestep)
-    for name in ("text_encoder", "transformer", "vae_decoder", "vae_encoder"):  # the audio ones checked themselves
+        variants = [variant_name("transformer", quantize)] if writes_variant(quantize) else []
+        # With a variant to write, the float export borrows the model and the variant's frees it.
+        checks["transformer"] = export_transformer(handoff.module if variants else handoff, out_dir / "transformer.pt",
+                                                   max_length, tdtype, gen, rope, cross_timestep, only_precision(quantize))
+        for name in variants:
+            checks[name] = export_transformer(handoff, out_dir / f"{name}.pt", max_length, tdtype, gen, rope,
+                                              cross_timestep, precision_of(quantize))
+    for name in ["text_encoder", "transformer", "vae_decoder", "vae_encoder"] + variants:  # audio: checked themselves
         assert_checks(name, checks[name])
     if audio["latent_channels"] * audio["latent_mel_bins"] != int(tcfg["audio_in_channels"]):
         raise ExportRefused(f"audio latents ({audio['latent_channels']} x {audio['latent_mel_bins']}) do not pack "
@@ -401,7 +427,8 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
     defaults["frames"] = min(defaults["frames"], frames_max)
     manifest = {
         **mf.package_head(mf.FAMILY_LTX2, dtype, diffusers_dir, tiny, seed, pipeline=index.get("_class_name")),
-        "components": {**mf.torchscript_components(out_dir, dtype), **audio_entries["components"]},
+        "components": {**mf.torchscript_components(out_dir, dtype, transformer=quantization_field(quantize)),
+                       **audio_entries["components"]},
         "tokenizer": {"file": "tokenizer.model", "type": "sentencepiece", "vocab_size": sp.vocab_size(),
                       "max_length": max_length, "pad_id": sp.pad_id(), "eos_id": sp.eos_id(), "bos_id": sp.bos_id(),
                       "unk_id": sp.unk_id(), "add_eos": False, "add_bos": True, "padding": "left",
@@ -435,6 +462,7 @@ def export_ltx2(diffusers_dir: Path | str, out_dir: Path | str, dtype: str = "fl
                                "condition": "(mode - latents_mean) / latents_std as latent frame 0 (no draw), video "
                                             "timestep 0 on its tokens, not stepped", "image_crf": 0},
     }
+    add_precisions(manifest, out_dir, quantize, ["transformer"], default_precision, dtype)
     mf.write_manifest(out_dir, manifest)
     return manifest
 
@@ -454,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--legacy-cross-timestep", action="store_true",
                         help="use_cross_timestep=False (LTX-2.0's original cross-attention modulation)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    add_quantize_arguments(parser)
     args = parser.parse_args(argv)
     if args.tiny == (args.diffusers is not None):
         parser.error("give exactly one of --diffusers DIR or --tiny")
@@ -465,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
         max_length = TINY_MAX_LENGTH
     return run_export("export_ltx2", "ltx2", export_ltx2, args.out, args.diffusers, args.seed, ExportRefused,
                       ("text_encoder", "transformer", "vae_decoder"), dtype=args.dtype, max_side=args.max_side,
-                      max_frames=args.max_frames, max_length=max_length, cross_timestep=not args.legacy_cross_timestep)
+                      max_frames=args.max_frames, max_length=max_length, cross_timestep=not args.legacy_cross_timestep,
+                      quantize=args.quantize, default_precision=args.default_precision)
 
 
 if __name__ == "__main__":

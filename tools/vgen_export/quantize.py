@@ -1,4 +1,5 @@
-"""Quantized weight variants of a denoiser (issues 24 and 30), shared by the Wan and LTX exporters.
+"""Quantized weight variants of a denoiser (issues 24 and 30), shared by the Wan, LTX-Video and
+LTX-2 exporters (the Linears inside ".blocks." / ".transformer_blocks.").
 
 int8 (issue 24): dynamic int8 quantization (fbgemm: int8 weights, activations quantized per
 call, float32 in and out) of the Linear layers inside the transformer blocks. fp8 (issue 30):
@@ -12,15 +13,18 @@ Fp8Linear. ``precision_entries`` says in the manifest which precisions a package
 
 from __future__ import annotations
 
+import argparse
 import copy
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-QUANTIZE_CHOICES = ("int8", "int8-only", "fp8", "fp8-only")
-INT8_CHOICES = ("int8", "int8-only")  # the LTX exporter's (no fp8 there yet)
+from . import manifest as mf
+
+QUANTIZE_CHOICES = ("int8", "int8-only", "fp8", "fp8-only")  # --quantize of the Wan, LTX-Video and LTX-2 exporters
 QUANTIZATION = "int8-dynamic"  # components.<name>.quantization of an int8 transformer
 FP8_QUANTIZATION = "fp8-e4m3"  # ... and of an fp8 one
 E4M3_MAX = 448.0  # the largest finite float8_e4m3fn
@@ -180,3 +184,30 @@ def precision_entries(quantize: str | None, components: list[str], default_preci
     p = precision_of(quantize)
     return {"default": default_precision or dtype,
             "variants": {p: {c: variant_name(c, quantize) for c in components}}}
+
+
+def add_precisions(manifest: dict[str, Any], out_dir: Path, quantize: str | None, transformers: list[str],
+                   default_precision: str | None, dtype: str) -> None:
+    """The int8 / fp8 variants' component entries (a copy of each float entry's fields, the
+    variant's file <name>_<precision>.pt) and the manifest's "precisions" section; or, for an
+    -only package, nothing more (its base precision is the quantized one, said by the float
+    entry's quantization field). The Wan and LTX-Video exporters' shared last step."""
+    section = precision_entries(quantize, transformers, default_precision, dtype)
+    if section is None:
+        return
+    for name in transformers:
+        float_entry = manifest["components"][name]
+        manifest["components"][variant_name(name, quantize)] = mf.component_entry(
+            out_dir, f"{variant_name(name, quantize)}.pt", format=float_entry["format"], dtype=float_entry["dtype"],
+            methods=float_entry["methods"], quantization=quantization_of(quantize))
+    manifest["precisions"] = section
+
+
+def add_quantize_arguments(parser: argparse.ArgumentParser) -> None:
+    """--quantize and --default-precision, the same for every exporter that takes them."""
+    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
+                        help="int8 / fp8: add an int8 (dynamic, fbgemm; float32 exports) or fp8 e4m3 (per-channel scales; "
+                             "float32 or bfloat16 exports) variant of the transformer blocks' Linear layers beside the float "
+                             "one, chosen per job (precision); -only: the transformer itself")
+    parser.add_argument("--default-precision", choices=["float32", "bfloat16", "int8", "fp8"], default=None,
+                        help="the precision jobs get when they name none (default: the dtype, or the -only precision)")

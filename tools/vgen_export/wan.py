@@ -34,8 +34,8 @@ from .wan_aoti import compile_transformer_aoti
 from .wan_vae import export_vae_decoder
 from .common import (DTYPES, Handoff, assert_checks, dtype_tolerance, failed_checks, find_spm_file, load_saved,
                      max_diff, save_module, trace_quietly)
-from .quantize import QUANTIZE_CHOICES, check_quantize, only_precision, precision_entries, precision_of, quantization_field  # noqa: E501
-from .quantize import quantization_of, quantize_linears, variant_name, writes_variant
+from .quantize import add_precisions, add_quantize_arguments, check_quantize, only_precision, precision_of, quantization_field
+from .quantize import quantize_linears, variant_name, writes_variant
 from .reference_loop import check_tokenizer, compact_context
 
 WAN_NEGATIVE_PROMPT = (
@@ -234,22 +234,6 @@ def export_transformer_variants(name: str, transformer, out_dir: Path, max_lengt
         checks[variant_name(name, quantize)] = export_transformer(transformer, out_dir / f"{variant_name(name, quantize)}.pt",
                                                                   max_length, dtype, gen, precision_of(quantize), per_token_timesteps)
     return checks
-
-
-def add_precisions(manifest: dict[str, Any], out_dir: Path, quantize: str | None, transformers: list[str],
-                   default_precision: str | None, dtype: str) -> None:
-    """The int8 variants' component entries (a copy of each float entry's fields, the variant's
-    file) and the manifest's "precisions" section; or, for an int8-only package whose jobs
-    should default to it, nothing more (its base precision is int8)."""
-    section = precision_entries(quantize, transformers, default_precision, dtype)
-    if section is None:
-        return
-    for name in transformers:
-        float_entry = manifest["components"][name]
-        manifest["components"][variant_name(name, quantize)] = mf.component_entry(
-            out_dir, f"{variant_name(name, quantize)}.pt", format=float_entry["format"], dtype=float_entry["dtype"],
-            methods=float_entry["methods"], quantization=quantization_of(quantize))
-    manifest["precisions"] = section
 
 
 def export_transformer(transformer, path: Path, max_length: int, dtype, gen, quantize: str | None = None,
@@ -552,15 +536,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-side", type=int, default=1280)
     parser.add_argument("--max-frames", type=int, default=81)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
-                        help="int8 / fp8: add an int8 (dynamic, fbgemm) or fp8 e4m3 (per-channel scales) variant of the transformer "
-                             "blocks' Linear layers beside the float one, chosen per job (precision); -only: the transformer itself")
+    add_quantize_arguments(parser)
     parser.add_argument("--compile", choices=["aoti"], default=None,
                         help="aoti: also compile the transformer(s), the text encoder and the VAE's whole-clip decode ahead of time with torch.export + AOTInductor "
                              "for this machine's CPU (<name>.cpu.pt2 beside the TorchScript file; "
                              "VGEN_AOTI_THREADS compile threads, default 1)")
-    parser.add_argument("--default-precision", choices=["float32", "bfloat16", "int8", "fp8"], default=None,
-                        help="the precision jobs get when they name none (default: the dtype, or the -only precision)")
     parser.add_argument("--video-input", action="store_true",
                         help="Wan 2.1 text-to-video: ship the VAE encoder too, so jobs may give a video "
                              "(video-to-video, manifest inputs.video)")
