@@ -23,7 +23,8 @@
 #   with T = status's budget_left_s - 30 and B = T - 60 (900 s of device time in all: both cannot
 #   have 540 s; under about 240 s left, skip it and give_back).
 #   then read each $OUT/gpu_check.json ("table": s/step, VAE decode, end to end, peak memory, PSNR,
-#   fp8, tiled decode; the second: vgen_aoti, its compile time and .pt2 size, then the batch, two
+#   attention per kernel and cuDNN-first, the step's kernel split, the decoder probe, fp8, tiled
+#   decode (the last two may be cut by the budget); the second: vgen_aoti, its compile time and .pt2 size, then the batch, two
 #   leases and the fusion row, as far as its budget goes). The second reuses
 #   the model, packages and single-job results the first left in --work (phases "reused"); on a
 #   fresh machine it builds and exports them again first (about 2.5 minutes more).
