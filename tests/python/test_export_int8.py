@@ -93,6 +93,30 @@ def test_ltx_int8_variant(tmp_path):
     assert report["quantized_linears"] == len(inside) < len(linears)
 
 
+def test_ltx2_int8_variant(tmp_path):
+    from vgen_export import ltx2 as el2
+    from vgen_export.tiny_ltx2 import TINY_MAX_LENGTH, write_tiny_ltx2
+
+    src = write_tiny_ltx2(tmp_path / "diffusers", seed=0)
+    m = el2.export_ltx2(src, tmp_path / "pkg", dtype="float32", tiny=True, seed=0, max_length=TINY_MAX_LENGTH,
+                        quantize="int8")
+    assert m["precisions"] == {"default": "float32", "variants": {"int8": {"transformer": "transformer_int8"}}}
+    assert m["components"]["transformer_int8"]["quantization"] == "int8-dynamic"
+    assert "quantized::linear_dynamic" in ops_of(tmp_path / "pkg" / "transformer_int8.pt")
+    assert "quantized::linear_dynamic" not in ops_of(tmp_path / "pkg" / "transformer.pt")
+    report = m["export_checks"]["transformer_int8"]
+    assert report["quantized_linears"] > 0
+    for c in report["checks"]:  # the traced module equals eager int8; int8 is near float32, not equal
+        assert c["max_abs_diff"] <= c["tolerance"]
+        assert 0 < c["max_abs_diff_vs_float"] < 0.25  # LTX-2's tiny model moves more (test_precision_fp8_ltx.py)
+    from diffusers import LTX2VideoTransformer3DModel
+
+    model = LTX2VideoTransformer3DModel.from_pretrained(src, subfolder="transformer")
+    linears = [n for n, mod in model.named_modules() if isinstance(mod, torch.nn.Linear)]
+    inside = [n for n in linears if n.startswith("transformer_blocks.")]
+    assert report["quantized_linears"] == len(inside) < len(linears)
+
+
 def test_quantize_is_checked_before_anything_is_written(tmp_path):
     with pytest.raises(ValueError, match="quantize"):
         ew.export_wan(tmp_path / "nowhere", tmp_path / "out", dtype="bfloat16", quantize="int8")
