@@ -72,12 +72,7 @@ def test_fp8_variant_in_the_manifest_and_the_file(packages):
     assert "quantization" not in m["components"]["transformer"]
     module = torch.jit.load(str(packages / "fp8" / "transformer_fp8.pt"))
     state = module.state_dict()
-    fp8 = [k for k, v in state.items() if v.dtype == torch.float8_e4m3fn]
-    assert fp8 and all(k.endswith(".weight") and ".blocks." in k for k in fp8)
-    for k in fp8:  # one float32 scale per output channel, the largest weight of each row at e4m3's max
-        scale = state[k.removesuffix("weight") + "scale"]
-        assert scale.dtype == torch.float32 and scale.shape == (state[k].shape[0],)
-        assert torch.allclose(state[k].float().abs().amax(dim=1), torch.full_like(scale, 448.0))
+    fp8 = fp8_weights_with_channel_scales(state, ".blocks.")
     assert not any(".blocks." not in k for k in fp8)  # embedders and the head stay float
     # The exporter's own check: the saved module equals the eager fp8 one, and fp8 moves the
     # prediction from float32 a little (not zero: the Linears were replaced in a copy).
@@ -95,6 +90,19 @@ def test_fp8_renders_close_to_float32_and_bf16_is_measured_too(packages, tmp_pat
     print(f"PSNR against float32 (dB): {got}")
     assert MIN_PSNR_FP8 < got["fp8"] < math.inf, got
     assert MIN_PSNR_BF16 < got["bf16"] < math.inf, got
+
+
+def fp8_weights_with_channel_scales(state: dict, inside: str) -> list[str]:
+    """The e4m3 weights of a saved fp8 transformer's state dict, checked: there are some, each a
+    Linear's weight under `inside`, with one float32 scale per output channel that puts the row's
+    largest weight at e4m3's max (448). Returns their keys."""
+    fp8 = [k for k, v in state.items() if v.dtype == torch.float8_e4m3fn]
+    assert fp8 and all(k.endswith(".weight") and inside in k for k in fp8)
+    for k in fp8:
+        scale = state[k.removesuffix("weight") + "scale"]
+        assert scale.dtype == torch.float32 and scale.shape == (state[k].shape[0],)
+        assert torch.allclose(state[k].float().abs().amax(dim=1), torch.full_like(scale, 448.0))
+    return fp8
 
 
 def with_wrong_scales(package: Path, broken: Path, wrong: str) -> Path:

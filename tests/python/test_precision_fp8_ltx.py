@@ -24,7 +24,7 @@ from vgen_export.tiny_ltx import write_tiny_ltx
 from vgen_export.tiny_ltx2 import TINY_MAX_LENGTH, write_tiny_ltx2
 from test_cli_render import render_and_probe  # the CLI tests' render + ffprobe (same folder)
 from test_precision import VGEN, frames, psnr, render  # render: one fixed thread split, PNG frames
-from test_precision_fp8 import with_wrong_scales
+from test_precision_fp8 import fp8_weights_with_channel_scales, with_wrong_scales
 
 pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
 # fp8 vs float32 frames of the tiny models (64x64, 9 frames, 4 steps, seed 3, one thread), this
@@ -77,12 +77,7 @@ def test_fp8_variant_in_the_manifest_and_the_file(packages):
     assert entry["methods"] == m["components"]["transformer"]["methods"] and entry["dtype"] == "float32"
     assert "quantization" not in m["components"]["transformer"]
     state = torch.jit.load(str(packages / "fp8" / "transformer_fp8.pt")).state_dict()
-    fp8 = [k for k, v in state.items() if v.dtype == torch.float8_e4m3fn]
-    assert fp8 and all(k.endswith(".weight") and ".transformer_blocks." in k for k in fp8)
-    for k in fp8:  # one float32 scale per output channel, the largest weight of each row at e4m3's max
-        scale = state[k.removesuffix("weight") + "scale"]
-        assert scale.dtype == torch.float32 and scale.shape == (state[k].shape[0],)
-        assert torch.allclose(state[k].float().abs().amax(dim=1), torch.full_like(scale, 448.0))
+    fp8 = fp8_weights_with_channel_scales(state, ".transformer_blocks.")
     # Every Linear of the blocks and nothing else: the caption projection, time embedder and
     # output head stay float32 (as int8's, test_export_int8.py).
     import diffusers
