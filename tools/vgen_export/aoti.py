@@ -54,6 +54,52 @@ class Method:
 
 
 
+def export_method(name: str, m: Method):
+    """torch.export of one method with its dynamic shapes, as compile_aoti compiles it. Raises
+    naming the method when export refuses (e.g. a guard that narrows a declared range)."""
+    from torch.fx.experimental import _config as fx_config
+
+    try:
+        # size-oblivious: a dim declared from 1 stays one graph for 1 and more (one latent frame,
+        # one row), instead of export specialising 1 away
+        with fx_config.patch(backed_size_oblivious=True):
+            return torch.export.export(m.module, m.args, dynamic_shapes=m.dynamic_shapes, strict=False)
+    except Exception as e:  # noqa: BLE001 - re-raised with the method's name
+        raise RuntimeError(f"aoti: torch.export of method '{name}' failed: {e}") from e
+
+
+def check_exports(methods: dict[str, Method], device: str) -> dict[str, Any]:
+    """Exports every method as compile_aoti would and stops before Inductor: what torch.export
+    refuses on `device` shows without compiling. The methods' modules and args may be fake
+    tensors (fake_device below), so a machine without the device checks its export: run 3 of
+    the GPU check lost its compiled phase to a CUDA-only guard that this finds on a CPU.
+    Returns the dynamic symbols' ranges per method; raises as export_method does."""
+    ranges = {}
+    for name, m in methods.items():
+        ep = export_method(name, m)
+        ranges[name] = {str(s): [_bound(r.lower), _bound(r.upper)] for s, r in ep.range_constraints.items()}
+    return {"device": device, "torch": torch.__version__, "exported": sorted(methods), "ranges": ranges}
+
+
+def _bound(v) -> int | str:
+    try:
+        return int(v)
+    except (TypeError, ValueError, OverflowError):
+        return str(v)  # sympy's infinity: unbounded
+
+
+@contextlib.contextmanager
+def fake_device(device: str):
+    """Tensors and modules moved to `device` inside this context are torch's fake tensors (shapes,
+    dtypes and the device's dispatch, no memory, no kernels), so that torch.export traces the
+    device's decompositions where the device is absent (fake also where it is present: the
+    check then costs no device memory)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        yield
+
+
 @contextlib.contextmanager
 def _compile_threads(threads: int):
     """Inductor's parallel compile workers and the C++ compiler's OpenMP: `threads` at most (the
@@ -125,7 +171,6 @@ def compile_aoti(methods: dict[str, Method], path: Path, device: str = "cpu", th
     if "forward" not in methods:
         raise ValueError("aoti: a package needs a 'forward' method (its metadata lists the others)")
     from torch._inductor import aot_compile
-    from torch.fx.experimental import _config as fx_config
     from torch._inductor.package import load_package, package_aoti
 
     started = time.monotonic()
@@ -135,13 +180,7 @@ def compile_aoti(methods: dict[str, Method], path: Path, device: str = "cpu", th
     try:
         with _compile_threads(threads):
             for name, m in methods.items():
-                try:
-                    # size-oblivious: a dim declared from 1 stays one graph for 1 and more (one
-                    # latent frame, one row), instead of export specialising 1 away
-                    with fx_config.patch(backed_size_oblivious=True):
-                        ep = torch.export.export(m.module, m.args, dynamic_shapes=m.dynamic_shapes, strict=False)
-                except Exception as e:  # noqa: BLE001 - re-raised with the method's name
-                    raise RuntimeError(f"aoti: torch.export of method '{name}' failed: {e}") from e
+                ep = export_method(name, m)
                 dims[name] = sorted(str(s) for s in ep.range_constraints)
                 # freezing: the weights become constants Inductor may fold and prepack for oneDNN
                 # (measured, medium bench transformer, CPU, 1 thread: 0.49 s per call without it,

@@ -27,17 +27,20 @@ class CompactMethod(torch.nn.Module):
 
 
 def compile_transformer_aoti(wrapper: torch.nn.Module, path: Path, cfg, inputs, padded, max_length: int,
-                             dtype, device: str = "cpu", only: list[str] | None = None) -> dict[str, Any]:
+                             dtype, device: str = "cpu", only: list[str] | None = None,
+                             export_only: bool = False) -> dict[str, Any]:
     """The transformer's forward and forward_compact as one AOTInductor package (vgen_export/aoti.py)
     with every dimension vgen varies dynamic: batch rows, latent frames, height and width (in
     patches) and text rows; checked against eager at shapes other than the export's. `device`:
     the device type it is compiled for, where `wrapper` must already be; `inputs` may make its
     tensors on the CPU (they are moved). `only`: compile these methods alone (a job calls one of
     the two, forward_compact when the package compacts its text context; the runtime serves a
-    method the .pt2 lacks from TorchScript), which halves the compile."""
+    method the .pt2 lacks from TorchScript), which halves the compile. `export_only`: stop after
+    torch.export and return aoti.check_exports' report (no file, no eager checks); with the
+    wrapper and inputs fake (aoti.fake_device) this checks a device's export without the device."""
     from torch.export import Dim
 
-    from .aoti import Method, compile_aoti, env_threads
+    from .aoti import Method, check_exports, compile_aoti, env_threads
 
     def on_device(*tensors):
         return tuple(t.to(device) for t in tensors)
@@ -61,11 +64,11 @@ def compile_transformer_aoti(wrapper: torch.nn.Module, path: Path, cfg, inputs, 
     # transformer at 2x16x3x16x16: 0.18 s per call when exported at 2x16x2x6x4, 0.06 s at this size).
     example = inputs(2, 3, min(8, rope), min(8, rope))
     full_checks = []
-    for shape in ((1, 3, 2, 4), (3, 1, 1, 1)):
+    for shape in () if export_only else ((1, 3, 2, 4), (3, 1, 1, 1)):
         args = inputs(*shape)
         full_checks.append((args, wrapper(*args)))
     compact_checks = []
-    for shape, lengths in (((2, 2, 3, 3), [1, 9]), ((1, 1, 2, 2), [min(30, max_length)])):
+    for shape, lengths in () if export_only else (((2, 2, 3, 3), [1, 9]), ((1, 1, 2, 2), [min(30, max_length)])):
         args = padded(inputs(*shape), lengths)
         ctx, bias = compact_context(args[2], lengths)
         compact_checks.append(((args[0], args[1], ctx, bias), wrapper(*args)))
@@ -80,6 +83,8 @@ def compile_transformer_aoti(wrapper: torch.nn.Module, path: Path, cfg, inputs, 
         if unknown:
             raise ValueError(f"compile: unknown transformer method(s) {unknown} (known: {sorted(methods)})")
         methods = {name: m for name, m in methods.items() if name in only}
+    if export_only:
+        return check_exports(methods, device)
     # float32's tolerance in every dtype for the compact checks, as check_compact_context does
     return compile_aoti(methods, path, device=device, threads=env_threads(),
                         tolerance=lambda ref: 1e-4 if dtype == torch.float32 else dtype_tolerance(dtype, ref))
