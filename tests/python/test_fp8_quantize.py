@@ -1,7 +1,8 @@
 """The fp8 Linear's activation quantisation (tools/vgen_export/quantize.py, quantize_rows_e4m3),
 which the exported fp8 transformer runs on CUDA before torch._scaled_mm. The GEMM itself cannot
 run on this CPU; the quantisation can, and it is where the scripted module's CUDA branch is
-written for fewer bytes. Checked here against a float64 reference, on inputs made to break it:
+written for fewer bytes. The branch itself runs here on fake CUDA tensors, where _scaled_mm's
+own rules (layouts, dtypes, scale shapes) are checked as on a card. Checked here against a float64 reference, on inputs made to break it:
 an e4m3fn cast of anything above 448 is NaN, and a wrong scale shows as a large error."""
 from __future__ import annotations
 
@@ -84,3 +85,52 @@ def test_the_cpu_path_is_the_dequantized_linear():
     assert torch.equal(m(x), torch.nn.functional.linear(x, w, m.bias))
     # and the fp8 weights are the float ones within e4m3's rounding per output channel
     assert ((w - lin.weight).abs() <= lin.weight.abs() * E4M3_REL + m.scale.unsqueeze(1) * 2.0 ** -10).all()
+
+
+class ScaledMmCalls(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the aten ops a call reaches (below a FakeTensorMode: only their names)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("act_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("shape", [(7, 64), (2, 5, 64), (2, 3, 4, 64)])
+def test_the_cuda_branch_meets_scaled_mms_rules_on_fake_cuda_tensors(act_dtype, shape):
+    """The scripted module's CUDA branch, run on fake CUDA tensors (torch's FakeTensorMode: no GPU,
+    the CUDA dispatch and _scaled_mm's own checks of layout, dtypes and scale shapes): it reaches
+    _scaled_mm with a row-major e4m3 activation, the column-major weight and float32 scales, and
+    returns the activation's dtype and shape. A weight passed row-major fails here ("mat2 must be
+    col_major"), as it would on the card."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    lin = torch.nn.Linear(64, 96)
+    m = torch.jit.script(Fp8Linear(lin, act_dtype))
+    x = torch.randn(*shape).to(act_dtype)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        mc = m.to("cuda")
+        with ScaledMmCalls() as calls:
+            y = mc(x.to("cuda"))
+        assert y.device.type == "cuda" and y.dtype == act_dtype and tuple(y.shape) == (*shape[:-1], 96)
+        assert "aten._scaled_mm" in calls.ops, calls.ops
+        with pytest.raises(RuntimeError, match="col_major"):
+            torch._scaled_mm(x.reshape(-1, 64).to("cuda").to(torch.float8_e4m3fn), mc.weight,
+                             scale_a=torch.ones(x.numel() // 64, 1, device="cuda"), scale_b=mc.scale.unsqueeze(0),
+                             out_dtype=torch.bfloat16)
+
+
+def test_a_linear_whose_sizes_tensor_cores_cannot_take_stays_dequantized_on_cuda():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    m = torch.jit.script(Fp8Linear(torch.nn.Linear(40, 96), torch.bfloat16))  # 40: not a multiple of 16
+    assert not m.tensor_cores
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        mc = m.to("cuda")
+        with ScaledMmCalls() as calls:
+            y = mc(torch.randn(3, 40).to(torch.bfloat16).to("cuda"))
+        assert tuple(y.shape) == (3, 96) and "aten._scaled_mm" not in calls.ops, calls.ops
