@@ -186,7 +186,12 @@ RuntimeConfig apply_config(RuntimeConfig c, const json::object& root, const std:
          auto& o = c.model_backend;
          r.object(v, p, {{"torchscript_gpu_fusion", bool_or_auto(r, o.torchscript_gpu_fusion)},
                          {"torchscript_gpu_optimize", bool_or_auto(r, o.torchscript_gpu_optimize)},
-                         {"attention", strings_or_auto(r, o.attention)}});
+                         {"attention", strings_or_auto(r, o.attention)},
+                         {"cuda_graphs", [&](const json::value& g, const std::string& gp) {  // "auto" is off
+                            std::optional<bool> on;
+                            bool_or_auto(r, on)(g, gp);
+                            o.cuda_graphs = on.value_or(false);
+                          }}});
          try {
            check_model_backend_options(o);
          } catch (const Error& e) {
@@ -376,7 +381,8 @@ json::object to_json(const RuntimeConfig& c) {
       {"model_backend", {{"torchscript_gpu_fusion", bool_or_auto(c.model_backend.torchscript_gpu_fusion)},
                          {"torchscript_gpu_optimize", bool_or_auto(c.model_backend.torchscript_gpu_optimize)},
                          {"attention", c.model_backend.attention.empty() ? json::value("auto")
-                                                                         : json::value_from(c.model_backend.attention)}}},
+                                                                         : json::value_from(c.model_backend.attention)},
+                         {"cuda_graphs", c.model_backend.cuda_graphs}}},
       {"live", {{"max_total_mb", c.live_max_total_bytes >> 20}}},
       {"cache", {{"text", {{"entries", c.text_cache.entries}, {"ttl_s", c.text_cache.ttl.count()}}},
                  {"loras", {{"mb", c.loras.cache_bytes >> 20}}},

@@ -24,6 +24,7 @@
 #include "stages/media/encode.hpp"
 #include "stages/model/attention_uses.hpp"
 #include "stages/model/component_backends.hpp"
+#include "stages/model/cuda_graph_uses.hpp"
 #include "stages/model/model_backend_options.hpp"
 #include "stages/model/torch_devices.hpp"
 #include "stages/exec/model_set.hpp"
@@ -89,6 +90,10 @@ class RuntimeImpl {
     set_model_backend_options(config_.model_backend);
     set_attention_priority(config_.model_backend.attention);  // CUDA calls' kernel order (CPU ones ignore it)
     if (gpu) set_torchscript_gpu_fusion(config_.model_backend.torchscript_gpu_fusion.value_or(false));
+    // Read by the families' denoiser calls (stages/model/cuda_graph_calls.hpp's with_cuda_graphs).
+    if (config_.model_backend.cuda_graphs)
+      spdlog::info("model_backend.cuda_graphs: denoiser calls on CUDA devices replay captured graphs{}",
+                   gpu ? "" : " (no CUDA device here: nothing is graphed)");
     if (gpu && config_.batching.max_decode_batch == RuntimeConfig::kAuto) config_.batching.max_decode_batch = 1;
     auto loaded = load_models(model_list(), wo);
     tuning_ = std::make_unique<RuntimeTuning>(config_, loaded, device_list, metrics_);
@@ -341,6 +346,7 @@ class RuntimeImpl {
       metrics_.gauge("vgen_cache_bytes", "Bytes held by the cache's entries", {{"cache", "lora"}}).set(static_cast<double>(lora.cost));
       publish_component_backends();
       publish_attention_uses();
+      publish_cuda_graph_uses();
     }
     return metrics_.render_prometheus();
   }
@@ -398,6 +404,30 @@ class RuntimeImpl {
             series(kernel).set(calls);
             was.insert(kernel);
           }
+        }
+      }
+    }
+  }
+
+  // What model_backend.cuda_graphs did per component and device (stages/model/cuda_graph_uses.hpp):
+  // counters of captures, replays and failed captures, raised by what happened since the last scrape.
+  void publish_cuda_graph_uses() {
+    const auto uses = cuda_graph_uses();
+    if (uses.empty()) return;
+    std::lock_guard lock(published_backends_mutex_);
+    for (const auto& name : models_->model_names()) {
+      const auto& dir = models_->package(name).dir;
+      for (const auto& u : uses) {
+        if (u.package != dir) continue;
+        const std::pair<const char*, std::uint64_t> events[] = {
+            {"capture", u.captures}, {"replay", u.replays}, {"capture_failure", u.failures}};
+        for (const auto& [event, total] : events) {
+          auto& was = published_graph_events_[name + '\n' + u.component + '\n' + u.device + '\n' + event];
+          if (total <= was) continue;
+          metrics_.counter("vgen_cuda_graph_events_total", "CUDA graphs of a component's calls (model_backend.cuda_graphs), by event",
+                           {{"model", name}, {"component", u.component}, {"device", u.device}, {"event", event}})
+              .inc(static_cast<double>(total - was));
+          was = total;
         }
       }
     }
@@ -533,6 +563,7 @@ class RuntimeImpl {
   std::unique_ptr<RuntimeTuning> tuning_;  // before models_: its Batcher reports caps to it
   std::mutex published_backends_mutex_;
   std::map<std::string, std::string> published_backends_;  // model\ncomponent\ndevice -> the backend published as 1
+  std::map<std::string, std::uint64_t> published_graph_events_;  // model\ncomponent\ndevice\nevent -> total published
   std::map<std::string, std::set<std::string>> published_kernels_;  // ...\nmethod -> kernels published
   std::unique_ptr<ComputeDevices> devices_;
   std::unique_ptr<ModelSet> models_;

@@ -400,8 +400,18 @@ TorchScriptOptimizerScope::~TorchScriptOptimizerScope() {
   if (restore_) torch::jit::setGraphExecutorOptimize(true);
 }
 
+namespace {
+thread_local int t_once_per_job_depth = 0;  // OncePerJobCalls open on this thread
+}  // namespace
+
 OncePerJobCalls::OncePerJobCalls(std::string_view device)
-    : scope_(parse_torch_device(device), TorchScriptCalls::once_per_job) {}
+    : scope_(parse_torch_device(device), TorchScriptCalls::once_per_job) {
+  ++t_once_per_job_depth;
+}
+
+OncePerJobCalls::~OncePerJobCalls() { --t_once_per_job_depth; }
+
+bool OncePerJobCalls::active() { return t_once_per_job_depth > 0; }
 
 void aoti_load_all(const Module& m) {
   if (const auto* a = dynamic_cast<const AotiModule*>(&m)) a->load_all();

@@ -71,10 +71,17 @@ class TorchScriptOptimizerScope {
 // optimised when it is true or fusion is on). Limit: after a start-up warm-up or the
 // auto-tuner's probe (both call these modules outside the Batcher; on a CPU with the optimiser
 // on) this scope changes nothing for that module in that process (see above).
-// Thread-safety: as TorchScriptOptimizerScope.
+// Module calls inside one are never replayed from CUDA graphs (stages/model/cuda_graph_calls.hpp):
+// a graph of a VAE would pin gigabytes of activations for the process's life.
+// Thread-safety: as TorchScriptOptimizerScope; active() is per thread (scopes nest).
 class OncePerJobCalls {
  public:
   explicit OncePerJobCalls(std::string_view device);
+  ~OncePerJobCalls();
+  OncePerJobCalls(const OncePerJobCalls&) = delete;
+  OncePerJobCalls& operator=(const OncePerJobCalls&) = delete;
+  // Whether the calling thread is inside one.
+  static bool active();
 
  private:
   TorchScriptOptimizerScope scope_;

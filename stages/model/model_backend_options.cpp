@@ -9,8 +9,8 @@
 namespace vgen {
 
 namespace {
-// Both fields in one atomic word (a reader never sees half of a change): two bits each,
-// 0 "auto", 1 false, 2 true; fusion in the low bits.
+// The flags in one atomic word (a reader never sees half of a change): two bits each for
+// fusion (low bits) and optimize, 0 "auto", 1 false, 2 true; then one bit for cuda_graphs.
 std::atomic<unsigned> g_options{0};
 // model_backend.attention: read when a Runtime starts, not per call, so a mutex will do.
 std::mutex g_attention_mutex;
@@ -66,7 +66,8 @@ bool torchscript_optimizes(bool cuda, TorchScriptCalls calls, const ModelBackend
 }
 
 void set_model_backend_options(const ModelBackendOptions& o) {
-  g_options.store(encode(o.torchscript_gpu_fusion) | encode(o.torchscript_gpu_optimize) << 2);
+  g_options.store(encode(o.torchscript_gpu_fusion) | encode(o.torchscript_gpu_optimize) << 2 |
+                  (o.cuda_graphs ? 1u : 0u) << 4);
   std::lock_guard lock(g_attention_mutex);
   g_attention = o.attention;
 }
@@ -74,6 +75,7 @@ void set_model_backend_options(const ModelBackendOptions& o) {
 ModelBackendOptions model_backend_options() {
   const unsigned v = g_options.load();
   ModelBackendOptions o{.torchscript_gpu_fusion = decode(v & 3u), .torchscript_gpu_optimize = decode(v >> 2 & 3u)};
+  o.cuda_graphs = (v >> 4 & 1u) != 0;
   std::lock_guard lock(g_attention_mutex);
   o.attention = g_attention;
   return o;

@@ -56,6 +56,17 @@ struct ModelBackendOptions {
   // Config key "model_backend.attention" (a list, or "auto" for empty). Process-wide: applied
   // by the Runtime (torch_devices.hpp's set_attention_priority); the last Runtime built sets it.
   std::vector<std::string> attention;
+
+  // Whether the denoiser's calls on a CUDA device replay captured CUDA graphs
+  // (stages/model/cuda_graph_calls.hpp): per (method, input shapes and dtypes, stream), three
+  // calls run as usual, the fourth is captured, later ones copy their inputs into the graph's
+  // buffers and replay it, which saves the kernel launches' host time (one launch for the
+  // whole step). Not measured on a GPU yet (docs/PERFORMANCE.md): the GPU check's
+  // vgen_single_graphs phase measures it. Off by default: each graph pins a step's
+  // activations in its own memory pool, and a call that cannot be captured costs a failed
+  // capture (then runs as usual). CPU devices ignore it. Config key "model_backend.cuda_graphs"
+  // (true, false, or "auto" = false). Process-wide: the last Runtime built sets it.
+  bool cuda_graphs = false;
 };
 
 // The backend names model_backend.attention accepts.

@@ -481,6 +481,27 @@ TEST_CASE("model_backend.attention: auto by default, a list of known backends re
   fs::remove_all(dir);
 }
 
+TEST_CASE("model_backend.cuda_graphs: off by default, true/false read and round-tripped, \"auto\" is off, bad values named") {
+  const auto dir = test::temp_dir("vgen-config-");
+  CHECK_FALSE(RuntimeConfig{}.model_backend.cuda_graphs);
+  CHECK(to_json(RuntimeConfig{}).at("model_backend").at("cuda_graphs") == false);
+  const auto c = load_config(write(dir, R"({"model_backend": {"cuda_graphs": true}})"));
+  CHECK(c.model_backend.cuda_graphs);
+  auto j = to_json(c);
+  CHECK(j.at("model_backend").at("cuda_graphs") == true);
+  j.erase("model");
+  CHECK(apply_config(RuntimeConfig{}, j, "again", "/").model_backend.cuda_graphs);
+  CHECK_FALSE(load_config(write(dir, R"({"model_backend": {"cuda_graphs": false}})")).model_backend.cuda_graphs);
+  CHECK_FALSE(load_config(write(dir, R"({"model_backend": {"cuda_graphs": "auto"}})")).model_backend.cuda_graphs);
+  // A later layer turns it off again.
+  CHECK_FALSE(apply_config(c, boost::json::parse(R"({"model_backend": {"cuda_graphs": false}})").as_object(), "layer", "/")
+                  .model_backend.cuda_graphs);
+  CHECK(error_of(write(dir, R"({"model_backend": {"cuda_graphs": "yes"}})"))
+            .find("model_backend.cuda_graphs: must be true, false or \"auto\" (got \"yes\")") != std::string::npos);
+  CHECK(error_of(write(dir, R"({"model_backend": {"cuda_graphs": 1}})")).find("model_backend.cuda_graphs") != std::string::npos);
+  CHECK(error_of(write(dir, R"({"model_backend": {"cuda_graph": true}})")).find("model_backend.cuda_graph") != std::string::npos);
+}
+
 TEST_CASE("model_backend.torchscript_gpu_optimize: auto by default, read, round-tripped, checked against fusion") {
   const auto dir = test::temp_dir("vgen-config-");
   CHECK_FALSE(RuntimeConfig{}.model_backend.torchscript_gpu_optimize.has_value());

@@ -107,3 +107,47 @@ def test_attention_per_step_is_layers_times_self_plus_cross_for_the_cross_case_e
     assert p["default"]["step_ms_compact"] == 30 * (20.0 + 0.5)  # flash for self, efficient for the masked cross
     padded = projection({"layers": 30}, cases, {"vgen_single": 1.0}, "cross_padded")
     assert padded["FLASH_ATTENTION"] == {"step_ms_512_rows": 660.0, "step_ms_compact": None, "share_of_vgen_single_step": 0.66}
+
+
+def test_cuda_graphs_single_job_runs_in_the_compiled_group_right_after_the_unoptimised_one_on_cuda_only():
+    compiled = GROUPS["compiled"]
+    assert compiled.index("vgen_single_graphs") == compiled.index("vgen_single_unoptimised") + 1
+    assert compiled.index("vgen_single_graphs") < compiled.index("aoti_compile")
+    assert "vgen_single_graphs" not in GROUPS["first"]
+    assert "vgen_single_graphs" in OPTIONAL and SHARES["vgen_single_graphs"] == 130
+    assert "vgen_single_graphs" in CUDA_ONLY and "cuda_graphs" in CUDA_ONLY["vgen_single_graphs"]
+    assert set(ORDER) == set(SHARES) and "vgen_single_graphs" in expand_only("compiled")
+    assert expand_only("vgen_single_graphs") == {"vgen_single_graphs"}
+
+
+def test_the_cuda_graphs_render_makes_a_row_of_the_steps_after_the_capture():
+    steps = [5.0, 2.0, 1.3, 1.6, 1.1, 1.0, 1.2]  # warm-up 3, capture (step 4), then replays
+    graphed = {**single(steps, 4.0), "s_per_step_after_capture": 1.1, "plain_s_per_step_same_steps": 1.25,
+               "speedup_same_steps": 1.1364, "capture_step_s": 1.6, "replayed_steps": 3,
+               "psnr_vs_vgen_bf16": {"psnr_db": 45.0}, "graph_log": ["cuda graphs: captured transformer.pt forward"],
+               "nvidia_smi_peak_above_idle_mib": 30000,
+               "small": {"graphs": {"shape": {"width": 480}, "s_per_step_after_capture": 0.08, "speedup_same_steps": 1.2,
+                                    "psnr_vs_plain": {"psnr_db": 50.0}},
+                         "plain": {"nvidia_smi_peak_above_idle_mib": 9000}}}
+    plain = {**single([5.0, 2.0, 1.3, 1.2, 1.3, 1.2, 1.3], 4.0), "nvidia_smi_peak_above_idle_mib": 28000}
+    report = {"phases": {"vgen_single": {"status": "ok", "result": {"bfloat16": plain}},
+                         "vgen_single_graphs": {"status": "ok", "result": graphed}}}
+    derive(report)
+    row = report["table"]["vgen_bf16_cuda_graphs"]
+    assert row["s_per_step_after_capture"] == 1.1 and row["capture_step_s"] == 1.6 and row["replayed_steps"] == 3
+    assert row["peak_mib_vs_vgen_bf16"] == 2000 and row["psnr_vs_vgen_bf16"] == {"psnr_db": 45.0}
+    assert row["small"]["speedup_same_steps"] == 1.2 and row["small"]["plain_peak_above_idle_mib"] == 9000
+    assert row["graph_log"] == ["cuda graphs: captured transformer.pt forward"]
+    skipped = {"phases": {"vgen_single_graphs": {"status": "skipped", "error": CUDA_ONLY["vgen_single_graphs"]}}}
+    derive(skipped)
+    assert "vgen_bf16_cuda_graphs" not in skipped["table"]
+
+
+def test_graphs_after_capture_takes_the_replayed_steps_only():
+    from vgen_gpu.graphs import after_capture, compare
+
+    assert after_capture([9.0, 2.0, 1.5, 3.0, 1.0, 1.2, 1.1]) == 1.1  # steps 5..7
+    assert after_capture([9.0, 2.0, 1.5, 3.0]) is None  # no step replayed
+    c = compare({"step_s": [9.0, 2.0, 1.5, 3.0, 1.0, 1.0]}, {"step_s": [9.0, 2.0, 1.5, 1.5, 1.5, 1.5]})
+    assert c == {"s_per_step_after_capture": 1.0, "plain_s_per_step_same_steps": 1.5, "speedup_same_steps": 1.5,
+                 "capture_step_s": 3.0, "replayed_steps": 2}

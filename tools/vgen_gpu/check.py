@@ -20,7 +20,8 @@ diffusers_single and vgen_single reused from WORK when the first command left th
 "reused": a warm machine) and run again when not (a fresh machine: export then writes the bf16
 package only), then vgen_single_unoptimised (CUDA only: the single job with
 model_backend.torchscript_gpu_optimize false, TorchScript on the GPU run as exported), then
-aoti_compile and vgen_aoti (tools/vgen_gpu/compiled.py; only the transformer
+vgen_single_graphs (CUDA only, best effort: the single job with model_backend.cuda_graphs, and a
+small shape both ways; tools/vgen_gpu/graphs.py), then aoti_compile and vgen_aoti (tools/vgen_gpu/compiled.py; only the transformer
 method the job calls is compiled), then, best effort with what is left: diffusers_batch and
 vgen_batch (8 jobs at a smaller shape: a WanPipeline loop vs one vgen batch with --max-batch 8,
 both warmed at the shape before their clocks), vgen_leases (8 queued jobs at a small shape with 1
@@ -51,9 +52,9 @@ def shapes_of(args) -> dict:
 
 
 def phase_function(name: str):
-    from vgen_gpu import compiled, phases, probe_decode, probe_fp8, probe_sdpa, probe_step, tiled
+    from vgen_gpu import compiled, graphs, phases, probe_decode, probe_fp8, probe_sdpa, probe_step, tiled
 
-    for module in (phases, compiled, tiled, probe_step, probe_fp8, probe_decode, probe_sdpa):
+    for module in (phases, compiled, graphs, tiled, probe_step, probe_fp8, probe_decode, probe_sdpa):
         if hasattr(module, f"phase_{name}"):
             return getattr(module, f"phase_{name}")
     raise KeyError(f"no phase function for '{name}'")
@@ -150,6 +151,11 @@ def derive(report: dict):
         table["vgen_bf16_attention_cudnn_first"] = {**vgen_row(q), **pick(q, "psnr_vs_diffusers_bf16", "psnr_vs_vgen_bf16")}
         if v and q.get("s_per_step") and v.get("s_per_step"):
             table["vgen_bf16_attention_cudnn_first"]["s_per_step_vs_vgen_bf16"] = round(q["s_per_step"] / v["s_per_step"], 4)
+    q = r.get("vgen_single_graphs")
+    if q:  # optional and CUDA-only: no row when it did not run
+        from vgen_gpu.graphs import table_row
+
+        table["vgen_bf16_cuda_graphs"] = {**vgen_row(q), **table_row(q, v)}
     c = r.get("aoti_compile")
     if c:
         table["aoti_compile"] = pick(c, "compile_seconds", "pt2_bytes", "compile_threads", "max_abs_diff_vs_eager", "device")

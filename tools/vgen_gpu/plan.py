@@ -10,12 +10,14 @@ from __future__ import annotations
 # vgen_single_unoptimised (vgen_single's render with model_backend.torchscript_gpu_optimize
 # false): an estimate, not yet run on a GPU. sdpa_probe (a few attention calls per backend, no
 # model) and vgen_single_cudnn (vgen_single's render with cuDNN's attention first): estimates, not
-# yet run on a GPU.
+# yet run on a GPU. vgen_single_graphs (vgen_single's render with model_backend.cuda_graphs, then a
+# small shape both ways: three vgen processes, each about a vgen_single render's load and decode at
+# most): an estimate, not yet run on a GPU.
 SHARES = {"environment": 30, "build_model": 90, "export": 180, "diffusers_single": 110, "vgen_single": 130,
           "compare": 30, "diffusers_batch": 80, "vgen_batch": 100, "vgen_fp8": 60, "vgen_leases": 70,
           "aoti_compile": 300, "vgen_aoti": 70, "vgen_single_fusion": 50, "vgen_tiled_decode": 110,
           "step_profile": 40, "vgen_single_unoptimised": 50, "fp8_linear_probe": 40,
-          "decode_probe": 60, "sdpa_probe": 30, "vgen_single_cudnn": 50}
+          "decode_probe": 60, "sdpa_probe": 30, "vgen_single_cudnn": 50, "vgen_single_graphs": 130}
 # The first command measures one job every way (and the diagnostics of where its time goes), in
 # the order of what the next decision needs: the job both ways, attention per kernel and a render
 # with cuDNN's attention first (attention is 71 % of a step's FLOPs), the step's kernel split, the
@@ -27,18 +29,21 @@ GROUPS = {"first": ["environment", "build_model", "export", "diffusers_single", 
                     "sdpa_probe", "vgen_single_cudnn", "step_profile", "decode_probe", "fp8_linear_probe",
                     "vgen_fp8", "vgen_tiled_decode"],
           "compiled": ["environment", "build_model", "export", "diffusers_single", "vgen_single",
-                       "vgen_single_unoptimised", "aoti_compile", "vgen_aoti", "diffusers_batch", "vgen_batch",
+                       "vgen_single_unoptimised", "vgen_single_graphs", "aoti_compile", "vgen_aoti", "diffusers_batch", "vgen_batch",
                        "vgen_leases", "vgen_single_fusion"]}
 ORDER = list(dict.fromkeys(GROUPS["first"] + GROUPS["compiled"]))
 # Best effort: no time is held back for them from the phases before (they get what is left).
-OPTIONAL = {"diffusers_batch", "vgen_batch", "vgen_leases", "vgen_single_fusion", "vgen_single_cudnn"}
+OPTIONAL = {"diffusers_batch", "vgen_batch", "vgen_leases", "vgen_single_fusion", "vgen_single_cudnn",
+            "vgen_single_graphs"}
 # vgen_single_unoptimised: on a CPU the once-per-job modules already run as exported and the
 # setting changes nothing else, so it would measure nothing.
 CUDA_ONLY = {"vgen_single_fusion": "TorchScript fusion is a CUDA setting",
              "vgen_single_unoptimised": "model_backend.torchscript_gpu_optimize is a CUDA setting (on a CPU the "
                                         "once-per-job modules already run as exported)",
              "vgen_single_cudnn": "model_backend.attention's cuDNN backend is a CUDA one (on a CPU the order leaves "
-                                  "flash for CPU or math, as by default)"}
+                                  "flash for CPU or math, as by default)",
+             "vgen_single_graphs": "model_backend.cuda_graphs captures CUDA graphs (CUDA only: on a CPU every call "
+                                   "runs as usual)"}
 # What a phase leaves in WORK for the later ones: with its phase file (status ok, same shapes)
 # the second command reuses it instead of running it again.
 PRODUCTS = {"build_model": "diffusers/model_index.json", "export": "pkg/manifest.json",

@@ -4,6 +4,7 @@
 #include "stages/families/family_kit.hpp"
 #include "stages/families/hunyuan15/hunyuan15_i2v.hpp"
 #include "stages/text/text_lookup.hpp"
+#include "stages/model/cuda_graph_calls.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -320,7 +321,8 @@ at::Tensor Hunyuan15Family::transformer_call(const std::string& device, const st
                                              const at::Tensor& timestep, const at::Tensor& text, const at::Tensor& mask,
                                              const at::Tensor& glyph, const at::Tensor& glyph_mask,
                                              const std::vector<at::Tensor>& image) const {
-  auto transformer = module(package_.component_for("transformer", precision), device);
+  const auto& name = package_.component_for("transformer", precision);
+  auto transformer = with_cuda_graphs(module(name, device), package_, name);  // model_backend.cuda_graphs
   const auto dtype = transformer->dtype();
   std::vector<at::Tensor> in{latents.to(dtype), timestep.to(dtype), text.to(dtype), mask.to(dtype), glyph.to(dtype), glyph_mask.to(dtype)};
   for (const auto& t : image) in.push_back(t.to(dtype));

@@ -5,6 +5,7 @@
 #include "stages/families/family_kit.hpp"
 #include "stages/media/image_input.hpp"
 #include "stages/text/text_lookup.hpp"
+#include "stages/model/cuda_graph_calls.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -226,7 +227,8 @@ std::string LtxFamily::denoise_key(const FamilyJob& job, const Scheduler& s) con
 at::Tensor LtxFamily::transformer_call(const std::string& device, const std::string& precision, const at::Tensor& latents,
                                        const at::Tensor& timestep, const at::Tensor& embeds, const at::Tensor& mask,
                                        const at::Tensor& coords) const {
-  auto transformer = module(package_.component_for("transformer", precision), device);
+  const auto& name = package_.component_for("transformer", precision);
+  auto transformer = with_cuda_graphs(module(name, device), package_, name);  // model_backend.cuda_graphs
   const auto dtype = transformer->dtype();
   return transformer->forward({latents.to(dtype), timestep, embeds.to(dtype), mask, coords});
 }

@@ -7,6 +7,7 @@
 #include "stages/media/audio_track.hpp"
 #include "stages/media/image_input.hpp"
 #include "stages/text/text_lookup.hpp"
+#include "stages/model/cuda_graph_calls.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -296,7 +297,8 @@ std::string Ltx2Family::decode_key(const FamilyJob& job) const {
 
 at::Tensor Ltx2Family::transformer_call(const std::string& device, const std::string& precision,
                                         const std::vector<at::Tensor>& inputs) const {
-  auto transformer = module(package_.component_for("transformer", precision), device);
+  const auto& name = package_.component_for("transformer", precision);
+  auto transformer = with_cuda_graphs(module(name, device), package_, name);  // model_backend.cuda_graphs
   const auto dtype = transformer->dtype();
   std::vector<at::Tensor> in;
   for (std::size_t i = 0; i < inputs.size(); ++i)  // tokens and contexts in the model's dtype; t, mask, coords float32

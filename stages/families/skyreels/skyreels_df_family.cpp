@@ -2,6 +2,7 @@
 
 #include "runtime/errors.hpp"
 #include "stages/media/clip_extension.hpp"
+#include "stages/model/cuda_graph_calls.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
@@ -206,7 +207,8 @@ at::Tensor SkyReelsDFFamily::predict(const PredictCall& call) {
     t = t.repeat_interleave(2, 0);
     fps = fps.repeat_interleave(2, 0);
   }
-  auto transformer = module(package().component_for("transformer", live.front()->spec.precision), call.device);
+  const auto& name = package().component_for("transformer", live.front()->spec.precision);
+  auto transformer = with_cuda_graphs(module(name, call.device), package(), name);  // model_backend.cuda_graphs
   auto context = contexts.size() == 1 ? contexts[0] : at::cat(contexts, 0);
   auto pred = predict_flow(call.device, x, t.contiguous(), context, {}, fps, transformer).to(at::kCPU);
   if (!cfg) return pred;

@@ -7,6 +7,7 @@
 #include "stages/exec/chunked_decode.hpp"
 #include "stages/exec/tiled_decode.hpp"
 #include "stages/text/text_lookup.hpp"
+#include "stages/model/cuda_graph_calls.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -392,7 +393,7 @@ at::Tensor WanFamily::predict_by_expert(const PredictCall& call) {
 at::Tensor WanFamily::predict_flow(const std::string& device, const at::Tensor& x, const at::Tensor& t,
                                    const at::Tensor& context, const at::Tensor& bias, const at::Tensor& image,
                                    std::shared_ptr<const Module> transformer, const std::vector<at::Tensor>& extras) {
-  if (!transformer) transformer = module("transformer", device);
+  if (!transformer) transformer = with_cuda_graphs(module("transformer", device), package_, "transformer");
   auto in = x.to(transformer->dtype());
   auto c = context.to(transformer->dtype());
   if (!extras.empty()) {
@@ -430,7 +431,10 @@ at::Tensor WanFamily::predict(const PredictCall& call) {
   const auto& expert = expert_for(call.timestep.reshape({-1})[0].item<double>());
   // The job's precision picks the variant (all rows share it: the denoise key says so).
   auto transformer = expert == "transformer" ? group_transformer(live, call.device) : nullptr;
-  if (!transformer) transformer = module(package_.component_for(expert, live.front()->spec.precision), call.device);
+  if (!transformer) {  // (a LoRA variant is not graphed: cuda_graph_calls.hpp's with_cuda_graphs keeps what it wraps)
+    const auto& name = package_.component_for(expert, live.front()->spec.precision);
+    transformer = with_cuda_graphs(module(name, call.device), package_, name);  // model_backend.cuda_graphs
+  }
   auto extras = extra_inputs(live);
   for (auto& e : extras) e = cfg ? e.repeat_interleave(2, 0) : e;
   auto pred = predict_flow(call.device, input, t, cat(contexts), cat(biases), image, transformer, extras).to(at::kCPU);

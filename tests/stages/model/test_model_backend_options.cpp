@@ -119,11 +119,26 @@ TEST_CASE("set_model_backend_options: every pair reads back as set; the default 
   CHECK_FALSE(before.torchscript_gpu_optimize.has_value());
   for (const auto fusion : {kAuto, std::optional<bool>(false), std::optional<bool>(true)}) {
     for (const auto optimize : {kAuto, std::optional<bool>(false), std::optional<bool>(true)}) {
-      set_model_backend_options(options(fusion, optimize));
-      const auto now = model_backend_options();
-      CHECK(now.torchscript_gpu_fusion == fusion);
-      CHECK(now.torchscript_gpu_optimize == optimize);
+      for (const bool graphs : {false, true}) {  // cuda_graphs shares the word: no field disturbs another
+        auto o = options(fusion, optimize);
+        o.cuda_graphs = graphs;
+        set_model_backend_options(o);
+        const auto now = model_backend_options();
+        CHECK(now.torchscript_gpu_fusion == fusion);
+        CHECK(now.torchscript_gpu_optimize == optimize);
+        CHECK(now.cuda_graphs == graphs);
+      }
     }
   }
   set_model_backend_options(before);
+}
+
+TEST_CASE("model_backend.cuda_graphs: off by default, and no pair of the other options refuses it") {
+  CHECK_FALSE(ModelBackendOptions{}.cuda_graphs);
+  CHECK_FALSE(model_backend_options().cuda_graphs);
+  for (const auto fusion : {kAuto, std::optional<bool>(false), std::optional<bool>(true)}) {
+    auto o = options(fusion, kAuto);
+    o.cuda_graphs = true;
+    CHECK(check_error(o).empty());
+  }
 }
