@@ -3,8 +3,11 @@
 #include "runtime/errors.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <ATen/cuda/MemPool.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -55,6 +58,34 @@ class CudaGraph final : public CapturedGraph {
   at::cuda::CUDAGraph graph_;
 };
 
+// A capture that failed: at::cuda::CUDAGraph gives its memory pool back to the allocator only
+// for a capture that ended (its reset()), so the pool a failed capture allocated from (up to a
+// step's activations) would stay reserved for the process; it is ended and released here.
+void abandon_capture(at::cuda::CUDAGraph& graph, c10::DeviceIndex device, c10::MempoolId_t pool) {
+  try {
+    graph.capture_end();  // ends the stream's capture if it is still on; throws if it was invalidated
+  } catch (...) {
+  }
+  try {
+    graph.pool();  // succeeds only for a capture that ended: the graph releases its pool itself then
+    return;
+  } catch (...) {
+  }
+  try {
+    c10::cuda::CUDACachingAllocator::endAllocateToPool(device, pool);
+  } catch (...) {  // already ended
+  }
+  try {
+    at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(pool);
+  } catch (...) {
+  }
+  try {
+    c10::cuda::CUDACachingAllocator::releasePool(device, pool);
+    at::getHostAllocator(at::kCUDA)->release_pool(pool);
+  } catch (...) {
+  }
+}
+
 class CudaCapturer final : public GraphCapturer {
  public:
   bool serves(c10::Device device) const override {
@@ -73,19 +104,16 @@ class CudaCapturer final : public GraphCapturer {
     c10::cuda::CUDAEvent copied;
     copied.record(current);
     copied.block(side);
-    {
-      const c10::cuda::CUDAStreamGuard on_side(side);
-      graph->graph().capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);  // its own pool
-      try {
-        output = body();
-      } catch (...) {
-        try {
-          graph->graph().capture_end();  // ends the capture (and the pool's use) before the error goes on
-        } catch (...) {
-        }
-        throw;
-      }
-      graph->graph().capture_end();
+    const c10::cuda::CUDAStreamGuard on_side(side);  // (and the device current)
+    const auto pool = at::cuda::MemPool::graph_pool_handle(/*is_user_created=*/false);  // as CUDAGraph's own
+    graph->graph().capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+    try {
+      output = body();
+      graph->graph().capture_end();  // instantiates the graph
+    } catch (...) {
+      output = at::Tensor();
+      abandon_capture(graph->graph(), device.index(), pool);
+      throw;
     }
     // Replays run on the caller's stream; nothing ran yet (capture only records).
     return graph;
