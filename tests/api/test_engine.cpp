@@ -6,6 +6,7 @@
 #include "api/engine.hpp"
 #include "runtime/fault_injector.hpp"
 #include "runtime/errors.hpp"
+#include "stages/model/cuda_graph_uses.hpp"
 #include "stages/model/model_backend.hpp"
 #include "tests/support/engine_fixture.hpp"
 
@@ -75,6 +76,49 @@ TEST_CASE("a submitted job renders, reports progress and ends once" * doctest::t
       ++series;
     }
   CHECK_MESSAGE(series >= 1, metrics);
+}
+
+TEST_CASE("model_backend.cuda_graphs is applied by the Runtime; /metrics counts graph events per component and device" *
+          doctest::timeout(300)) {
+  const auto pkg = package_or_skip();
+  if (pkg.empty()) return;
+  TempDir out;
+  auto config = small_config(pkg, out.path);
+  config.model_backend.cuda_graphs = true;
+  Runtime rt(config);
+  CHECK(model_backend_options().cuda_graphs);
+  // No CUDA device here: the events are recorded as the decorator records them
+  // (stages/model/cuda_graph_calls.cpp), for this package and for another one.
+  clear_cuda_graph_uses();
+  const CudaGraphSite site{.package = rt.package().dir, .component = "transformer", .device = "cuda:0",
+                           .file = rt.package().dir / "transformer.pt"};
+  record_cuda_graph_capture(site, "forward", "[2, 16, 3, 4, 4] Float", 12.0);
+  record_cuda_graph_replay(site);
+  record_cuda_graph_replay(site);
+  record_cuda_graph_failure({.package = "/elsewhere", .component = "transformer", .device = "cuda:0", .file = "/elsewhere/t.pt"},
+                            "forward", "[1] Float", "operation not permitted when stream is capturing");
+  auto value = [&rt](const std::string& event) {
+    std::istringstream lines(rt.metrics_text());
+    double v = -1;
+    int series = 0;
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("vgen_cuda_graph_events_total{", 0) == 0 && line.find("event=\"" + event + "\"") != std::string::npos) {
+        CHECK(line.find("component=\"transformer\"") != std::string::npos);
+        CHECK(line.find("device=\"cuda:0\"") != std::string::npos);
+        v = std::stod(line.substr(line.rfind(' ') + 1));
+        ++series;
+      }
+    CHECK(series <= 1);
+    return v;
+  };
+  CHECK(value("capture") == 1);
+  CHECK(value("replay") == 2);
+  CHECK(value("capture_failure") == -1);  // another package's: not this Runtime's model
+  record_cuda_graph_replay(site);
+  CHECK(value("replay") == 3);  // raised by what happened since the last scrape
+  CHECK(value("replay") == 3);
+  clear_cuda_graph_uses();
+  set_model_backend_options({});
 }
 
 TEST_CASE("identical jobs are served from the result cache, in flight and afterwards" * doctest::timeout(300)) {
