@@ -11,6 +11,7 @@
 #include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #include <torch/cuda.h>
 
 #include <chrono>
@@ -84,6 +85,9 @@ void abandon_capture(at::cuda::CUDAGraph& graph, c10::DeviceIndex device, c10::M
     at::getHostAllocator(at::kCUDA)->release_pool(pool);
   } catch (...) {
   }
+  // A capture error is not sticky, but stays the thread's last error, which the next kernel
+  // launch check (cudaGetLastError) would report as its own: the eager call that follows.
+  (void)cudaGetLastError();
 }
 
 class CudaCapturer final : public GraphCapturer {
@@ -209,8 +213,10 @@ at::Tensor CudaGraphCalls::capture_and_run(const std::string& key, std::string_v
   auto entry = std::make_shared<Entry>();
   try {
     const c10::InferenceMode guard;
+    // Same strides as the inputs (empty_like preserves dense layouts): TorchScript's profiled
+    // graph guards on them, and a mismatch would send the capture down its fallback path.
     for (const auto& t : inputs)
-      entry->inputs.push_back(t.defined() ? at::empty(t.sizes(), t.options().device(device)).copy_(t) : t);
+      entry->inputs.push_back(t.defined() ? at::empty_like(t, t.options().device(device)).copy_(t) : t);
     const auto start = std::chrono::steady_clock::now();
     // The graph keeps the body as long as it lives (a fake replays it); the buffers it reads
     // are the entry's, which owns the graph.

@@ -18,13 +18,14 @@ namespace {
 // y = x * weight + 1 (on a CPU): counts its calls.
 class Doubling final : public Module {
  public:
-  explicit Doubling(double weight) : weight_(at::full({1}, weight)) {}
+  explicit Doubling(double weight, c10::Device device = c10::Device(c10::kCPU))
+      : weight_(at::full({1}, weight)), device_(device) {}
   at::Tensor call(std::string_view method, const std::vector<at::Tensor>& inputs) const override {
     if (method != "forward") throw std::invalid_argument("no method");
     ++calls;
     return inputs.at(0) * weight_.to(inputs.at(0).scalar_type()) + 1;
   }
-  c10::Device device() const override { return c10::Device(c10::kCPU); }
+  c10::Device device() const override { return device_; }  // a "CUDA" one still computes on the CPU
   c10::ScalarType dtype() const override { return c10::kFloat; }
   std::map<std::string, at::Tensor> parameters() const override { return {{"weight", weight_}}; }
   std::shared_ptr<const Module> with_parameters(const std::map<std::string, at::Tensor>& replaced) const override {
@@ -34,6 +35,7 @@ class Doubling final : public Module {
 
  private:
   at::Tensor weight_;
+  c10::Device device_;
 };
 
 // A "graph" that records the body at capture and runs it again, on the static buffers, at replay.
@@ -265,7 +267,7 @@ TEST_CASE("CudaGraphCalls: threads on their own streams each get their own graph
   clear_cuda_graph_uses();
 }
 
-TEST_CASE("with_cuda_graphs: the module itself unless the option is on and the module runs on a CUDA device") {
+TEST_CASE("with_cuda_graphs: the module itself unless the option is on and the module runs on a CUDA device; then one decorator per module") {
   auto cpu = std::make_shared<Doubling>(2.0);
   CHECK(with_cuda_graphs(cpu, kSite) == cpu);
   auto options = model_backend_options();
@@ -273,12 +275,69 @@ TEST_CASE("with_cuda_graphs: the module itself unless the option is on and the m
   set_model_backend_options(options);
   CHECK(model_backend_options().cuda_graphs);
   CHECK(with_cuda_graphs(cpu, kSite) == cpu);  // a CPU module
+  // A module on a CUDA device gets the process's one decorator for it, which passes every call
+  // straight through where LibTorch sees no such device (this machine, when it has no GPU).
+  auto cuda = std::make_shared<Doubling>(2.0, c10::Device(c10::kCUDA, 0));
+  const auto decorated = with_cuda_graphs(cuda, kSite);
+  CHECK(decorated != cuda);
+  CHECK(dynamic_cast<const CudaGraphCalls*>(decorated.get()) != nullptr);
+  CHECK(with_cuda_graphs(cuda, kSite) == decorated);
+  CHECK(decorated->parameters().at("weight").item<double>() == 2.0);
+  if (!cuda_graph_capturer()->serves(c10::Device(c10::kCUDA, 0))) {
+    for (int i = 0; i < 6; ++i) CHECK(decorated->call("forward", {ones({2})}).equal(ones({2}, 3)));
+    CHECK(cuda->calls == 6);
+    CHECK(dynamic_cast<const CudaGraphCalls&>(*decorated).graphs() == 0);
+  }
+  CHECK_FALSE(cuda_graph_capturer()->serves(c10::Device(c10::kCPU)));
   options.cuda_graphs = false;
   set_model_backend_options(options);
   CHECK_FALSE(model_backend_options().cuda_graphs);
+  CHECK(with_cuda_graphs(cuda, kSite) == cuda);  // off: the module itself
 }
 
 TEST_CASE("describe_inputs names each input's shape and dtype") {
   CHECK(describe_inputs({ones({1, 16, 3}), ones({1}, 1.0, at::kBFloat16), at::Tensor()}) ==
         "[1, 16, 3] Float, [1] BFloat16, undefined");
+}
+
+namespace {
+
+// y = x * 2 + 1 on CUDA, or, with `sync`, a value read back to the host first (which a capture refuses).
+class CudaAffine final : public Module {
+ public:
+  explicit CudaAffine(bool sync) : sync_(sync) {}
+  at::Tensor call(std::string_view, const std::vector<at::Tensor>& inputs) const override {
+    const auto& x = inputs.at(0);
+    if (sync_ && x.sum().item<double>() < -1e30) return x;  // never true: only the host read matters
+    return x * 2 + 1;
+  }
+  c10::Device device() const override { return c10::Device(c10::kCUDA, 0); }
+  c10::ScalarType dtype() const override { return c10::kFloat; }
+
+ private:
+  bool sync_;
+};
+
+}  // namespace
+
+// The thin at::cuda::CUDAGraph part, where this machine has a GPU (skipped with a warning elsewhere).
+TEST_CASE("cuda_graph_capturer on a GPU: replays see new inputs; a synchronising call runs as usual") {
+  if (!cuda_graph_capturer()->serves(c10::Device(c10::kCUDA, 0))) {
+    WARN_MESSAGE(false, "no CUDA device: the CUDA capture is not exercised here");
+    return;
+  }
+  clear_cuda_graph_uses();
+  const auto on_cuda = [](double v) { return at::full({64, 64}, v, at::TensorOptions().device(at::kCUDA)); };
+  const CudaGraphCalls graphs(std::make_shared<CudaAffine>(false), kSite, cuda_graph_capturer(), {.warmup_calls = 2});
+  for (int i = 0; i < 8; ++i) CHECK(graphs.call("forward", {on_cuda(i)}).cpu().equal(at::full({64, 64}, 2.0 * i + 1)));
+  CHECK(graphs.graphs() == 1);
+  CHECK(use().captures == 1);
+  CHECK(use().replays == 5);
+  CHECK(use().failures == 0);
+  const CudaGraphCalls syncing(std::make_shared<CudaAffine>(true), kSite, cuda_graph_capturer(), {.warmup_calls = 1});
+  for (int i = 0; i < 4; ++i) CHECK(syncing.call("forward", {on_cuda(i)}).cpu().equal(at::full({64, 64}, 2.0 * i + 1)));
+  CHECK(syncing.graphs() == 0);
+  CHECK(use().failures == 1);
+  CHECK(graphs.call("forward", {on_cuda(9)}).cpu().equal(at::full({64, 64}, 19.0)));  // the device is still fine
+  clear_cuda_graph_uses();
 }
