@@ -18,10 +18,12 @@ def test_compiled_phases_cold_then_warm(bundle, tmp_path):
     assert done.returncode == 0, json.dumps(report["phases"], default=str)[-3000:]
     phases = report["phases"]
     assert list(phases) == ["environment", "build_model", "export", "diffusers_single", "vgen_single",
-                            "vgen_single_unoptimised", "aoti_compile", "vgen_aoti", "diffusers_batch",
-                            "vgen_batch", "vgen_leases", "vgen_single_fusion"], list(phases)
+                            "vgen_single_unoptimised", "vgen_single_graphs", "aoti_compile", "vgen_aoti",
+                            "diffusers_batch", "vgen_batch", "vgen_leases", "vgen_single_fusion"], list(phases)
     assert phases.pop("vgen_single_fusion")["status"] == "skipped"  # a CUDA setting
     assert phases.pop("vgen_single_unoptimised")["status"] == "skipped"  # a CUDA setting: a CPU has nothing to measure
+    assert phases.pop("vgen_single_graphs")["status"] == "skipped"  # CUDA graphs: a CPU captures nothing
+    assert "vgen_bf16_cuda_graphs" not in report["table"]
     assert "vgen_bf16_torchscript_gpu_unoptimised" not in report["table"]
     assert all(p["status"] == "ok" for p in phases.values()), phases
     t = report["table"]
@@ -75,7 +77,8 @@ def test_compiled_phases_cold_then_warm(bundle, tmp_path):
     assert done.returncode == 0, json.dumps(again["phases"], default=str)[-3000:]
     statuses = {k: v["status"] for k, v in again["phases"].items()}
     assert statuses == {"environment": "ok", "build_model": "reused", "export": "reused", "diffusers_single": "reused",
-                        "vgen_single": "reused", "vgen_single_unoptimised": "skipped", "aoti_compile": "reused",
+                        "vgen_single": "reused", "vgen_single_unoptimised": "skipped", "vgen_single_graphs": "skipped",
+                        "aoti_compile": "reused",
                         "vgen_aoti": "ok", "diffusers_batch": "ok",
                         "vgen_batch": "ok", "vgen_leases": "ok", "vgen_single_fusion": "skipped"}, statuses
     assert again["table"]["vgen_aoti"]["compile_seconds"] == row["compile_seconds"]
