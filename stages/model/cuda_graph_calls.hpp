@@ -4,8 +4,9 @@
 // stages/model/model_backend_options.hpp; off by default, not yet measured on a GPU).
 //
 // Per key (method, every input's shape and dtype, the calling thread's current stream id):
-// - the first kWarmupCalls calls run the inner module as usual (TorchScript's profiling
-//   executor profiles and optimises its graph in its first two; AOTInductor loads its kernels);
+// - the first CudaGraphLimits::warmup_calls (3) calls run the inner module as usual
+//   (TorchScript's profiling executor profiles and optimises its graph in its first two;
+//   AOTInductor loads its kernels);
 // - the next call captures: its inputs are copied into static buffers on the module's device,
 //   the inner call is captured on a side stream from LibTorch's pool into the graph's own memory
 //   pool (as torch.cuda.graph does; thread-local capture mode, so that other compute threads'
