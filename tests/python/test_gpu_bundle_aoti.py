@@ -18,7 +18,7 @@ def test_compiled_phases_cold_then_warm(bundle, tmp_path):
     assert done.returncode == 0, json.dumps(report["phases"], default=str)[-3000:]
     phases = report["phases"]
     assert list(phases) == ["environment", "build_model", "export", "diffusers_single", "vgen_single",
-                            "vgen_single_unoptimised", "vgen_single_graphs", "aoti_compile", "vgen_aoti",
+                            "vgen_single_unoptimised", "aoti_compile", "vgen_aoti", "vgen_single_graphs",
                             "diffusers_batch", "vgen_batch", "vgen_leases", "vgen_single_fusion"], list(phases)
     assert phases.pop("vgen_single_fusion")["status"] == "skipped"  # a CUDA setting
     assert phases.pop("vgen_single_unoptimised")["status"] == "skipped"  # a CUDA setting: a CPU has nothing to measure

@@ -111,8 +111,8 @@ def test_attention_per_step_is_layers_times_self_plus_cross_for_the_cross_case_e
 
 def test_cuda_graphs_single_job_runs_in_the_compiled_group_right_after_the_unoptimised_one_on_cuda_only():
     compiled = GROUPS["compiled"]
-    assert compiled.index("vgen_single_graphs") == compiled.index("vgen_single_unoptimised") + 1
-    assert compiled.index("vgen_single_graphs") < compiled.index("aoti_compile")
+    # best effort after the compiled render: the compile (issue 31's figure) keeps its time
+    assert compiled.index("vgen_single_graphs") == compiled.index("vgen_aoti") + 1
     assert "vgen_single_graphs" not in GROUPS["first"]
     assert "vgen_single_graphs" in OPTIONAL and SHARES["vgen_single_graphs"] == 130
     assert "vgen_single_graphs" in CUDA_ONLY and "cuda_graphs" in CUDA_ONLY["vgen_single_graphs"]

@@ -20,9 +20,9 @@ diffusers_single and vgen_single reused from WORK when the first command left th
 "reused": a warm machine) and run again when not (a fresh machine: export then writes the bf16
 package only), then vgen_single_unoptimised (CUDA only: the single job with
 model_backend.torchscript_gpu_optimize false, TorchScript on the GPU run as exported), then
-vgen_single_graphs (CUDA only, best effort: the single job with model_backend.cuda_graphs, and a
-small shape both ways; tools/vgen_gpu/graphs.py), then aoti_compile and vgen_aoti (tools/vgen_gpu/compiled.py; only the transformer
-method the job calls is compiled), then, best effort with what is left: diffusers_batch and
+aoti_compile and vgen_aoti (tools/vgen_gpu/compiled.py; only the transformer method the job calls
+is compiled), then, best effort with what is left: vgen_single_graphs (CUDA only: the single job
+with model_backend.cuda_graphs, and a small shape both ways; tools/vgen_gpu/graphs.py), diffusers_batch and
 vgen_batch (8 jobs at a smaller shape: a WanPipeline loop vs one vgen batch with --max-batch 8,
 both warmed at the shape before their clocks), vgen_leases (8 queued jobs at a small shape with 1
 and with 2 leases on the device: jobs/min, peak memory, their ratio; threads.per_gpu) and
