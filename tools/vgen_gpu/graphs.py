@@ -1,5 +1,5 @@
 """The GPU check's CUDA-graph phase (issue 30 item 4), in the second command's group
-(tools/vgen_gpu/plan.py), right after vgen_single_unoptimised; CUDA only, optional.
+(tools/vgen_gpu/plan.py), after the AOTInductor render (vgen_aoti), best effort; CUDA only, optional.
 
 vgen_single_graphs: vgen_single's job with {"model_backend": {"cuda_graphs": true}}
 (stages/model/cuda_graph_calls.hpp): the denoiser's first three calls at a shape run as usual,
