@@ -5,6 +5,7 @@
 
 #include "api/job_recovery.hpp"
 #include "api/job_results.hpp"
+#include "api/model_usage_metrics.hpp"
 #include "api/output_reservations.hpp"
 #include "api/result_cache.hpp"
 #include "api/result_lookup.hpp"
@@ -22,9 +23,6 @@
 #include "runtime/pipeline.hpp"
 #include "runtime/trace.hpp"
 #include "stages/media/encode.hpp"
-#include "stages/model/attention_uses.hpp"
-#include "stages/model/component_backends.hpp"
-#include "stages/model/cuda_graph_uses.hpp"
 #include "stages/model/model_backend_options.hpp"
 #include "stages/model/torch_devices.hpp"
 #include "stages/exec/model_set.hpp"
@@ -43,7 +41,6 @@
 #include <map>
 #include <mutex>
 #include <random>
-#include <set>
 
 namespace vgen {
 
@@ -344,93 +341,11 @@ class RuntimeImpl {
       const auto lora = models_->lora_cache_stats();
       publish_cache_stats(metrics_, "lora", lora, last_lora_);
       metrics_.gauge("vgen_cache_bytes", "Bytes held by the cache's entries", {{"cache", "lora"}}).set(static_cast<double>(lora.cost));
-      publish_component_backends();
-      publish_attention_uses();
-      publish_cuda_graph_uses();
+      std::vector<ServedPackage> served;
+      for (const auto& name : models_->model_names()) served.push_back({name, models_->package(name).dir});
+      usage_metrics_.publish(served, current_model_usage());
     }
     return metrics_.render_prometheus();
-  }
-
-  // Which backend serves each component a device has loaded: a compiled .pt2 ("aoti") or
-  // TorchScript (stages/model/component_backends.hpp); one series of value 1 per component and device.
-  // A component whose backend changed (a compiled method that did not load on its first call)
-  // has its earlier series set to 0.
-  void publish_component_backends() {
-    const auto served = component_backends();
-    std::lock_guard lock(published_backends_mutex_);
-    for (const auto& name : models_->model_names()) {
-      const auto& dir = models_->package(name).dir;
-      for (const auto& b : served) {
-        if (b.package != dir) continue;
-        auto series = [&](const std::string& backend) -> Gauge& {
-          return metrics_.gauge("vgen_model_backend", "Components loaded, by model, device and the backend that serves them",
-                                {{"model", name}, {"component", b.component}, {"device", b.device}, {"backend", backend}});
-        };
-        auto& was = published_backends_[name + '\n' + b.component + '\n' + b.device];
-        if (!was.empty() && was != b.backend) series(was).set(0);
-        was = b.backend;
-        series(b.backend).set(1);
-      }
-    }
-  }
-
-  // Which scaled-dot-product attention kernels each component's methods ran, per call, in their
-  // latest watched call (stages/model/attention_uses.hpp): one series per kernel; a kernel a
-  // later watched call no longer ran is set to 0.
-  void publish_attention_uses() {
-    const auto served = component_backends();
-    const auto uses = attention_uses();
-    auto same_device = [](const std::string& torch, const std::string& ours) {  // "cpu" is "cpu:0"
-      return torch == ours || (torch.find(':') == std::string::npos && torch + ":0" == ours);
-    };
-    std::lock_guard lock(published_backends_mutex_);
-    for (const auto& name : models_->model_names()) {
-      const auto& dir = models_->package(name).dir;
-      for (const auto& b : served) {
-        if (b.package != dir) continue;
-        for (const auto& u : uses) {
-          if (u.file != b.file || !same_device(u.device, b.device)) continue;
-          auto series = [&](const std::string& kernel) -> Gauge& {
-            return metrics_.gauge("vgen_attention_calls",
-                                  "Scaled-dot-product attention kernel calls in one call of a component's method, by kernel",
-                                  {{"model", name}, {"component", b.component}, {"device", b.device}, {"method", u.method},
-                                   {"kernel", kernel}});
-          };
-          auto& was = published_kernels_[name + '\n' + b.component + '\n' + b.device + '\n' + u.method];
-          for (const auto& k : was)
-            if (!u.kernels.count(k)) series(k).set(0);
-          was.clear();
-          for (const auto& [kernel, calls] : u.kernels) {
-            series(kernel).set(calls);
-            was.insert(kernel);
-          }
-        }
-      }
-    }
-  }
-
-  // What model_backend.cuda_graphs did per component and device (stages/model/cuda_graph_uses.hpp):
-  // counters of captures, replays and failed captures, raised by what happened since the last scrape.
-  void publish_cuda_graph_uses() {
-    const auto uses = cuda_graph_uses();
-    if (uses.empty()) return;
-    std::lock_guard lock(published_backends_mutex_);
-    for (const auto& name : models_->model_names()) {
-      const auto& dir = models_->package(name).dir;
-      for (const auto& u : uses) {
-        if (u.package != dir) continue;
-        const std::pair<const char*, std::uint64_t> events[] = {
-            {"capture", u.captures}, {"replay", u.replays}, {"capture_failure", u.failures}};
-        for (const auto& [event, total] : events) {
-          auto& was = published_graph_events_[name + '\n' + u.component + '\n' + u.device + '\n' + event];
-          if (total <= was) continue;
-          metrics_.counter("vgen_cuda_graph_events_total", "CUDA graphs of a component's calls (model_backend.cuda_graphs), by event",
-                           {{"model", name}, {"component", u.component}, {"device", u.device}, {"event", event}})
-              .inc(static_cast<double>(total - was));
-          was = total;
-        }
-      }
-    }
   }
 
   const RuntimeConfig& config() const { return config_; }
@@ -561,10 +476,7 @@ class RuntimeImpl {
   std::unique_ptr<FaultInjector> faults_;  // before devices_/models_: stages refer to it
   LiveStreams live_{LiveBroadcast::default_max_bytes, config_.live_max_total_bytes};  // before models_: the encode stage writes to it
   std::unique_ptr<RuntimeTuning> tuning_;  // before models_: its Batcher reports caps to it
-  std::mutex published_backends_mutex_;
-  std::map<std::string, std::string> published_backends_;  // model\ncomponent\ndevice -> the backend published as 1
-  std::map<std::string, std::uint64_t> published_graph_events_;  // model\ncomponent\ndevice\nevent -> total published
-  std::map<std::string, std::set<std::string>> published_kernels_;  // ...\nmethod -> kernels published
+  ModelUsageMetrics usage_metrics_{metrics_};  // after metrics_: it publishes into it
   std::unique_ptr<ComputeDevices> devices_;
   std::unique_ptr<ModelSet> models_;
   std::unique_ptr<Pipeline> pipeline_;
