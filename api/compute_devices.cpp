@@ -11,29 +11,22 @@
 
 namespace vgen {
 
-namespace {
-int cuda_index(const DeviceSpec& d) { return std::stoi(d.id.substr(d.id.find(':') + 1)); }  // "cuda:N", as parsed
-}  // namespace
-
 ComputeDevices::ComputeDevices(const RuntimeConfig& config, Executor& executor, MetricsRegistry& metrics)
     : executor_(executor), metrics_(metrics) {
   if (config.threads_per_device == RuntimeConfig::kAuto || config.intra_op_threads == RuntimeConfig::kAuto)
     throw_error(ErrorKind::internal, "compute devices: threads.per_device and threads.intra_op must be tuned first");
   devices_ = parse_device_list(config.devices, discover_cuda_devices, 0.9, config.threads_per_device, config.threads_per_gpu);
   for (const auto& d : devices_) leases_ += d.max_concurrency;
-  // One lease per GPU keeps LibTorch's default stream and no waits after tasks: as before
-  // threads.per_gpu existed. With more, each compute thread gets its own stream, and each task
-  // ends once its stream is done, since the next step of a group may run on the other thread.
+  // Every compute thread of a GPU queues its kernels on LibTorch's default stream, one lease or
+  // several: a stream per thread lets LibTorch's caching allocator hand a block to one stream
+  // while another stream's kernels still read it (compute_devices.hpp), and one stream orders
+  // every launch, so a block freed by any thread is reused only after the work queued before it.
   DeviceThreadHooks hooks;
   hooks.on_start = [intra = static_cast<int>(config.intra_op_threads)](const DeviceSpec& d, std::size_t i) {
     set_intra_op_threads(intra);
-    if (d.kind != DeviceKind::cuda || d.max_concurrency < 2) return;
-    use_own_cuda_stream(cuda_index(d));
-    spdlog::info("{} compute thread {}: its own CUDA stream (id {})", d.id, i, current_cuda_stream_id(cuda_index(d)));
-  };
-  hooks.after_task = [](const DeviceSpec& d) -> std::function<void()> {
-    if (d.kind != DeviceKind::cuda || d.max_concurrency < 2) return {};
-    return [index = cuda_index(d)] { wait_for_current_cuda_stream(index); };
+    if (d.kind == DeviceKind::cuda && d.max_concurrency > 1 && i == 0)
+      spdlog::info("{}: {} leases, their compute threads queueing on one CUDA stream (LibTorch's default)", d.id,
+                   d.max_concurrency);
   };
   add_device_pools(executor_, devices_, config.threads_per_device, config.codec_threads, std::move(hooks));
   pool_ = std::make_unique<DevicePool>(devices_, DevicePoolOptions{.policy = config.device_policy, .metrics = &metrics_});

@@ -5,10 +5,18 @@
 // (threads.codec), and the DevicePool that leases them under config.device_policy. A CPU device
 // admits as many concurrent leases as it has compute threads, so that with threads.per_device
 // > 1 the preprocess, denoise and decode of different jobs overlap. A CUDA device admits
-// threads.per_gpu leases (default 1), with a compute thread each; with more than one, each
-// thread runs on its own CUDA stream (stages/model/torch_devices.hpp) and waits for it at the
-// end of each task, so that one job's kernels run while another lease's thread is on the host
-// (text encoding, scheduler math, copies to host). The leases share the GPU's memory budget.
+// threads.per_gpu leases (default 1), with a compute thread each, so that one lease's thread
+// queues kernels while another's is on the host (the TorchScript interpreter, text encoding,
+// scheduler math, copies to host). The leases share the GPU's memory budget and its one
+// CUDA stream, LibTorch's default: with a stream per thread, a tensor that one thread's stream
+// allocated and another thread frees mid-task (a denoise step replacing latents an earlier step
+// made on the other thread) goes back to the first stream's cache while the second stream's
+// kernels may still read it, and the first thread's next allocation can take it and write
+// over it. LibTorch's caching allocator knows only the allocating stream; closing that needs
+// Tensor::record_stream on every tensor that crosses threads, which no hook here can find.
+// One stream orders every launch of the device, so a freed block is reused only after all work
+// queued before its free. What that costs against two streams (their kernels overlapping) is
+// measured by the GPU check's vgen_leases phase (docs/PERFORMANCE.md).
 //
 // Ownership: the pools belong to the executor (which must outlive every lease and warm-up);
 // the DevicePool is this object's. Thread-safety: the constructor and warm_up block and run

@@ -58,8 +58,9 @@ struct RuntimeConfig {
   // Compute worker threads (and CPU leases) per device; kAuto: tuned.
   std::size_t threads_per_device = kAuto;
   // Leases per CUDA device ("threads.per_gpu", 1..8): each one a compute thread of its own
-  // with its own CUDA stream, so that one job's kernels run while another job's lease waits on
-  // the host. A number, not "auto": the tuner measures CPU splits, not GPU overlap.
+  // (all queueing on the device's one CUDA stream, api/compute_devices.hpp), so that one job's
+  // thread queues kernels while another's is on the host. A number, not "auto": the tuner
+  // measures CPU splits, not GPU overlap.
   std::size_t threads_per_gpu = 1;
   std::size_t codec_threads = 1;       // encode worker threads
   // LibTorch threads per compute thread; kAuto: tuned with per_device (their product the

@@ -40,7 +40,7 @@ using CudaDiscovery = std::function<std::vector<CudaDeviceInfo>()>;
 //   auto     every CUDA device if there is one, else one CPU replica
 // CPU devices get an unlimited memory budget and cpu_concurrency slots; CUDA devices
 // cuda_concurrency slots (config "threads.per_gpu": leases on one GPU, each on its own compute
-// thread and CUDA stream) sharing total_memory * memory_fraction bytes. `cuda` is called at most once, and only when the
+// thread) sharing total_memory * memory_fraction bytes. `cuda` is called at most once, and only when the
 // list names cuda or auto; no callback means no CUDA devices. Throws
 // vgen::Error(invalid_argument) naming the offending entry for an empty list or entry, an
 // unknown entry, a CUDA index discovery did not report, a device listed twice,

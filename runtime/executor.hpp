@@ -84,10 +84,10 @@ std::string device_pool_name(const std::string& device_id);
 // through such callbacks). Both optional.
 struct DeviceThreadHooks {
   // Runs first on every device-pool thread, with its device and its index in the pool (set the
-  // compute library's intra-op threads, make a CUDA stream current for the thread, ...).
+  // compute library's intra-op threads, ...).
   std::function<void(const DeviceSpec&, std::size_t thread_index)> on_start;
   // For a device: what runs after each of its tasks (WorkerPool::Options::after_task), or an
-  // empty function for nothing (e.g. wait for the thread's own CUDA stream).
+  // empty function for nothing.
   std::function<std::function<void()>(const DeviceSpec&)> after_task;
 };
 

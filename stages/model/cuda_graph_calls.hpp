@@ -28,10 +28,10 @@
 // Ownership: the decorator owns its graphs and their buffers, and shares the inner module.
 // with_parameters (LoRA) returns a new decorator around the inner module's result, with no
 // graphs (a graph replays the weights it was captured with).
-// Thread-safety: call may be made from several threads at once. Keys include the stream, so
-// two compute threads (threads.per_gpu >= 2, each with its own stream) never share a graph;
+// Thread-safety: call may be made from several threads at once. Keys include the stream; the
+// compute threads of one GPU (threads.per_gpu >= 2) share its one stream and so its graphs:
 // one graph's replays are serialised by its own mutex (copy-in, launch, clone are enqueued on
-// the one stream in order). Warm-up and eager calls run unlocked, as the inner module allows.
+// the one stream in order, so a replay never overwrites inputs another has not read). Warm-up and eager calls run unlocked, as the inner module allows.
 // Blocking: a capture blocks its caller for the capture (host time); evicting a graph waits
 // for its stream to finish the work queued there (its memory may be in use). Cancellation:
 // none inside a call; a cancelled job simply makes no more calls.

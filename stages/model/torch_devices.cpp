@@ -4,8 +4,6 @@
 #include "stages/model/model_backend_options.hpp"
 
 #include <cuda_runtime_api.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
 #include <ATen/Context.h>
@@ -67,29 +65,6 @@ bool cpu_computes_bf16_natively() {
     return false;
   }();
   return native;
-}
-
-namespace {
-bool has_cuda_device(int index) {
-  return torch::cuda::is_available() && index >= 0 && index < static_cast<int>(torch::cuda::device_count());
-}
-}  // namespace
-
-void use_own_cuda_stream(int index) {
-  if (!has_cuda_device(index)) return;
-  const auto device = static_cast<c10::DeviceIndex>(index);
-  c10::cuda::set_device(device);
-  c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device));
-}
-
-void wait_for_current_cuda_stream(int index) {
-  if (!has_cuda_device(index)) return;
-  c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(index)).synchronize();
-}
-
-long long current_cuda_stream_id(int index) {
-  if (!has_cuda_device(index)) return -1;
-  return static_cast<long long>(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(index)).id());
 }
 
 namespace {

@@ -37,21 +37,6 @@ bool cpu_computes_bf16_natively();
 // devices.
 bool devices_emulate_bf16(bool any_cuda, int cuda_capability, bool cpu_bf16_native);
 
-// Leases on one GPU (threads.per_gpu > 1): each compute thread of the device runs on a CUDA
-// stream of its own, so that one lease's kernels run while another's thread waits on the host.
-// use_own_cuda_stream makes CUDA device `index` and a stream from LibTorch's pool current for
-// the calling thread (thread-local in LibTorch): its kernels and its synchronous device-to-host
-// copies (`.to(kCPU)` waits on the current stream) then use that stream.
-// wait_for_current_cuda_stream blocks until the calling thread's current stream on `index` has
-// finished what was queued on it: run after each task (WorkerPool::Options::after_task), it
-// makes the task's tensors complete before its coroutine may hand them to another thread (and
-// stream) of the pool. Both do nothing when LibTorch sees no CUDA device. Not cancellable.
-void use_own_cuda_stream(int index);
-void wait_for_current_cuda_stream(int index);
-// The stream the calling thread's CUDA work on `index` goes to: its id in LibTorch's pool
-// (0: the default stream), -1 without CUDA. For logs and the GPU check.
-long long current_cuda_stream_id(int index);
-
 // LibTorch's intra-op threads for the calling thread (at::set_num_threads); n >= 1.
 void set_intra_op_threads(int n);
 

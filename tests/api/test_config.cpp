@@ -89,7 +89,7 @@ TEST_CASE("max_batch, threads.per_device and threads.intra_op take \"auto\" or a
   CHECK(error_of(write(dir, R"({"batching": {"max_batch": "many"}})")).find("batching.max_batch: must be \"auto\" or an integer") !=
         std::string::npos);
   CHECK(error_of(write(dir, R"({"threads": {"per_device": 0}})")).find("threads.per_device: must be between 1 and 64") != std::string::npos);
-  // threads.per_gpu: leases (compute threads, CUDA streams) per GPU; a number, 1 by default.
+  // threads.per_gpu: leases (compute threads) per GPU; a number, 1 by default.
   CHECK(RuntimeConfig{}.threads_per_gpu == 1);
   CHECK(load_config(write(dir, R"({"threads": {"per_gpu": 2}})")).threads_per_gpu == 2);
   CHECK(to_json(load_config(write(dir, R"({"threads": {"per_gpu": 3}})"))).at("threads").at("per_gpu") == boost::json::value(3));

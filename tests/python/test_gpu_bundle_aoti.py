@@ -71,6 +71,9 @@ def test_compiled_phases_cold_then_warm(bundle, tmp_path):
     runs = report["phases"]["vgen_leases"]["result"]
     assert runs["1"]["threads"] == {"per_device": 1} and runs["2"]["threads"] == {"per_device": 2}, runs
     assert runs["1"]["measured_jobs"] == runs["2"]["measured_jobs"] == 8, runs
+    # Same jobs and seeds, one lease or two: the same videos, byte for byte (on a CPU; on a GPU a
+    # difference is reported, not refused: kernels there need not be deterministic).
+    assert le["same_files_1_vs_2"] == {"files": 10, "identical": 10, "differing": [], "only_in_one": []}, le
 
     # The machine still warm: the same --work, everything made before is reused, the render runs again.
     done, again = run_gpu_check(bundle, work, tmp_path / "warm", "--only", "compiled")

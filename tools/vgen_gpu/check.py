@@ -25,7 +25,8 @@ is compiled), then, best effort with what is left: vgen_single_graphs (CUDA only
 with model_backend.cuda_graphs, and a small shape both ways; tools/vgen_gpu/graphs.py), diffusers_batch and
 vgen_batch (8 jobs at a smaller shape: a WanPipeline loop vs one vgen batch with --max-batch 8,
 both warmed at the shape before their clocks), vgen_leases (8 queued jobs at a small shape with 1
-and with 2 leases on the device: jobs/min, peak memory, their ratio; threads.per_gpu) and
+and with 2 leases on the device: jobs/min, peak memory, their ratio, whether the two runs wrote
+the same files; threads.per_gpu) and
 vgen_single_fusion (CUDA only).
 Phases: tools/vgen_gpu/phases.py; measurements: tools/vgen_gpu/measure.py.
 """
@@ -182,6 +183,7 @@ def derive(report: dict):
         row = lambda x: pick(x, "jobs_per_min", "window_s", "compute_threads", "concurrent_model_calls_s", "process_s", *PEAKS)
         table["leases"] = {"1": row(le["1"]), "2": row(le["2"]), "throughput_ratio_2_vs_1": le.get("throughput_ratio_2_vs_1"),
                            "peak_memory_ratio_2_vs_1": le.get("peak_memory_ratio_2_vs_1"), "shape": le.get("shape"),
+                           "same_files_1_vs_2": le.get("outputs"),
                            "terms": "vgen batch --max-batch 1, one process each; the first 2 jobs to end are the warm-up"}
     elif "vgen_leases" in report["phases"]:
         table["leases"] = "not measured: phase vgen_leases did not finish (see phases.vgen_leases)"

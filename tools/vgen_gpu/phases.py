@@ -14,6 +14,7 @@ the child's peak RSS).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -360,13 +361,27 @@ def phase_vgen_batch(args) -> dict:
     return res
 
 
+def compare_outputs(a: Path, b: Path) -> dict:
+    """Which videos of two runs' output folders (by name) are byte for byte the same."""
+    def digests(folder: Path) -> dict[str, str]:
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.mp4"))}
+    da, db = digests(a), digests(b)
+    both = sorted(set(da) & set(db))
+    return {"files": len(both), "identical": sum(da[n] == db[n] for n in both),
+            "differing": [n for n in both if da[n] != db[n]],
+            "only_in_one": sorted(set(da) ^ set(db))}
+
+
 def phase_vgen_leases(args) -> dict:
     """8 queued jobs (after LEASE_WARMUP more) through `vgen batch --max-batch 1` with one lease
-    on the device and with two (threads.per_gpu on a GPU: two compute threads, each on its own
-    CUDA stream; on a CPU threads.per_device, the same two leases with no streams), one process
-    each: jobs/min at the steady rate (measure.completion_rate), peak memory, the time two model
-    calls ran at once, and the ratio of the two rates. --max-batch 1: each job is its own denoise
-    group, so that two leases can run two jobs; a batch of 8 would be one group on one lease."""
+    on the device and with two (threads.per_gpu on a GPU: two compute threads queueing on the
+    device's one CUDA stream; on a CPU threads.per_device), one process each: jobs/min at the
+    steady rate (measure.completion_rate), peak memory, the time two model calls ran at once, the
+    ratio of the two rates, and which jobs' files differ between the two runs (same jobs, seeds
+    and kernels: a file that differs is either a kernel that is not deterministic or two leases
+    corrupting each other's tensors, which is what one stream per GPU is there to prevent).
+    --max-batch 1: each job is its own denoise group, so that two leases can run two jobs; a
+    batch of 8 would be one group on one lease."""
     work = Path(args.work)
     shape = shapes(args.tiny, args.steps)["leases"]
     jobs = LEASE_WARMUP + len(PROMPTS)
@@ -381,7 +396,7 @@ def phase_vgen_leases(args) -> dict:
         config.write_text(json.dumps({"threads": threads}))
         trace = work / f"{name}.trace.json"
         shutil.rmtree(work / name, ignore_errors=True)  # else a rerun finds the outputs done and skips them
-        # --log-level info: the per-thread stream lines below are info (vgen's default is warn)
+        # --log-level info: the leases line below is info (vgen's default is warn)
         cmd = [args.vgen, "--log-level", "info", "batch", str(prompts), "--out", str(work / name), "--model", str(work / "pkg"),
                "--config", str(config), "--max-batch", "1", "--trace", str(trace), "--json", "--format", "mp4",
                *vgen_job_flags(args, shape)]
@@ -389,7 +404,7 @@ def phase_vgen_leases(args) -> dict:
         run.pop("stdout_json", None)
         run.update(completion_rate(read_trace(trace), LEASE_WARMUP))
         run["threads"] = threads
-        # api/compute_devices.cpp logs each GPU compute thread's stream when it has its own
+        # api/compute_devices.cpp logs a GPU's leases and their one stream
         run["stream_lines"] = [l.strip()[-160:] for l in (work / f"{name}.log").read_text().splitlines()
                                if "CUDA stream" in l][:8]
         if run["measured_jobs"] != len(PROMPTS):
@@ -397,6 +412,7 @@ def phase_vgen_leases(args) -> dict:
         if run["compute_threads"] > leases:
             raise RuntimeError(f"{name}: model calls on {run['compute_threads']} compute threads with {leases} lease(s)")
         res[str(leases)] = run
+    res["outputs"] = compare_outputs(work / f"vgen_leases_{LEASES[0]}", work / f"vgen_leases_{LEASES[-1]}")
     one, two = res["1"].get("jobs_per_min"), res["2"].get("jobs_per_min")
     res["throughput_ratio_2_vs_1"] = round(two / one, 4) if one and two else None
     peak = "nvidia_smi_peak_above_idle_mib" if args.device == "cuda" else "peak_rss_mib"
