@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vgen_export import wan as ew
-from vgen_export.tiny_wan import write_tiny_wan
+from tiny_packages import tiny_wan
 
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", Path(__file__).resolve().parents[2] / "build"))
 VGEN = BUILD / "bin" / "vgen"
@@ -23,9 +22,7 @@ pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not bu
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
     root = tmp_path_factory.mktemp("render")
-    src = write_tiny_wan(root / "diffusers", seed=0)
-    ew.export_wan(src, root / "pkg", dtype="float32", tiny=True, seed=0)
-    return root / "pkg"
+    return tiny_wan(root / "pkg")
 
 
 def render(package, out, *args):

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from vgen_export import ltx as el
-from vgen_export import wan as ew
 from vgen_export.tiny_ltx import write_tiny_ltx
-from vgen_export.tiny_wan import write_tiny_wan
 from vgen_reference.wan_i2v_parity import test_image as pattern
+from tiny_packages import tiny_wan
 
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", Path(__file__).resolve().parents[2] / "build"))
 VGEN = BUILD / "bin" / "vgen"
@@ -34,8 +33,7 @@ def package(tmp_path_factory, request):
     if request.param == "ltx":
         el.export_ltx(write_tiny_ltx(root / "diffusers", seed=0), root / "pkg", dtype="float32", tiny=True, seed=0)
     else:
-        src = write_tiny_wan(root / "diffusers", seed=0, variant=request.param)
-        ew.export_wan(src, root / "pkg", dtype="float32", tiny=True, seed=0)
+        tiny_wan(root / "pkg", request.param)
     w, h, _ = SIZES[request.param]
     pixels = pattern(h, w)
     PIL.Image.fromarray(pixels).save(root / "in.png")

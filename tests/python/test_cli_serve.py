@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from vgen_export import wan as ew
-from vgen_export.tiny_wan import write_tiny_wan
+from tiny_packages import tiny_wan
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))
@@ -31,9 +30,7 @@ HOLDER = {"width": 64, "height": 64, "frames": 13, "steps": 1000}
 
 def export_tiny_wan(root, variant="t2v", name=None):
     """The tiny random Wan package of `variant` (t2v, i2v, ...) exported to root/<name or variant>."""
-    src = write_tiny_wan(root / f"diffusers-{variant}", seed=0, variant=variant)
-    ew.export_wan(src, root / (name or variant), dtype="float32", tiny=True, seed=0)
-    return root / (name or variant)
+    return tiny_wan(root / (name or variant), variant)  # exported once per build (tiny_packages.py)
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from vgen_export import wan as ew
-from vgen_export.tiny_wan import write_tiny_wan
 from vgen_trace import picture as trace_picture
+from tiny_packages import tiny_wan
 
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", Path(__file__).resolve().parents[2] / "build"))
 VGEN = BUILD / "bin" / "vgen"
@@ -30,9 +29,7 @@ SMALL = ["--width", "32", "--height", "32", "--frames", "5", "--steps", "3"]
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
     root = tmp_path_factory.mktemp("trace")
-    src = write_tiny_wan(root / "diffusers", seed=0)
-    ew.export_wan(src, root / "pkg", dtype="float32", tiny=True, seed=0)
-    return root / "pkg"
+    return tiny_wan(root / "pkg")
 
 
 def schema_problems(trace) -> list[str]:

@@ -23,10 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vgen_export import wan as ew
-from vgen_export.tiny_wan import write_tiny_wan
 from vgen_reference.wan_i2v_parity import test_image as pattern
 from test_cli_serve import Server
+from tiny_packages import tiny_wan
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))
@@ -44,8 +43,8 @@ def packages(tmp_path_factory):
     import PIL.Image
 
     root = tmp_path_factory.mktemp("extend")
-    ew.export_wan(write_tiny_wan(root / "i2v-src", seed=0, variant="i2v"), root / "i2v", dtype="float32", tiny=True, seed=0)
-    ew.export_wan(write_tiny_wan(root / "t2v-src", seed=0), root / "t2v", dtype="float32", tiny=True, seed=0)
+    tiny_wan(root / "i2v", "i2v")
+    tiny_wan(root / "t2v")
     PIL.Image.fromarray(pattern(H, W)).save(root / "in.png")
     return root
 

@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-from vgen_export import wan as ew
-from vgen_export.tiny_wan import write_tiny_wan
 from vgen_reference.wan_i2v_parity import test_image as pattern
 from test_cli_serve import Server
+from tiny_packages import tiny_wan
 
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))
 VGEN = BUILD / "bin" / "vgen"
@@ -34,8 +33,7 @@ def i2v(tmp_path_factory, request):
     import PIL.Image
 
     root = tmp_path_factory.mktemp("i2v_jobs_" + request.param)
-    src = write_tiny_wan(root / "diffusers", seed=0, variant=request.param)
-    ew.export_wan(src, root / "pkg", dtype="float32", tiny=True, seed=0)
+    tiny_wan(root / "pkg", request.param)
     pics = root / "pics"
     (pics / "sub").mkdir(parents=True)
     pixels = pattern(32, 48)

@@ -24,9 +24,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from vgen_export import wan as ew
-from vgen_export.tiny_wan import write_tiny_wan
 from test_cli_serve import Server
+from tiny_packages import tiny_wan
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))
@@ -48,8 +47,7 @@ def with_inputs(src: Path, dst: Path, inputs: dict) -> Path:
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
     root = tmp_path_factory.mktemp("image")
-    src = write_tiny_wan(root / "diffusers", seed=0)
-    ew.export_wan(src, root / "t2v", dtype="float32", tiny=True, seed=0)
+    tiny_wan(root / "t2v")
     return {
         "t2v": root / "t2v",
         "i2v": with_inputs(root / "t2v", root / "i2v", {"image": "required", "last_image": "optional"}),

@@ -28,8 +28,7 @@ import pytest
 
 from test_cli_serve import Server, VGEN, probe
 from test_openai_videos import wait_done  # the SDK's retrieve until completed
-from vgen_export import wan as ew
-from vgen_export.tiny_wan import write_tiny_wan
+from tiny_packages import tiny_wan
 
 openai = pytest.importorskip("openai")
 pytestmark = [pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built"),
@@ -49,10 +48,9 @@ def ffmpeg(*args: str) -> None:
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
     root = tmp_path_factory.mktemp("openai_video_edits")
-    t2v = write_tiny_wan(root / "diffusers-t2v", seed=0)
-    ew.export_wan(t2v, root / "t2v", dtype="float32", tiny=True, seed=0)
-    ew.export_wan(t2v, root / "v2v", dtype="float32", tiny=True, seed=0, video_input=True)
-    ew.export_wan(write_tiny_wan(root / "diffusers-i2v", seed=0, variant="i2v"), root / "i2v", dtype="float32", tiny=True, seed=0)
+    tiny_wan(root / "t2v")
+    tiny_wan(root / "v2v", video_input=True)
+    tiny_wan(root / "i2v", "i2v")
     return root
 
 

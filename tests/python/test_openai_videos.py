@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from test_cli_serve import Server, VGEN, package, probe  # noqa: F401  (the fleet case's module fixture)
-from vgen_export import wan as ew
-from vgen_export.tiny_wan import write_tiny_wan
+from tiny_packages import tiny_wan
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.skipif(not VGEN.exists(), reason="build/bin/vgen not built")
@@ -33,8 +32,7 @@ FAST = {"steps": 2}
 def packages(tmp_path_factory):
     root = tmp_path_factory.mktemp("openai_videos")
     for variant in ("t2v", "i2v"):
-        src = write_tiny_wan(root / f"diffusers-{variant}", seed=0, variant=variant)
-        ew.export_wan(src, root / variant, dtype="float32", tiny=True, seed=0)
+        tiny_wan(root / variant, variant)
     return root
 
 

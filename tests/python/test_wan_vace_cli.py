@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from vgen_export import wan as ew
-from vgen_export.tiny_wan import write_tiny_wan
 from test_cli_serve import Server
 from test_video_input import leftovers, multipart, probe_frames
+from tiny_packages import tiny_wan
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("VGEN_BUILD_DIR", ROOT / "build"))
@@ -42,10 +41,7 @@ def run(*args, timeout=300):
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
     root = tmp_path_factory.mktemp("vace")
-    ew.export_wan(write_tiny_wan(root / "diffusers", seed=0, variant="vace"), root / "vace", dtype="float32",
-                  tiny=True, seed=0)
-    ew.export_wan(write_tiny_wan(root / "diffusers_t2v", seed=0), root / "t2v", dtype="float32", tiny=True, seed=0)
-    return {"vace": root / "vace", "t2v": root / "t2v"}
+    return {"vace": tiny_wan(root / "vace", "vace"), "t2v": tiny_wan(root / "t2v")}
 
 
 @pytest.fixture(scope="module")
